@@ -1,0 +1,344 @@
+"""Repository rules that turn installed system packages into Bazel repositories, offline.
+
+Each rule checks what it found and fails with one sentence naming the package, what was found or
+missing, and the variable that overrides the search.
+"""
+
+def _fail(what, found, fix):
+    fail("\nhvx: %s: %s. %s\n" % (what, found, fix))
+
+def _exec(rctx, args):
+    r = rctx.execute(args, quiet = True)
+    return r.return_code, r.stdout.strip(), r.stderr.strip()
+
+def _tokens(s):
+    return [t for t in s.replace("\n", " ").split(" ") if t]
+
+# ---------------------------------------------------------------------------------------------- MPI
+
+def _hvx_mpi_repo_impl(rctx):
+    home = rctx.os.environ.get("MPI_HOME", "")
+    if home:
+        mpicxx = rctx.path(home + "/bin/mpicxx")
+        if not mpicxx.exists:
+            _fail("MPI", "MPI_HOME=%s has no bin/mpicxx" % home, "Point MPI_HOME at an MPI installation (e.g. /usr) or unset it to use mpicxx from PATH.")
+    else:
+        mpicxx = rctx.which("mpicxx")
+        if mpicxx == None:
+            _fail("MPI", "no mpicxx on PATH", "Install Debian's libmpich-dev and mpich (tools/setup does), or set MPI_HOME.")
+    rc, out, err = _exec(rctx, [mpicxx, "-show"])
+    if rc != 0:
+        rc, out, err = _exec(rctx, [mpicxx, "-showme"])
+    if rc != 0:
+        _fail("MPI", "%s -show failed: %s" % (mpicxx, err), "Set MPI_HOME to a working MPICH or Open MPI installation.")
+
+    mpiexec = rctx.path(str(mpicxx.dirname) + "/mpiexec")
+    if not mpiexec.exists:
+        mpiexec = rctx.which("mpiexec")
+    if mpiexec == None:
+        _fail("MPI", "found %s but no mpiexec beside it or on PATH" % mpicxx, "Install Debian's mpich package or set MPI_HOME.")
+
+    includes = []
+    linkopts = []
+    for t in _tokens(out)[1:]:
+        if t.startswith("-I"):
+            d = "include%d" % len(includes)
+            rctx.symlink(t[2:], d)
+            includes.append(d)
+        elif t.startswith("-L") or t.startswith("-Wl,-rpath"):
+            linkopts.append(t)
+        elif t.startswith("-l") and t not in ["-lmpichcxx", "-lmpi_cxx"]:
+            linkopts.append(t)
+    if not includes:
+        _fail("MPI", "%s -show names no include directory (%s)" % (mpicxx, out), "Set MPI_HOME to an MPI installation with development headers (Debian: libmpich-dev).")
+    if not rctx.path(includes[0] + "/mpi.h").exists:
+        _fail("MPI", "no mpi.h under %s" % rctx.path(includes[0]).realpath, "Install Debian's libmpich-dev or set MPI_HOME.")
+
+    # A wrapper, not a symlink: hydra finds hydra_pmi_proxy next to argv[0].
+    rctx.file("mpiexec.sh", '#!/bin/sh\nexec "%s" "$@"\n' % mpiexec, executable = True)
+    rctx.file("WORKSPACE", 'workspace(name = "%s")\n' % rctx.name)
+    rctx.file("BUILD.bazel", """
+package(default_visibility = ["//visibility:public"])
+
+cc_library(
+    name = "mpi",
+    hdrs = glob([{hdrs}]),
+    includes = {includes},
+    defines = ["MPICH_SKIP_MPICXX", "OMPI_SKIP_MPICXX"],
+    linkopts = {linkopts},
+)
+
+sh_binary(name = "mpiexec", srcs = ["mpiexec.sh"])
+""".format(
+        hdrs = ", ".join(['"%s/**/*.h"' % i for i in includes]),
+        includes = repr(includes),
+        linkopts = repr(linkopts + ["-pthread"]),
+    ))
+
+hvx_mpi_repo = repository_rule(
+    implementation = _hvx_mpi_repo_impl,
+    environ = ["MPI_HOME", "PATH"],
+    local = True,
+)
+
+# ------------------------------------------------------------------------------------------ LibTorch
+
+def _torch_abi(rctx, config):
+    if not config.exists:
+        return None
+    for line in rctx.read(config).splitlines():
+        i = line.find("_GLIBCXX_USE_CXX11_ABI=")
+        if i >= 0:
+            return line[i + len("_GLIBCXX_USE_CXX11_ABI="):i + len("_GLIBCXX_USE_CXX11_ABI=") + 1]
+    return None
+
+def _hvx_torch_repo_impl(rctx):
+    root = rctx.os.environ.get("HVX_TORCH_PATH", "")
+    if root:
+        if not rctx.path(root + "/include/torch/csrc/api/include/torch/torch.h").exists:
+            _fail("LibTorch", "HVX_TORCH_PATH=%s has no include/torch/csrc/api/include/torch/torch.h" % root, "Point HVX_TORCH_PATH at an unpacked LibTorch zip (the folder holding include/ and lib/).")
+        rctx.symlink(root + "/include", "include")
+        includes = ["include", "include/torch/csrc/api/include"]
+        hdrs = 'glob(["include/**"])'
+        libdir = root + "/lib"
+        config = rctx.path(root + "/share/cmake/Torch/TorchConfig.cmake")
+    else:
+        api = rctx.path("/usr/include/torch/csrc/api/include")
+        if not api.exists:
+            _fail("LibTorch", "no /usr/include/torch/csrc/api/include", "Install Debian's libtorch-dev (tools/setup does), or set HVX_TORCH_PATH to an unpacked LibTorch zip.")
+        rctx.symlink(api, "include")
+        includes = ["include"]
+        hdrs = 'glob(["include/**"])'
+        libdir = "/usr/lib/x86_64-linux-gnu"
+        config = rctx.path(libdir + "/cmake/Torch/TorchConfig.cmake")
+    for lib in ["libtorch.so", "libtorch_cpu.so", "libc10.so"]:
+        if not rctx.path(libdir + "/" + lib).exists:
+            _fail("LibTorch", "%s/%s is missing" % (libdir, lib), "Install Debian's libtorch-dev, or set HVX_TORCH_PATH to an unpacked LibTorch zip.")
+    abi = _torch_abi(rctx, config)
+    if abi not in ["0", "1"]:
+        _fail("LibTorch", "cannot read _GLIBCXX_USE_CXX11_ABI from %s" % config, "Set HVX_TORCH_PATH to a complete LibTorch installation (it ships share/cmake/Torch/TorchConfig.cmake).")
+
+    rctx.file("WORKSPACE", 'workspace(name = "%s")\n' % rctx.name)
+    rctx.file("BUILD.bazel", """
+package(default_visibility = ["//visibility:public"])
+
+cc_library(
+    name = "torch",
+    hdrs = {hdrs},
+    includes = {includes},
+    defines = ["_GLIBCXX_USE_CXX11_ABI={abi}"],
+    linkopts = ["-L{libdir}", "-Wl,-rpath,{libdir}", "-ltorch", "-ltorch_cpu", "-lc10", "-pthread"],
+)
+""".format(hdrs = hdrs, includes = repr(includes), abi = abi, libdir = libdir))
+
+hvx_torch_repo = repository_rule(
+    implementation = _hvx_torch_repo_impl,
+    environ = ["HVX_TORCH_PATH"],
+    local = True,
+)
+
+# ---------------------------------------------------------------------------------------------- CUDA
+
+def _hvx_cuda_repo_impl(rctx):
+    root = rctx.os.environ.get("HVX_CUDA_PATH", "") or "/usr/local/cuda"
+    rctx.file("WORKSPACE", 'workspace(name = "%s")\n' % rctx.name)
+    nvcc = rctx.path(root + "/bin/nvcc")
+    header = rctx.path(root + "/include/cuda_runtime.h")
+    nccl = rctx.path(root + "/include/nccl.h")
+    if nvcc.exists and header.exists and nccl.exists:
+        rctx.symlink(root + "/include", "include")
+        # A wrapper, not a symlink: nvcc finds nvcc.profile and cicc relative to its real path.
+        rctx.file("nvcc.sh", '#!/bin/sh\nexec "%s" "$@"\n' % nvcc, executable = True)
+        hdrs = 'glob(["include/**"])'
+    else:
+        # Only --config=cuda builds need CUDA; a plain build must still load this repository.
+        missing = [str(p) for p in [nvcc, header, nccl] if not p.exists]
+        msg = "hvx: CUDA not usable at %s (missing %s). Install CUDA and NCCL there or set HVX_CUDA_PATH." % (root, ", ".join(missing))
+        rctx.file("nvcc.sh", "#!/bin/sh\necho '%s' >&2\nexit 1\n" % msg, executable = True)
+        hdrs = "[]"
+    lib = root + "/lib64"
+    rctx.file("BUILD.bazel", """
+package(default_visibility = ["//visibility:public"])
+
+cc_library(name = "cuda_headers", hdrs = {hdrs}, includes = ["include"])
+
+cc_library(
+    name = "cudart",
+    linkopts = ["-L{lib}", "-Wl,-rpath,{lib}", "-lcudart", "-ldl", "-lrt", "-pthread"],
+    deps = [":cuda_headers"],
+)
+
+cc_library(
+    name = "nccl",
+    linkopts = ["-L{lib}", "-Wl,-rpath,{lib}", "-lnccl"],
+    deps = [":cudart"],
+)
+
+sh_binary(name = "nvcc", srcs = ["nvcc.sh"])
+""".format(hdrs = hdrs, lib = lib))
+
+hvx_cuda_repo = repository_rule(
+    implementation = _hvx_cuda_repo_impl,
+    environ = ["HVX_CUDA_PATH"],
+    local = True,
+)
+
+# -------------------------------------------------------------------------------------------- Abseil
+
+# (package, target, pkg-config module): the upstream labels hvx and its users depend on.
+_ABSL_TARGETS = [
+    ("algorithm", "algorithm", "absl_algorithm"),
+    ("algorithm", "container", "absl_algorithm_container"),
+    ("base", "base", "absl_base"),
+    ("base", "core_headers", "absl_core_headers"),
+    ("cleanup", "cleanup", "absl_cleanup"),
+    ("container", "btree", "absl_btree"),
+    ("container", "fixed_array", "absl_fixed_array"),
+    ("container", "flat_hash_map", "absl_flat_hash_map"),
+    ("container", "flat_hash_set", "absl_flat_hash_set"),
+    ("container", "inlined_vector", "absl_inlined_vector"),
+    ("container", "node_hash_map", "absl_node_hash_map"),
+    ("container", "node_hash_set", "absl_node_hash_set"),
+    ("debugging", "failure_signal_handler", "absl_failure_signal_handler"),
+    ("debugging", "stacktrace", "absl_stacktrace"),
+    ("debugging", "symbolize", "absl_symbolize"),
+    ("flags", "flag", "absl_flags"),
+    ("flags", "marshalling", "absl_flags_marshalling"),
+    ("flags", "parse", "absl_flags_parse"),
+    ("flags", "usage", "absl_flags_usage"),
+    ("functional", "bind_front", "absl_bind_front"),
+    ("functional", "function_ref", "absl_function_ref"),
+    ("hash", "hash", "absl_hash"),
+    ("memory", "memory", "absl_memory"),
+    ("meta", "type_traits", "absl_type_traits"),
+    ("numeric", "bits", "absl_bits"),
+    ("numeric", "int128", "absl_int128"),
+    ("random", "distributions", "absl_random_distributions"),
+    ("random", "random", "absl_random_random"),
+    ("status", "status", "absl_status"),
+    ("status", "statusor", "absl_statusor"),
+    ("strings", "cord", "absl_cord"),
+    ("strings", "str_format", "absl_str_format"),
+    ("strings", "strings", "absl_strings"),
+    ("synchronization", "synchronization", "absl_synchronization"),
+    ("time", "time", "absl_time"),
+    ("types", "optional", "absl_optional"),
+    ("types", "span", "absl_span"),
+    ("types", "variant", "absl_variant"),
+    ("utility", "utility", "absl_utility"),
+]
+
+def _hvx_absl_repo_impl(rctx):
+    pkg_config = rctx.which("pkg-config") or rctx.which("pkgconf")
+    if pkg_config == None:
+        _fail("Abseil", "no pkg-config on PATH", "Install Debian's pkgconf and libabsl-dev, or declare com_google_absl before hvx_dependencies().")
+    rc, version, _ = _exec(rctx, [pkg_config, "--modversion", "absl_strings"])
+    if rc != 0:
+        _fail("Abseil", "pkg-config knows no absl_strings", "Install Debian's libabsl-dev (tools/setup does), or declare com_google_absl before hvx_dependencies().")
+    packages = {}
+    for pkg, target, module in _ABSL_TARGETS:
+        rc, libs, err = _exec(rctx, [pkg_config, "--libs", module])
+        if rc != 0:
+            _fail("Abseil", "pkg-config --libs %s failed (%s) for Abseil %s" % (module, err, version), "Install Debian's libabsl-dev 20220623, or declare com_google_absl before hvx_dependencies().")
+        packages.setdefault(pkg, []).append(
+            'cc_library(name = "%s", linkopts = %s)\n' % (target, repr(_tokens(libs) + ["-pthread"])),
+        )
+    rctx.file("WORKSPACE", 'workspace(name = "%s")\n' % rctx.name)
+    rctx.file("BUILD.bazel", "")
+    for pkg, rules in packages.items():
+        rctx.file("absl/%s/BUILD.bazel" % pkg, 'package(default_visibility = ["//visibility:public"])\n\n' + "\n".join(rules))
+
+hvx_absl_repo = repository_rule(
+    implementation = _hvx_absl_repo_impl,
+    environ = ["PKG_CONFIG_PATH"],
+    local = True,
+)
+
+# --------------------------------------------------------------------------------------- GoogleTest
+
+def _hvx_gtest_repo_impl(rctx):
+    for f in ["/usr/include/gtest/gtest.h", "/usr/include/gmock/gmock.h"]:
+        if not rctx.path(f).exists:
+            _fail("GoogleTest", "%s is missing" % f, "Install Debian's libgtest-dev and libgmock-dev, or declare com_google_googletest before hvx_dependencies().")
+    rctx.file("WORKSPACE", 'workspace(name = "%s")\n' % rctx.name)
+    rctx.file("BUILD.bazel", """
+package(default_visibility = ["//visibility:public"])
+
+cc_library(name = "gtest", linkopts = ["-lgtest", "-pthread"])
+cc_library(name = "gtest_main", linkopts = ["-lgtest_main", "-lgtest", "-pthread"])
+cc_library(name = "gmock", linkopts = ["-lgmock", "-lgtest", "-pthread"])
+cc_library(name = "gmock_main", linkopts = ["-lgmock_main", "-lgmock", "-lgtest", "-pthread"])
+""")
+
+hvx_gtest_repo = repository_rule(
+    implementation = _hvx_gtest_repo_impl,
+    local = True,
+)
+
+# ----------------------------------------------------------------------------------------- Protobuf
+
+_WKT = {
+    "any": [],
+    "api": ["source_context", "type"],
+    "compiler_plugin": ["descriptor"],
+    "descriptor": [],
+    "duration": [],
+    "empty": [],
+    "field_mask": [],
+    "source_context": [],
+    "struct": [],
+    "timestamp": [],
+    "type": ["any", "source_context"],
+    "wrappers": [],
+}
+
+def _hvx_protobuf_repo_impl(rctx):
+    protoc = rctx.os.environ.get("HVX_PROTOC", "") or rctx.which("protoc")
+    if protoc == None:
+        _fail("protobuf", "no protoc on PATH", "Install Debian's protobuf-compiler and libprotobuf-dev (tools/setup does), or set HVX_PROTOC.")
+    rc, out, err = _exec(rctx, [protoc, "--version"])
+    if rc != 0:
+        _fail("protobuf", "%s --version failed: %s" % (protoc, err), "Set HVX_PROTOC to a working protoc.")
+    protoc_version = out.split(" ")[-1]
+    pkg_config = rctx.which("pkg-config") or rctx.which("pkgconf")
+    rc, lib_version, _ = _exec(rctx, [pkg_config, "--modversion", "protobuf"]) if pkg_config else (1, "", "")
+    if rc != 0:
+        _fail("protobuf", "pkg-config knows no protobuf library", "Install Debian's libprotobuf-dev, or declare com_google_protobuf before hvx_dependencies().")
+    if lib_version != protoc_version:
+        _fail("protobuf", "protoc %s (%s) does not match libprotobuf %s" % (protoc_version, protoc, lib_version), "Install protoc and libprotobuf of the same version, or set HVX_PROTOC to the matching protoc.")
+    rctx.symlink(protoc, "protoc")
+    rules = []
+    for name, deps in _WKT.items():
+        src = "google/protobuf/%s.proto" % name
+        if name == "compiler_plugin":
+            src = "google/protobuf/compiler/plugin.proto"
+        rctx.symlink("/usr/include/" + src, src)
+        rules.append('proto_library(name = "%s_proto", srcs = ["%s"], deps = [%s])' % (
+            name,
+            src,
+            ", ".join(['":%s_proto"' % d for d in deps]),
+        ))
+    rctx.file("WORKSPACE", 'workspace(name = "%s")\n' % rctx.name)
+    rctx.file("BUILD.bazel", """
+package(default_visibility = ["//visibility:public"])
+
+exports_files(["protoc"])
+
+cc_library(name = "protobuf", linkopts = ["-lprotobuf", "-pthread"])
+cc_library(name = "protobuf_lite", linkopts = ["-lprotobuf-lite", "-pthread"])
+
+{rules}
+
+proto_lang_toolchain(
+    name = "cc_toolchain",
+    command_line = "--cpp_out=$(OUT)",
+    runtime = ":protobuf",
+    blacklisted_protos = [{wkt}],
+)
+""".format(rules = "\n".join(rules), wkt = ", ".join(['":%s_proto"' % n for n in _WKT])))
+
+hvx_protobuf_repo = repository_rule(
+    implementation = _hvx_protobuf_repo_impl,
+    environ = ["HVX_PROTOC", "PKG_CONFIG_PATH"],
+    local = True,
+)
