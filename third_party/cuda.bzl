@@ -14,7 +14,7 @@ load("@bazel_tools//tools/cpp:toolchain_utils.bzl", "find_cpp_toolchain")
 
 # Skips a target unless --config=cuda: a plain `bazel test //...` reports it SKIPPED.
 CUDA_ONLY = select({
-    Label("//:cuda"): [],
+    str(Label("//:cuda")): [],
     "//conditions:default": [Label("//third_party:incompatible")],
 })
 
