@@ -1,0 +1,313 @@
+#include "hvx/train/config.h"
+
+#include <glob.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "google/protobuf/io/tokenizer.h"
+#include "google/protobuf/text_format.h"
+#include "hvx/common/status.h"
+
+namespace hvx {
+namespace train {
+namespace {
+
+using google::protobuf::Descriptor;
+using google::protobuf::FieldDescriptor;
+using google::protobuf::TextFormat;
+
+bool FileExists(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open the config file"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+class CollectErrors : public google::protobuf::io::ErrorCollector {
+ public:
+  explicit CollectErrors(std::string source) : source_(std::move(source)) {}
+  void AddError(int line, google::protobuf::io::ColumnNumber column,
+                const std::string& message) override {
+    if (first_.empty()) first_ = absl::StrCat(source_, ":", line + 1, ":", column + 1, ": ", message);
+  }
+  const std::string& first() const { return first_; }
+
+ private:
+  std::string source_;
+  std::string first_;
+};
+
+// Parses (merge = true: merges) `text` into *config, recording field locations in *tree.
+absl::Status ParseInto(absl::string_view text, absl::string_view source, bool merge,
+                       TrainConfig* config, TextFormat::ParseInfoTree* tree) {
+  TextFormat::Parser parser;
+  CollectErrors errors{std::string(source)};
+  parser.RecordErrorsTo(&errors);
+  parser.WriteLocationsTo(tree);
+  const std::string input(text);
+  const bool ok = merge ? parser.MergeFromString(input, config) : parser.ParseFromString(input, config);
+  if (!ok) {
+    return absl::InvalidArgumentError(
+        errors.first().empty() ? absl::StrCat(source, ": cannot parse the config") : errors.first());
+  }
+  return absl::OkStatus();
+}
+
+// One semantic problem: the dotted field path ("data.batch_size") and what is wrong with it.
+struct FieldError {
+  std::string field;
+  std::string message;
+};
+
+std::vector<FieldError> CheckConfig(const TrainConfig& c) {
+  std::vector<FieldError> errors;
+  auto add = [&errors](std::string field, std::string message) {
+    errors.push_back({std::move(field), std::move(message)});
+  };
+  const auto& models = KnownModels();
+  if (c.model().name().empty()) {
+    add("model.name", absl::StrCat("no model given; set one of ", absl::StrJoin(models, ", ")));
+  } else if (std::find(models.begin(), models.end(), c.model().name()) == models.end()) {
+    add("model.name", absl::StrCat("unknown model \"", c.model().name(), "\"; known models: ",
+                                   absl::StrJoin(models, ", ")));
+  }
+  if (c.model().num_classes() < 2) add("model.num_classes", "must be at least 2");
+  const DataConfig& d = c.data();
+  if (d.train_files().empty()) add("data.train_files", "no training files given (a glob pattern)");
+  if (d.format() == RECORD_FORMAT_UNSPECIFIED) add("data.format", "set FASHION_MNIST or IMAGENET");
+  if (d.batch_size() <= 0) {
+    add("data.batch_size", absl::StrCat("must be > 0 (samples per rank per step), got ", d.batch_size()));
+  }
+  if (d.eval_batch_size() < 0) add("data.eval_batch_size", "must be >= 0");
+  if (d.reader_threads() < 0 || d.decode_threads() < 0 || d.prefetch_batches() < 0) {
+    add("data.reader_threads", "thread counts and prefetch depth must be >= 0");
+  }
+  const bool image_model = c.model().name() == "mlp" || c.model().name() == "cnn";
+  if (d.format() == IMAGENET && image_model) {
+    add("model.name", absl::StrCat("\"", c.model().name(),
+                                   "\" takes 28x28 grey images; use resnet18 or resnet50 for IMAGENET"));
+  }
+  if (d.format() == IMAGENET && d.image_size() < 32) add("data.image_size", "must be at least 32");
+  const OptimizerConfig& o = c.optimizer();
+  if (!(o.lr() > 0)) add("optimizer.lr", "must be > 0");
+  if (o.momentum() < 0 || o.momentum() >= 1) add("optimizer.momentum", "must be in [0, 1)");
+  if (o.weight_decay() < 0) add("optimizer.weight_decay", "must be >= 0");
+  if (o.warmup_epochs() < 0) add("optimizer.warmup_epochs", "must be >= 0");
+  if (o.schedule() == OptimizerConfig::STEP && o.step_epochs().empty()) {
+    add("optimizer.step_epochs", "schedule STEP needs at least one step_epochs entry");
+  }
+  for (int i = 1; i < o.step_epochs_size(); ++i) {
+    if (o.step_epochs(i) <= o.step_epochs(i - 1)) {
+      add("optimizer.step_epochs", "must be strictly increasing");
+      break;
+    }
+  }
+  if (o.lr_scaling() == OptimizerConfig::BY_GLOBAL_BATCH && o.reference_batch() <= 0) {
+    add("optimizer.reference_batch", "must be > 0 with lr_scaling BY_GLOBAL_BATCH");
+  }
+  if (c.epochs() <= 0) add("epochs", absl::StrCat("must be > 0, got ", c.epochs()));
+  const EngineConfig& e = c.engine();
+  if (!e.compression().empty() && e.compression() != "none" && e.compression() != "fp16" &&
+      e.compression() != "bf16") {
+    add("engine.compression", absl::StrCat("unknown compression \"", e.compression(),
+                                           "\"; use \"none\", \"fp16\" or \"bf16\""));
+  }
+  if (e.gradient_predivide_factor() <= 0) add("engine.gradient_predivide_factor", "must be > 0");
+  if (e.backward_passes_per_step() <= 0) add("engine.backward_passes_per_step", "must be > 0");
+  if (c.checkpoint().keep() <= 0) add("checkpoint.keep", "must be > 0");
+  const std::string& np = c.launch().num_processes();
+  if (np != "auto") {
+    int n = 0;
+    if (!absl::SimpleAtoi(np, &n) || n <= 0) {
+      add("launch.num_processes", absl::StrCat("must be a positive number or \"auto\", got \"", np, "\""));
+    }
+  }
+  if (c.device() != "cpu" && c.device() != "cuda" && c.device() != "auto") {
+    add("device", absl::StrCat("must be \"cpu\", \"cuda\" or \"auto\", got \"", c.device(), "\""));
+  }
+  return errors;
+}
+
+// The location of a dotted field path in one parse; false when that parse did not set it.
+bool FindLocation(const TextFormat::ParseInfoTree& root, const Descriptor* descriptor,
+                  absl::string_view path, int* line, int* column) {
+  const TextFormat::ParseInfoTree* tree = &root;
+  std::vector<std::string> parts = absl::StrSplit(path, '.');
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const FieldDescriptor* field = descriptor->FindFieldByName(parts[i]);
+    if (field == nullptr) return false;
+    if (i + 1 == parts.size()) {
+      const int index = field->is_repeated() ? 0 : -1;
+      const auto location = tree->GetLocation(field, index);
+      if (location.line < 0) return false;
+      *line = location.line + 1;
+      *column = location.column + 1;
+      return true;
+    }
+    tree = tree->GetTreeForNested(field, field->is_repeated() ? 0 : -1);
+    if (tree == nullptr) return false;
+    descriptor = field->message_type();
+  }
+  return false;
+}
+
+}  // namespace
+
+const std::vector<std::string>& KnownModels() {
+  static const auto* models = new std::vector<std::string>{"mlp", "cnn", "resnet18", "resnet50"};
+  return *models;
+}
+
+std::string ExpandHome(absl::string_view path) {
+  if (path == "~" || absl::StartsWith(path, "~/")) {
+    const char* home = std::getenv("HOME");
+    return absl::StrCat(home != nullptr ? home : "", path.substr(1));
+  }
+  return std::string(path);
+}
+
+absl::StatusOr<std::string> ResolveConfigPath(absl::string_view name, const ConfigSearchPath& search) {
+  if (name.empty()) return absl::InvalidArgumentError("--config is empty; name a .pbtxt file");
+  const std::string expanded = ExpandHome(name);
+  if (expanded[0] == '/') {
+    if (FileExists(expanded)) return expanded;
+    return absl::NotFoundError(absl::StrCat("config file ", expanded, " does not exist"));
+  }
+  std::vector<std::string> tried;
+  for (const std::string& dir : {search.working_dir, search.bundled_dir}) {
+    if (dir.empty()) continue;
+    std::string candidate = absl::StrCat(dir, "/", expanded);
+    if (FileExists(candidate)) return candidate;
+    tried.push_back(std::move(candidate));
+  }
+  if (search.working_dir.empty() && FileExists(expanded)) return expanded;
+  return absl::NotFoundError(absl::StrCat("config \"", name, "\" not found; tried ",
+                                          absl::StrJoin(tried, ", ")));
+}
+
+absl::StatusOr<TrainConfig> ParseTrainConfig(absl::string_view text, absl::string_view source) {
+  TrainConfig config;
+  TextFormat::ParseInfoTree tree;
+  HVX_RETURN_IF_ERROR(ParseInto(text, source, /*merge=*/false, &config, &tree));
+  return config;
+}
+
+void FillDefaults(TrainConfig* c) {
+  if (c->model().num_classes() == 0) c->mutable_model()->set_num_classes(10);
+  DataConfig* d = c->mutable_data();
+  if (d->eval_batch_size() == 0) d->set_eval_batch_size(d->batch_size());
+  if (d->reader_threads() == 0) d->set_reader_threads(1);
+  if (d->decode_threads() == 0) d->set_decode_threads(1);
+  if (d->prefetch_batches() == 0) d->set_prefetch_batches(4);
+  if (d->image_size() == 0) d->set_image_size(224);
+  FashionMnistSource* s = d->mutable_fashion_mnist_source();
+  if (s->num_train_shards() == 0) s->set_num_train_shards(4);
+  if (s->num_test_shards() == 0) s->set_num_test_shards(1);
+  if (s->idx_dir().empty()) s->set_idx_dir("/usr/share/datasets/fashion-mnist");
+  OptimizerConfig* o = c->mutable_optimizer();
+  if (o->beta1() == 0) o->set_beta1(0.9);
+  if (o->beta2() == 0) o->set_beta2(0.999);
+  if (o->eps() == 0) o->set_eps(1e-8);
+  if (o->reference_batch() == 0) o->set_reference_batch(256);
+  if (o->step_gamma() == 0) o->set_step_gamma(0.1);
+  EngineConfig* e = c->mutable_engine();
+  if (e->gradient_predivide_factor() == 0) e->set_gradient_predivide_factor(1.0);
+  if (e->backward_passes_per_step() == 0) e->set_backward_passes_per_step(1);
+  LoggingConfig* l = c->mutable_logging();
+  if (l->log_every_steps() == 0) l->set_log_every_steps(50);
+  if (l->eval_every_epochs() == 0) l->set_eval_every_epochs(1);
+  CheckpointConfig* k = c->mutable_checkpoint();
+  if (k->every_epochs() == 0) k->set_every_epochs(1);
+  if (k->keep() == 0) k->set_keep(3);
+  if (!k->has_resume()) k->set_resume(true);
+  if (c->launch().num_processes().empty()) c->mutable_launch()->set_num_processes("1");
+  if (c->device().empty()) c->set_device("auto");
+}
+
+absl::Status ValidateTrainConfig(const TrainConfig& config, absl::string_view source) {
+  const std::vector<FieldError> errors = CheckConfig(config);
+  if (errors.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(source, ": ", errors[0].field, ": ", errors[0].message));
+}
+
+absl::StatusOr<LoadedConfig> LoadTrainConfig(absl::string_view name, const ConfigSearchPath& search,
+                                             const std::vector<std::string>& overrides) {
+  LoadedConfig loaded;
+  HVX_ASSIGN_OR_RETURN(loaded.path, ResolveConfigPath(name, search));
+  HVX_ASSIGN_OR_RETURN(const std::string text, ReadFile(loaded.path));
+  // Locations of every parse, file first, so an error points at the text that set the value last.
+  std::vector<std::pair<std::string, std::unique_ptr<TextFormat::ParseInfoTree>>> parses;
+  parses.emplace_back(loaded.path, std::make_unique<TextFormat::ParseInfoTree>());
+  HVX_RETURN_IF_ERROR(ParseInto(text, loaded.path, false, &loaded.config, parses.back().second.get()));
+  for (size_t i = 0; i < overrides.size(); ++i) {
+    std::string source = absl::StrCat("--override #", i + 1);
+    parses.emplace_back(source, std::make_unique<TextFormat::ParseInfoTree>());
+    HVX_RETURN_IF_ERROR(
+        ParseInto(overrides[i], source, /*merge=*/true, &loaded.config, parses.back().second.get()));
+  }
+  FillDefaults(&loaded.config);
+  const std::vector<FieldError> errors = CheckConfig(loaded.config);
+  if (errors.empty()) return loaded;
+  const FieldError& error = errors[0];
+  for (auto it = parses.rbegin(); it != parses.rend(); ++it) {
+    int line = 0, column = 0;
+    if (FindLocation(*it->second, TrainConfig::descriptor(), error.field, &line, &column)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(it->first, ":", line, ":", column, ": ", error.field, ": ", error.message));
+    }
+  }
+  // Unset in every source: the problem is a missing field.
+  return absl::InvalidArgumentError(absl::StrCat(loaded.path, ": ", error.field, ": ", error.message));
+}
+
+absl::StatusOr<std::vector<std::string>> ExpandFilePatterns(absl::string_view patterns,
+                                                            absl::string_view field) {
+  std::vector<std::string> files;
+  for (absl::string_view pattern : absl::StrSplit(patterns, ',', absl::SkipWhitespace())) {
+    pattern = absl::StripAsciiWhitespace(pattern);
+    const std::string expanded = ExpandHome(pattern);
+    glob_t g;
+    const int rc = glob(expanded.c_str(), 0, nullptr, &g);
+    size_t matched = 0;
+    if (rc == 0) {
+      for (size_t i = 0; i < g.gl_pathc; ++i) {
+        if (FileExists(g.gl_pathv[i])) {
+          files.emplace_back(g.gl_pathv[i]);
+          ++matched;
+        }
+      }
+    }
+    globfree(&g);
+    if (matched == 0) {
+      return absl::NotFoundError(absl::StrCat(
+          field, ": no files match \"", expanded,
+          "\"; check that the data is there or point the config at where it is"));
+    }
+  }
+  std::sort(files.begin(), files.end());
+  files.erase(std::unique(files.begin(), files.end()), files.end());
+  return files;
+}
+
+}  // namespace train
+}  // namespace hvx

@@ -1,0 +1,67 @@
+// Loading, merging and checking a TrainConfig (hvx/train/train_config.proto).
+//
+//   HVX_ASSIGN_OR_RETURN(LoadedConfig loaded, LoadTrainConfig("fashion_mnist.pbtxt", search, {}));
+//   const TrainConfig& config = loaded.config;   // defaults filled in, semantically valid
+//
+// Every error names where it comes from: a syntax error or a bad value in a file reads
+// "<file>:<line>:<column>: <field>: <what is wrong>"; one in an --override reads
+// "--override #<n>:<line>:<column>: ...". Lines and columns count from 1.
+#ifndef HVX_TRAIN_CONFIG_H_
+#define HVX_TRAIN_CONFIG_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "hvx/train/train_config.pb.h"
+
+namespace hvx {
+namespace train {
+
+// Where --config=NAME is looked for, in order: NAME itself when absolute, then
+// <working_dir>/NAME (BUILD_WORKING_DIRECTORY under `bazel run`, else the current directory),
+// then <bundled_dir>/NAME (the data/ configs shipped with the trainer).
+struct ConfigSearchPath {
+  std::string working_dir;
+  std::string bundled_dir;
+};
+
+// The path --config=NAME names, or NotFound listing every place that was tried.
+absl::StatusOr<std::string> ResolveConfigPath(absl::string_view name, const ConfigSearchPath& search);
+
+// Parses `text` as a TrainConfig; `source` names it in errors.
+absl::StatusOr<TrainConfig> ParseTrainConfig(absl::string_view text, absl::string_view source);
+
+struct LoadedConfig {
+  std::string path;  // the file that was read
+  TrainConfig config;
+};
+
+// Resolves and parses --config, merges each override in order (text-format merge: scalars
+// replace, messages merge, repeated fields append), fills defaults and validates.
+absl::StatusOr<LoadedConfig> LoadTrainConfig(absl::string_view name, const ConfigSearchPath& search,
+                                             const std::vector<std::string>& overrides);
+
+// Replaces zero/empty fields by the defaults documented in train_config.proto.
+void FillDefaults(TrainConfig* config);
+
+// Checks values a trainer cannot run with (batch size 0, unknown model, bad schedule, ...).
+// Does not touch the file system. `source` names the config in messages.
+absl::Status ValidateTrainConfig(const TrainConfig& config, absl::string_view source);
+
+// Expands "~/" and a comma-separated list of glob patterns into sorted, distinct file names.
+// NotFound names the pattern and the `field` when a pattern matches nothing.
+absl::StatusOr<std::vector<std::string>> ExpandFilePatterns(absl::string_view patterns,
+                                                            absl::string_view field);
+
+// "~/x" -> "$HOME/x"; anything else unchanged.
+std::string ExpandHome(absl::string_view path);
+
+// Models the trainer knows: "mlp", "cnn", "resnet18", "resnet50".
+const std::vector<std::string>& KnownModels();
+
+}  // namespace train
+}  // namespace hvx
+
+#endif  // HVX_TRAIN_CONFIG_H_

@@ -1,0 +1,127 @@
+#include "hvx/train/config.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace hvx {
+namespace train {
+namespace {
+
+constexpr char kGood[] = R"pb(model { name: "cnn" }
+data {
+  train_files: "/nonexistent/train-*"
+  format: FASHION_MNIST
+  batch_size: 32
+}
+optimizer { lr: 0.01 momentum: 0.9 }
+epochs: 2
+)pb";
+
+std::string TempDir() {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return dir != nullptr ? dir : "/tmp";
+}
+
+std::string WriteFile(const std::string& dir, const std::string& name, const std::string& text) {
+  const std::string path = dir + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(ConfigTest, ParseErrorNamesFileLineAndColumn) {
+  auto config = ParseTrainConfig("model { name: \"cnn\" }\ndata { batch_sise: 3 }\n", "x.pbtxt");
+  ASSERT_FALSE(config.ok());
+  EXPECT_EQ(config.status().message(),
+            "x.pbtxt:2:18: Message type \"hvx.train.DataConfig\" has no field named \"batch_sise\".");
+}
+
+TEST(ConfigTest, LoadsFillsDefaultsAndResolvesAgainstWorkingDir) {
+  const std::string dir = TempDir() + "/wd";
+  mkdir(dir.c_str(), 0755);
+  WriteFile(dir, "good.pbtxt", kGood);
+  auto loaded = LoadTrainConfig("good.pbtxt", {dir, "/nonexistent"}, {});
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->path, dir + "/good.pbtxt");
+  EXPECT_EQ(loaded->config.data().eval_batch_size(), 32);
+  EXPECT_EQ(loaded->config.model().num_classes(), 10);
+  EXPECT_EQ(loaded->config.launch().num_processes(), "1");
+  EXPECT_TRUE(loaded->config.checkpoint().resume());
+}
+
+TEST(ConfigTest, FallsBackToBundledDir) {
+  const std::string bundled = TempDir() + "/bundled";
+  mkdir(bundled.c_str(), 0755);
+  WriteFile(bundled, "b.pbtxt", kGood);
+  auto path = ResolveConfigPath("b.pbtxt", {TempDir() + "/empty_wd", bundled});
+  ASSERT_TRUE(path.ok()) << path.status();
+  EXPECT_EQ(*path, bundled + "/b.pbtxt");
+  auto missing = ResolveConfigPath("nope.pbtxt", {"/w", "/b"});
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(missing.status().message(), "config \"nope.pbtxt\" not found; tried /w/nope.pbtxt, /b/nope.pbtxt");
+}
+
+TEST(ConfigTest, OverridesMergeInOrder) {
+  const std::string path = WriteFile(TempDir(), "o.pbtxt", kGood);
+  auto loaded = LoadTrainConfig(path, {}, {"data { batch_size: 8 }", "epochs: 5 data { batch_size: 16 }",
+                                           "optimizer { step_epochs: 1 } optimizer { step_epochs: 2 }"});
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->config.data().batch_size(), 16);
+  EXPECT_EQ(loaded->config.epochs(), 5);
+  EXPECT_EQ(loaded->config.model().name(), "cnn");  // untouched by overrides
+  EXPECT_EQ(loaded->config.optimizer().step_epochs_size(), 2);
+}
+
+TEST(ConfigTest, SemanticErrorPointsAtTheTextThatSetTheValue) {
+  std::string text = kGood;
+  text.replace(text.find("batch_size: 32"), 14, "batch_size: 0");
+  const std::string path = WriteFile(TempDir(), "zero.pbtxt", text);
+  auto loaded = LoadTrainConfig(path, {}, {});
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_EQ(loaded.status().message(),
+            path + ":5:3: data.batch_size: must be > 0 (samples per rank per step), got 0");
+
+  const std::string good = WriteFile(TempDir(), "good2.pbtxt", kGood);
+  loaded = LoadTrainConfig(good, {}, {"epochs: 1", "\n model { name: \"vgg\" }"});
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_EQ(loaded.status().message(),
+            "--override #2:2:10: model.name: unknown model \"vgg\"; known models: mlp, cnn, resnet18, resnet50");
+}
+
+TEST(ConfigTest, OverrideSyntaxErrorIsNamed) {
+  const std::string path = WriteFile(TempDir(), "s.pbtxt", kGood);
+  auto loaded = LoadTrainConfig(path, {}, {"epochs: two"});
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_EQ(loaded.status().message(), "--override #1:1:9: Expected integer, got: two");
+}
+
+TEST(ConfigTest, MissingFieldsAreReportedWithoutLocation) {
+  const std::string path = WriteFile(TempDir(), "m.pbtxt", "model { name: \"mlp\" }\n");
+  auto loaded = LoadTrainConfig(path, {}, {});
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_EQ(loaded.status().message(), path + ": data.train_files: no training files given (a glob pattern)");
+}
+
+TEST(ConfigTest, ExpandFilePatternsSortsAndReportsMisses) {
+  const std::string dir = TempDir() + "/shards";
+  mkdir(dir.c_str(), 0755);
+  WriteFile(dir, "train-1", "");
+  WriteFile(dir, "train-0", "");
+  auto files = ExpandFilePatterns(dir + "/train-*, " + dir + "/train-0", "data.train_files");
+  ASSERT_TRUE(files.ok()) << files.status();
+  EXPECT_EQ(*files, (std::vector<std::string>{dir + "/train-0", dir + "/train-1"}));
+  auto none = ExpandFilePatterns(dir + "/eval-*", "data.eval_files");
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(none.status().message(),
+            "data.eval_files: no files match \"" + dir +
+                "/eval-*\"; check that the data is there or point the config at where it is");
+}
+
+}  // namespace
+}  // namespace train
+}  // namespace hvx
