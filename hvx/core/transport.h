@@ -1,0 +1,217 @@
+// The interfaces a transport backend implements to carry hvx's engine: a control plane (small
+// messages for negotiation) and data planes (collectives on tensor memory), per group of ranks.
+//
+//   HVX_REGISTER_TRANSPORT(mpi, [] { return std::make_unique<MpiTransport>(); });
+//   HVX_REGISTER_DATA_PLANE(cuda, DeviceType::kCuda, &NcclDataPlane::Create);
+//
+// A Transport is created by the engine at Init and started on the engine's background thread.
+// Every call into a Transport, its Communicators and their DataPlanes comes from that one thread,
+// and every rank makes the same calls in the same order (the engine guarantees it: all ranks run
+// the coordinator's identical response list). So a backend needs no locking of its own and may use
+// blocking collectives.
+//
+// Host (CPU) tensors run on the Communicator's own data plane. Tensors on another device run on a
+// DataPlane made by the factory registered for that DeviceType, created lazily per (process set,
+// device) the first time a response for it executes (at the same point on every member rank, so the
+// factory may run collectives over the control plane, e.g. to share an NCCL unique id). Thus a GPU
+// backend plugs in for Device::kCuda while the transport's control plane stays.
+//
+// The engine does the negotiation, fusion planning, Average -> Sum + postscale, and zero inputs for
+// joined ranks; a data plane only moves and combines bytes.
+#ifndef HVX_CORE_TRANSPORT_H_
+#define HVX_CORE_TRANSPORT_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "hvx/common/types.h"
+#include "hvx/core/api.h"
+
+namespace hvx {
+
+// Marks the phases of one executing response in the timeline (MEMCPY_IN_FUSION_BUFFER,
+// MPI_ALLREDUCE, NCCL_ALLREDUCE, ...). Start/End pairs nest. Cheap no-ops when no timeline runs.
+class ActivityRecorder {
+ public:
+  virtual ~ActivityRecorder() = default;
+  virtual void Start(absl::string_view activity) = 0;
+  virtual void End() = 0;
+};
+
+// Start at construction, End at destruction.
+class ScopedActivity {
+ public:
+  ScopedActivity(ActivityRecorder* recorder, absl::string_view activity) : recorder_(recorder) {
+    recorder_->Start(activity);
+  }
+  ~ScopedActivity() { recorder_->End(); }
+  ScopedActivity(const ScopedActivity&) = delete;
+  ScopedActivity& operator=(const ScopedActivity&) = delete;
+
+ private:
+  ActivityRecorder* recorder_;
+};
+
+// One or more allreduces fused into one (same dtype, device, op and scales). inputs[i] and
+// outputs[i] have the same element count and may alias. An input with data() == nullptr stands
+// for zeros (this rank has joined); its output is then nullptr too and is not written.
+struct AllreduceWork {
+  std::vector<std::string> names;
+  std::vector<TensorRef> inputs;
+  std::vector<TensorRef> outputs;
+  DataType dtype = DataType::kFloat32;
+  Device device;
+  ReduceOp op = ReduceOp::kSum;  // never kAverage: the engine folds 1/size into postscale
+  double prescale_factor = 1.0;
+  double postscale_factor = 1.0;
+  // Bytes the fused buffer may use (the fusion threshold, at least the largest tensor).
+  int64_t fusion_buffer_bytes = 0;
+  ActivityRecorder* activity = nullptr;
+};
+
+// Concatenation along the first dimension. rows[r] is rank r's first dimension; output holds
+// sum(rows) * row_elements elements.
+struct AllgatherWork {
+  std::string name;
+  TensorRef input;
+  TensorRef output;
+  std::vector<int64_t> rows;
+  int64_t row_elements = 1;
+  ActivityRecorder* activity = nullptr;
+};
+
+// In place from `root` (a rank of the communicator).
+struct BroadcastWork {
+  std::string name;
+  TensorRef tensor;
+  int root = 0;
+  ActivityRecorder* activity = nullptr;
+};
+
+// send_rows[j] rows of input go to rank j (in order); recv_rows[j] rows arrive from rank j.
+struct AlltoallWork {
+  std::string name;
+  TensorRef input;
+  TensorRef output;
+  std::vector<int64_t> send_rows;
+  std::vector<int64_t> recv_rows;
+  int64_t row_elements = 1;
+  ActivityRecorder* activity = nullptr;
+};
+
+// Sum (after prescale; postscale applied to the result) and scatter: rank r receives recv_rows[r]
+// rows, the rows of lower ranks first.
+struct ReduceScatterWork {
+  std::string name;
+  TensorRef input;
+  TensorRef output;
+  std::vector<int64_t> recv_rows;
+  int64_t row_elements = 1;
+  double prescale_factor = 1.0;
+  double postscale_factor = 1.0;
+  ActivityRecorder* activity = nullptr;
+};
+
+// Collectives on tensor memory of one device kind among the ranks of one Communicator. Each call
+// returns when the outputs are written (for a GPU plane: when the work is ordered on the stream the
+// framework will use next, or complete, as that backend documents). Errors name the tensor(s).
+class DataPlane {
+ public:
+  virtual ~DataPlane() = default;
+  virtual absl::Status Allreduce(const AllreduceWork& work) = 0;
+  virtual absl::Status Allgather(const AllgatherWork& work) = 0;
+  virtual absl::Status Broadcast(const BroadcastWork& work) = 0;
+  virtual absl::Status Alltoall(const AlltoallWork& work) = 0;
+  virtual absl::Status ReduceScatter(const ReduceScatterWork& work) = 0;
+};
+
+// A group of ranks (the world, or a process set) with its control plane and host data plane.
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // Control plane. Messages are opaque bytes.
+  // Rank 0 receives every rank's message in rank order in *all; other ranks get *all cleared.
+  virtual absl::Status Gather(const std::string& mine, std::vector<std::string>* all) = 0;
+  // Rank 0's *message replaces *message on every rank.
+  virtual absl::Status Broadcast(std::string* message) = 0;
+  // Every rank receives every rank's message in rank order.
+  virtual absl::Status Allgather(const std::string& mine, std::vector<std::string>* all) = 0;
+  // Element-wise AND of *bits over all ranks (same length everywhere), in place.
+  virtual absl::Status BitwiseAnd(std::vector<uint64_t>* bits) = 0;
+  virtual absl::Status Barrier() = 0;
+
+  // Host-memory collectives among these ranks.
+  virtual DataPlane& cpu() = 0;
+
+  // A communicator of the members `ranks` (ascending ranks of this communicator). Collective over
+  // this communicator: every rank calls it with the same list. Members get the new communicator,
+  // with ranks numbered by position in `ranks`; others get nullptr.
+  virtual absl::StatusOr<std::unique_ptr<Communicator>> Subset(const std::vector<int>& ranks) = 0;
+};
+
+// A process-wide backend. Created once per Init.
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  // Starts the transport (MPI_Init and friends) and returns the world communicator. Called once, on
+  // the engine's background thread.
+  virtual absl::StatusOr<std::unique_ptr<Communicator>> Start() = 0;
+  // Releases the transport after every communicator has been destroyed. May block; the engine
+  // bounds the wait (InitOptions::shutdown_timeout_s).
+  virtual absl::Status Finalize() = 0;
+  // Short description for the Init banner, e.g. "mpi (MPICH 4.0.2)".
+  virtual std::string Describe() const = 0;
+};
+
+using TransportFactory = std::function<std::unique_ptr<Transport>()>;
+
+// Makes a transport available to Init under `name`. Returns true (for static registration);
+// a second registration under the same name replaces the first.
+bool RegisterTransport(const std::string& name, TransportFactory factory);
+// Names registered so far, sorted.
+std::vector<std::string> RegisteredTransports();
+// The factory registered under `name`, or an empty function.
+TransportFactory FindTransport(const std::string& name);
+
+// What a device data plane factory gets: the process set's communicator (for its control plane
+// and, e.g., host staging through its cpu() plane) and where this rank sits.
+struct DataPlaneContext {
+  Communicator* comm = nullptr;  // lives as long as the data plane
+  std::vector<int> global_ranks;  // of the set's members, by set rank
+  int global_rank = 0;
+  int local_rank = 0;
+  int local_size = 1;
+  int cross_rank = 0;
+  int cross_size = 1;
+  Device device;  // of the tensor that triggered creation
+};
+
+using DataPlaneFactory = std::function<absl::StatusOr<std::unique_ptr<DataPlane>>(const DataPlaneContext&)>;
+
+// Registers the data plane for tensors on `type` devices (kCuda). Returns true.
+bool RegisterDataPlane(DeviceType type, DataPlaneFactory factory);
+DataPlaneFactory FindDataPlane(DeviceType type);
+
+}  // namespace hvx
+
+#define HVX_TRANSPORT_CONCAT_INNER_(a, b) a##b
+#define HVX_TRANSPORT_CONCAT_(a, b) HVX_TRANSPORT_CONCAT_INNER_(a, b)
+
+// Registers at static-initialization time. Put it in a cc_library with alwayslink = True.
+#define HVX_REGISTER_TRANSPORT(name, factory)                                                  \
+  static const bool HVX_TRANSPORT_CONCAT_(hvx_transport_registered_, __LINE__) [[maybe_unused]] = \
+      ::hvx::RegisterTransport(#name, factory)
+#define HVX_REGISTER_DATA_PLANE(name, device_type, factory)                                     \
+  static const bool HVX_TRANSPORT_CONCAT_(hvx_data_plane_registered_, __LINE__) [[maybe_unused]] = \
+      ::hvx::RegisterDataPlane(device_type, factory)
+
+#endif  // HVX_CORE_TRANSPORT_H_
