@@ -1,0 +1,80 @@
+#include "hvx/data/crc32c.h"
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace hvx {
+namespace data {
+namespace {
+
+TEST(Crc32cTest, StandardCheckValues) {
+  EXPECT_EQ(Crc32c("123456789", 9), 0xE3069283u);
+  EXPECT_EQ(Crc32c("", 0), 0u);
+  std::string zeros(32, '\0'), ones(32, '\xff');
+  EXPECT_EQ(Crc32c(zeros.data(), zeros.size()), 0x8A9136AAu);  // RFC 3720 B.4
+  EXPECT_EQ(Crc32c(ones.data(), ones.size()), 0x62A8AB43u);
+  std::string inc(32, 0), dec(32, 0);
+  for (int i = 0; i < 32; ++i) inc[i] = static_cast<char>(i), dec[i] = static_cast<char>(31 - i);
+  EXPECT_EQ(Crc32c(inc.data(), inc.size()), 0x46DD794Eu);
+  EXPECT_EQ(Crc32c(dec.data(), dec.size()), 0x113FDB5Cu);
+  std::string eight_zeros(8, '\0');
+  EXPECT_EQ(Crc32c(eight_zeros.data(), 8), 0x8C28B28Au);
+}
+
+TEST(Crc32cTest, PortableMatchesCheckValue) {
+  EXPECT_EQ(Crc32cPortableExtend(0, "123456789", 9), 0xE3069283u);
+}
+
+TEST(Crc32cTest, HardwareAndPortableAgreeOnEverySizeAndAlignment) {
+  std::mt19937 rng(7);
+  std::vector<char> buf(3 * 4096 * 2 + 64);
+  for (char& c : buf) c = static_cast<char>(rng());
+  std::vector<size_t> sizes;
+  for (size_t n = 0; n < 1100; ++n) sizes.push_back(n);
+  for (size_t n : {3 * 256 - 1, 3 * 256, 3 * 4096 - 1, 3 * 4096, 3 * 4096 + 3 * 256 + 5,
+                   2 * 3 * 4096 + 17}) {
+    sizes.push_back(n);
+  }
+  for (size_t n : sizes) {
+    for (size_t align = 0; align < 8; align += (n < 64 ? 1 : 3)) {
+      const char* p = buf.data() + align;
+      ASSERT_EQ(Crc32c(p, n), Crc32cPortableExtend(0, p, n)) << "n=" << n << " align=" << align;
+    }
+  }
+}
+
+TEST(Crc32cTest, ExtendEqualsWhole) {
+  const std::string s = "The quick brown fox jumps over the lazy dog, then naps for a while.";
+  for (size_t cut = 0; cut <= s.size(); ++cut) {
+    uint32_t a = Crc32c(s.data(), cut);
+    EXPECT_EQ(Crc32cExtend(a, s.data() + cut, s.size() - cut), Crc32c(s.data(), s.size()));
+  }
+}
+
+TEST(Crc32cTest, MaskMatchesTfrecordGoldenValues) {
+  // Length CRC and data CRC of the empty record (values from the TFRecord spec notes).
+  std::string eight_zeros(8, '\0');
+  EXPECT_EQ(MaskCrc(Crc32c(eight_zeros.data(), 8)), 0x07980329u);
+  EXPECT_EQ(MaskCrc(0), 0xA282EAD8u);
+  for (uint32_t v : {0u, 1u, 0xE3069283u, 0xffffffffu, 0x12345678u}) {
+    EXPECT_EQ(UnmaskCrc(MaskCrc(v)), v);
+    EXPECT_NE(MaskCrc(v), v);
+  }
+}
+
+TEST(Crc32cTest, ReportsWhetherHardwareIsUsed) {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  EXPECT_EQ(Crc32cIsHardwareAccelerated(), static_cast<bool>(__builtin_cpu_supports("sse4.2")));
+#else
+  EXPECT_FALSE(Crc32cIsHardwareAccelerated());
+#endif
+}
+
+}  // namespace
+}  // namespace data
+}  // namespace hvx

@@ -1,0 +1,494 @@
+#include "hvx/data/record.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "hvx/common/logging.h"
+#include "hvx/common/status.h"
+#include "hvx/data/crc32c.h"
+#include "hvx/data/index.h"
+
+namespace hvx {
+namespace data {
+namespace {
+
+inline void PutFixed64(char* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+}
+inline void PutFixed32(char* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+}
+inline uint64_t GetFixed64(const char* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<uint8_t>(p[i]);
+  return v;
+}
+inline uint32_t GetFixed32(const char* p) {
+  uint32_t v = 0;
+  for (int i = 3; i >= 0; --i) v = (v << 8) | static_cast<uint8_t>(p[i]);
+  return v;
+}
+
+// zlib window bits: 15 plus 16 selects the gzip wrapper.
+int WindowBits(Compression c) { return c == Compression::kGzip ? 15 + 16 : 15; }
+
+std::string Hex(uint32_t v) { return absl::StrFormat("0x%08x", v); }
+
+std::string IsThisTfrecord(uint64_t offset) {
+  return offset == 0 ? " (is this a TFRecord file?)" : "";
+}
+
+absl::Status FullWrite(int fd, const char* data, size_t n, const std::string& path) {
+  while (n > 0) {
+    ssize_t w = ::write(fd, data, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoToStatus(errno, absl::StrCat("writing ", path));
+    }
+    data += w;
+    n -= static_cast<size_t>(w);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<Compression> ParseCompression(absl::string_view name) {
+  std::string upper = absl::AsciiStrToUpper(name);
+  if (upper.empty() || upper == "NONE") return Compression::kNone;
+  if (upper == "ZLIB") return Compression::kZlib;
+  if (upper == "GZIP") return Compression::kGzip;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown compression '", name, "'; expected \"\", NONE, ZLIB or GZIP"));
+}
+
+absl::string_view CompressionName(Compression compression) {
+  switch (compression) {
+    case Compression::kNone:
+      return "NONE";
+    case Compression::kZlib:
+      return "ZLIB";
+    case Compression::kGzip:
+      return "GZIP";
+  }
+  return "?";
+}
+
+void AppendFramedRecord(absl::string_view payload, std::string* out) {
+  char header[kRecordHeaderSize];
+  PutFixed64(header, payload.size());
+  PutFixed32(header + 8, MaskCrc(Crc32c(header, 8)));
+  char footer[kRecordFooterSize];
+  PutFixed32(footer, MaskCrc(Crc32c(payload.data(), payload.size())));
+  out->append(header, sizeof(header));
+  out->append(payload.data(), payload.size());
+  out->append(footer, sizeof(footer));
+}
+
+absl::Status ParseRecordHeader(const char* header, bool verify_crc, const std::string& path,
+                               uint64_t offset, uint64_t* length) {
+  if (verify_crc) {
+    uint32_t stored = UnmaskCrc(GetFixed32(header + 8));
+    uint32_t computed = Crc32c(header, 8);
+    if (stored != computed) {
+      return absl::DataLossError(absl::StrCat(path, ":", offset, ": corrupted record: length CRC ",
+                                              "mismatch (stored ", Hex(stored), ", computed ",
+                                              Hex(computed), ")", IsThisTfrecord(offset)));
+    }
+  }
+  *length = GetFixed64(header);
+  return absl::OkStatus();
+}
+
+// ------------------------------------------------------------------------------------ RecordWriter
+
+struct RecordWriter::Deflater {
+  z_stream z{};
+  std::string out;
+};
+
+RecordWriter::RecordWriter(std::string path, const RecordWriterOptions& options, int fd)
+    : path_(std::move(path)), options_(options), fd_(fd) {}
+
+absl::StatusOr<std::unique_ptr<RecordWriter>> RecordWriter::Open(
+    const std::string& path, const RecordWriterOptions& options) {
+  if (options.write_index && options.compression != Compression::kNone) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": an index cannot be written for a ", CompressionName(options.compression),
+        " file (compressed files have no record offsets)"));
+  }
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("creating record file ", path));
+  std::unique_ptr<RecordWriter> writer(new RecordWriter(path, options, fd));
+  if (options.compression != Compression::kNone) {
+    writer->deflater_ = std::make_unique<Deflater>();
+    if (deflateInit2(&writer->deflater_->z, Z_DEFAULT_COMPRESSION, Z_DEFLATED,
+                     WindowBits(options.compression), 8, Z_DEFAULT_STRATEGY) != Z_OK) {
+      return absl::InternalError(absl::StrCat(path, ": deflateInit2 failed"));
+    }
+    writer->deflater_->out.resize(256 << 10);
+  }
+  writer->buffer_.reserve(options.buffer_size + 64);
+  return writer;
+}
+
+RecordWriter::~RecordWriter() {
+  absl::Status s = Close();
+  if (!s.ok()) HVX_LOG(ERROR) << "closing record file: " << s.message();
+}
+
+absl::Status RecordWriter::Write(absl::string_view payload) {
+  if (fd_ < 0) return absl::FailedPreconditionError(absl::StrCat(path_, ": write after Close()"));
+  if (options_.write_index) {
+    index_offsets_.push_back(offset_);
+    index_lengths_.push_back(payload.size());
+  }
+  if (payload.size() >= options_.buffer_size) {
+    // Large payloads go straight to the file instead of through the buffer.
+    std::string framed;
+    framed.reserve(payload.size() + kRecordOverhead);
+    HVX_RETURN_IF_ERROR(Drain(Z_NO_FLUSH));
+    AppendFramedRecord(payload, &framed);
+    HVX_RETURN_IF_ERROR(WriteToFile(framed.data(), framed.size()));
+  } else {
+    AppendFramedRecord(payload, &buffer_);
+    if (buffer_.size() >= options_.buffer_size) HVX_RETURN_IF_ERROR(Drain(Z_NO_FLUSH));
+  }
+  offset_ += payload.size() + kRecordOverhead;
+  ++num_records_;
+  return absl::OkStatus();
+}
+
+absl::Status RecordWriter::WriteToFile(const char* data, size_t n) {
+  if (!deflater_) return FullWrite(fd_, data, n, path_);
+  z_stream& z = deflater_->z;
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data));
+  z.avail_in = static_cast<uInt>(n);
+  do {
+    z.next_out = reinterpret_cast<Bytef*>(&deflater_->out[0]);
+    z.avail_out = static_cast<uInt>(deflater_->out.size());
+    if (deflate(&z, Z_NO_FLUSH) == Z_STREAM_ERROR) {
+      return absl::InternalError(absl::StrCat(path_, ": deflate failed"));
+    }
+    HVX_RETURN_IF_ERROR(
+        FullWrite(fd_, deflater_->out.data(), deflater_->out.size() - z.avail_out, path_));
+  } while (z.avail_in > 0);
+  return absl::OkStatus();
+}
+
+// Writes the buffer out; for compressed files also runs deflate with `zlib_flush`.
+absl::Status RecordWriter::Drain(int zlib_flush) {
+  if (!buffer_.empty()) {
+    HVX_RETURN_IF_ERROR(WriteToFile(buffer_.data(), buffer_.size()));
+    buffer_.clear();
+  }
+  if (deflater_ && zlib_flush != Z_NO_FLUSH) {
+    z_stream& z = deflater_->z;
+    z.avail_in = 0;
+    int rc;
+    do {
+      z.next_out = reinterpret_cast<Bytef*>(&deflater_->out[0]);
+      z.avail_out = static_cast<uInt>(deflater_->out.size());
+      rc = deflate(&z, zlib_flush);
+      if (rc == Z_STREAM_ERROR) return absl::InternalError(absl::StrCat(path_, ": deflate failed"));
+      HVX_RETURN_IF_ERROR(
+          FullWrite(fd_, deflater_->out.data(), deflater_->out.size() - z.avail_out, path_));
+    } while (z.avail_out == 0 || (zlib_flush == Z_FINISH && rc != Z_STREAM_END));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RecordWriter::Flush() {
+  if (fd_ < 0) return absl::OkStatus();
+  return Drain(Z_SYNC_FLUSH);
+}
+
+absl::Status RecordWriter::Sync() {
+  HVX_RETURN_IF_ERROR(Flush());
+  if (fd_ >= 0 && ::fsync(fd_) != 0) return ErrnoToStatus(errno, absl::StrCat("fsync ", path_));
+  return absl::OkStatus();
+}
+
+absl::Status RecordWriter::Close() {
+  if (fd_ < 0) return absl::OkStatus();
+  absl::Status status = Drain(deflater_ ? Z_FINISH : Z_NO_FLUSH);
+  if (deflater_) deflateEnd(&deflater_->z);
+  if (::close(fd_) != 0 && status.ok()) status = ErrnoToStatus(errno, absl::StrCat("closing ", path_));
+  fd_ = -1;
+  if (status.ok() && options_.write_index) {
+    std::vector<RecordLocation> index(index_offsets_.size());
+    for (size_t i = 0; i < index.size(); ++i) index[i] = {index_offsets_[i], index_lengths_[i]};
+    status = WriteIndexFile(IndexPathFor(path_), index);
+  }
+  return status;
+}
+
+// ------------------------------------------------------------------------------------ RecordReader
+
+struct RecordReader::Inflater {
+  z_stream z{};
+  std::string in;
+  bool stream_end = false;
+};
+
+RecordReader::RecordReader(std::string path, const RecordReaderOptions& options, int fd,
+                           uint64_t file_size)
+    : path_(std::move(path)), options_(options), fd_(fd), file_size_(file_size) {}
+
+RecordReader::~RecordReader() {
+  if (inflater_) inflateEnd(&inflater_->z);
+  if (fd_ >= 0) ::close(fd_);
+}
+
+absl::StatusOr<std::unique_ptr<RecordReader>> RecordReader::Open(
+    const std::string& path, const RecordReaderOptions& options) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("opening record file ", path));
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    int e = errno;
+    ::close(fd);
+    return ErrnoToStatus(e, absl::StrCat("stat ", path));
+  }
+  std::unique_ptr<RecordReader> reader(
+      new RecordReader(path, options, fd, static_cast<uint64_t>(st.st_size)));
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+  if (options.compression != Compression::kNone) {
+    reader->inflater_ = std::make_unique<Inflater>();
+    if (inflateInit2(&reader->inflater_->z, WindowBits(options.compression)) != Z_OK) {
+      return absl::InternalError(absl::StrCat(path, ": inflateInit2 failed"));
+    }
+    reader->inflater_->in.resize(256 << 10);
+  }
+  reader->buffer_.resize(std::max<size_t>(options.buffer_size, 4096));
+  return reader;
+}
+
+absl::StatusOr<size_t> RecordReader::ReadSource(char* dst, size_t n) {
+  if (!inflater_) {
+    while (true) {
+      ssize_t r = ::read(fd_, dst, n);
+      if (r >= 0) return static_cast<size_t>(r);
+      if (errno != EINTR) return ErrnoToStatus(errno, absl::StrCat("reading ", path_));
+    }
+  }
+  z_stream& z = inflater_->z;
+  z.next_out = reinterpret_cast<Bytef*>(dst);
+  z.avail_out = static_cast<uInt>(std::min<size_t>(n, 1u << 30));
+  while (z.avail_out > 0 && !inflater_->stream_end) {
+    if (z.avail_in == 0) {
+      ssize_t r;
+      do {
+        r = ::read(fd_, &inflater_->in[0], inflater_->in.size());
+      } while (r < 0 && errno == EINTR);
+      if (r < 0) return ErrnoToStatus(errno, absl::StrCat("reading ", path_));
+      if (r == 0) {
+        if (z.next_out == reinterpret_cast<Bytef*>(dst)) {
+          return absl::DataLossError(absl::StrCat(path_, ": compressed ",
+                                                  CompressionName(options_.compression),
+                                                  " stream ends without its trailer (truncated file)"));
+        }
+        break;
+      }
+      z.next_in = reinterpret_cast<Bytef*>(&inflater_->in[0]);
+      z.avail_in = static_cast<uInt>(r);
+    }
+    int rc = inflate(&z, Z_NO_FLUSH);
+    if (rc == Z_STREAM_END) {
+      inflater_->stream_end = true;
+    } else if (rc != Z_OK && rc != Z_BUF_ERROR) {
+      return absl::DataLossError(absl::StrCat(path_, ": corrupt ",
+                                              CompressionName(options_.compression), " data: ",
+                                              z.msg ? z.msg : "inflate failed"));
+    }
+  }
+  return static_cast<size_t>(z.next_out - reinterpret_cast<Bytef*>(dst));
+}
+
+absl::StatusOr<size_t> RecordReader::Fill(size_t n) {
+  size_t avail = end_ - pos_;
+  if (avail >= n) return avail;
+  // Move the unread tail to the front, then grow only as far as the data goes: a hostile length
+  // field is checked against the file size before we get here (uncompressed), and for compressed
+  // files the buffer at most doubles per round of data that actually arrived.
+  if (pos_ > 0) {
+    std::memmove(&buffer_[0], &buffer_[pos_], avail);
+    pos_ = 0;
+    end_ = avail;
+  }
+  while (end_ < n) {
+    if (end_ == buffer_.size()) buffer_.resize(std::min(n, buffer_.size() * 2));
+    HVX_ASSIGN_OR_RETURN(size_t got, ReadSource(&buffer_[end_], buffer_.size() - end_));
+    if (got == 0) break;
+    end_ += got;
+  }
+  return end_ - pos_;
+}
+
+absl::Status RecordReader::Corruption(uint64_t record_offset, const std::string& reason) {
+  absl::Status status = absl::DataLossError(reason);
+  if (options_.on_corruption == CorruptionPolicy::kFail) return status;
+  CorruptionReport report;
+  report.path = path_;
+  report.offset = record_offset;
+  report.bytes_skipped = inflater_ ? -1 : static_cast<int64_t>(file_size_ - record_offset);
+  report.reason = reason;
+  HVX_LOG(WARNING) << "skipping the rest of " << path_ << " from offset " << record_offset << " ("
+                   << (report.bytes_skipped < 0 ? std::string("unknown")
+                                                : absl::StrCat(report.bytes_skipped))
+                   << " bytes): " << reason;
+  skipped_.push_back(std::move(report));
+  done_ = true;
+  return absl::OutOfRangeError(absl::StrCat(path_, ": end of file (rest skipped after corruption)"));
+}
+
+absl::Status RecordReader::ReadRecord(absl::string_view* record) {
+  if (done_) return absl::OutOfRangeError(absl::StrCat(path_, ": end of file"));
+  const uint64_t start = offset_;
+  HVX_ASSIGN_OR_RETURN(size_t avail, Fill(kRecordHeaderSize));
+  if (avail == 0) {
+    done_ = true;
+    return absl::OutOfRangeError(absl::StrCat(path_, ": end of file"));
+  }
+  if (avail < kRecordHeaderSize) {
+    return Corruption(start, absl::StrCat(path_, ":", start, ": truncated record: the header needs ",
+                                          kRecordHeaderSize, " bytes, the file has ", avail,
+                                          IsThisTfrecord(start)));
+  }
+  uint64_t length;
+  absl::Status header = ParseRecordHeader(&buffer_[pos_], options_.verify_crc, path_, start, &length);
+  if (!header.ok()) return Corruption(start, std::string(header.message()));
+  if (inflater_ && length > (uint64_t{1} << 40)) {
+    // A compressed stream has no known size; refuse lengths no real record has (1 TiB).
+    return Corruption(start, absl::StrCat(path_, ":", start, ": record size too large: length ",
+                                          "field ", length, IsThisTfrecord(start)));
+  }
+  const uint64_t left = inflater_ ? UINT64_MAX : file_size_ - start - kRecordHeaderSize;
+  if (left < kRecordFooterSize || length > left - kRecordFooterSize) {
+    return Corruption(start, absl::StrCat(path_, ":", start, ": truncated record: length field ",
+                                          length, " needs ", length, "+", kRecordFooterSize,
+                                          " bytes, the file has ", left, " left",
+                                          IsThisTfrecord(start)));
+  }
+  const size_t total = kRecordHeaderSize + static_cast<size_t>(length) + kRecordFooterSize;
+  HVX_ASSIGN_OR_RETURN(avail, Fill(total));
+  if (avail < total) {
+    return Corruption(start, absl::StrCat(path_, ":", start, ": truncated record: length field ",
+                                          length, " but the stream ends ", avail,
+                                          " bytes into the record", IsThisTfrecord(start)));
+  }
+  const char* payload = &buffer_[pos_ + kRecordHeaderSize];
+  if (options_.verify_crc) {
+    uint32_t stored = UnmaskCrc(GetFixed32(payload + length));
+    uint32_t computed = Crc32c(payload, length);
+    if (stored != computed) {
+      return Corruption(start, absl::StrCat(path_, ":", start, ": corrupted record: data CRC ",
+                                            "mismatch over ", length, " payload bytes (stored ",
+                                            Hex(stored), ", computed ", Hex(computed), ")"));
+    }
+  }
+  *record = absl::string_view(payload, length);
+  pos_ += total;
+  offset_ += total;
+  return absl::OkStatus();
+}
+
+absl::Status RecordReader::ReadRecord(std::string* record) {
+  absl::string_view view;
+  HVX_RETURN_IF_ERROR(ReadRecord(&view));
+  record->assign(view.data(), view.size());
+  return absl::OkStatus();
+}
+
+absl::Status RecordReader::Seek(uint64_t offset) {
+  if (inflater_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        path_, ": cannot seek in a ", CompressionName(options_.compression), " file"));
+  }
+  if (offset > file_size_) {
+    return absl::OutOfRangeError(
+        absl::StrCat(path_, ": seek to ", offset, " past the end of the file (", file_size_, ")"));
+  }
+  if (::lseek(fd_, static_cast<off_t>(offset), SEEK_SET) < 0) {
+    return ErrnoToStatus(errno, absl::StrCat("seeking in ", path_));
+  }
+  pos_ = end_ = 0;
+  offset_ = offset;
+  done_ = false;
+  return absl::OkStatus();
+}
+
+// -------------------------------------------------------------------------------------- RecordFile
+
+absl::StatusOr<std::unique_ptr<RecordFile>> RecordFile::Open(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("opening record file ", path));
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    int e = errno;
+    ::close(fd);
+    return ErrnoToStatus(e, absl::StrCat("stat ", path));
+  }
+  return std::unique_ptr<RecordFile>(new RecordFile(path, fd, static_cast<uint64_t>(st.st_size)));
+}
+
+RecordFile::~RecordFile() { ::close(fd_); }
+
+absl::Status RecordFile::ReadAt(const RecordLocation& location, bool verify_crc,
+                                std::string* payload) const {
+  const uint64_t off = location.offset;
+  if (off > size_ || location.length > size_ - off ||
+      size_ - off - location.length < kRecordOverhead) {
+    return absl::DataLossError(absl::StrCat(path_, ":", off, ": truncated record: a record of ",
+                                            location.length, " payload bytes does not fit in the ",
+                                            size_, "-byte file (stale index?)"));
+  }
+  // One pread for header, payload and footer; the payload is then moved to the front.
+  payload->resize(location.length + kRecordOverhead);
+  char* buf = &(*payload)[0];
+  size_t want = payload->size();
+  size_t got = 0;
+  while (got < want) {
+    ssize_t r = ::pread(fd_, buf + got, want - got, static_cast<off_t>(off + got));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoToStatus(errno, absl::StrCat("reading ", path_, " at offset ", off));
+    }
+    if (r == 0) {
+      return absl::DataLossError(absl::StrCat(path_, ":", off, ": truncated record: the file ",
+                                              "ended while reading ", want, " bytes"));
+    }
+    got += static_cast<size_t>(r);
+  }
+  uint64_t length;
+  HVX_RETURN_IF_ERROR(ParseRecordHeader(buf, verify_crc, path_, off, &length));
+  if (length != location.length) {
+    return absl::DataLossError(absl::StrCat(path_, ":", off, ": length field says ", length,
+                                            " bytes, the index says ", location.length,
+                                            " (stale or wrong index?)"));
+  }
+  if (verify_crc) {
+    uint32_t stored = UnmaskCrc(GetFixed32(buf + kRecordHeaderSize + length));
+    uint32_t computed = Crc32c(buf + kRecordHeaderSize, length);
+    if (stored != computed) {
+      return absl::DataLossError(absl::StrCat(path_, ":", off, ": corrupted record: data CRC ",
+                                              "mismatch over ", length, " payload bytes (stored ",
+                                              Hex(stored), ", computed ", Hex(computed), ")"));
+    }
+  }
+  std::memmove(buf, buf + kRecordHeaderSize, length);
+  payload->resize(length);
+  return absl::OkStatus();
+}
+
+}  // namespace data
+}  // namespace hvx

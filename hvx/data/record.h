@@ -1,0 +1,202 @@
+// TFRecord files: writing, sequential reading (plain, GZIP, ZLIB) and random access by offset.
+//
+//   HVX_ASSIGN_OR_RETURN(auto writer, RecordWriter::Open("/d/train-00000-of-00001", {}));
+//   HVX_RETURN_IF_ERROR(writer->Write(example_bytes));  // ... then writer->Close()
+//
+// File format (no header, no footer; records are concatenated, a valid file ends exactly at a
+// record boundary):
+//
+//   offset      size    field
+//   0           8       length of the payload, uint64 little-endian
+//   8           4       MaskCrc(Crc32c(the 8 length bytes)), uint32 little-endian
+//   12          length  payload
+//   12+length   4       MaskCrc(Crc32c(payload)), uint32 little-endian
+//
+// Compression (GZIP or ZLIB) wraps the whole framed stream; offsets then refer to the
+// uncompressed stream and compressed files cannot be read at random offsets.
+//
+// Every corruption is a DataLoss status whose message reads "<path>:<offset>: <what is wrong>",
+// where <offset> is the start of the damaged record. Nothing is skipped unless the caller asks for
+// it (CorruptionPolicy::kSkipRestOfFile), and then every skip is recorded in skipped().
+#ifndef HVX_DATA_RECORD_H_
+#define HVX_DATA_RECORD_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace hvx {
+namespace data {
+
+constexpr size_t kRecordHeaderSize = 12;
+constexpr size_t kRecordFooterSize = 4;
+constexpr size_t kRecordOverhead = kRecordHeaderSize + kRecordFooterSize;
+
+enum class Compression { kNone, kZlib, kGzip };
+
+// "" or "NONE", "ZLIB", "GZIP" (any case), as TensorFlow's compression_type spells them.
+absl::StatusOr<Compression> ParseCompression(absl::string_view name);
+absl::string_view CompressionName(Compression compression);
+
+// Appends the framing of one record holding `payload` to `out`.
+void AppendFramedRecord(absl::string_view payload, std::string* out);
+
+struct RecordWriterOptions {
+  Compression compression = Compression::kNone;
+  // Writes IndexPathFor(path) on Close() (uncompressed files only).
+  bool write_index = false;
+  // Bytes buffered before they are handed to the OS; Flush() hands them over earlier.
+  size_t buffer_size = 256 << 10;
+};
+
+// Writes one record file. Not thread-safe.
+class RecordWriter {
+ public:
+  // Creates (or truncates) `path`.
+  static absl::StatusOr<std::unique_ptr<RecordWriter>> Open(const std::string& path,
+                                                            const RecordWriterOptions& options);
+  RecordWriter(const RecordWriter&) = delete;
+  RecordWriter& operator=(const RecordWriter&) = delete;
+  // Closes the file if Close() was not called; an error is then logged, not returned.
+  ~RecordWriter();
+
+  // Appends one record with any payload (an Example, a TensorBoard Event, raw bytes).
+  absl::Status Write(absl::string_view payload);
+  // Hands everything written so far to the OS, so that another process reading the file sees
+  // whole records (for compressed files: a zlib sync point).
+  absl::Status Flush();
+  // Flush() and fsync(): the records survive a machine crash.
+  absl::Status Sync();
+  // Flushes, finishes the compressed stream, writes the index if asked, closes. Idempotent.
+  absl::Status Close();
+
+  const std::string& path() const { return path_; }
+  int64_t num_records() const { return num_records_; }
+  // Bytes of framed records written (uncompressed stream).
+  uint64_t bytes_written() const { return offset_; }
+
+ private:
+  RecordWriter(std::string path, const RecordWriterOptions& options, int fd);
+  absl::Status WriteToFile(const char* data, size_t n);
+  absl::Status Drain(int zlib_flush);
+
+  const std::string path_;
+  const RecordWriterOptions options_;
+  int fd_;
+  std::string buffer_;
+  struct Deflater;
+  std::unique_ptr<Deflater> deflater_;
+  uint64_t offset_ = 0;
+  int64_t num_records_ = 0;
+  std::vector<uint64_t> index_offsets_;
+  std::vector<uint64_t> index_lengths_;
+};
+
+enum class CorruptionPolicy {
+  kFail,            // a corrupt record is a DataLoss error (the default)
+  kSkipRestOfFile,  // stop reading the file, record what was skipped, report end of file
+};
+
+// What a reader skipped under CorruptionPolicy::kSkipRestOfFile.
+struct CorruptionReport {
+  std::string path;
+  uint64_t offset = 0;        // start of the first unread record
+  int64_t bytes_skipped = 0;  // from offset to the end of the file; -1 when unknown (compressed)
+  std::string reason;         // the DataLoss message that caused the skip
+};
+
+struct RecordReaderOptions {
+  Compression compression = Compression::kNone;
+  bool verify_crc = true;
+  size_t buffer_size = 256 << 10;
+  CorruptionPolicy on_corruption = CorruptionPolicy::kFail;
+};
+
+// Reads one record file front to back. Not thread-safe.
+class RecordReader {
+ public:
+  static absl::StatusOr<std::unique_ptr<RecordReader>> Open(const std::string& path,
+                                                            const RecordReaderOptions& options);
+  RecordReader(const RecordReader&) = delete;
+  RecordReader& operator=(const RecordReader&) = delete;
+  ~RecordReader();
+
+  // OK: *record views the next payload, valid until the next call on this reader.
+  // OutOfRange: the file ended cleanly at a record boundary (or the rest was skipped by policy).
+  // DataLoss: corruption, "<path>:<offset>: <reason>". Other codes: I/O errors.
+  absl::Status ReadRecord(absl::string_view* record);
+  // As above, copying the payload into *record.
+  absl::Status ReadRecord(std::string* record);
+  // Continues at `offset`, which must be the start of a record (e.g. from an index).
+  // Uncompressed files only.
+  absl::Status Seek(uint64_t offset);
+
+  // Offset of the next record in the (uncompressed) stream.
+  uint64_t offset() const { return offset_; }
+  const std::string& path() const { return path_; }
+  const std::vector<CorruptionReport>& skipped() const { return skipped_; }
+
+ private:
+  RecordReader(std::string path, const RecordReaderOptions& options, int fd, uint64_t file_size);
+  // Makes at least `n` bytes available at buffer_[pos_]; returns how many are (fewer at EOF).
+  absl::StatusOr<size_t> Fill(size_t n);
+  absl::StatusOr<size_t> ReadSource(char* dst, size_t n);
+  absl::Status Corruption(uint64_t record_offset, const std::string& reason);
+
+  const std::string path_;
+  const RecordReaderOptions options_;
+  int fd_;
+  const uint64_t file_size_;
+  struct Inflater;
+  std::unique_ptr<Inflater> inflater_;
+  std::string buffer_;
+  size_t pos_ = 0;  // next unread byte in buffer_
+  size_t end_ = 0;  // end of valid bytes in buffer_
+  uint64_t offset_ = 0;
+  bool done_ = false;
+  std::vector<CorruptionReport> skipped_;
+};
+
+// One record's place in an uncompressed file.
+struct RecordLocation {
+  uint64_t offset = 0;  // start of the framed record
+  uint64_t length = 0;  // payload bytes (the record occupies length + kRecordOverhead bytes)
+};
+
+// Reads records at known offsets with pread(); safe to use from many threads at once.
+class RecordFile {
+ public:
+  static absl::StatusOr<std::unique_ptr<RecordFile>> Open(const std::string& path);
+  RecordFile(const RecordFile&) = delete;
+  RecordFile& operator=(const RecordFile&) = delete;
+  ~RecordFile();
+
+  // Reads the record at `location` into *payload (resized to location.length). The stored length
+  // must equal location.length; with verify_crc both CRCs are checked. DataLoss on any mismatch.
+  absl::Status ReadAt(const RecordLocation& location, bool verify_crc, std::string* payload) const;
+
+  const std::string& path() const { return path_; }
+  uint64_t size() const { return size_; }
+
+ private:
+  RecordFile(std::string path, int fd, uint64_t size) : path_(std::move(path)), fd_(fd), size_(size) {}
+  const std::string path_;
+  const int fd_;
+  const uint64_t size_;
+};
+
+// Parses and checks the 12-byte header at `header`: on success *length is the payload size.
+// `path` and `offset` only name the record in the error message.
+absl::Status ParseRecordHeader(const char* header, bool verify_crc, const std::string& path,
+                               uint64_t offset, uint64_t* length);
+
+}  // namespace data
+}  // namespace hvx
+
+#endif  // HVX_DATA_RECORD_H_
