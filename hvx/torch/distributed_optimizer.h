@@ -1,0 +1,92 @@
+// Data-parallel gradient averaging for a LibTorch optimizer.
+//
+//   HVX_ASSIGN_OR_RETURN(auto opt, DistributedOptimizer::Create(sgd, model->named_parameters(), {}));
+//   loss.backward();  HVX_RETURN_IF_ERROR(opt->Step());   // gradients averaged over ranks, then SGD
+//
+// Each parameter gets a hook on its gradient accumulator: as soon as backward has produced the
+// parameter's gradient, the hook submits an asynchronous allreduce of it, named "grad.<parameter
+// name>" (identical on every rank), so communication overlaps the rest of backward. Step() waits
+// for every allreduce, writes the averaged gradients back and steps the wrapped optimizer.
+//
+// - backward_passes_per_step = N: gradients accumulate locally over N backward passes and are
+//   exchanged on the N-th; a parameter whose gradient is produced more often fails Step().
+// - gradient_predivide_factor = f: each rank multiplies by 1/f before the sum and the result by
+//   f/size after (instead of 1/size at the end), which keeps float16 sums from overflowing.
+// - compression: gradients travel as float16/bfloat16 and are cast back after the exchange.
+// - A parameter that got no gradient on this rank in this step (an unused branch) is exchanged as
+//   zeros by Step(), so the other ranks never wait for it.
+// With one rank nothing is exchanged and Step() only steps the optimizer.
+#ifndef HVX_TORCH_DISTRIBUTED_OPTIMIZER_H_
+#define HVX_TORCH_DISTRIBUTED_OPTIMIZER_H_
+
+#include <ATen/core/Tensor.h>
+#include <torch/optim/optimizer.h>
+#include <torch/ordered_dict.h>
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "hvx/core/api.h"
+
+namespace hvx {
+
+enum class GradientCompression { kNone, kFloat16, kBfloat16 };
+
+// "" or "none", "fp16", "bf16".
+absl::StatusOr<GradientCompression> ParseGradientCompression(const std::string& name);
+
+struct DistributedOptimizerOptions {
+  int backward_passes_per_step = 1;
+  double gradient_predivide_factor = 1.0;
+  GradientCompression compression = GradientCompression::kNone;
+  ProcessSet process_set;
+};
+
+class DistributedOptimizer {
+ public:
+  // `optimizer` must outlive the returned object and own exactly the tensors in `named_parameters`
+  // that require gradients. InvalidArgument for duplicate names, backward_passes_per_step < 1 or a
+  // predivide factor <= 0.
+  static absl::StatusOr<std::unique_ptr<DistributedOptimizer>> Create(
+      torch::optim::Optimizer& optimizer, const torch::OrderedDict<std::string, at::Tensor>& named_parameters,
+      const DistributedOptimizerOptions& options);
+  DistributedOptimizer(const DistributedOptimizer&) = delete;
+  DistributedOptimizer& operator=(const DistributedOptimizer&) = delete;
+  ~DistributedOptimizer();
+
+  // Submits the exchange of every gradient not yet submitted this step, waits for all and writes
+  // the averages into the parameters' .grad(). Step() calls it; call it directly to clip or
+  // inspect averaged gradients, then call Step(/*synchronize=*/false).
+  absl::Status Synchronize();
+  // Synchronize() (unless told otherwise) and the wrapped optimizer's step().
+  absl::Status Step(bool synchronize = true);
+  // Zeroes the gradients. FailedPrecondition while exchanges are in flight.
+  absl::Status ZeroGrad();
+
+  torch::optim::Optimizer& optimizer() { return optimizer_; }
+  const DistributedOptimizerOptions& options() const { return options_; }
+
+ private:
+  struct Param;
+  class Hook;
+  DistributedOptimizer(torch::optim::Optimizer& optimizer, const DistributedOptimizerOptions& options);
+  // Called from backward (any autograd thread) when parameter `index` got its gradient.
+  void OnGradient(size_t index);
+  // Submits parameter `index`'s exchange; requires mu_.
+  absl::Status SubmitLocked(size_t index);
+
+  torch::optim::Optimizer& optimizer_;
+  const DistributedOptimizerOptions options_;
+  const bool exchange_;  // more than one rank in the process set
+  std::vector<std::unique_ptr<Param>> params_;
+  std::mutex mu_;
+  absl::Status hook_error_;  // the first error a hook ran into, reported by the next Step()
+};
+
+}  // namespace hvx
+
+#endif  // HVX_TORCH_DISTRIBUTED_OPTIMIZER_H_

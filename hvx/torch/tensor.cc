@@ -1,0 +1,205 @@
+#include "hvx/torch/tensor.h"
+
+#include <ATen/ATen.h>
+#include <torch/serialize/input-archive.h>
+#include <torch/serialize/output-archive.h>
+
+#include <algorithm>
+#include <memory>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "hvx/common/status.h"
+
+namespace hvx {
+
+absl::StatusOr<DataType> ToDataType(at::ScalarType type) {
+  switch (type) {
+    case at::kByte:
+      return DataType::kUint8;
+    case at::kChar:
+      return DataType::kInt8;
+    case at::kInt:
+      return DataType::kInt32;
+    case at::kLong:
+      return DataType::kInt64;
+    case at::kHalf:
+      return DataType::kFloat16;
+    case at::kBFloat16:
+      return DataType::kBfloat16;
+    case at::kFloat:
+      return DataType::kFloat32;
+    case at::kDouble:
+      return DataType::kFloat64;
+    case at::kBool:
+      return DataType::kBool;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("torch dtype ", c10::toString(type), " has no hvx equivalent"));
+  }
+}
+
+at::ScalarType ToScalarType(DataType dtype) {
+  switch (dtype) {
+    case DataType::kUint8:
+      return at::kByte;
+    case DataType::kInt8:
+      return at::kChar;
+    case DataType::kInt32:
+      return at::kInt;
+    case DataType::kInt64:
+      return at::kLong;
+    case DataType::kFloat16:
+      return at::kHalf;
+    case DataType::kBfloat16:
+      return at::kBFloat16;
+    case DataType::kFloat32:
+      return at::kFloat;
+    case DataType::kFloat64:
+      return at::kDouble;
+    case DataType::kBool:
+      return at::kBool;
+  }
+  return at::kFloat;
+}
+
+absl::StatusOr<TensorRef> AsTensorRef(const at::Tensor& tensor, const std::string& name) {
+  if (!tensor.defined()) return absl::InvalidArgumentError(absl::StrCat(name, ": tensor is undefined"));
+  if (!tensor.is_contiguous()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": tensor is not contiguous; call .contiguous() first"));
+  }
+  auto dtype = ToDataType(tensor.scalar_type());
+  if (!dtype.ok()) return Annotate(dtype.status(), name);
+  Device device = Device::Cpu();
+  if (tensor.is_cuda()) {
+    device = Device::Cuda(tensor.device().index());
+  } else if (!tensor.is_cpu()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": tensors on ", tensor.device().str(), " are not supported"));
+  }
+  return TensorRef(*dtype, TensorShape(tensor.sizes().vec()), tensor.data_ptr(), device);
+}
+
+absl::StatusOr<Handle> AllreduceAsync(const std::string& name, const at::Tensor& tensor,
+                                      const AllreduceOptions& options) {
+  HVX_ASSIGN_OR_RETURN(TensorRef ref, AsTensorRef(tensor, name));
+  return Allreduce(name, ref, ref, options);
+}
+
+absl::Status AllreduceInPlace(const std::string& name, const at::Tensor& tensor,
+                              const AllreduceOptions& options) {
+  HVX_ASSIGN_OR_RETURN(Handle handle, AllreduceAsync(name, tensor, options));
+  return Wait(handle);
+}
+
+absl::StatusOr<at::Tensor> Allgather(const std::string& name, const at::Tensor& tensor,
+                                     const ProcessSet& process_set) {
+  HVX_ASSIGN_OR_RETURN(TensorRef ref, AsTensorRef(tensor, name));
+  // The output shape is known only after negotiation; the allocator runs on hvx's thread.
+  auto output = std::make_shared<at::Tensor>();
+  const at::TensorOptions tensor_options = tensor.options();
+  CollectiveOptions options;
+  options.process_set = process_set;
+  options.allocator = [output, tensor_options](DataType, const TensorShape& shape,
+                                               const Device&) -> absl::StatusOr<TensorRef> {
+    *output = at::empty(shape.dims(), tensor_options);
+    return AsTensorRef(*output, "allgather output");
+  };
+  Handle handle = hvx::Allgather(name, ref, options);
+  HVX_RETURN_IF_ERROR(Wait(handle));
+  return *output;
+}
+
+absl::Status BroadcastInPlace(const std::string& name, const at::Tensor& tensor, int root_rank,
+                              const ProcessSet& process_set) {
+  HVX_ASSIGN_OR_RETURN(TensorRef ref, AsTensorRef(tensor, name));
+  CollectiveOptions options;
+  options.process_set = process_set;
+  return Wait(hvx::Broadcast(name, ref, root_rank, options));
+}
+
+absl::Status BroadcastTensors(std::vector<std::pair<std::string, at::Tensor>> named, int root_rank,
+                              const std::string& prefix) {
+  std::sort(named.begin(), named.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<Handle> handles;
+  // Writing into a leaf parameter is not something autograd should record.
+  at::NoGradGuard no_grad;
+  for (const auto& [name, tensor] : named) {
+    HVX_ASSIGN_OR_RETURN(TensorRef ref, AsTensorRef(tensor, prefix + name));
+    handles.push_back(hvx::Broadcast(prefix + name, ref, root_rank));
+  }
+  return WaitAll(handles);
+}
+
+absl::Status BroadcastParameters(const torch::nn::Module& module, int root_rank) {
+  std::vector<std::pair<std::string, at::Tensor>> params;
+  for (const auto& item : module.named_parameters(/*recurse=*/true)) {
+    params.emplace_back(item.key(), item.value());
+  }
+  HVX_RETURN_IF_ERROR(BroadcastTensors(std::move(params), root_rank, "param."));
+  std::vector<std::pair<std::string, at::Tensor>> buffers;
+  for (const auto& item : module.named_buffers(/*recurse=*/true)) {
+    buffers.emplace_back(item.key(), item.value());
+  }
+  return BroadcastTensors(std::move(buffers), root_rank, "buffer.");
+}
+
+absl::Status BroadcastBytes(const std::string& name, std::string* bytes, int root_rank) {
+  int64_t length = static_cast<int64_t>(bytes->size());
+  TensorRef length_ref(DataType::kInt64, TensorShape({1}), &length);
+  HVX_RETURN_IF_ERROR(Wait(hvx::Broadcast(name + ".size", length_ref, root_rank)));
+  if (length < 0) return absl::DataLossError(absl::StrCat(name, ": broadcast a negative length"));
+  bytes->resize(static_cast<size_t>(length));
+  if (length == 0) return absl::OkStatus();
+  TensorRef payload(DataType::kUint8, TensorShape({length}), bytes->data());
+  return Wait(hvx::Broadcast(name + ".bytes", payload, root_rank));
+}
+
+absl::Status BroadcastOptimizerState(torch::optim::Optimizer& optimizer, int root_rank) {
+  // Serializing the whole optimizer carries every kind of state (momentum buffers, Adam moments and
+  // step counts) and the param-group options without knowing the optimizer's type.
+  std::string bytes;
+  if (Rank() == root_rank) {
+    torch::serialize::OutputArchive archive;
+    optimizer.save(archive);
+    std::ostringstream out;
+    archive.save_to(out);
+    bytes = out.str();
+  }
+  HVX_RETURN_IF_ERROR(BroadcastBytes("optimizer.state", &bytes, root_rank));
+  if (Rank() == root_rank) return absl::OkStatus();
+  c10::optional<c10::Device> device;
+  if (!optimizer.param_groups().empty() && !optimizer.param_groups()[0].params().empty()) {
+    device = optimizer.param_groups()[0].params()[0].device();
+  }
+  try {
+    std::istringstream in(bytes);
+    torch::serialize::InputArchive archive;
+    archive.load_from(in, device);
+    optimizer.state().clear();
+    optimizer.load(archive);
+  } catch (const c10::Error& e) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "optimizer state from rank ", root_rank, " does not fit this rank's optimizer: ", e.what_without_backtrace()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<double> AverageMetric(double value, const std::string& name) {
+  TensorRef ref(DataType::kFloat64, TensorShape({1}), &value);
+  HVX_RETURN_IF_ERROR(Wait(Allreduce("metric." + name, ref, ref)));
+  return value;
+}
+
+absl::StatusOr<std::vector<double>> SumMetrics(std::vector<double> values, const std::string& name) {
+  if (values.empty()) return values;
+  TensorRef ref(DataType::kFloat64, TensorShape({static_cast<int64_t>(values.size())}), values.data());
+  AllreduceOptions options;
+  options.op = ReduceOp::kSum;
+  HVX_RETURN_IF_ERROR(Wait(Allreduce("metric." + name, ref, ref, options)));
+  return values;
+}
+
+}  // namespace hvx
