@@ -1,0 +1,345 @@
+#include "hvx/launch/cluster_env.h"
+
+#include <dirent.h>
+
+#include <cerrno>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "hvx/common/status.h"
+
+namespace hvx {
+namespace launch {
+namespace {
+
+constexpr char kSageMakerResourceConfig[] = "/opt/ml/input/config/resourceconfig.json";
+
+// The strings of a flat JSON list, e.g. ["algo-1", "algo-2"]. SageMaker's host lists hold
+// nothing else, so a full JSON parser is not needed.
+absl::StatusOr<std::vector<std::string>> ParseJsonStringList(absl::string_view text,
+                                                             absl::string_view what) {
+  text = absl::StripAsciiWhitespace(text);
+  if (!absl::ConsumePrefix(&text, "[") || !absl::ConsumeSuffix(&text, "]")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, "='", text, "': expected a JSON list of host names"));
+  }
+  std::vector<std::string> out;
+  for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+    item = absl::StripAsciiWhitespace(item);
+    if (!absl::ConsumePrefix(&item, "\"") || !absl::ConsumeSuffix(&item, "\"")) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": expected a JSON list of host names, got item ", item));
+    }
+    out.emplace_back(item);
+  }
+  return out;
+}
+
+// The value text after `"key":` in a JSON object (a string's contents, or a list with brackets).
+std::optional<std::string> JsonField(absl::string_view json, absl::string_view key) {
+  size_t k = json.find(absl::StrCat("\"", key, "\""));
+  if (k == absl::string_view::npos) return std::nullopt;
+  absl::string_view rest = json.substr(k + key.size() + 2);
+  rest = absl::StripLeadingAsciiWhitespace(rest);
+  if (!absl::ConsumePrefix(&rest, ":")) return std::nullopt;
+  rest = absl::StripLeadingAsciiWhitespace(rest);
+  if (absl::ConsumePrefix(&rest, "\"")) {
+    size_t end = rest.find('"');
+    if (end == absl::string_view::npos) return std::nullopt;
+    return std::string(rest.substr(0, end));
+  }
+  if (absl::StartsWith(rest, "[")) {
+    size_t end = rest.find(']');
+    if (end == absl::string_view::npos) return std::nullopt;
+    return std::string(rest.substr(0, end + 1));
+  }
+  return std::nullopt;
+}
+
+absl::StatusOr<int> NonNegativeInt(absl::string_view name, absl::string_view text) {
+  int v = 0;
+  if (!absl::SimpleAtoi(text, &v) || v < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, "='", text, "': expected a non-negative integer"));
+  }
+  return v;
+}
+
+// SLURM_GPUS_PER_NODE is "4", "gpu:4" or "a100:4"; several types ("a100:2,v100:2") add up.
+absl::StatusOr<int> ParseSlurmGpus(absl::string_view name, absl::string_view text) {
+  int total = 0;
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    size_t colon = part.rfind(':');
+    absl::string_view count = colon == absl::string_view::npos ? part : part.substr(colon + 1);
+    // "gpu:4(S:0-1)": socket affinity suffix.
+    count = count.substr(0, count.find('('));
+    HVX_ASSIGN_OR_RETURN(int n, NonNegativeInt(name, count));
+    total += n;
+  }
+  return total;
+}
+
+absl::StatusOr<std::optional<ClusterHosts>> DetectSlurm(const Environment& env) {
+  std::optional<std::string> nodelist = env.GetNonEmpty("SLURM_JOB_NODELIST");
+  const char* nodelist_var = "SLURM_JOB_NODELIST";
+  if (!nodelist) {
+    nodelist = env.GetNonEmpty("SLURM_NODELIST");
+    nodelist_var = "SLURM_NODELIST";
+  }
+  if (!nodelist) return std::nullopt;
+  HVX_ASSIGN_OR_RETURN(std::vector<std::string> nodes, ExpandSlurmHostlist(*nodelist));
+
+  int gpus = 0;
+  if (auto v = env.GetNonEmpty("SLURM_GPUS_ON_NODE")) {
+    HVX_ASSIGN_OR_RETURN(gpus, NonNegativeInt("SLURM_GPUS_ON_NODE", *v));
+  } else if (auto v = env.GetNonEmpty("SLURM_GPUS_PER_NODE")) {
+    HVX_ASSIGN_OR_RETURN(gpus, ParseSlurmGpus("SLURM_GPUS_PER_NODE", *v));
+  }
+  std::vector<int> tasks(nodes.size(), 1);
+  if (gpus == 0) {
+    if (auto v = env.GetNonEmpty("SLURM_TASKS_PER_NODE")) {
+      HVX_ASSIGN_OR_RETURN(tasks, ExpandSlurmTasksPerNode(*v));
+      if (tasks.size() != nodes.size()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("SLURM_TASKS_PER_NODE='", *v, "' gives ", tasks.size(),
+                         " nodes but ", nodelist_var, "='", *nodelist, "' has ", nodes.size()));
+      }
+    }
+  }
+  ClusterHosts c;
+  c.source = absl::StrCat("SLURM allocation (", nodelist_var, "=", *nodelist, ")");
+  c.launcher = ClusterHosts::Launcher::kSlurm;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    c.hosts.push_back({nodes[i], gpus > 0 ? gpus : tasks[i]});
+  }
+  if (auto v = env.GetNonEmpty("SLURMD_NODENAME")) c.current_host = *v;
+  return c;
+}
+
+absl::StatusOr<std::optional<ClusterHosts>> DetectSageMaker(const Environment& env,
+                                                            const FileReader& read_file,
+                                                            int local_gpus) {
+  std::vector<std::string> hosts;
+  std::string current;
+  std::string source;
+  if (auto sm_hosts = env.GetNonEmpty("SM_HOSTS")) {
+    HVX_ASSIGN_OR_RETURN(hosts, ParseJsonStringList(*sm_hosts, "SM_HOSTS"));
+    current = env.GetNonEmpty("SM_CURRENT_HOST").value_or("");
+    source = "SageMaker environment (SM_HOSTS)";
+  } else {
+    std::optional<std::string> json = env.GetNonEmpty("SM_RESOURCE_CONFIG");
+    source = "SageMaker resource config (SM_RESOURCE_CONFIG)";
+    if (!json) {
+      absl::StatusOr<std::string> file = read_file(kSageMakerResourceConfig);
+      if (!file.ok()) return std::nullopt;
+      json = *file;
+      source = absl::StrCat("SageMaker resource config (", kSageMakerResourceConfig, ")");
+    }
+    std::optional<std::string> list = JsonField(*json, "hosts");
+    if (!list) return absl::InvalidArgumentError(absl::StrCat(source, " has no \"hosts\" list"));
+    HVX_ASSIGN_OR_RETURN(hosts, ParseJsonStringList(*list, source));
+    current = JsonField(*json, "current_host").value_or("");
+  }
+  if (hosts.empty()) return absl::InvalidArgumentError(absl::StrCat(source, " lists no hosts"));
+  int gpus = local_gpus;
+  if (auto v = env.GetNonEmpty("SM_NUM_GPUS")) {
+    HVX_ASSIGN_OR_RETURN(gpus, NonNegativeInt("SM_NUM_GPUS", *v));
+  }
+  ClusterHosts c;
+  c.source = source;
+  for (const std::string& h : hosts) {
+    if (!IsValidHostName(h)) {
+      return absl::InvalidArgumentError(absl::StrCat(source, ": malformed host name '", h, "'"));
+    }
+    c.hosts.push_back({h, std::max(gpus, 1)});
+  }
+  c.current_host = current;
+  c.is_leader = current.empty() || current == hosts[0];
+  return c;
+}
+
+// PBS_NODEFILE names a host once per slot.
+absl::StatusOr<std::optional<ClusterHosts>> DetectPbs(const Environment& env,
+                                                      const FileReader& read_file) {
+  std::optional<std::string> path = env.GetNonEmpty("PBS_NODEFILE");
+  if (!path) return std::nullopt;
+  HVX_ASSIGN_OR_RETURN(std::string text, read_file(*path));
+  ClusterHosts c;
+  c.source = absl::StrCat("PBS_NODEFILE=", *path);
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipWhitespace())) {
+    line = absl::StripAsciiWhitespace(line);
+    if (!c.hosts.empty() && c.hosts.back().name == line) {
+      ++*c.hosts.back().slots;
+    } else {
+      c.hosts.push_back({std::string(line), 1});
+    }
+  }
+  if (c.hosts.empty()) return absl::InvalidArgumentError(absl::StrCat(c.source, " lists no hosts"));
+  HVX_RETURN_IF_ERROR(CheckNoDuplicateHosts(c.hosts));
+  return c;
+}
+
+absl::StatusOr<std::optional<ClusterHosts>> DetectHostfileVariable(const Environment& env,
+                                                                   const FileReader& read_file,
+                                                                   int local_gpus) {
+  for (const char* var :
+       {"HYDRA_HOST_FILE", "OMPI_MCA_orte_default_hostfile", "I_MPI_HYDRA_HOST_FILE"}) {
+    std::optional<std::string> path = env.GetNonEmpty(var);
+    if (!path) continue;
+    HVX_ASSIGN_OR_RETURN(std::string text, read_file(*path));
+    HVX_ASSIGN_OR_RETURN(std::vector<HostSpec> hosts, ParseHostfile(text, *path));
+    for (HostSpec& h : hosts) {
+      if (!h.slots) h.slots = std::max(local_gpus, 1);
+    }
+    ClusterHosts c;
+    c.source = absl::StrCat(var, "=", *path);
+    c.hosts = std::move(hosts);
+    return c;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> ReadFileFromDisk(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return ErrnoToStatus(errno, absl::StrCat("cannot read ", path));
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+std::optional<std::string> DetectEnclosingLauncher(const Environment& env) {
+  auto shown = [&](const char* name) { return absl::StrCat(name, "=", *env.Get(name)); };
+  if (env.Get("HVX_RANK")) return absl::StrCat("hvxrun (", shown("HVX_RANK"), ")");
+  for (const char* v : {"PMI_RANK", "PMI_FD", "PMI_SIZE", "PMI_PORT"}) {
+    if (env.Get(v)) return absl::StrCat("MPICH hydra or another PMI launcher (", shown(v), ")");
+  }
+  if (env.Get("OMPI_COMM_WORLD_RANK")) {
+    return absl::StrCat("Open MPI mpirun (", shown("OMPI_COMM_WORLD_RANK"), ")");
+  }
+  if (env.Get("SLURM_PROCID") && (env.Get("SLURM_STEP_ID") || env.Get("SLURM_STEPID"))) {
+    return absl::StrCat("a SLURM task (srun step, ", shown("SLURM_PROCID"), ")");
+  }
+  if (env.Get("RANK") && env.Get("WORLD_SIZE") && env.Get("LOCAL_RANK")) {
+    return absl::StrCat("torchrun (", shown("RANK"), ", ", shown("WORLD_SIZE"), ")");
+  }
+  if (env.Get("HOROVOD_RANK")) return absl::StrCat("horovodrun (", shown("HOROVOD_RANK"), ")");
+  return std::nullopt;
+}
+
+bool IsUnderLauncher(const Environment& env) { return DetectEnclosingLauncher(env).has_value(); }
+
+absl::StatusOr<std::vector<std::string>> ExpandSlurmHostlist(absl::string_view text) {
+  std::vector<std::string> out;
+  auto bad = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("malformed SLURM host list '", text, "': ", why));
+  };
+  size_t i = 0;
+  while (i < text.size()) {
+    // One item: a prefix, optionally followed by [ranges] and a suffix; items split on top-level ','.
+    size_t end = i;
+    int depth = 0;
+    while (end < text.size() && (depth > 0 || text[end] != ',')) {
+      if (text[end] == '[') ++depth;
+      if (text[end] == ']') --depth;
+      ++end;
+    }
+    absl::string_view item = text.substr(i, end - i);
+    i = end + 1;
+    if (item.empty()) continue;
+    size_t open = item.find('[');
+    if (open == absl::string_view::npos) {
+      if (!IsValidHostName(item)) return bad(absl::StrCat("bad host '", item, "'"));
+      out.emplace_back(item);
+      continue;
+    }
+    size_t close = item.find(']', open);
+    if (close == absl::string_view::npos) return bad("unbalanced '['");
+    absl::string_view prefix = item.substr(0, open);
+    absl::string_view suffix = item.substr(close + 1);
+    for (absl::string_view range : absl::StrSplit(item.substr(open + 1, close - open - 1), ',')) {
+      std::vector<absl::string_view> ends = absl::StrSplit(range, '-');
+      int lo = 0, hi = 0;
+      if (ends.size() > 2 || !absl::SimpleAtoi(ends[0], &lo) ||
+          !absl::SimpleAtoi(ends.back(), &hi) || hi < lo || lo < 0) {
+        return bad(absl::StrCat("bad range '", range, "'"));
+      }
+      const size_t width = ends[0].size();  // zero padding: gn[01-10]
+      for (int n = lo; n <= hi; ++n) {
+        std::string num = absl::StrCat(n);
+        if (num.size() < width) num.insert(0, width - num.size(), '0');
+        out.push_back(absl::StrCat(prefix, num, suffix));
+      }
+    }
+  }
+  if (out.empty()) return bad("no hosts");
+  return out;
+}
+
+absl::StatusOr<std::vector<int>> ExpandSlurmTasksPerNode(absl::string_view text) {
+  std::vector<int> out;
+  for (absl::string_view item : absl::StrSplit(text, ',')) {
+    int count = 0, repeat = 1;
+    size_t paren = item.find("(x");
+    absl::string_view num = item.substr(0, paren);
+    bool ok = absl::SimpleAtoi(num, &count) && count > 0;
+    if (ok && paren != absl::string_view::npos) {
+      absl::string_view rep = item.substr(paren + 2);
+      ok = absl::ConsumeSuffix(&rep, ")") && absl::SimpleAtoi(rep, &repeat) && repeat > 0;
+    }
+    if (!ok) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("malformed SLURM_TASKS_PER_NODE '", text, "' at '", item, "'"));
+    }
+    out.insert(out.end(), repeat, count);
+  }
+  return out;
+}
+
+int CountLocalGpus(const Environment& env, const std::string& gpu_dir) {
+  if (std::optional<std::string> cvd = env.Get("CUDA_VISIBLE_DEVICES")) {
+    absl::string_view v = absl::StripAsciiWhitespace(*cvd);
+    if (v.empty() || v == "NoDevFiles") return 0;
+    int n = 0;
+    for (absl::string_view d : absl::StrSplit(v, ',')) {
+      // CUDA stops enumerating at the first invalid entry, e.g. "-1".
+      if (absl::StartsWith(absl::StripAsciiWhitespace(d), "-")) break;
+      ++n;
+    }
+    return n;
+  }
+  DIR* dir = opendir(gpu_dir.c_str());
+  if (dir == nullptr) return 0;
+  int n = 0;
+  while (dirent* e = readdir(dir)) {
+    if (e->d_name[0] != '.') ++n;
+  }
+  closedir(dir);
+  return n;
+}
+
+absl::StatusOr<std::optional<ClusterHosts>> DetectClusterHosts(const Environment& env,
+                                                               const FileReader& read_file,
+                                                               int local_gpus) {
+  HVX_ASSIGN_OR_RETURN(std::optional<ClusterHosts> c, DetectSlurm(env));
+  if (c) return c;
+  if (env.GetNonEmpty("SM_HOSTS") || env.GetNonEmpty("SM_RESOURCE_CONFIG") ||
+      env.GetNonEmpty("SM_CURRENT_HOST") || read_file(kSageMakerResourceConfig).ok()) {
+    HVX_ASSIGN_OR_RETURN(c, DetectSageMaker(env, read_file, local_gpus));
+    if (c) return c;
+  }
+  HVX_ASSIGN_OR_RETURN(c, DetectPbs(env, read_file));
+  if (c) return c;
+  return DetectHostfileVariable(env, read_file, local_gpus);
+}
+
+}  // namespace launch
+}  // namespace hvx

@@ -1,0 +1,75 @@
+// What the environment says about where hvxrun runs: inside another launcher's rank (refuse),
+// inside a SLURM allocation or a SageMaker-style cluster (take its hosts), or on a plain host.
+//
+//   if (auto launcher = DetectEnclosingLauncher(env)) return absl::FailedPreconditionError(...);
+//   HVX_ASSIGN_OR_RETURN(std::optional<ClusterHosts> cluster, DetectClusterHosts(env, ReadFile, 1));
+//
+// Everything reads an hvx::Environment and a file-reading callback, so tests fabricate both.
+#ifndef HVX_LAUNCH_CLUSTER_ENV_H_
+#define HVX_LAUNCH_CLUSTER_ENV_H_
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "hvx/common/env.h"
+#include "hvx/launch/hosts.h"
+
+namespace hvx {
+namespace launch {
+
+using FileReader = std::function<absl::StatusOr<std::string>(const std::string& path)>;
+
+// Reads a whole file from disk.
+absl::StatusOr<std::string> ReadFileFromDisk(const std::string& path);
+
+// When this process is already one rank of a launched job, describes the launcher and the
+// variable that shows it, e.g. "MPICH hydra (PMI_RANK=1)"; nullopt otherwise. Recognized: hvxrun
+// (HVX_RANK), MPICH/Intel hydra (PMI_RANK, PMI_FD, PMI_SIZE), Open MPI (OMPI_COMM_WORLD_RANK),
+// a SLURM task (SLURM_PROCID inside a step: SLURM_STEP_ID), torchrun (RANK with WORLD_SIZE and
+// LOCAL_RANK), horovodrun (HOROVOD_RANK). A SLURM batch shell is not a task: it has no step id.
+std::optional<std::string> DetectEnclosingLauncher(const Environment& env);
+
+// True when DetectEnclosingLauncher finds a launcher: the process must not launch again.
+bool IsUnderLauncher(const Environment& env);
+
+// "gn[01-03,7],login" -> gn01 gn02 gn03 gn7 login (SLURM's compressed host list).
+absl::StatusOr<std::vector<std::string>> ExpandSlurmHostlist(absl::string_view text);
+// "2(x3),1" -> 2 2 2 1 (SLURM_TASKS_PER_NODE).
+absl::StatusOr<std::vector<int>> ExpandSlurmTasksPerNode(absl::string_view text);
+
+// GPUs this process may use: CUDA_VISIBLE_DEVICES when set (empty, "-1" or "NoDevFiles" = none),
+// else the entries of the driver's device directory (/proc/driver/nvidia/gpus).
+int CountLocalGpus(const Environment& env,
+                   const std::string& gpu_dir = "/proc/driver/nvidia/gpus");
+
+struct ClusterHosts {
+  enum class Launcher { kSsh, kSlurm };
+  std::string source;  // "SLURM allocation", "SageMaker (SM_HOSTS)", "PBS_NODEFILE", ...
+  std::vector<HostSpec> hosts;  // slots always set
+  Launcher launcher = Launcher::kSsh;
+  // SageMaker-style clusters run the entry point on every host; only the leader (hosts[0])
+  // launches, the others must not start ranks of their own.
+  bool is_leader = true;
+  std::string current_host;
+};
+
+// The hosts of a cluster environment, or nullopt when there is none. `local_gpus` is the GPU
+// count of this host (CountLocalGpus), used where the environment gives none.
+// SLURM: SLURM_JOB_NODELIST/SLURM_NODELIST with GPUs per node (SLURM_GPUS_ON_NODE,
+//   SLURM_GPUS_PER_NODE) when the allocation has GPUs, else SLURM_TASKS_PER_NODE.
+// SageMaker-style: SM_HOSTS + SM_CURRENT_HOST (+ SM_NUM_GPUS), or the resource config JSON
+//   (SM_RESOURCE_CONFIG, or the file /opt/ml/input/config/resourceconfig.json).
+// PBS: PBS_NODEFILE (one line per slot). Hostfile variables: HYDRA_HOST_FILE,
+//   OMPI_MCA_orte_default_hostfile, I_MPI_HYDRA_HOST_FILE (e.g. the Kubeflow MPI operator).
+absl::StatusOr<std::optional<ClusterHosts>> DetectClusterHosts(const Environment& env,
+                                                               const FileReader& read_file,
+                                                               int local_gpus);
+
+}  // namespace launch
+}  // namespace hvx
+
+#endif  // HVX_LAUNCH_CLUSTER_ENV_H_

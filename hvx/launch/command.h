@@ -1,0 +1,39 @@
+// The mpiexec command line that starts a plan with MPICH's hydra.
+//
+//   std::vector<std::string> argv = MpiexecCommand(options, setup, "/path/to/hvxrun");
+//   std::cout << ShellJoin(argv);   // what --dry-run prints
+//
+// Hydra is told everything explicitly, because its defaults change with the environment: the
+// resource manager (`-rmk user`: the host list is ours, stray SLURM/PBS variables are ignored),
+// the launcher (`-launcher ssh|slurm`, `-launcher-exec`), the hosts with the number of ranks each
+// gets (so hydra's fill order reproduces the plan), one `-genv` per variable (hydra 4.0.2's
+// `-genvlist` drops variables), and the output marker that lets hvxrun tag lines itself.
+#ifndef HVX_LAUNCH_COMMAND_H_
+#define HVX_LAUNCH_COMMAND_H_
+
+#include <string>
+#include <vector>
+
+#include "hvx/launch/options.h"
+
+namespace hvx {
+namespace launch {
+
+// The first argument that switches a binary into the per-rank wrapper (rank_wrapper.h).
+inline constexpr char kRankWrapperFlag[] = "--hvx-rank-wrapper";
+
+// Variables set for every rank through -genv (besides the per-rank ones the wrapper sets).
+std::vector<std::pair<std::string, std::string>> JobEnvironment(const LaunchOptions& options,
+                                                                const Plan& plan);
+
+std::vector<std::string> MpiexecCommand(const LaunchOptions& options, const JobSetup& setup,
+                                        const std::string& wrapper);
+
+// Quotes one word for a POSIX shell; control bytes are written as $'\001'.
+std::string ShellQuote(const std::string& word);
+std::string ShellJoin(const std::vector<std::string>& argv);
+
+}  // namespace launch
+}  // namespace hvx
+
+#endif  // HVX_LAUNCH_COMMAND_H_

@@ -1,0 +1,85 @@
+// hvxrun's options: parsed from the command line, then resolved into a plan.
+//
+//   HVX_ASSIGN_OR_RETURN(LaunchOptions opts, ParseLaunchArgs(args, Environment::Process()));
+//   HVX_ASSIGN_OR_RETURN(JobSetup setup, ResolveJob(opts, env, SystemHostProbe(opts, env)));
+//
+// Parsing and resolution are pure functions of their inputs (arguments, an Environment, a probe
+// for GPU counts), so every error message is unit-tested without starting processes.
+#ifndef HVX_LAUNCH_OPTIONS_H_
+#define HVX_LAUNCH_OPTIONS_H_
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "hvx/common/env.h"
+#include "hvx/launch/cluster_env.h"
+#include "hvx/launch/plan.h"
+
+namespace hvx {
+namespace launch {
+
+enum class TagMode { kRank, kFull, kNone };
+
+struct LaunchOptions {
+  std::optional<int> np;  // unset: every slot
+  std::string hosts;      // -H, as written
+  std::string hostfile;
+  std::optional<int> slots_per_host;  // unset: auto (GPUs of the host, 1 without)
+  std::vector<std::pair<std::string, std::string>> env;  // -x, values resolved
+  TagMode tag_output = TagMode::kRank;
+  std::string output_dir;
+  std::string launcher_exec;  // remote shell replacing ssh
+  double start_timeout_s = 60;
+  double stop_timeout_s = 10;  // after the first failure: terminate, then kill at this bound
+  double timeout_s = 0;        // whole-job wall clock limit; 0 = none
+  bool dry_run = false;
+  bool verbose = false;
+  std::string mpiexec = "mpiexec";
+  // An executable that runs RankWrapperMain when its first argument is kRankWrapperFlag; empty:
+  // this program (/proc/self/exe).
+  std::string wrapper;
+  std::vector<std::string> program;
+  int out_fd = 1;  // where tagged stdout/stderr lines and the summary go
+  int err_fd = 2;
+};
+
+// The usage text for --help.
+std::string LaunchUsage();
+
+// Parses hvxrun's arguments (without argv[0]). Options end at "--" or at the first argument
+// that is not an option. `-x VAR` takes VAR's value from `env`. Errors are one line, e.g.
+// "unknown flag '--foo'" or "-x CUDA_HOME: not set in hvxrun's environment".
+// A request for help returns a NotFound status whose message is the usage text.
+absl::StatusOr<LaunchOptions> ParseLaunchArgs(const std::vector<std::string>& args,
+                                              const Environment& env);
+
+// How slot counts of hosts named without one are found for `--slots-per-host auto`.
+struct HostProbe {
+  std::function<bool(const std::string& host)> is_local;
+  int local_gpus = 0;
+  // GPUs of a remote host; asked only for hosts without a slot count.
+  std::function<absl::StatusOr<int>(const std::string& host)> remote_gpus;
+};
+
+struct JobSetup {
+  Plan plan;
+  ClusterHosts::Launcher launcher = ClusterHosts::Launcher::kSsh;
+  std::string source;  // where the hosts came from: "-H", a hostfile, a cluster, "this host"
+  // SageMaker-style clusters: this host is not the leader; it must start nothing.
+  bool follower = false;
+  std::string leader;
+};
+
+// Refuses to run under another launcher, picks the hosts (-H, --hostfile, a cluster environment,
+// or this host alone), decides slot counts and makes the plan.
+absl::StatusOr<JobSetup> ResolveJob(const LaunchOptions& options, const Environment& env,
+                                    const FileReader& read_file, const HostProbe& probe);
+
+}  // namespace launch
+}  // namespace hvx
+
+#endif  // HVX_LAUNCH_OPTIONS_H_

@@ -1,0 +1,168 @@
+#include "hvx/launch/rank_wrapper.h"
+
+#include <poll.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "hvx/common/env.h"
+#include "hvx/launch/command.h"
+#include "hvx/launch/output.h"
+#include "hvx/launch/plan.h"
+
+namespace hvx {
+namespace launch {
+namespace {
+
+volatile sig_atomic_t g_child_pid = 0;
+volatile sig_atomic_t g_exit_code = 0;
+
+// While the program runs, signals go to it; once it has ended, a signal (hydra stopping the job)
+// ends the wrapper at once with the program's status.
+void ForwardSignal(int sig) {
+  if (g_child_pid > 0) {
+    kill(g_child_pid, sig);
+  } else {
+    _exit(g_exit_code != 0 ? g_exit_code : 128 + sig);
+  }
+}
+
+// hvxrun stops the job when it reads our exit record; it normally does within milliseconds.
+// Only when it has not after this long does the wrapper ask hydra itself to abort: an abort sent
+// at once races the record through hydra, and the record (which rank failed, how) is lost.
+constexpr int kStopWaitMs = 1000;
+// Long enough for hydra to act on the abort and kill this process; bounded so a wrapper never
+// lingers when the abort is lost.
+constexpr int kAbortWaitMs = 5000;
+
+int Fail(int rank, const std::string& host, const std::string& message) {
+  WriteAll(2, absl::StrCat("hvxrun: rank ", rank, " on ", host, ": ", message, "\n"));
+  WriteAll(2, FormatErrorRecord(rank, host, message));
+  return 1;
+}
+
+// Tells hydra to end the whole job with `code`, unless hvxrun has stopped it first. After a clean MPI_Finalize the proxy has closed
+// its end: the write fails with EPIPE (SIGPIPE is ignored) and nothing happens.
+void AbortJob(int code) {
+  poll(nullptr, 0, kStopWaitMs);
+  std::optional<std::string> fd_text = Environment::Process().GetNonEmpty("PMI_FD");
+  int fd = -1;
+  if (!fd_text || !absl::SimpleAtoi(*fd_text, &fd) || fd < 0) return;
+  const std::string cmd = absl::StrCat("cmd=abort exitcode=", code, "\n");
+  if (write(fd, cmd.data(), cmd.size()) != static_cast<ssize_t>(cmd.size())) return;
+  pollfd p{fd, POLLIN, 0};
+  poll(&p, 1, kAbortWaitMs);
+}
+
+}  // namespace
+
+int MaybeRunRankWrapper(int argc, char** argv) {
+  if (argc < 2 || strcmp(argv[1], kRankWrapperFlag) != 0) return -1;
+  signal(SIGPIPE, SIG_IGN);  // hvxrun or the proxy may be gone: writes must fail, not kill us
+  std::string used_hosts;
+  int i = 2;
+  for (; i < argc; ++i) {
+    if (strcmp(argv[i], "--") == 0) {
+      ++i;
+      break;
+    }
+    if (strcmp(argv[i], "--plan") == 0 && i + 1 < argc) {
+      used_hosts = argv[++i];
+    } else {
+      WriteAll(2, absl::StrCat("hvxrun rank wrapper: unknown argument '", argv[i], "'\n"));
+      return 2;
+    }
+  }
+  if (i >= argc) {
+    WriteAll(2, "hvxrun rank wrapper: no program\n");
+    return 2;
+  }
+  const Environment& env = Environment::Process();
+  absl::StatusOr<Plan> plan = PlanFromUsedHosts(used_hosts);
+  std::optional<std::string> pmi_rank = env.GetNonEmpty("PMI_RANK");
+  int rank = -1;
+  if (!plan.ok()) return Fail(-1, "?", std::string(plan.status().message()));
+  if (!pmi_rank || !absl::SimpleAtoi(*pmi_rank, &rank) || rank < 0 || rank >= plan->size) {
+    return Fail(rank, "?",
+                absl::StrCat("PMI_RANK='", pmi_rank.value_or(""),
+                             "' is not a rank of the plan ", used_hosts,
+                             ": the wrapper runs only under hvxrun's mpiexec"));
+  }
+  const RankPlacement& p = plan->ranks[rank];
+  // Hydra numbers ranks per host from its own host list; a difference means hydra did not place
+  // ranks the way the plan says, and every local_rank would be wrong.
+  for (const auto& [var, want] : {std::pair<const char*, int>{"MPI_LOCALRANKID", p.local_rank},
+                                  {"MPI_LOCALNRANKS", p.local_size}}) {
+    std::optional<std::string> got = env.GetNonEmpty(var);
+    int value = 0;
+    if (got && (!absl::SimpleAtoi(*got, &value) || value != want)) {
+      int rc = Fail(rank, p.host,
+                    absl::StrCat("mpiexec placed this rank with ", var, "=", *got,
+                                 " but the plan says ", want));
+      AbortJob(rc);
+      return rc;
+    }
+  }
+  setenv("HVX_RANK", absl::StrCat(p.rank).c_str(), 1);
+  setenv("HVX_SIZE", absl::StrCat(plan->size).c_str(), 1);
+  setenv("HVX_LOCAL_RANK", absl::StrCat(p.local_rank).c_str(), 1);
+  setenv("HVX_LOCAL_SIZE", absl::StrCat(p.local_size).c_str(), 1);
+  setenv("HVX_CROSS_RANK", absl::StrCat(p.cross_rank).c_str(), 1);
+  setenv("HVX_CROSS_SIZE", absl::StrCat(p.cross_size).c_str(), 1);
+  setenv("HVX_HOSTNAME", p.host.c_str(), 1);
+
+  // The proxy that started us dies -> we get SIGTERM and pass it on.
+  prctl(PR_SET_PDEATHSIG, SIGTERM);
+  struct sigaction sa {};
+  sa.sa_handler = ForwardSignal;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2}) sigaction(sig, &sa, nullptr);
+
+  WriteAll(2, FormatStartRecord(rank, p.host, getpid()));
+  const pid_t self = getpid();
+  pid_t child = fork();
+  if (child < 0) {
+    int rc = Fail(rank, p.host, absl::StrCat("fork failed: ", strerror(errno)));
+    AbortJob(rc);
+    return rc;
+  }
+  if (child == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != self) _exit(137);
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE}) {
+      sigaction(sig, &dfl, nullptr);
+    }
+    execvp(argv[i], argv + i);
+    WriteAll(2, absl::StrCat("hvxrun: rank ", rank, " on ", p.host, ": cannot run '", argv[i],
+                             "': ", strerror(errno), "\n"));
+    _exit(127);
+  }
+  g_child_pid = child;
+  int status = 0;
+  while (waitpid(child, &status, 0) < 0) {
+    if (errno != EINTR) {
+      status = 127 << 8;
+      break;
+    }
+  }
+  const int code = WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+  g_exit_code = code;
+  g_child_pid = 0;
+  WriteAll(2, FormatExitRecord(rank, p.host, status));
+  if (code != 0) AbortJob(code);
+  return code;
+}
+
+}  // namespace launch
+}  // namespace hvx

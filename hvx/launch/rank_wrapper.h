@@ -1,0 +1,27 @@
+// The per-rank wrapper: hydra starts `hvxrun --hvx-rank-wrapper --plan h1:2,h2:2 -- PROGRAM ...`
+// once per rank; the wrapper runs PROGRAM as its child.
+//
+//   int main(int argc, char** argv) {
+//     if (int rc = hvx::launch::MaybeRunRankWrapper(argc, argv); rc >= 0) return rc;
+//
+// It exports the plan's view of the rank (HVX_RANK, HVX_SIZE, HVX_LOCAL_RANK, HVX_LOCAL_SIZE,
+// HVX_CROSS_RANK, HVX_CROSS_SIZE, HVX_HOSTNAME), checks that hydra placed the rank where the plan
+// says (MPI_LOCALRANKID/MPI_LOCALNRANKS), reports start and exit to hvxrun as control records on
+// stderr, and when the program ends non-zero or by a signal sends a PMI abort on the inherited
+// PMI_FD: hydra 4.0.2 otherwise stops only that host's ranks and the job hangs. A wrapper whose
+// proxy dies gets SIGTERM (parent-death signal) and passes it on; the program gets SIGKILL if the
+// wrapper itself dies, so no rank outlives its host's share of the job.
+#ifndef HVX_LAUNCH_RANK_WRAPPER_H_
+#define HVX_LAUNCH_RANK_WRAPPER_H_
+
+namespace hvx {
+namespace launch {
+
+// Runs the wrapper when argv[1] is kRankWrapperFlag and returns its exit code; -1 otherwise.
+// Programs that call RunJob with themselves as LaunchOptions::wrapper must call this first.
+int MaybeRunRankWrapper(int argc, char** argv);
+
+}  // namespace launch
+}  // namespace hvx
+
+#endif  // HVX_LAUNCH_RANK_WRAPPER_H_
