@@ -21,7 +21,7 @@ def _hvx_mpi_repo_impl(rctx):
     if home:
         mpicxx = rctx.path(home + "/bin/mpicxx")
         if not mpicxx.exists:
-            _fail("MPI", "MPI_HOME=%s has no bin/mpicxx" % home, "Point MPI_HOME at an MPI installation (e.g. /usr) or unset it to use mpicxx from PATH.")
+            _fail("MPI", "MPI_HOME=%s has no bin/mpicxx" % home, "Point MPI_HOME at an MPI installation (Debian's libmpich-dev: MPI_HOME=/usr), or unset it to use mpicxx from PATH.")
     else:
         mpicxx = rctx.which("mpicxx")
         if mpicxx == None:
