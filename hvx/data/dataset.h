@@ -1,0 +1,69 @@
+// A set of record files seen as one sequence of samples with global ids.
+//
+//   HVX_ASSIGN_OR_RETURN(auto dataset, Dataset::Open({"/data/train-*-of-*"}, {}));
+//   std::string payload;  HVX_RETURN_IF_ERROR(dataset->Read(12345, true, &payload));
+//
+// Files are the sorted matches of each pattern, in pattern order (index files, "*.idx", are never
+// data). Sample ids number the records of the first file 0..n0-1, then the second file's, and so
+// on, so a sample id is stable for a given list of files and is what ShardPlan permutes. Record
+// offsets come from each file's index (IndexPathFor), built by walking the headers when absent.
+#ifndef HVX_DATA_DATASET_H_
+#define HVX_DATA_DATASET_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "hvx/data/record.h"
+
+namespace hvx {
+namespace data {
+
+// The files matching each glob pattern (sorted per pattern, duplicates removed, index files left
+// out). NotFound naming the pattern when one matches no record file.
+absl::StatusOr<std::vector<std::string>> ExpandFilePatterns(const std::vector<std::string>& patterns);
+
+struct DatasetOptions {
+  // Read every record of every file at open time and check both CRCs.
+  bool verify_on_open = false;
+  // With verify_on_open: leave out files with any corruption instead of failing, and list them in
+  // skipped_files(). Every rank opening the same files skips the same ones.
+  bool skip_corrupt_files = false;
+};
+
+class Dataset {
+ public:
+  static absl::StatusOr<std::unique_ptr<Dataset>> Open(const std::vector<std::string>& patterns,
+                                                       const DatasetOptions& options);
+  // The same for an explicit list of files.
+  static absl::StatusOr<std::unique_ptr<Dataset>> OpenFiles(const std::vector<std::string>& files,
+                                                            const DatasetOptions& options);
+
+  int64_t num_samples() const { return static_cast<int64_t>(locations_.size()); }
+  const std::vector<std::string>& files() const { return paths_; }
+  const std::vector<CorruptionReport>& skipped_files() const { return skipped_; }
+
+  // Reads sample `id` into *payload. Thread-safe. DataLoss "<path>:<offset>: ..." on corruption.
+  absl::Status Read(int64_t id, bool verify_crc, std::string* payload) const;
+  // "<path>:<offset> (sample <id>)", for error messages.
+  std::string DescribeSample(int64_t id) const;
+  // Which file and where.
+  const std::string& FileOf(int64_t id) const;
+  RecordLocation LocationOf(int64_t id) const { return locations_[static_cast<size_t>(id)]; }
+
+ private:
+  Dataset() = default;
+  std::vector<std::string> paths_;
+  std::vector<std::unique_ptr<RecordFile>> files_;
+  std::vector<RecordLocation> locations_;  // per sample id
+  std::vector<uint32_t> file_of_;          // per sample id
+  std::vector<CorruptionReport> skipped_;
+};
+
+}  // namespace data
+}  // namespace hvx
+
+#endif  // HVX_DATA_DATASET_H_

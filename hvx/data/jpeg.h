@@ -1,0 +1,111 @@
+// JPEG decoding (libjpeg-turbo) and the standard ImageNet augmentations.
+//
+//   ImageNetDecoder train(ImageNetDecoderOptions::Train());  // random resized crop, flip, 224x224
+//   train.Decode(record, {seed, epoch, id}, out, &label);    // out: float32 [3, 224, 224]
+//
+// Conventions (torchvision's reference recipe): training takes a random crop covering 8%-100% of
+// the image area with aspect ratio in [3/4, 4/3] (log-uniform, 10 attempts, then a centre crop
+// clamped to that ratio), resizes it bilinearly to 224x224 and flips it horizontally with
+// probability 1/2; evaluation resizes the shorter side to 256 and takes the centre 224x224; both
+// normalise as (x / 255 - mean) / std with ImageNet's mean (0.485, 0.456, 0.406) and std (0.229,
+// 0.224, 0.225), channels first. Random choices come from SampleRng(MixSeed(seed, epoch, id)).
+// When the crop is at least twice the output size, the JPEG is decoded at 1/2, 1/4 or 1/8 scale
+// (libjpeg's DCT scaling), which is faster and acts as an anti-aliasing filter.
+#ifndef HVX_DATA_JPEG_H_
+#define HVX_DATA_JPEG_H_
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "hvx/data/decoder.h"
+#include "hvx/data/random.h"
+
+namespace hvx {
+namespace data {
+
+struct RgbImage {
+  int width = 0;
+  int height = 0;
+  std::vector<uint8_t> pixels;  // height * width * 3, row-major RGB
+};
+
+struct JpegInfo {
+  int width = 0;
+  int height = 0;
+};
+
+// InvalidArgument when the bytes are not a JPEG libjpeg-turbo can read.
+absl::StatusOr<JpegInfo> ReadJpegHeader(absl::string_view jpeg);
+// Decodes to RGB at 1/scale_denominator of the size (1, 2, 4 or 8; sizes round up).
+absl::Status DecodeJpeg(absl::string_view jpeg, int scale_denominator, RgbImage* image);
+// Encodes RGB pixels (for tests and synthetic datasets).
+absl::StatusOr<std::string> EncodeJpeg(const RgbImage& image, int quality);
+
+// A crop window in pixels of the full-size image.
+struct CropWindow {
+  int x = 0;
+  int y = 0;
+  int width = 0;
+  int height = 0;
+  friend bool operator==(const CropWindow& a, const CropWindow& b) {
+    return a.x == b.x && a.y == b.y && a.width == b.width && a.height == b.height;
+  }
+};
+
+CropWindow RandomResizedCropWindow(int width, int height, double min_area, double max_area,
+                                   double min_ratio, double max_ratio, SampleRng* rng);
+// The centre out_size x out_size window after resizing the shorter side to resize_shorter.
+CropWindow CenterCropWindow(int width, int height, int out_size, int resize_shorter);
+
+struct ImageNetDecoderOptions {
+  bool train = true;
+  int out_size = 224;
+  int resize_shorter = 256;  // evaluation only
+  double min_area = 0.08, max_area = 1.0;
+  double min_ratio = 3.0 / 4.0, max_ratio = 4.0 / 3.0;
+  bool flip = true;  // training only
+  // kFloat32: normalised as above. kUint8: the resized pixels, not normalised.
+  DataType dtype = DataType::kFloat32;
+  std::array<float, 3> mean = {0.485f, 0.456f, 0.406f};
+  std::array<float, 3> stddev = {0.229f, 0.224f, 0.225f};
+  // ImageNet TFRecords store labels 1..1000; -1 gives 0..999.
+  int64_t label_offset = -1;
+  // Use libjpeg's scaled decoding when the crop is at least twice out_size.
+  bool scaled_decode = true;
+  std::string image_key = "image/encoded";
+  std::string label_key = "image/class/label";
+
+  static ImageNetDecoderOptions Train() { return ImageNetDecoderOptions(); }
+  static ImageNetDecoderOptions Eval() {
+    ImageNetDecoderOptions o;
+    o.train = false;
+    return o;
+  }
+};
+
+// Output shape [3, out_size, out_size].
+class ImageNetDecoder : public Decoder {
+ public:
+  explicit ImageNetDecoder(ImageNetDecoderOptions options) : options_(std::move(options)) {}
+  DataType dtype() const override { return options_.dtype; }
+  TensorShape sample_shape() const override {
+    return TensorShape({3, options_.out_size, options_.out_size});
+  }
+  absl::Status Decode(absl::string_view record, const SampleContext& context, void* out,
+                      int64_t* label) const override;
+  // The same on a bare JPEG (no Example around it).
+  absl::Status DecodeImage(absl::string_view jpeg, const SampleContext& context, void* out) const;
+
+ private:
+  const ImageNetDecoderOptions options_;
+};
+
+}  // namespace data
+}  // namespace hvx
+
+#endif  // HVX_DATA_JPEG_H_
