@@ -1,0 +1,247 @@
+// The free-function facade over one process-wide Engine.
+#include "hvx/core/api.h"
+
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "hvx/common/logging.h"
+#include "hvx/common/status.h"
+#include "hvx/core/engine.h"
+
+namespace hvx {
+namespace {
+
+absl::Mutex g_mu(absl::kConstInit);
+// Set once by Init and never freed: handles and other threads may still reach it at exit.
+Engine* g_engine ABSL_GUARDED_BY(g_mu) = nullptr;
+bool g_shut_down ABSL_GUARDED_BY(g_mu) = false;
+
+Engine* Live() {
+  absl::MutexLock lock(&g_mu);
+  return g_shut_down ? nullptr : g_engine;
+}
+
+Handle NotInitialized(const std::string& name) {
+  auto st = std::make_shared<internal::OpState>();
+  st->name = name;
+  st->Complete(absl::FailedPreconditionError(
+      absl::StrCat("tensor '", name, "': hvx is not initialized (call hvx::Init first) or was shut down")));
+  return Handle(st);
+}
+
+void ShutdownAtExit() { Shutdown().IgnoreError(); }
+
+}  // namespace
+
+absl::string_view ReduceOpName(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kAverage:
+      return "average";
+    case ReduceOp::kSum:
+      return "sum";
+    case ReduceOp::kMin:
+      return "min";
+    case ReduceOp::kMax:
+      return "max";
+    case ReduceOp::kProduct:
+      return "product";
+    case ReduceOp::kAdasum:
+      return "adasum";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<InitOptions> InitOptions::FromEnv(const Environment& env) {
+  InitOptions o;
+  KnobReader knobs(env);
+  knobs.ReadBytes("HVX_FUSION_THRESHOLD", &o.fusion_threshold_bytes);
+  knobs.Read("HVX_CYCLE_TIME_MS", &o.cycle_time_ms, 0.0, 10000.0);
+  knobs.Read("HVX_CACHE_CAPACITY", &o.cache_capacity, 0, int64_t{1} << 20);
+  knobs.Read("HVX_TIMELINE", &o.timeline_path);
+  knobs.Read("HVX_STALL_CHECK_TIME_S", &o.stall_check_time_s, 0.0);
+  knobs.Read("HVX_STALL_SHUTDOWN_TIME_S", &o.stall_shutdown_time_s, 0.0);
+  knobs.Read("HVX_LOG_LEVEL", &o.log_level);
+  knobs.Read("HVX_ALLOW_SINGLETON", &o.allow_singleton);
+  knobs.Read("HVX_SHUTDOWN_TIMEOUT_S", &o.shutdown_timeout_s, 0.0);
+  HVX_RETURN_IF_ERROR(knobs.status());
+  if (auto sev = ParseLogSeverity(o.log_level); !sev.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("HVX_LOG_LEVEL='", o.log_level, "': ", sev.status().message()));
+  }
+  return o;
+}
+
+absl::Status Init() {
+  HVX_ASSIGN_OR_RETURN(InitOptions options, InitOptions::FromEnv(Environment::Process()));
+  return Init(options);
+}
+
+absl::Status Init(const InitOptions& options) {
+  absl::MutexLock lock(&g_mu);
+  if (g_engine != nullptr) {
+    return absl::FailedPreconditionError(g_shut_down ? "hvx::Init: hvx was shut down and cannot start again"
+                                                     : "hvx::Init: already initialized");
+  }
+  HVX_ASSIGN_OR_RETURN(LogSeverity severity, ParseLogSeverity(options.log_level));
+  LogOptions log = CurrentLogOptions();
+  log.min_severity = severity;
+  ConfigureLogging(log);
+  std::string name = options.transport;
+  const std::vector<std::string> registered = RegisteredTransports();
+  if (name.empty()) {
+    if (registered.empty()) {
+      return absl::FailedPreconditionError(
+          "hvx::Init: no transport is linked into this program; depend on //hvx/mpi:hvx (MPICH)");
+    }
+    name = registered.front();
+  }
+  TransportFactory factory = FindTransport(name);
+  if (!factory) {
+    return absl::FailedPreconditionError(absl::StrCat("hvx::Init: transport '", name, "' is not linked (linked: ",
+                                                      absl::StrJoin(registered, ", "), ")"));
+  }
+  HVX_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Start(options, factory()));
+  g_engine = engine.release();
+  static bool registered_exit = false;
+  if (!registered_exit) {
+    registered_exit = true;
+    std::atexit(ShutdownAtExit);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Shutdown() {
+  Engine* engine;
+  {
+    absl::MutexLock lock(&g_mu);
+    if (g_engine == nullptr || g_shut_down) return absl::OkStatus();
+    g_shut_down = true;
+    engine = g_engine;
+  }
+  return engine->Shutdown();
+}
+
+bool IsInitialized() { return Live() != nullptr; }
+
+#define HVX_TOPOLOGY_GETTER(Fn, field)   \
+  int Fn() {                            \
+    Engine* e = Live();                 \
+    return e ? e->topology().field : -1; \
+  }
+HVX_TOPOLOGY_GETTER(Rank, rank)
+HVX_TOPOLOGY_GETTER(Size, size)
+HVX_TOPOLOGY_GETTER(LocalRank, local_rank)
+HVX_TOPOLOGY_GETTER(LocalSize, local_size)
+HVX_TOPOLOGY_GETTER(CrossRank, cross_rank)
+HVX_TOPOLOGY_GETTER(CrossSize, cross_size)
+#undef HVX_TOPOLOGY_GETTER
+
+bool IsHomogeneous() {
+  Engine* e = Live();
+  return e ? e->topology().homogeneous : false;
+}
+
+std::vector<int> ProcessSet::ranks() const {
+  Engine* e = Live();
+  return e ? e->ProcessSetRanks(id_) : std::vector<int>{};
+}
+
+int ProcessSet::rank() const {
+  const std::vector<int> r = ranks();
+  const int me = Rank();
+  for (size_t i = 0; i < r.size(); ++i) {
+    if (r[i] == me) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+int ProcessSet::size() const { return static_cast<int>(ranks().size()); }
+
+absl::StatusOr<ProcessSet> AddProcessSet(std::vector<int> ranks) {
+  Engine* e = Live();
+  if (e == nullptr) return absl::FailedPreconditionError("AddProcessSet: hvx is not initialized");
+  return e->AddProcessSet(std::move(ranks));
+}
+
+uint64_t Handle::id() const { return state_ ? state_->id : 0; }
+
+const std::string& Handle::name() const {
+  static const std::string* empty = new std::string();
+  return state_ ? state_->name : *empty;
+}
+
+absl::Status Handle::status() const {
+  if (!state_) return absl::InvalidArgumentError("invalid hvx::Handle");
+  if (!state_->done()) return absl::UnavailableError("pending");
+  return state_->Wait();
+}
+
+const TensorRef& Handle::output() const { return state_->output; }
+const std::vector<int64_t>& Handle::received_splits() const { return state_->received_splits; }
+int Handle::last_joined_rank() const { return state_ ? state_->last_joined_rank : -1; }
+
+bool Poll(const Handle& handle) { return handle.valid() && handle.state()->done(); }
+
+absl::Status Wait(const Handle& handle) {
+  if (!handle.valid()) return absl::InvalidArgumentError("hvx::Wait: invalid handle");
+  return handle.state()->Wait();
+}
+
+absl::Status WaitAll(const std::vector<Handle>& handles) {
+  absl::Status first;
+  for (const Handle& h : handles) {
+    absl::Status s = Wait(h);
+    if (first.ok() && !s.ok()) first = s;
+  }
+  return first;
+}
+
+Handle Allreduce(std::string name, TensorRef input, TensorRef output, const AllreduceOptions& options) {
+  Engine* e = Live();
+  return e ? e->Allreduce(std::move(name), input, output, options) : NotInitialized(name);
+}
+
+Handle GroupedAllreduce(std::string name, std::vector<TensorRef> inputs, std::vector<TensorRef> outputs,
+                        const AllreduceOptions& options) {
+  Engine* e = Live();
+  return e ? e->GroupedAllreduce(std::move(name), std::move(inputs), std::move(outputs), options)
+           : NotInitialized(name);
+}
+
+Handle Allgather(std::string name, TensorRef input, const CollectiveOptions& options) {
+  Engine* e = Live();
+  return e ? e->Allgather(std::move(name), input, options) : NotInitialized(name);
+}
+
+Handle Broadcast(std::string name, TensorRef tensor, int root_rank, const CollectiveOptions& options) {
+  Engine* e = Live();
+  return e ? e->Broadcast(std::move(name), tensor, root_rank, options) : NotInitialized(name);
+}
+
+Handle Alltoall(std::string name, TensorRef input, std::vector<int64_t> splits, const CollectiveOptions& options) {
+  Engine* e = Live();
+  return e ? e->Alltoall(std::move(name), input, std::move(splits), options) : NotInitialized(name);
+}
+
+Handle ReduceScatter(std::string name, TensorRef input, const ReduceScatterOptions& options) {
+  Engine* e = Live();
+  return e ? e->ReduceScatter(std::move(name), input, options) : NotInitialized(name);
+}
+
+int64_t ReduceScatterRows(int64_t rows, int size, int rank) {
+  if (size <= 0) return 0;
+  return rows / size + (rank < rows % size ? 1 : 0);
+}
+
+Handle Barrier(const ProcessSet& process_set) {
+  Engine* e = Live();
+  return e ? e->Barrier(process_set) : NotInitialized("barrier");
+}
+
+Handle Join() {
+  Engine* e = Live();
+  return e ? e->Join() : NotInitialized("join");
+}
+
+}  // namespace hvx

@@ -1,0 +1,95 @@
+// The coordinator of one process set (its rank 0): collects every rank's requests, decides which
+// named tensors are ready, validates that all ranks agree, and plans the fused response list that
+// every rank then executes in the same order.
+//
+//   Coordinator coord(size, options);
+//   for (int r = 0; r < size; ++r) coord.Add(r, lists[r], now);
+//   ResponseList out = coord.Build(now);
+//
+// Disagreements become kError responses that name the tensor and the ranks involved, so every
+// rank's handle fails instead of hanging.
+#ifndef HVX_CORE_COORDINATOR_H_
+#define HVX_CORE_COORDINATOR_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "hvx/core/message.h"
+
+namespace hvx {
+
+// Observes negotiation for the timeline. Times are when the coordinator saw the event.
+class NegotiationObserver {
+ public:
+  virtual ~NegotiationObserver() = default;
+  virtual void NegotiationStart(const std::string& name, OpType type) = 0;
+  virtual void RankReady(const std::string& name, int rank) = 0;
+  virtual void NegotiationEnd(const std::string& name) = 0;
+};
+
+struct CoordinatorOptions {
+  int64_t fusion_threshold_bytes = int64_t{128} << 20;
+  double stall_check_time_s = 60;
+  double stall_shutdown_time_s = 0;
+  // Global rank of each set rank, for messages.
+  std::vector<int> global_ranks;
+  NegotiationObserver* observer = nullptr;
+};
+
+// Merges consecutive-compatible allreduce responses (same dtype, device, op, scales) up to
+// `threshold_bytes` each; keeps every other response in place. Deterministic, so every rank may
+// apply it to the same input and get the same plan. threshold 0 disables fusion.
+std::vector<Response> FuseResponses(std::vector<Response> responses, int64_t threshold_bytes);
+
+class Coordinator {
+ public:
+  Coordinator(int size, CoordinatorOptions options);
+  Coordinator(const Coordinator&) = delete;
+  Coordinator& operator=(const Coordinator&) = delete;
+
+  // One rank's request list of this cycle.
+  void Add(int rank, const RequestList& list, absl::Time now);
+
+  // The responses for every name that became ready (in the order names first arrived), error
+  // responses for disagreements and for stalls past the shutdown time, and a Join response when
+  // every rank has joined. shutdown is set when any rank asked for it.
+  ResponseList Build(absl::Time now);
+
+  // Report of names some ranks submitted more than `older_than` ago and others have not, or "" if
+  // none: "Missing ranks:\n  1: [grad.a, grad.b]\n".
+  std::string StallReport(absl::Time now, absl::Duration older_than) const;
+
+  // Number of names waiting for some rank.
+  size_t pending() const { return table_.size(); }
+
+ private:
+  struct Pending {
+    std::vector<std::optional<Request>> by_rank;
+    absl::Time first_seen;
+    int64_t arrival = 0;
+  };
+
+  bool IsReady(const Pending& p) const;
+  Response Validate(const std::string& name, const Pending& p) const;
+  Response ErrorResponse(const std::string& name, std::string message) const;
+  void MaybeWarnStall(absl::Time now, std::vector<Response>* errors);
+  std::string Who(int set_rank) const;
+
+  const int size_;
+  const CoordinatorOptions options_;
+  std::map<std::string, Pending> table_;
+  int64_t next_arrival_ = 0;
+  std::set<int> joined_;
+  int last_joined_ = -1;
+  bool shutdown_ = false;
+  absl::Time last_stall_warning_ = absl::InfinitePast();
+};
+
+}  // namespace hvx
+
+#endif  // HVX_CORE_COORDINATOR_H_

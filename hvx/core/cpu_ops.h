@@ -1,0 +1,30 @@
+// Element-wise arithmetic on host buffers of any DataType, shared by CPU data planes.
+//
+//   ReduceInto(DataType::kFloat16, ReduceOp::kSum, acc, incoming, n);  // acc[i] += incoming[i]
+//   ScaleInPlace(DataType::kInt32, acc, n, 0.5);                        // truncated toward zero
+//
+// float16/bfloat16 are widened to float32 for each operation and rounded back once. Integers are
+// scaled in float64 and truncated toward zero. bool: Sum and Max are OR, Min and Product are AND.
+#ifndef HVX_CORE_CPU_OPS_H_
+#define HVX_CORE_CPU_OPS_H_
+
+#include <cstdint>
+
+#include "hvx/common/types.h"
+#include "hvx/core/api.h"
+
+namespace hvx {
+
+// acc[i] = acc[i] (op) in[i] for i < count. op is kSum, kMin, kMax or kProduct.
+void ReduceInto(DataType dtype, ReduceOp op, void* acc, const void* in, int64_t count);
+
+// data[i] *= factor. No-op when factor == 1. bool data is left alone.
+void ScaleInPlace(DataType dtype, void* data, int64_t count, double factor);
+
+// Adasum of two vectors, written into a: a*(1 - a.b/(2|a|^2)) + b*(1 - a.b/(2|b|^2)), with a
+// coefficient of 1 where a norm is ~0. Symmetric in a and b. Floating-point dtypes only.
+void AdasumCombine(DataType dtype, void* a, const void* b, int64_t count);
+
+}  // namespace hvx
+
+#endif  // HVX_CORE_CPU_OPS_H_

@@ -1,0 +1,891 @@
+#include "hvx/core/engine.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "hvx/common/logging.h"
+#include "hvx/common/status.h"
+
+namespace hvx {
+namespace internal {
+
+void OpState::Complete(absl::Status s) {
+  absl::MutexLock lock(&mu);
+  if (status.ok() && !s.ok()) status = std::move(s);
+  if (--parts_left == 0) finished.store(true, std::memory_order_release);
+}
+
+bool OpState::done() const { return finished.load(std::memory_order_acquire); }
+
+absl::Status OpState::Wait() const {
+  absl::MutexLock lock(&mu);
+  mu.Await(absl::Condition(
+      +[](const std::atomic<bool>* f) { return f->load(std::memory_order_acquire); }, &finished));
+  return status;
+}
+
+}  // namespace internal
+
+namespace {
+
+constexpr uint64_t kFlagUncached = 1;
+constexpr uint64_t kFlagJoined = 2;
+constexpr uint64_t kFlagShutdown = 4;
+
+absl::Status ShutDownError() {
+  return absl::FailedPreconditionError(
+      "hvx has been shut down: this rank or another one called hvx::Shutdown (or failed), so collectives "
+      "can no longer run");
+}
+
+std::string ShapeJson(const TensorRef& t) {
+  return absl::StrCat("{\"dtype\":\"", DataTypeName(t.dtype()), "\",\"shape\":\"", t.shape().DebugString(), "\"}");
+}
+
+}  // namespace
+
+struct Engine::SetState {
+  int id = 0;
+  std::vector<int> global_ranks;
+  std::unique_ptr<Communicator> owned_comm;  // null for the world set and for non-members
+  Communicator* comm = nullptr;              // null when this rank is not a member
+  std::unique_ptr<ResponseCache> cache;
+  std::unique_ptr<Coordinator> coordinator;
+  std::map<DeviceType, std::unique_ptr<DataPlane>> device_planes;
+
+  // Guarded by Engine::mu_.
+  std::deque<Entry> incoming;
+  std::set<std::string> inflight;
+
+  // Background thread only.
+  std::map<std::string, Entry> pending;
+  std::vector<std::string> order;  // pending names by submission
+  bool eviction_warned = false;
+
+  int rank() const { return comm ? comm->rank() : -1; }
+  int size() const { return static_cast<int>(global_ranks.size()); }
+};
+
+// Marks activities of every tensor of one response in the timeline.
+class Engine::Recorder : public ActivityRecorder {
+ public:
+  Recorder(Timeline* timeline, const std::vector<std::string>* names) : timeline_(timeline), names_(names) {}
+  void Start(absl::string_view activity) override {
+    if (timeline_) {
+      for (const auto& n : *names_) timeline_->ActivityStart(n, activity);
+    }
+  }
+  void End() override {
+    if (timeline_) {
+      for (const auto& n : *names_) timeline_->ActivityEnd(n);
+    }
+  }
+
+ private:
+  Timeline* timeline_;
+  const std::vector<std::string>* names_;
+};
+
+Engine::Engine(const InitOptions& options, std::unique_ptr<Transport> transport, EngineOptions engine_options)
+    : options_(options), engine_options_(std::move(engine_options)), transport_(std::move(transport)) {}
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(const InitOptions& options,
+                                                      std::unique_ptr<Transport> transport,
+                                                      EngineOptions engine_options) {
+  if (transport == nullptr) return absl::InvalidArgumentError("Engine::Start: no transport");
+  std::unique_ptr<Engine> engine(new Engine(options, std::move(transport), std::move(engine_options)));
+  engine->thread_ = std::thread([e = engine.get()] { e->ThreadMain(); });
+  absl::Status status;
+  {
+    absl::MutexLock lock(&engine->mu_);
+    engine->mu_.Await(absl::Condition(&engine->setup_done_));
+    status = engine->setup_status_;
+  }
+  if (!status.ok()) {
+    engine->thread_.join();
+    return status;
+  }
+  return engine;
+}
+
+Engine::~Engine() {
+  Shutdown().IgnoreError();
+  if (thread_.joinable()) thread_.join();
+}
+
+absl::Status Engine::Setup() {
+  HVX_ASSIGN_OR_RETURN(world_, transport_->Start());
+  std::string host = engine_options_.hostname;
+  if (host.empty()) {
+    char buf[256] = {};
+    gethostname(buf, sizeof(buf) - 1);
+    host = buf;
+  }
+  std::vector<std::string> hosts;
+  HVX_RETURN_IF_ERROR(world_->Allgather(host, &hosts));
+  topology_ = ComputeTopology(world_->rank(), hosts);
+  SetLogRank(topology_.rank);
+
+  // Local checks, then agreement: if any rank fails, every rank fails with that rank's message.
+  const Environment& env = options_.environment ? *options_.environment : Environment::Process();
+  absl::Status local = CheckLauncherEnvironment(topology_, env);
+  const int gpus = CountVisibleGpus(env, options_.nvidia_gpus_dir);
+  if (local.ok() && topology_.size == 1) {
+    absl::Status single = CheckSingleton(env, gpus,
+                                         engine_options_.command_line.empty() ? CurrentCommandLine()
+                                                                              : engine_options_.command_line);
+    if (!single.ok() && options_.allow_singleton) {
+      HVX_LOG(WARNING) << single.message() << " (continuing: singleton allowed)";
+    } else {
+      local = single;
+    }
+  }
+  if (local.ok() && topology_.rank == 0 && !options_.timeline_path.empty()) {
+    auto t = Timeline::Open(options_.timeline_path);
+    if (t.ok()) {
+      timeline_ = std::move(*t);
+    } else {
+      local = t.status();
+    }
+  }
+  std::vector<std::string> verdicts;
+  HVX_RETURN_IF_ERROR(world_->Allgather(
+      local.ok() ? std::string() : absl::StrCat(static_cast<int>(local.code()), ":", local.message()), &verdicts));
+  for (int r = 0; r < static_cast<int>(verdicts.size()); ++r) {
+    if (verdicts[r].empty()) continue;
+    if (r == topology_.rank) return local;
+    return absl::FailedPreconditionError(
+        absl::StrCat("hvx::Init failed on rank ", r, ": ", verdicts[r].substr(verdicts[r].find(':') + 1)));
+  }
+
+  {
+    auto world = std::make_unique<SetState>();
+    world->id = 0;
+    for (int r = 0; r < topology_.size; ++r) world->global_ranks.push_back(r);
+    world->comm = world_.get();
+    world->cache = std::make_unique<ResponseCache>(options_.cache_capacity);
+    if (topology_.rank == 0) {
+      world->coordinator = std::make_unique<Coordinator>(
+          topology_.size, CoordinatorOptions{options_.fusion_threshold_bytes, options_.stall_check_time_s,
+                                             options_.stall_shutdown_time_s, world->global_ranks, timeline_.get()});
+    }
+    absl::MutexLock lock(&mu_);
+    sets_.push_back(std::move(world));
+  }
+  for (const auto& ranks : options_.process_sets) {
+    int id;
+    HVX_RETURN_IF_ERROR(AddSet(ranks, &id));
+  }
+  HVX_LOG(INFO) << "hvx initialized: rank " << topology_.rank << "/" << topology_.size << ", local rank "
+                << topology_.local_rank << "/" << topology_.local_size << ", cross rank " << topology_.cross_rank
+                << "/" << topology_.cross_size << ", host " << topology_.host << ", device "
+                << (gpus > 0 ? absl::StrCat("cpu + ", gpus, " visible GPU(s)") : std::string("cpu")) << ", "
+                << transport_->Describe();
+  return absl::OkStatus();
+}
+
+absl::Status Engine::AddSet(std::vector<int> ranks, int* id) {
+  std::sort(ranks.begin(), ranks.end());
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& s : sets_) {
+      if (s->global_ranks == ranks) {
+        *id = s->id;
+        return absl::OkStatus();
+      }
+    }
+  }
+  auto set = std::make_unique<SetState>();
+  set->global_ranks = ranks;
+  HVX_ASSIGN_OR_RETURN(set->owned_comm, world_->Subset(ranks));
+  set->comm = set->owned_comm.get();
+  set->cache = std::make_unique<ResponseCache>(options_.cache_capacity);
+  if (set->comm != nullptr && set->comm->rank() == 0) {
+    set->coordinator = std::make_unique<Coordinator>(
+        set->size(), CoordinatorOptions{options_.fusion_threshold_bytes, options_.stall_check_time_s,
+                                        options_.stall_shutdown_time_s, ranks, nullptr});
+  }
+  absl::MutexLock lock(&mu_);
+  set->id = static_cast<int>(sets_.size());
+  *id = set->id;
+  sets_.push_back(std::move(set));
+  return absl::OkStatus();
+}
+
+void Engine::ThreadMain() {
+  absl::Status status = Setup();
+  {
+    absl::MutexLock lock(&mu_);
+    setup_status_ = status;
+    setup_done_ = true;
+  }
+  if (status.ok()) {
+    absl::Time last_cycle = absl::Now();
+    bool running = true;
+    while (running) {
+      std::vector<SetState*> sets;
+      {
+        absl::MutexLock lock(&mu_);
+        auto has_work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          if (shutdown_requested_) return true;
+          for (const auto& s : sets_) {
+            if (!s->incoming.empty()) return true;
+          }
+          return false;
+        };
+        const absl::Time deadline = last_cycle + absl::Milliseconds(options_.cycle_time_ms);
+        if (!has_work()) mu_.AwaitWithDeadline(absl::Condition(&has_work), deadline);
+        for (const auto& s : sets_) {
+          if (s->comm != nullptr) sets.push_back(s.get());
+        }
+      }
+      last_cycle = absl::Now();
+      for (SetState* set : sets) {
+        if (!RunCycle(*set)) {
+          running = false;
+          break;
+        }
+      }
+    }
+    stopped_.store(true);
+    FailEverything(ShutDownError());
+    {
+      absl::MutexLock lock(&mu_);
+      for (auto& s : sets_) {
+        s->device_planes.clear();
+        s->owned_comm.reset();
+        s->comm = nullptr;
+      }
+    }
+    world_.reset();
+    timeline_.reset();
+  } else {
+    world_.reset();
+  }
+  stopped_.store(true);
+  absl::Status fin = transport_->Finalize();
+  if (!fin.ok()) HVX_LOG(WARNING) << "transport finalization: " << fin;
+  absl::MutexLock lock(&mu_);
+  finalized_ = true;
+}
+
+void Engine::FailEverything(absl::Status status) {
+  std::vector<std::shared_ptr<internal::OpState>> states;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& s : sets_) {
+      for (auto& e : s->incoming) states.push_back(e.state);
+      for (auto& [name, e] : s->pending) states.push_back(e.state);
+      s->incoming.clear();
+      s->pending.clear();
+      s->order.clear();
+      s->inflight.clear();
+    }
+  }
+  for (auto& st : states) st->Complete(status);
+}
+
+absl::Status Engine::Shutdown() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!setup_done_ || !setup_status_.ok()) return absl::OkStatus();
+    shutdown_requested_ = true;
+    const absl::Duration bound = absl::Seconds(options_.shutdown_timeout_s) + absl::Milliseconds(options_.cycle_time_ms);
+    if (!mu_.AwaitWithTimeout(absl::Condition(&finalized_), bound)) {
+      HVX_LOG(ERROR) << "hvx::Shutdown: the transport did not finish within " << options_.shutdown_timeout_s
+                     << " s (HVX_SHUTDOWN_TIMEOUT_S)";
+      if (engine_options_.exit_on_finalize_timeout) {
+        HVX_LOG(ERROR) << "exiting with status 0: this rank's work completed, only finalization hung";
+        std::fflush(nullptr);
+        _exit(0);
+      }
+      return absl::DeadlineExceededError("hvx::Shutdown: transport finalization timed out");
+    }
+  }
+  if (thread_.joinable()) thread_.join();
+  return absl::OkStatus();
+}
+
+std::shared_ptr<internal::OpState> Engine::NewState(const std::string& name, int parts) {
+  auto st = std::make_shared<internal::OpState>();
+  st->name = name;
+  {
+    absl::MutexLock lock(&st->mu);
+    st->parts_left = parts;
+  }
+  absl::MutexLock lock(&mu_);
+  st->id = next_id_++;
+  return st;
+}
+
+Handle Engine::Failed(const std::string& name, absl::Status status) {
+  auto st = NewState(name, 1);
+  st->Complete(std::move(status));
+  return Handle(st);
+}
+
+Request Engine::BaseRequest(OpType type, const std::string& name, const TensorRef& t) const {
+  Request r;
+  r.type = type;
+  r.name = name;
+  r.dtype = t.dtype();
+  r.shape = t.shape().dims();
+  r.device = t.device();
+  return r;
+}
+
+Handle Engine::Submit(int set_id, std::vector<Entry> entries, std::shared_ptr<internal::OpState> state) {
+  absl::Status error;
+  {
+    absl::MutexLock lock(&mu_);
+    if (shutdown_requested_ || stopped_.load()) {
+      error = ShutDownError();
+    } else if (set_id < 0 || set_id >= static_cast<int>(sets_.size())) {
+      error = absl::InvalidArgumentError(absl::StrCat("tensor '", state->name, "': unknown process set id ", set_id));
+    } else {
+      SetState& set = *sets_[set_id];
+      if (set.comm == nullptr) {
+        error = absl::InvalidArgumentError(absl::StrCat("tensor '", state->name, "': rank ", topology_.rank,
+                                                        " is not a member of process set ", set_id, " (ranks ",
+                                                        absl::StrJoin(set.global_ranks, ","), ")"));
+      }
+      for (const Entry& e : entries) {
+        if (!error.ok()) break;
+        if (set.inflight.count(e.request.name)) {
+          error = absl::InvalidArgumentError(absl::StrCat(
+              "tensor '", e.request.name,
+              "': another collective with this name is still in flight on this rank; names must be unique "
+              "among pending ops (wait for the first, or choose another name)"));
+        }
+        if (e.request.shape.size() > 0 || true) {
+          if (NumElements(e.request.shape) < 0) {
+            error = absl::InvalidArgumentError(absl::StrCat("tensor '", e.request.name, "': negative dimension in ",
+                                                            ShapeString(e.request.shape)));
+          }
+        }
+      }
+      if (error.ok()) {
+        const int my_rank = set.comm->rank();
+        for (Entry& e : entries) {
+          e.request.rank = my_rank;
+          e.state = state;
+          e.submitted = absl::Now();
+          set.inflight.insert(e.request.name);
+          set.incoming.push_back(std::move(e));
+        }
+      }
+    }
+  }
+  if (!error.ok()) {
+    absl::MutexLock lock(&state->mu);
+    state->status = error;
+    state->parts_left = 0;
+    state->finished.store(true, std::memory_order_release);
+  }
+  return Handle(state);
+}
+
+Handle Engine::Allreduce(std::string name, TensorRef input, TensorRef output, const AllreduceOptions& o) {
+  return GroupedAllreduce(std::move(name), {input}, {output}, o);
+}
+
+Handle Engine::GroupedAllreduce(std::string name, std::vector<TensorRef> inputs, std::vector<TensorRef> outputs,
+                                const AllreduceOptions& o) {
+  if (inputs.size() != outputs.size() || inputs.empty()) {
+    return Failed(name, absl::InvalidArgumentError(absl::StrCat("allreduce '", name, "': ", inputs.size(),
+                                                                " inputs but ", outputs.size(), " outputs")));
+  }
+  const bool grouped = inputs.size() > 1;
+  std::vector<Entry> entries;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const std::string n = grouped ? absl::StrCat(name, ".", i) : name;
+    if (inputs[i].num_elements() != outputs[i].num_elements() || inputs[i].dtype() != outputs[i].dtype()) {
+      return Failed(name, absl::InvalidArgumentError(absl::StrCat("allreduce '", n, "': output ",
+                                                                  outputs[i].DebugString(), " does not match input ",
+                                                                  inputs[i].DebugString())));
+    }
+    Entry e;
+    e.request = BaseRequest(OpType::kAllreduce, n, inputs[i]);
+    e.request.reduce_op = o.op;
+    e.request.prescale = o.prescale_factor;
+    e.request.postscale = o.postscale_factor;
+    e.input = inputs[i];
+    e.output = outputs[i];
+    entries.push_back(std::move(e));
+  }
+  return Submit(o.process_set.id(), std::move(entries), NewState(name, static_cast<int>(inputs.size())));
+}
+
+Handle Engine::Allgather(std::string name, TensorRef input, const CollectiveOptions& o) {
+  Entry e;
+  e.request = BaseRequest(OpType::kAllgather, name, input);
+  e.input = input;
+  e.allocator = o.allocator;
+  std::vector<Entry> v;
+  v.push_back(std::move(e));
+  return Submit(o.process_set.id(), std::move(v), NewState(name, 1));
+}
+
+Handle Engine::Broadcast(std::string name, TensorRef tensor, int root_rank, const CollectiveOptions& o) {
+  Entry e;
+  e.request = BaseRequest(OpType::kBroadcast, name, tensor);
+  e.request.root = root_rank;
+  e.input = tensor;
+  e.output = tensor;
+  std::vector<Entry> v;
+  v.push_back(std::move(e));
+  return Submit(o.process_set.id(), std::move(v), NewState(name, 1));
+}
+
+Handle Engine::Alltoall(std::string name, TensorRef input, std::vector<int64_t> splits, const CollectiveOptions& o) {
+  Entry e;
+  e.request = BaseRequest(OpType::kAlltoall, name, input);
+  e.request.splits = std::move(splits);
+  e.input = input;
+  e.allocator = o.allocator;
+  std::vector<Entry> v;
+  v.push_back(std::move(e));
+  return Submit(o.process_set.id(), std::move(v), NewState(name, 1));
+}
+
+Handle Engine::ReduceScatter(std::string name, TensorRef input, const ReduceScatterOptions& o) {
+  Entry e;
+  e.request = BaseRequest(OpType::kReduceScatter, name, input);
+  e.request.reduce_op = o.op;
+  e.request.prescale = o.prescale_factor;
+  e.request.postscale = o.postscale_factor;
+  e.input = input;
+  e.allocator = o.allocator;
+  std::vector<Entry> v;
+  v.push_back(std::move(e));
+  return Submit(o.process_set.id(), std::move(v), NewState(name, 1));
+}
+
+Handle Engine::Barrier(const ProcessSet& set) {
+  Entry e;
+  e.request.type = OpType::kBarrier;
+  e.request.name = "barrier";
+  std::vector<Entry> v;
+  v.push_back(std::move(e));
+  return Submit(set.id(), std::move(v), NewState("barrier", 1));
+}
+
+Handle Engine::Join() {
+  Entry e;
+  e.request.type = OpType::kJoin;
+  e.request.name = "join";
+  std::vector<Entry> v;
+  v.push_back(std::move(e));
+  return Submit(0, std::move(v), NewState("join", 1));
+}
+
+absl::StatusOr<ProcessSet> Engine::AddProcessSet(std::vector<int> ranks) {
+  if (ranks.empty()) return absl::InvalidArgumentError("AddProcessSet: empty rank list");
+  std::vector<int> sorted = ranks;
+  std::sort(sorted.begin(), sorted.end());
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    if (sorted[i] < 0 || sorted[i] >= topology_.size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("AddProcessSet: rank ", sorted[i], " is outside the job of size ", topology_.size));
+    }
+    if (i > 0 && sorted[i] == sorted[i - 1]) {
+      return absl::InvalidArgumentError(absl::StrCat("AddProcessSet: rank ", sorted[i], " is listed twice"));
+    }
+  }
+  Entry e;
+  e.request.type = OpType::kAddProcessSet;
+  e.request.name = absl::StrCat("process_set.add.", absl::StrJoin(sorted, ","));
+  e.request.splits.assign(sorted.begin(), sorted.end());
+  std::vector<Entry> v;
+  v.push_back(std::move(e));
+  auto state = NewState(v[0].request.name, 1);
+  Handle h = Submit(0, std::move(v), state);
+  HVX_RETURN_IF_ERROR(h.state()->Wait());
+  return ProcessSet(state->process_set_id);
+}
+
+std::vector<int> Engine::ProcessSetRanks(int id) const {
+  absl::MutexLock lock(&mu_);
+  if (id < 0 || id >= static_cast<int>(sets_.size())) return {};
+  return sets_[id]->global_ranks;
+}
+
+bool Engine::RunCycle(SetState& set) {
+  {
+    absl::MutexLock lock(&mu_);
+    while (!set.incoming.empty()) {
+      Entry e = std::move(set.incoming.front());
+      set.incoming.pop_front();
+      set.order.push_back(e.request.name);
+      std::string name = e.request.name;
+      set.pending.emplace(std::move(name), std::move(e));
+    }
+  }
+  bool shutdown_local;
+  {
+    absl::MutexLock lock(&mu_);
+    shutdown_local = shutdown_requested_;
+  }
+  const bool global = set.id == 0;
+  const bool joined_here = global && joined_;
+  const absl::Time now = absl::Now();
+  std::vector<Response> cached;
+  std::vector<std::string> to_send;
+  bool slow = true;
+  bool any_joined = joined_here;
+
+  ResponseCache& cache = *set.cache;
+  if (cache.capacity() > 0) {
+    const size_t words = static_cast<size_t>(cache.capacity() + 63) / 64;
+    std::vector<uint64_t> bits(2 * words + 1, 0);
+    std::fill(bits.begin() + words, bits.end(), ~uint64_t{0});
+    uint64_t flags = 0;
+    for (const std::string& name : set.order) {
+      Entry& e = set.pending.at(name);
+      if (e.sent) continue;
+      int bit = -1;
+      const auto lookup = cache.Find(e.request, &bit);
+      if (lookup == ResponseCache::Lookup::kHit) {
+        const bool stalled =
+            options_.stall_check_time_s > 0 && now - e.submitted > absl::Seconds(options_.stall_check_time_s);
+        if (stalled) {
+          bits[words + bit / 64] &= ~(uint64_t{1} << (bit % 64));
+        } else {
+          bits[bit / 64] |= uint64_t{1} << (bit % 64);
+        }
+      } else if (lookup == ResponseCache::Lookup::kInvalid) {
+        bits[words + bit / 64] &= ~(uint64_t{1} << (bit % 64));
+      } else {
+        flags |= kFlagUncached;
+      }
+    }
+    if (joined_here) flags |= kFlagJoined;
+    if (shutdown_local && global) flags |= kFlagShutdown;
+    bits[2 * words] = ~flags;
+    absl::Status s = set.comm->BitwiseAnd(&bits);
+    if (!s.ok()) {
+      HVX_LOG(ERROR) << "negotiation failed on process set " << set.id << ": " << s;
+      return false;
+    }
+    const uint64_t all_flags = ~bits[2 * words];
+    any_joined = (all_flags & kFlagJoined) != 0;
+    bool any_invalid = false;
+    for (size_t w = 0; w < words; ++w) {
+      uint64_t invalid = ~bits[words + w];
+      while (invalid) {
+        const int b = __builtin_ctzll(invalid);
+        invalid &= invalid - 1;
+        any_invalid = true;
+        cache.Erase(static_cast<int>(w * 64 + b));
+      }
+    }
+    if (!any_joined) {
+      for (size_t w = 0; w < words; ++w) {
+        uint64_t common = bits[w] & bits[words + w];
+        while (common) {
+          const int b = __builtin_ctzll(common);
+          common &= common - 1;
+          const int bit = static_cast<int>(w * 64 + b);
+          if (!cache.InUse(bit)) continue;
+          cached.push_back(cache.Get(bit));
+          set.pending.at(cached.back().names[0]).sent = true;
+        }
+      }
+    }
+    slow = any_invalid || (all_flags & (kFlagUncached | kFlagJoined | kFlagShutdown)) != 0;
+  }
+
+  ResponseList slow_list;
+  if (slow) {
+    for (const std::string& name : set.order) {
+      Entry& e = set.pending.at(name);
+      if (e.sent) continue;
+      int bit;
+      if (!any_joined && cache.capacity() > 0 && cache.Find(e.request, &bit) == ResponseCache::Lookup::kHit) {
+        continue;  // agreed through the bit vector once every rank has it
+      }
+      e.sent = true;
+      to_send.push_back(name);
+    }
+    auto list = SlowPath(set, to_send, joined_here);
+    if (!list.ok()) {
+      HVX_LOG(ERROR) << "negotiation failed on process set " << set.id << ": " << list.status();
+      return false;
+    }
+    slow_list = std::move(*list);
+  }
+
+  for (const Response& r : FuseResponses(std::move(cached), options_.fusion_threshold_bytes)) Execute(set, r);
+  for (const Response& r : slow_list.responses) Execute(set, r);
+  if (slow_list.shutdown) return false;
+  return true;
+}
+
+absl::StatusOr<ResponseList> Engine::SlowPath(SetState& set, const std::vector<std::string>& to_send, bool joined) {
+  RequestList mine;
+  {
+    absl::MutexLock lock(&mu_);
+    mine.shutdown = shutdown_requested_ && set.id == 0;
+  }
+  for (const std::string& name : to_send) {
+    const Request& r = set.pending.at(name).request;
+    if (r.type == OpType::kJoin) joined_ = true;
+    mine.requests.push_back(r);
+  }
+  mine.joined = joined || joined_;
+  std::vector<std::string> all;
+  HVX_RETURN_IF_ERROR(set.comm->Gather(EncodeRequestList(mine), &all));
+  std::string out;
+  if (set.comm->rank() == 0) {
+    const absl::Time now = absl::Now();
+    for (int r = 0; r < static_cast<int>(all.size()); ++r) {
+      HVX_ASSIGN_OR_RETURN(RequestList list, DecodeRequestList(all[r]));
+      set.coordinator->Add(r, list, now);
+    }
+    out = EncodeResponseList(set.coordinator->Build(now));
+  }
+  HVX_RETURN_IF_ERROR(set.comm->Broadcast(&out));
+  return DecodeResponseList(out);
+}
+
+absl::StatusOr<DataPlane*> Engine::PlaneFor(SetState& set, const Device& device) {
+  if (device.is_cpu()) return &set.comm->cpu();
+  auto it = set.device_planes.find(device.type);
+  if (it != set.device_planes.end()) return it->second.get();
+  DataPlaneFactory factory = FindDataPlane(device.type);
+  if (!factory) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "no data plane is linked for ", device.ToString(),
+        " tensors; link the GPU backend (//hvx/nccl, built with --config=cuda) or use CPU tensors"));
+  }
+  DataPlaneContext ctx;
+  ctx.comm = set.comm;
+  ctx.global_ranks = set.global_ranks;
+  ctx.global_rank = topology_.rank;
+  ctx.local_rank = topology_.local_rank;
+  ctx.local_size = topology_.local_size;
+  ctx.cross_rank = topology_.cross_rank;
+  ctx.cross_size = topology_.cross_size;
+  ctx.device = device;
+  HVX_ASSIGN_OR_RETURN(std::unique_ptr<DataPlane> plane, factory(ctx));
+  DataPlane* raw = plane.get();
+  set.device_planes[device.type] = std::move(plane);
+  return raw;
+}
+
+absl::StatusOr<TensorRef> Engine::AllocateOutput(Entry& entry, const std::vector<int64_t>& shape) {
+  TensorShape s{std::vector<int64_t>(shape)};
+  if (entry.allocator) {
+    HVX_ASSIGN_OR_RETURN(TensorRef t, entry.allocator(entry.request.dtype, s, entry.request.device));
+    if (t.num_elements() != s.num_elements() || t.dtype() != entry.request.dtype) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", entry.request.name, "': the output allocator returned ",
+                                                     t.DebugString(), " for ", DataTypeName(entry.request.dtype),
+                                                     s.DebugString()));
+    }
+    entry.state->output = t;
+    return t;
+  }
+  if (!entry.request.device.is_cpu()) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", entry.request.name, "' is on ",
+                                                   entry.request.device.ToString(),
+                                                   ": pass an OutputAllocator for non-CPU outputs"));
+  }
+  auto& buf = entry.state->owned_output;
+  buf.assign(std::max<size_t>(1, static_cast<size_t>(s.num_elements()) * DataTypeSize(entry.request.dtype)), 0);
+  entry.state->output = TensorRef(entry.request.dtype, s, buf.data());
+  return entry.state->output;
+}
+
+void Engine::CompleteEntry(SetState& set, const std::string& name, absl::Status status) {
+  auto it = set.pending.find(name);
+  if (it == set.pending.end()) return;
+  std::shared_ptr<internal::OpState> state = it->second.state;
+  set.pending.erase(it);
+  set.order.erase(std::find(set.order.begin(), set.order.end(), name));
+  {
+    absl::MutexLock lock(&mu_);
+    set.inflight.erase(name);
+  }
+  state->Complete(std::move(status));
+}
+
+absl::Status Engine::ExecuteAllreduce(SetState& set, const Response& r, std::vector<Entry*>& entries,
+                                      std::vector<std::vector<uint8_t>>& zeros) {
+  AllreduceWork work;
+  work.names = r.names;
+  work.dtype = r.dtype;
+  work.device = r.device;
+  work.op = r.reduce_op == ReduceOp::kAverage ? ReduceOp::kSum : r.reduce_op;
+  work.prescale_factor = r.prescale;
+  work.postscale_factor = r.postscale / (r.reduce_op == ReduceOp::kAverage ? set.size() : 1);
+  work.fusion_buffer_bytes = std::max(options_.fusion_threshold_bytes, r.TotalBytes());
+  for (size_t i = 0; i < r.names.size(); ++i) {
+    Entry* e = entries[i];
+    if (e != nullptr) {
+      work.inputs.push_back(e->input);
+      work.outputs.push_back(e->output);
+    } else {
+      work.inputs.push_back(TensorRef(r.dtype, TensorShape(std::vector<int64_t>(r.shapes[i])), nullptr, r.device));
+      work.outputs.push_back(work.inputs.back());
+    }
+  }
+  (void)zeros;
+  Recorder recorder(set.id == 0 ? timeline_.get() : nullptr, &work.names);
+  work.activity = &recorder;
+  HVX_ASSIGN_OR_RETURN(DataPlane * plane, PlaneFor(set, r.device));
+  return plane->Allreduce(work);
+}
+
+void Engine::Execute(SetState& set, const Response& r) {
+  Timeline* timeline = set.id == 0 ? timeline_.get() : nullptr;
+  std::vector<Entry*> entries;
+  for (const std::string& n : r.names) {
+    auto it = set.pending.find(n);
+    entries.push_back(it == set.pending.end() ? nullptr : &it->second);
+  }
+  if (timeline && r.type != OpType::kError) {
+    for (const std::string& n : r.names) timeline->OpStart(n, r.type);
+  }
+  absl::Status status;
+  Entry* e = entries.empty() ? nullptr : entries[0];
+  const int me = set.rank();
+  switch (r.type) {
+    case OpType::kError:
+      status = absl::FailedPreconditionError(r.error);
+      break;
+    case OpType::kAllreduce: {
+      std::vector<std::vector<uint8_t>> zeros;
+      status = ExecuteAllreduce(set, r, entries, zeros);
+      if (set.cache->capacity() > 0) {
+        for (size_t i = 0; i < r.names.size(); ++i) {
+          Response single = r;
+          single.names = {r.names[i]};
+          single.shapes = {r.shapes[i]};
+          if (set.cache->Put(single) && !set.eviction_warned) {
+            set.eviction_warned = true;
+            HVX_LOG_RANK0(WARNING) << "the response cache (HVX_CACHE_CAPACITY=" << set.cache->capacity()
+                                   << ") is full and evicts entries, which slows negotiation; raise it above the "
+                                      "number of distinct tensor names per step";
+          }
+        }
+      }
+      break;
+    }
+    case OpType::kAllgather: {
+      if (e == nullptr) break;
+      std::vector<int64_t> shape = r.shapes[0];
+      int64_t total = 0;
+      for (int64_t rows : r.rows) total += rows;
+      shape[0] = total;
+      auto out = AllocateOutput(*e, shape);
+      if (!out.ok()) {
+        status = out.status();
+        break;
+      }
+      AllgatherWork w;
+      w.name = r.names[0];
+      w.input = e->input;
+      w.output = *out;
+      w.rows = r.rows;
+      w.row_elements = e->input.shape().row_elements();
+      Recorder rec(timeline, &r.names);
+      w.activity = &rec;
+      auto plane = PlaneFor(set, r.device);
+      status = plane.ok() ? (*plane)->Allgather(w) : plane.status();
+      break;
+    }
+    case OpType::kBroadcast: {
+      if (e == nullptr) break;
+      BroadcastWork w;
+      w.name = r.names[0];
+      w.tensor = e->input;
+      w.root = r.root;
+      Recorder rec(timeline, &r.names);
+      w.activity = &rec;
+      auto plane = PlaneFor(set, r.device);
+      status = plane.ok() ? (*plane)->Broadcast(w) : plane.status();
+      break;
+    }
+    case OpType::kAlltoall: {
+      if (e == nullptr) break;
+      const int n = set.size();
+      AlltoallWork w;
+      w.name = r.names[0];
+      w.input = e->input;
+      w.row_elements = e->input.shape().row_elements();
+      int64_t total = 0;
+      for (int j = 0; j < n; ++j) {
+        w.send_rows.push_back(r.rows[me * n + j]);
+        w.recv_rows.push_back(r.rows[j * n + me]);
+        total += w.recv_rows.back();
+      }
+      std::vector<int64_t> shape = e->request.shape;
+      shape[0] = total;
+      auto out = AllocateOutput(*e, shape);
+      if (!out.ok()) {
+        status = out.status();
+        break;
+      }
+      w.output = *out;
+      e->state->received_splits = w.recv_rows;
+      Recorder rec(timeline, &r.names);
+      w.activity = &rec;
+      auto plane = PlaneFor(set, r.device);
+      status = plane.ok() ? (*plane)->Alltoall(w) : plane.status();
+      break;
+    }
+    case OpType::kReduceScatter: {
+      if (e == nullptr) break;
+      const int n = set.size();
+      ReduceScatterWork w;
+      w.name = r.names[0];
+      w.input = e->input;
+      w.row_elements = e->input.shape().row_elements();
+      for (int j = 0; j < n; ++j) w.recv_rows.push_back(ReduceScatterRows(r.shapes[0][0], n, j));
+      w.prescale_factor = r.prescale;
+      w.postscale_factor = r.postscale / (r.reduce_op == ReduceOp::kAverage ? n : 1);
+      std::vector<int64_t> shape = r.shapes[0];
+      shape[0] = w.recv_rows[me];
+      auto out = AllocateOutput(*e, shape);
+      if (!out.ok()) {
+        status = out.status();
+        break;
+      }
+      w.output = *out;
+      Recorder rec(timeline, &r.names);
+      w.activity = &rec;
+      auto plane = PlaneFor(set, r.device);
+      status = plane.ok() ? (*plane)->ReduceScatter(w) : plane.status();
+      break;
+    }
+    case OpType::kBarrier:
+      break;
+    case OpType::kJoin:
+      joined_ = false;
+      if (e != nullptr) e->state->last_joined_rank = r.last_joined_rank;
+      break;
+    case OpType::kAddProcessSet: {
+      int id = -1;
+      status = AddSet(std::vector<int>(r.rows.begin(), r.rows.end()), &id);
+      if (e != nullptr) e->state->process_set_id = id;
+      break;
+    }
+  }
+  if (timeline && r.type != OpType::kError) {
+    for (size_t i = 0; i < r.names.size(); ++i) {
+      timeline->OpEnd(r.names[i], entries[i] ? ShapeJson(entries[i]->input) : "");
+    }
+  }
+  if (!status.ok() && r.type != OpType::kError) {
+    HVX_LOG(DEBUG) << OpTypeName(r.type) << " failed: " << status;
+  }
+  for (const std::string& n : r.names) CompleteEntry(set, n, status);
+}
+
+}  // namespace hvx

@@ -1,0 +1,166 @@
+// The process-wide collective engine behind api.h: submission queues, the background thread that
+// negotiates and executes, and the per-process-set state. api.cc owns one Engine; tests may run
+// several in one process, each over its own in-process transport.
+//
+//   HVX_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Start(options, std::move(transport)));
+//   Handle h = engine->Allreduce("x", in, out, {});
+//
+// Threading: Submit-side methods and topology getters may be called from any thread. Everything
+// touching the transport runs on the background thread; see transport.h.
+#ifndef HVX_CORE_ENGINE_H_
+#define HVX_CORE_ENGINE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "hvx/core/api.h"
+#include "hvx/core/coordinator.h"
+#include "hvx/core/message.h"
+#include "hvx/core/response_cache.h"
+#include "hvx/core/timeline.h"
+#include "hvx/core/topology.h"
+#include "hvx/core/transport.h"
+
+namespace hvx {
+namespace internal {
+
+// The shared state behind a Handle.
+struct OpState {
+  uint64_t id = 0;
+  std::string name;
+
+  // Completes one part (grouped ops have several); the first error wins. Thread-safe.
+  void Complete(absl::Status status);
+  bool done() const;
+  absl::Status Wait() const;
+
+  mutable absl::Mutex mu;
+  int parts_left ABSL_GUARDED_BY(mu) = 1;
+  absl::Status status ABSL_GUARDED_BY(mu);
+  std::atomic<bool> finished{false};
+
+  // Results, written by the background thread before completion, read-only afterwards.
+  TensorRef output;
+  std::vector<uint8_t> owned_output;
+  std::vector<int64_t> received_splits;
+  int last_joined_rank = -1;
+  int process_set_id = -1;
+};
+
+}  // namespace internal
+
+// Engine-only settings beyond InitOptions.
+struct EngineOptions {
+  // Host name for topology; empty = gethostname(). Lets in-process tests simulate several hosts.
+  std::string hostname;
+  // Command line shown in the singleton error; empty = /proc/self/cmdline.
+  std::string command_line;
+  // Exit the process when the transport's finalization overruns shutdown_timeout_s (true in
+  // production; tests of several in-process engines turn it off).
+  bool exit_on_finalize_timeout = true;
+};
+
+class Engine {
+ public:
+  // Starts the background thread, the transport and topology discovery; returns once all ranks
+  // agreed that Init succeeded (or with the first rank's error).
+  static absl::StatusOr<std::unique_ptr<Engine>> Start(const InitOptions& options,
+                                                       std::unique_ptr<Transport> transport,
+                                                       EngineOptions engine_options = {});
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  absl::Status Shutdown();
+  bool running() const { return !stopped_.load(); }
+
+  const Topology& topology() const { return topology_; }
+  const InitOptions& options() const { return options_; }
+
+  Handle Allreduce(std::string name, TensorRef input, TensorRef output, const AllreduceOptions& options);
+  Handle GroupedAllreduce(std::string name, std::vector<TensorRef> inputs, std::vector<TensorRef> outputs,
+                          const AllreduceOptions& options);
+  Handle Allgather(std::string name, TensorRef input, const CollectiveOptions& options);
+  Handle Broadcast(std::string name, TensorRef tensor, int root_rank, const CollectiveOptions& options);
+  Handle Alltoall(std::string name, TensorRef input, std::vector<int64_t> splits, const CollectiveOptions& options);
+  Handle ReduceScatter(std::string name, TensorRef input, const ReduceScatterOptions& options);
+  Handle Barrier(const ProcessSet& set);
+  Handle Join();
+  absl::StatusOr<ProcessSet> AddProcessSet(std::vector<int> ranks);
+
+  // Members of set `id` (global ranks), empty if unknown.
+  std::vector<int> ProcessSetRanks(int id) const;
+
+  static ProcessSet MakeProcessSet(int id) { return ProcessSet(id); }
+
+ private:
+  struct Entry {
+    Request request;
+    TensorRef input;
+    TensorRef output;
+    OutputAllocator allocator;
+    std::shared_ptr<internal::OpState> state;
+    absl::Time submitted;
+    bool sent = false;
+  };
+  struct SetState;
+  class Recorder;
+
+  Engine(const InitOptions& options, std::unique_ptr<Transport> transport, EngineOptions engine_options);
+
+  Handle Submit(int set_id, std::vector<Entry> entries, std::shared_ptr<internal::OpState> state);
+  std::shared_ptr<internal::OpState> NewState(const std::string& name, int parts);
+  Handle Failed(const std::string& name, absl::Status status);
+  Request BaseRequest(OpType type, const std::string& name, const TensorRef& t) const;
+
+  void ThreadMain();
+  absl::Status Setup();
+  absl::Status AddSet(std::vector<int> ranks, int* id);
+  // One negotiation+execution cycle of one set. Returns false when the job shuts down.
+  bool RunCycle(SetState& set);
+  absl::StatusOr<ResponseList> SlowPath(SetState& set, const std::vector<std::string>& to_send, bool joined);
+  void Execute(SetState& set, const Response& response);
+  absl::Status ExecuteAllreduce(SetState& set, const Response& response, std::vector<Entry*>& entries,
+                                std::vector<std::vector<uint8_t>>& zeros);
+  absl::StatusOr<DataPlane*> PlaneFor(SetState& set, const Device& device);
+  absl::StatusOr<TensorRef> AllocateOutput(Entry& entry, const std::vector<int64_t>& shape);
+  void CompleteEntry(SetState& set, const std::string& name, absl::Status status);
+  void FailEverything(absl::Status status);
+
+  const InitOptions options_;
+  const EngineOptions engine_options_;
+  std::unique_ptr<Transport> transport_;
+  Topology topology_;
+  std::unique_ptr<Timeline> timeline_;
+
+  mutable absl::Mutex mu_;
+  absl::CondVar wake_;
+  std::vector<std::unique_ptr<SetState>> sets_ ABSL_GUARDED_BY(mu_);
+  bool shutdown_requested_ ABSL_GUARDED_BY(mu_) = false;
+  bool setup_done_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status setup_status_ ABSL_GUARDED_BY(mu_);
+  bool finalized_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  std::atomic<bool> stopped_{false};
+
+  // Background thread only.
+  std::unique_ptr<Communicator> world_;
+  bool joined_ = false;
+  std::thread thread_;
+};
+
+}  // namespace hvx
+
+#endif  // HVX_CORE_ENGINE_H_

@@ -1,0 +1,86 @@
+// An in-process transport for engine tests: N "ranks" are N engines in one process, each on its
+// own background thread, exchanging bytes through shared memory with a generation barrier.
+//
+//   auto hub = std::make_shared<FakeHub>(2);
+//   auto t0 = std::make_unique<FakeTransport>(hub, 0);   // give t0 to rank 0's Engine, and so on
+//
+// Every collective is built on one primitive, Exchange (everyone's bytes to everyone), so the data
+// plane's arithmetic is core's cpu_ops: a test over this transport checks the engine's planning,
+// validation and scaling, not a network.
+#ifndef HVX_CORE_FAKE_TRANSPORT_H_
+#define HVX_CORE_FAKE_TRANSPORT_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "hvx/core/transport.h"
+
+namespace hvx {
+
+class FakeHub {
+ public:
+  explicit FakeHub(int size) : size_(size), slots_(size) {}
+  int size() const { return size_; }
+
+  // Blocks until every rank of the hub has called; returns all contributions by rank.
+  std::shared_ptr<const std::vector<std::string>> Exchange(int rank, std::string mine);
+
+  // The hub of a subset; the same object for every member calling with the same sequence number.
+  std::shared_ptr<FakeHub> Child(int64_t sequence, int size);
+
+ private:
+  const int size_;
+  absl::Mutex mu_;
+  std::vector<std::string> slots_ ABSL_GUARDED_BY(mu_);
+  int arrived_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  std::shared_ptr<const std::vector<std::string>> result_ ABSL_GUARDED_BY(mu_);
+  std::map<int64_t, std::shared_ptr<FakeHub>> children_ ABSL_GUARDED_BY(mu_);
+};
+
+class FakeCommunicator : public Communicator, private DataPlane {
+ public:
+  FakeCommunicator(std::shared_ptr<FakeHub> hub, int rank) : hub_(std::move(hub)), rank_(rank) {}
+
+  int rank() const override { return rank_; }
+  int size() const override { return hub_->size(); }
+  absl::Status Gather(const std::string& mine, std::vector<std::string>* all) override;
+  absl::Status Broadcast(std::string* message) override;
+  absl::Status Allgather(const std::string& mine, std::vector<std::string>* all) override;
+  absl::Status BitwiseAnd(std::vector<uint64_t>* bits) override;
+  absl::Status Barrier() override;
+  DataPlane& cpu() override { return *this; }
+  absl::StatusOr<std::unique_ptr<Communicator>> Subset(const std::vector<int>& ranks) override;
+
+ private:
+  absl::Status Allreduce(const AllreduceWork& work) override;
+  absl::Status Allgather(const AllgatherWork& work) override;
+  absl::Status Broadcast(const BroadcastWork& work) override;
+  absl::Status Alltoall(const AlltoallWork& work) override;
+  absl::Status ReduceScatter(const ReduceScatterWork& work) override;
+
+  std::shared_ptr<FakeHub> hub_;
+  const int rank_;
+  int64_t subsets_ = 0;
+};
+
+class FakeTransport : public Transport {
+ public:
+  FakeTransport(std::shared_ptr<FakeHub> hub, int rank) : hub_(std::move(hub)), rank_(rank) {}
+  absl::StatusOr<std::unique_ptr<Communicator>> Start() override {
+    return std::unique_ptr<Communicator>(new FakeCommunicator(hub_, rank_));
+  }
+  absl::Status Finalize() override { return absl::OkStatus(); }
+  std::string Describe() const override { return "fake (in-process)"; }
+
+ private:
+  std::shared_ptr<FakeHub> hub_;
+  const int rank_;
+};
+
+}  // namespace hvx
+
+#endif  // HVX_CORE_FAKE_TRANSPORT_H_

@@ -1,0 +1,94 @@
+// Negotiation messages between ranks and the coordinator, and their byte encoding.
+//
+//   std::string bytes = EncodeRequestList(list);
+//   HVX_ASSIGN_OR_RETURN(RequestList back, DecodeRequestList(bytes));
+//
+// The encoding is private to one job (every rank runs the same binary): little-endian fixed-width
+// integers, length-prefixed strings and vectors, no versioning.
+#ifndef HVX_CORE_MESSAGE_H_
+#define HVX_CORE_MESSAGE_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "hvx/common/types.h"
+#include "hvx/core/api.h"
+
+namespace hvx {
+
+enum class OpType : uint8_t {
+  kAllreduce = 0,
+  kAllgather,
+  kBroadcast,
+  kAlltoall,
+  kReduceScatter,
+  kBarrier,
+  kJoin,
+  kAddProcessSet,
+  kError,  // responses only
+};
+// "ALLREDUCE", "ALLGATHER", ... as shown in errors and the timeline.
+absl::string_view OpTypeName(OpType type);
+
+// One rank's submission of one named tensor.
+struct Request {
+  int32_t rank = 0;  // in the process set
+  OpType type = OpType::kAllreduce;
+  std::string name;
+  DataType dtype = DataType::kFloat32;
+  std::vector<int64_t> shape;
+  Device device;
+  int32_t root = 0;
+  ReduceOp reduce_op = ReduceOp::kSum;
+  double prescale = 1.0;
+  double postscale = 1.0;
+  // Alltoall: rows sent to each rank (empty = equal split). AddProcessSet: the global ranks.
+  std::vector<int64_t> splits;
+};
+
+struct RequestList {
+  std::vector<Request> requests;
+  bool shutdown = false;
+  bool joined = false;
+};
+
+// What every rank executes, identical on all ranks.
+struct Response {
+  OpType type = OpType::kAllreduce;
+  std::vector<std::string> names;
+  std::string error;  // kError
+  DataType dtype = DataType::kFloat32;
+  Device device;
+  ReduceOp reduce_op = ReduceOp::kSum;
+  double prescale = 1.0;
+  double postscale = 1.0;
+  int32_t root = 0;
+  // Per name: the agreed shape (allreduce: what joined ranks contribute zeros for).
+  std::vector<std::vector<int64_t>> shapes;
+  // Allgather: first dimension of each rank. Alltoall: size x size row counts, [sender][receiver].
+  // AddProcessSet: the global ranks.
+  std::vector<int64_t> rows;
+  int32_t last_joined_rank = -1;
+
+  int64_t TotalBytes() const;
+};
+
+struct ResponseList {
+  std::vector<Response> responses;
+  bool shutdown = false;
+};
+
+std::string EncodeRequestList(const RequestList& list);
+absl::StatusOr<RequestList> DecodeRequestList(absl::string_view bytes);
+std::string EncodeResponseList(const ResponseList& list);
+absl::StatusOr<ResponseList> DecodeResponseList(absl::string_view bytes);
+
+int64_t NumElements(const std::vector<int64_t>& shape);
+std::string ShapeString(const std::vector<int64_t>& shape);
+
+}  // namespace hvx
+
+#endif  // HVX_CORE_MESSAGE_H_

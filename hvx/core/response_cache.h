@@ -1,0 +1,66 @@
+// The response cache: single-tensor allreduce responses that already went through negotiation,
+// each on a fixed bit, so later steps agree on them with one bit-vector AND across ranks.
+//
+//   ResponseCache cache(1024);
+//   int bit;
+//   if (cache.Find(request, &bit) == ResponseCache::Lookup::kHit) { ...set bit in the vector... }
+//
+// Every rank holds an identical cache: entries are added, touched and evicted only while executing
+// the (identical) response lists, in the same order. Bits are assigned lowest-free-first.
+#ifndef HVX_CORE_RESPONSE_CACHE_H_
+#define HVX_CORE_RESPONSE_CACHE_H_
+
+#include <cstdint>
+#include <list>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "hvx/core/message.h"
+
+namespace hvx {
+
+class ResponseCache {
+ public:
+  enum class Lookup { kMiss, kHit, kInvalid };
+
+  explicit ResponseCache(int64_t capacity);
+  ResponseCache(const ResponseCache&) = delete;
+  ResponseCache& operator=(const ResponseCache&) = delete;
+
+  int64_t capacity() const { return capacity_; }
+  size_t size() const { return by_name_.size(); }
+
+  // kHit when `request` names a cached allreduce with the same dtype, shape, device, op and
+  // scales (*bit is then its bit); kInvalid when the name is cached with other parameters (*bit
+  // is the stale entry's bit); kMiss otherwise.
+  Lookup Find(const Request& request, int* bit) const;
+
+  // Records an executed single-tensor allreduce response (or marks it most recently used if it is
+  // already there with the same parameters). Evicts the least recently used entry when full.
+  // Returns true when an entry had to be evicted.
+  bool Put(const Response& response);
+
+  // The response on `bit`; the bit must be in use.
+  const Response& Get(int bit) const;
+  bool InUse(int bit) const;
+  void Erase(int bit);
+
+ private:
+  struct Entry {
+    Response response;
+    std::list<int>::iterator lru;
+  };
+  int64_t capacity_;
+  std::vector<Entry> entries_;  // by bit
+  std::vector<bool> used_;
+  std::unordered_map<std::string, int> by_name_;
+  std::list<int> lru_;  // front = most recent
+};
+
+// Whether a request is exactly what a cached response describes.
+bool RequestMatchesResponse(const Request& request, const Response& response);
+
+}  // namespace hvx
+
+#endif  // HVX_CORE_RESPONSE_CACHE_H_
