@@ -1,0 +1,170 @@
+#include "hvx/launch/cluster_env.h"
+
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <fstream>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace hvx {
+namespace launch {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+FileReader Files(std::map<std::string, std::string> files) {
+  return [files](const std::string& path) -> absl::StatusOr<std::string> {
+    auto it = files.find(path);
+    if (it == files.end()) return absl::NotFoundError(path);
+    return it->second;
+  };
+}
+
+TEST(LauncherDetectionTest, EachLauncherIsNamed) {
+  const std::vector<std::pair<MapEnvironment, std::string>> cases = {
+      {{{"HVX_RANK", "0"}}, "hvxrun (HVX_RANK=0)"},
+      {{{"PMI_RANK", "1"}, {"PMI_SIZE", "4"}}, "PMI_RANK=1"},
+      {{{"PMI_FD", "5"}}, "PMI_FD=5"},
+      {{{"OMPI_COMM_WORLD_RANK", "2"}}, "Open MPI"},
+      {{{"SLURM_PROCID", "0"}, {"SLURM_STEP_ID", "0"}}, "SLURM task"},
+      {{{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "0"}}, "torchrun"},
+      {{{"HOROVOD_RANK", "1"}}, "horovodrun"},
+  };
+  for (const auto& [env, want] : cases) {
+    std::optional<std::string> got = DetectEnclosingLauncher(env);
+    ASSERT_TRUE(got.has_value()) << want;
+    EXPECT_THAT(*got, HasSubstr(want));
+    EXPECT_TRUE(IsUnderLauncher(env));
+  }
+}
+
+TEST(LauncherDetectionTest, BatchShellAndPlainHostAreNotLaunchers) {
+  // A SLURM batch script's shell has SLURM_PROCID but no step: hvxrun may launch from there.
+  MapEnvironment batch{{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"}, {"SLURM_JOB_ID", "7"}};
+  EXPECT_FALSE(IsUnderLauncher(batch));
+  EXPECT_FALSE(IsUnderLauncher(MapEnvironment{{"RANK", "0"}}));
+  EXPECT_FALSE(IsUnderLauncher(MapEnvironment{}));
+}
+
+TEST(SlurmTest, ExpandsCompressedHostlists) {
+  auto hosts = ExpandSlurmHostlist("gn[01-03,7],login,r[9-10]x");
+  ASSERT_TRUE(hosts.ok()) << hosts.status();
+  EXPECT_THAT(*hosts, ElementsAre("gn01", "gn02", "gn03", "gn7", "login", "r9x", "r10x"));
+  EXPECT_THAT(ExpandSlurmHostlist("gn[3-1]").status().message(), HasSubstr("bad range '3-1'"));
+  EXPECT_THAT(ExpandSlurmHostlist("gn[1-2").status().message(), HasSubstr("unbalanced"));
+}
+
+TEST(SlurmTest, ExpandsTasksPerNode) {
+  auto tasks = ExpandSlurmTasksPerNode("2(x3),1");
+  ASSERT_TRUE(tasks.ok());
+  EXPECT_THAT(*tasks, ElementsAre(2, 2, 2, 1));
+  EXPECT_THAT(ExpandSlurmTasksPerNode("2(x)").status().message(), HasSubstr("'2(x)'"));
+}
+
+TEST(SlurmTest, AllocationWithTasksPerNode) {
+  MapEnvironment env{{"SLURM_JOB_NODELIST", "n[1-2]"}, {"SLURM_TASKS_PER_NODE", "3,1"}};
+  auto c = DetectClusterHosts(env, Files({}), 0);
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_TRUE(c->has_value());
+  EXPECT_THAT((*c)->hosts, ElementsAre(HostSpec{"n1", 3}, HostSpec{"n2", 1}));
+  EXPECT_EQ((*c)->launcher, ClusterHosts::Launcher::kSlurm);
+  EXPECT_THAT((*c)->source, HasSubstr("SLURM_JOB_NODELIST=n[1-2]"));
+}
+
+TEST(SlurmTest, GpusPerNodeWinOverOneTaskPerNode) {
+  MapEnvironment env{{"SLURM_NODELIST", "g[1-2]"},
+                     {"SLURM_TASKS_PER_NODE", "1(x2)"},
+                     {"SLURM_GPUS_PER_NODE", "a100:4"}};
+  auto c = DetectClusterHosts(env, Files({}), 0);
+  ASSERT_TRUE(c.ok() && c->has_value()) << c.status();
+  EXPECT_THAT((*c)->hosts, ElementsAre(HostSpec{"g1", 4}, HostSpec{"g2", 4}));
+}
+
+TEST(SlurmTest, MismatchedTaskCountIsAnError) {
+  MapEnvironment env{{"SLURM_NODELIST", "g[1-3]"}, {"SLURM_TASKS_PER_NODE", "2(x2)"}};
+  EXPECT_THAT(DetectClusterHosts(env, Files({}), 0).status().message(),
+              HasSubstr("gives 2 nodes but SLURM_NODELIST='g[1-3]' has 3"));
+}
+
+TEST(SageMakerTest, LeaderGetsOneProcessPerGpuOnEveryHost) {
+  MapEnvironment env{{"SM_HOSTS", "[\"algo-1\", \"algo-2\"]"},
+                     {"SM_CURRENT_HOST", "algo-1"},
+                     {"SM_NUM_GPUS", "8"}};
+  auto c = DetectClusterHosts(env, Files({}), 0);
+  ASSERT_TRUE(c.ok() && c->has_value()) << c.status();
+  EXPECT_THAT((*c)->hosts, ElementsAre(HostSpec{"algo-1", 8}, HostSpec{"algo-2", 8}));
+  EXPECT_TRUE((*c)->is_leader);
+}
+
+TEST(SageMakerTest, FollowerDoesNotLead) {
+  MapEnvironment env{{"SM_HOSTS", "[\"algo-1\",\"algo-2\"]"}, {"SM_CURRENT_HOST", "algo-2"},
+                     {"SM_NUM_GPUS", "0"}};
+  auto c = DetectClusterHosts(env, Files({}), 0);
+  ASSERT_TRUE(c.ok() && c->has_value());
+  EXPECT_FALSE((*c)->is_leader);
+  EXPECT_EQ((*c)->hosts[0].slots, 1);  // no GPUs: one process per host
+}
+
+TEST(SageMakerTest, ResourceConfigFile) {
+  const std::string json =
+      R"({"current_host": "algo-2", "hosts": ["algo-1", "algo-2", "algo-3"],
+          "network_interface_name": "eth0"})";
+  auto c = DetectClusterHosts(MapEnvironment{},
+                              Files({{"/opt/ml/input/config/resourceconfig.json", json}}), 4);
+  ASSERT_TRUE(c.ok() && c->has_value()) << c.status();
+  EXPECT_EQ((*c)->hosts.size(), 3u);
+  EXPECT_EQ((*c)->hosts[2], (HostSpec{"algo-3", 4}));  // this host's GPU count
+  EXPECT_EQ((*c)->current_host, "algo-2");
+  EXPECT_FALSE((*c)->is_leader);
+}
+
+TEST(SageMakerTest, MalformedHostList) {
+  EXPECT_THAT(DetectClusterHosts(MapEnvironment{{"SM_HOSTS", "algo-1"}}, Files({}), 0)
+                  .status()
+                  .message(),
+              HasSubstr("SM_HOSTS='algo-1': expected a JSON list"));
+}
+
+TEST(ClusterTest, PbsNodefileCountsRepeats) {
+  auto c = DetectClusterHosts(MapEnvironment{{"PBS_NODEFILE", "/pbs"}},
+                              Files({{"/pbs", "a\na\nb\n"}}), 0);
+  ASSERT_TRUE(c.ok() && c->has_value()) << c.status();
+  EXPECT_THAT((*c)->hosts, ElementsAre(HostSpec{"a", 2}, HostSpec{"b", 1}));
+}
+
+TEST(ClusterTest, HydraHostfileVariable) {
+  auto c = DetectClusterHosts(MapEnvironment{{"HYDRA_HOST_FILE", "/etc/mpi/hostfile"}},
+                              Files({{"/etc/mpi/hostfile", "w0:2\nw1 slots=2\n"}}), 0);
+  ASSERT_TRUE(c.ok() && c->has_value()) << c.status();
+  EXPECT_THAT((*c)->hosts, ElementsAre(HostSpec{"w0", 2}, HostSpec{"w1", 2}));
+}
+
+TEST(ClusterTest, NothingDetected) {
+  auto c = DetectClusterHosts(MapEnvironment{{"HOME", "/root"}}, Files({}), 2);
+  ASSERT_TRUE(c.ok());
+  EXPECT_FALSE(c->has_value());
+}
+
+TEST(GpuCountTest, VisibleDevicesThenDriverDirectory) {
+  EXPECT_EQ(CountLocalGpus(MapEnvironment{{"CUDA_VISIBLE_DEVICES", "0,1,3"}}, "/nonexistent"), 3);
+  EXPECT_EQ(CountLocalGpus(MapEnvironment{{"CUDA_VISIBLE_DEVICES", ""}}, "/nonexistent"), 0);
+  EXPECT_EQ(CountLocalGpus(MapEnvironment{{"CUDA_VISIBLE_DEVICES", "0,-1,2"}}, "/x"), 1);
+  EXPECT_EQ(CountLocalGpus(MapEnvironment{{"CUDA_VISIBLE_DEVICES", "NoDevFiles"}}, "/x"), 0);
+  const std::string dir = absl::StrCat(testing::TempDir(), "/gpus");
+  ASSERT_EQ(mkdir(dir.c_str(), 0755) == 0 || errno == EEXIST, true);
+  for (const char* bus : {"0000:01:00.0", "0000:02:00.0"}) {
+    ASSERT_EQ(mkdir(absl::StrCat(dir, "/", bus).c_str(), 0755) == 0 || errno == EEXIST, true);
+  }
+  EXPECT_EQ(CountLocalGpus(MapEnvironment{}, dir), 2);
+  EXPECT_EQ(CountLocalGpus(MapEnvironment{}, "/nonexistent"), 0);
+}
+
+}  // namespace
+}  // namespace launch
+}  // namespace hvx

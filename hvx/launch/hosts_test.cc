@@ -1,0 +1,74 @@
+#include "hvx/launch/hosts.h"
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace hvx {
+namespace launch {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+TEST(HostsTest, ParsesListWithAndWithoutSlots) {
+  auto hosts = ParseHostList("h1:2, h2,10.0.0.3:8");
+  ASSERT_TRUE(hosts.ok()) << hosts.status();
+  EXPECT_THAT(*hosts, ElementsAre(HostSpec{"h1", 2}, HostSpec{"h2", std::nullopt},
+                                  HostSpec{"10.0.0.3", 8}));
+}
+
+TEST(HostsTest, MalformedEntryIsQuoted) {
+  for (const char* bad : {"h1:x", "h1:2:3", "h 1", "h1:-2", "h1:"}) {
+    auto hosts = ParseHostList(absl::StrCat("ok:1,", bad));
+    ASSERT_FALSE(hosts.ok()) << bad;
+    EXPECT_THAT(hosts.status().message(), HasSubstr(absl::StrCat("'", bad, "'"))) << bad;
+  }
+  EXPECT_THAT(ParseHostList("").status().message(), HasSubstr("empty host list"));
+}
+
+TEST(HostsTest, ZeroSlotsIsItsOwnError) {
+  EXPECT_EQ(ParseHostList("h1:2,h2:0").status().message(),
+            "host entry 'h2:0' in -H has zero slots");
+}
+
+TEST(HostsTest, DuplicateHostsNamePositions) {
+  auto hosts = ParseHostList("a:1,b:1,a:2");
+  ASSERT_TRUE(hosts.ok());
+  absl::Status s = CheckNoDuplicateHosts(*hosts);
+  EXPECT_THAT(s.message(), HasSubstr("duplicate host 'a' (entries 1 and 3)"));
+}
+
+TEST(HostsTest, HostfileAcceptsAllThreeFormsAndComments) {
+  auto hosts = ParseHostfile(
+      "# cluster\n"
+      "n1 slots=4   # Open MPI form\n"
+      "\n"
+      "n2:2\n"
+      "  n3\n"
+      "n4 slots=2 max_slots=8\n",
+      "hf");
+  ASSERT_TRUE(hosts.ok()) << hosts.status();
+  EXPECT_THAT(*hosts, ElementsAre(HostSpec{"n1", 4}, HostSpec{"n2", 2},
+                                  HostSpec{"n3", std::nullopt}, HostSpec{"n4", 2}));
+}
+
+TEST(HostsTest, HostfileErrorsNameFileAndLine) {
+  EXPECT_THAT(ParseHostfile("n1 slots=4\nn2 cpus=3\n", "/x/hf").status().message(),
+              HasSubstr("/x/hf:2: unknown field 'cpus=3'"));
+  EXPECT_THAT(ParseHostfile("n1 slots=0\n", "hf").status().message(), HasSubstr("zero slots"));
+  EXPECT_THAT(ParseHostfile("# nothing\n", "hf").status().message(), HasSubstr("lists no hosts"));
+}
+
+TEST(HostsTest, ReadHostfileMissingFile) {
+  EXPECT_THAT(ReadHostfile("/nonexistent/hf").status().message(),
+              HasSubstr("cannot read hostfile /nonexistent/hf"));
+}
+
+TEST(HostsTest, FormatHostList) {
+  EXPECT_EQ(FormatHostList({{"a", 2}, {"b", 1}}), "a:2,b:1");
+}
+
+}  // namespace
+}  // namespace launch
+}  // namespace hvx

@@ -1,0 +1,181 @@
+#include "hvx/launch/options.h"
+
+#include <unistd.h>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "hvx/launch/command.h"
+
+namespace hvx {
+namespace launch {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::Pair;
+
+absl::StatusOr<LaunchOptions> Parse(std::vector<std::string> args, const Environment& env = MapEnvironment{}) {
+  return ParseLaunchArgs(args, env);
+}
+
+FileReader NoFiles() {
+  return [](const std::string& p) -> absl::StatusOr<std::string> {
+    return absl::NotFoundError(absl::StrCat("cannot read ", p));
+  };
+}
+
+HostProbe Probe(int local_gpus, std::map<std::string, int> remote = {}) {
+  HostProbe p;
+  p.local_gpus = local_gpus;
+  p.is_local = [](const std::string& h) { return h == "localhost"; };
+  p.remote_gpus = [remote](const std::string& h) -> absl::StatusOr<int> {
+    auto it = remote.find(h);
+    if (it == remote.end()) return absl::UnavailableError(absl::StrCat("ssh ", h, ": no route"));
+    return it->second;
+  };
+  return p;
+}
+
+TEST(ParseTest, AllFlags) {
+  MapEnvironment env{{"CUDA_HOME", "/usr/cuda"}};
+  auto o = Parse({"-np", "4", "-H", "h1:2,h2:2", "-x", "CUDA_HOME", "-x", "A=b=c",
+                  "--tag-output=full", "--output-dir", "/tmp/o", "--launcher-exec", "/bin/fakessh",
+                  "--start-timeout", "7", "--stop-timeout=3", "--timeout", "60", "--dry-run",
+                  "--verbose", "--slots-per-host", "2", "--", "prog", "-x", "--flag"},
+                 env);
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(*o->np, 4);
+  EXPECT_EQ(o->hosts, "h1:2,h2:2");
+  EXPECT_THAT(o->env, ElementsAre(Pair("CUDA_HOME", "/usr/cuda"), Pair("A", "b=c")));
+  EXPECT_EQ(o->tag_output, TagMode::kFull);
+  EXPECT_EQ(o->output_dir, "/tmp/o");
+  EXPECT_EQ(o->launcher_exec, "/bin/fakessh");
+  EXPECT_EQ(o->start_timeout_s, 7);
+  EXPECT_EQ(o->stop_timeout_s, 3);
+  EXPECT_EQ(o->timeout_s, 60);
+  EXPECT_TRUE(o->dry_run && o->verbose);
+  EXPECT_EQ(*o->slots_per_host, 2);
+  EXPECT_THAT(o->program, ElementsAre("prog", "-x", "--flag"));
+}
+
+TEST(ParseTest, ProgramStartsAtFirstNonFlag) {
+  auto o = Parse({"-n", "2", "python3", "-u", "x.py"});
+  ASSERT_TRUE(o.ok());
+  EXPECT_THAT(o->program, ElementsAre("python3", "-u", "x.py"));
+}
+
+TEST(ParseTest, Errors) {
+  EXPECT_EQ(Parse({"--frobnicate", "--", "p"}).status().message(),
+            "unknown flag '--frobnicate' (hvxrun --help lists the flags)");
+  EXPECT_THAT(Parse({"-np", "zero", "p"}).status().message(), HasSubstr("-np 'zero'"));
+  EXPECT_THAT(Parse({"-np", "0", "p"}).status().message(), HasSubstr("positive integer"));
+  EXPECT_THAT(Parse({"-np"}).status().message(), HasSubstr("-np needs a value"));
+  EXPECT_THAT(Parse({"-np", "2"}).status().message(), HasSubstr("no program to run"));
+  EXPECT_THAT(Parse({"-x", "NOPE", "p"}).status().message(),
+              HasSubstr("-x NOPE: not set in hvxrun's environment"));
+  EXPECT_THAT(Parse({"--tag-output", "json", "p"}).status().message(),
+              HasSubstr("rank, full or none"));
+  EXPECT_THAT(Parse({"--slots-per-host", "0", "p"}).status().message(),
+              HasSubstr("auto or a positive integer"));
+  EXPECT_THAT(Parse({"-H", "a", "--hostfile", "f", "p"}).status().message(),
+              HasSubstr("either -H or --hostfile"));
+  EXPECT_TRUE(absl::IsNotFound(Parse({"--help"}).status()));
+}
+
+TEST(ResolveTest, RefusesUnderAnotherLauncher) {
+  auto o = Parse({"-np", "2", "p"});
+  ASSERT_TRUE(o.ok());
+  auto s = ResolveJob(*o, MapEnvironment{{"OMPI_COMM_WORLD_RANK", "1"}}, NoFiles(), Probe(0));
+  EXPECT_THAT(s.status().message(),
+              HasSubstr("already running under Open MPI mpirun (OMPI_COMM_WORLD_RANK=1)"));
+}
+
+TEST(ResolveTest, HostListErrorsReachTheUser) {
+  auto run = [](std::vector<std::string> args) {
+    auto o = Parse(args);
+    EXPECT_TRUE(o.ok()) << o.status();
+    return ResolveJob(*o, MapEnvironment{}, NoFiles(), Probe(0)).status();
+  };
+  EXPECT_EQ(run({"-np", "5", "-H", "h1:2,h2:2", "p"}).message(),
+            "-np 5 is more than the 4 slots of h1:2,h2:2");
+  EXPECT_THAT(run({"-H", "h1:2,h1:2", "p"}).message(), HasSubstr("duplicate host 'h1'"));
+  EXPECT_THAT(run({"-H", "h1:zero", "p"}).message(), HasSubstr("'h1:zero'"));
+  EXPECT_THAT(run({"-H", "h1:0", "p"}).message(), HasSubstr("zero slots"));
+  EXPECT_THAT(run({"--hostfile", "/no/hf", "p"}).message(), HasSubstr("/no/hf"));
+}
+
+TEST(ResolveTest, AutoSlotsAreGpuCounts) {
+  auto o = Parse({"-H", "localhost,gpubox,cpubox", "p"});
+  ASSERT_TRUE(o.ok());
+  auto s = ResolveJob(*o, MapEnvironment{}, NoFiles(), Probe(2, {{"gpubox", 8}, {"cpubox", 0}}));
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(FormatHostList(s->plan.used_hosts), "localhost:2,gpubox:8,cpubox:1");
+  EXPECT_EQ(s->plan.size, 11);  // no -np: every slot
+}
+
+TEST(ResolveTest, UnreachableHostForAutoSlotsIsNamed) {
+  auto o = Parse({"-H", "far", "p"});
+  ASSERT_TRUE(o.ok());
+  EXPECT_THAT(ResolveJob(*o, MapEnvironment{}, NoFiles(), Probe(0)).status().message(),
+              HasSubstr("cannot count the GPUs of host 'far'"));
+}
+
+TEST(ResolveTest, FixedSlotsPerHost) {
+  auto o = Parse({"--slots-per-host", "3", "-np", "4", "-H", "a,b:1,c", "p"});
+  ASSERT_TRUE(o.ok());
+  auto s = ResolveJob(*o, MapEnvironment{}, NoFiles(), Probe(0));
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(FormatHostList(s->plan.used_hosts), "a:3,b:1");
+}
+
+TEST(ResolveTest, ThisHostAlone) {
+  char name[256] = {0};
+  gethostname(name, sizeof(name) - 1);
+  auto o = Parse({"-np", "3", "p"});
+  ASSERT_TRUE(o.ok());
+  auto s = ResolveJob(*o, MapEnvironment{}, NoFiles(), Probe(0));
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(FormatHostList(s->plan.used_hosts), absl::StrCat(name, ":3"));
+  // Without -np a GPU host gets one process per GPU.
+  o = Parse({"p"});
+  s = ResolveJob(*o, MapEnvironment{}, NoFiles(), Probe(4));
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->plan.size, 4);
+}
+
+TEST(ResolveTest, SlurmAllocationUsesSrunLauncher) {
+  auto o = Parse({"p"});
+  MapEnvironment env{{"SLURM_JOB_NODELIST", "n[1-2]"}, {"SLURM_TASKS_PER_NODE", "2(x2)"}};
+  auto s = ResolveJob(*o, env, NoFiles(), Probe(0));
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(FormatHostList(s->plan.used_hosts), "n1:2,n2:2");
+  std::vector<std::string> argv = MpiexecCommand(*o, *s, "/w");
+  EXPECT_THAT(ShellJoin(argv), HasSubstr("-rmk user -launcher slurm -hosts n1:2,n2:2 -n 4"));
+}
+
+TEST(ResolveTest, SageMakerFollowerStartsNothing) {
+  auto o = Parse({"p"});
+  MapEnvironment env{{"SM_HOSTS", "[\"algo-1\",\"algo-2\"]"}, {"SM_CURRENT_HOST", "algo-2"}};
+  auto s = ResolveJob(*o, env, NoFiles(), Probe(0));
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_TRUE(s->follower);
+  EXPECT_EQ(s->leader, "algo-1");
+}
+
+TEST(CommandTest, ExactMpiexecCommand) {
+  auto o = Parse({"-np", "3", "-H", "h1:2,h2:2", "--launcher-exec", "/x/fakessh", "-x", "A=1",
+                  "--", "prog", "it's"});
+  ASSERT_TRUE(o.ok());
+  o->mpiexec = "/usr/bin/mpiexec";
+  auto s = ResolveJob(*o, MapEnvironment{}, NoFiles(), Probe(0));
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(ShellJoin(MpiexecCommand(*o, *s, "/bin/hvxrun")),
+            "/usr/bin/mpiexec -rmk user -launcher ssh -launcher-exec /x/fakessh -hosts h1:2,h2:1 "
+            "-n 3 -prepend-pattern $'\\001hvx%r\\002' -genv HVX_SIZE 3 -genv HVX_TAGGED_OUTPUT 1 "
+            "-genv A 1 /bin/hvxrun --hvx-rank-wrapper --plan h1:2,h2:1 -- prog 'it'\\''s'");
+}
+
+}  // namespace
+}  // namespace launch
+}  // namespace hvx

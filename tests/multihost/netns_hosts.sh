@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Several "hosts" on one machine for launcher tests: each host is a network namespace with its
+# own address and, when entered, its own UTS hostname and /etc/hosts.
+#
+#   netns_hosts.sh up N        hosts hvxtN1..: netns with eth0 = 10.78.0.I/24 on a bridge that
+#                               lives in its own "switch" namespace; the root namespace is untouched
+#   netns_hosts.sh exec H CMD  run CMD on host H (name, user@name or IP)
+#   netns_hosts.sh fakessh [ssh options] H CMD...
+#                               ssh stand-in for --launcher-exec: runs "CMD..." with sh on host H
+#                               in a fresh login-like environment, as sshd would
+#   netns_hosts.sh down        kill what runs in those namespaces (by PID) and delete them
+# `up` makes $STATE/fakessh, a link to this script that behaves as `fakessh`.
+# Needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN), iproute2 and util-linux.
+set -euo pipefail
+STATE=${HVX_NETNS_STATE:-/tmp/hvx-netns-test}
+NET=${HVX_NETNS_NET:-10.78.0}
+NSP=${HVX_NETNS_PREFIX:-hvxt}
+SELF=$(readlink -f "${BASH_SOURCE[0]}")
+
+die() { echo "netns_hosts: $*" >&2; exit 1; }
+count() { cat "$STATE/count" 2>/dev/null || echo 0; }
+
+ns_of() {
+    local h=${1#*@} i
+    for ((i = 1; i <= $(count); i++)); do
+        if [[ $h == "${NSP}$i" || $h == "$NET.$i" ]]; then echo "${NSP}$i"; return 0; fi
+    done
+    return 1
+}
+
+up() {
+    local n=$1 i
+    mkdir -p "$STATE"
+    echo "$n" >"$STATE/count"
+    ln -sf "$SELF" "$STATE/fakessh"
+    { echo "127.0.0.1 localhost"; for ((i = 1; i <= n; i++)); do echo "$NET.$i ${NSP}$i"; done; } \
+        >"$STATE/hosts"
+    trap 'down >/dev/null 2>&1' EXIT
+    ip netns add "${NSP}sw"
+    ip -n "${NSP}sw" link add br0 type bridge
+    ip -n "${NSP}sw" link set br0 up
+    for ((i = 1; i <= n; i++)); do
+        ip netns add "${NSP}$i"
+        ip -n "${NSP}$i" link set lo up
+        ip -n "${NSP}$i" link add eth0 type veth peer name "p$i" netns "${NSP}sw"
+        ip -n "${NSP}$i" addr add "$NET.$i/24" dev eth0
+        ip -n "${NSP}$i" link set eth0 up
+        ip -n "${NSP}sw" link set "p$i" master br0
+        ip -n "${NSP}sw" link set "p$i" up
+    done
+    # Reachability without ping: a TCP connect to a closed port that is refused got an answer.
+    for ((i = 2; i <= n; i++)); do
+        local t ok=0
+        for t in $(seq 20); do
+            if ip netns exec "${NSP}1" timeout 2 bash -c ": </dev/tcp/$NET.$i/9" 2>&1 |
+                grep -q refused; then ok=1; break; fi
+            sleep 0.2
+        done
+        [[ $ok == 1 ]] || die "${NSP}1 cannot reach $NET.$i"
+    done
+    trap - EXIT
+}
+
+down() {
+    local ns pids
+    for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^${NSP}([0-9]+|sw)$" || true); do
+        pids=$(ip netns pids "$ns" 2>/dev/null || true)
+        if [[ -n $pids ]]; then
+            kill -TERM $pids 2>/dev/null || true
+            sleep 0.3
+            pids=$(ip netns pids "$ns" 2>/dev/null || true)
+            [[ -z $pids ]] || kill -KILL $pids 2>/dev/null || true
+        fi
+        ip netns del "$ns" 2>/dev/null || true
+    done
+    rm -rf "$STATE"
+}
+
+run_on() {
+    local ns
+    ns=$(ns_of "$1") || die "unknown host '$1'"
+    shift
+    # `ip netns exec` gives a private mount namespace, so the bind mount stays inside it.
+    exec ip netns exec "$ns" unshare --uts -- /bin/sh -c \
+        'hostname "$1" && mount --bind "$2" /etc/hosts || exit 125; shift 2; exec "$@"' \
+        hvx-host "$ns" "$STATE/hosts" "$@"
+}
+
+fakessh() {
+    while [[ $# -gt 0 && $1 == -* ]]; do
+        case $1 in -o | -p | -l | -i | -F) shift 2 ;; *) shift ;; esac
+    done
+    local host=$1
+    shift
+    run_on "$host" /usr/bin/env -i HOME=/root USER=root LOGNAME=root SHELL=/bin/sh \
+        PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+        HVX_NETNS_STATE="$STATE" HVX_NETNS_NET="$NET" HVX_NETNS_PREFIX="$NSP" /bin/sh -c "$*"
+}
+
+if [[ $(basename "$0") == fakessh ]]; then fakessh "$@"; fi
+cmd=${1:-}
+shift || true
+case $cmd in
+    up) up "${1:-2}" ;;
+    down) down ;;
+    exec) run_on "$@" ;;
+    fakessh) fakessh "$@" ;;
+    *) sed -n '2,13p' "$SELF"; exit 2 ;;
+esac
