@@ -52,8 +52,9 @@ up() {
     for ((i = 2; i <= n; i++)); do
         local t ok=0
         for t in $(seq 20); do
-            if ip netns exec "${NSP}1" timeout 2 bash -c ": </dev/tcp/$NET.$i/9" 2>&1 |
-                grep -q refused; then ok=1; break; fi
+            local answer
+            answer=$(ip netns exec "${NSP}1" timeout 2 bash -c ": </dev/tcp/$NET.$i/9" 2>&1 || true)
+            if [[ $answer == *refused* ]]; then ok=1; break; fi
             sleep 0.2
         done
         [[ $ok == 1 ]] || die "${NSP}1 cannot reach $NET.$i"
