@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Start-up benchmark: time from launch until every rank has finished MPI_Init, for
+# `hvxrun -np 4` against plain `mpiexec -n 4` of the same minimal MPI program, alternating runs in
+# this one script. Prints both medians and their ratio (target <= 1.2).
+#   startup_bench.sh HVXRUN PROBE MPIEXEC [RUNS]
+set -euo pipefail
+HVXRUN=$(readlink -f "$1"); PROBE=$(readlink -f "$2"); MPIEXEC=$(readlink -f "$3"); RUNS=${4:-7}
+
+# Prints milliseconds from launch to the last rank's "ready <ns>" line.
+measure() {
+    local t0 last
+    t0=$(date +%s%N)
+    last=$(timeout -k 5 60 "$@" </dev/null 2>/dev/null | sed -n 's/.*ready \([0-9]*\)$/\1/p' |
+        sort -n | tail -1)
+    [[ -n $last ]] || { echo "startup_bench: no ready lines from: $*" >&2; exit 1; }
+    echo $(((last - t0) / 1000000))
+}
+
+median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR + 1) / 2)]}'; }
+
+plain=() hvx=()
+for ((i = 0; i < RUNS; i++)); do
+    plain+=("$(measure "$MPIEXEC" -n 4 "$PROBE" --ready)")
+    hvx+=("$(measure "$HVXRUN" --mpiexec "$MPIEXEC" --timeout 60 -np 4 -- "$PROBE" --ready)")
+done
+p=$(printf '%s\n' "${plain[@]}" | median)
+h=$(printf '%s\n' "${hvx[@]}" | median)
+echo "mpiexec -n 4: median ${p} ms (runs: ${plain[*]})"
+echo "hvxrun -np 4: median ${h} ms (runs: ${hvx[*]})"
+awk -v h="$h" -v p="$p" 'BEGIN { printf "ratio hvxrun/mpiexec: %.2f (target <= 1.20)\n", h / p }'
