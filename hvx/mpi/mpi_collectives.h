@@ -1,0 +1,58 @@
+// MPI building blocks of the MPICH backend: dtype/op mapping (float16/bfloat16 as user ops that
+// accumulate in float32), error conversion, and the chunked in-place allreduce.
+//
+//   HVX_RETURN_IF_ERROR(MpiOps::Get().Init());
+//   HVX_RETURN_IF_ERROR(ChunkedAllreduce(comm, buf, n, DataType::kFloat32, ReduceOp::kSum, 1 << 20));
+//
+// Why chunked: MPICH 4.0.2 allocates a message-sized temporary inside every large MPI_Allreduce.
+// Over 32 MiB glibc serves that with a fresh mmap whose first touch costs ~3.3 ms/MiB on this
+// project's VMs (shared/notes/perf.md). Pieces of about a MiB reuse heap memory, so the reduction
+// runs at memory speed without any tunable from the user.
+#ifndef HVX_MPI_MPI_COLLECTIVES_H_
+#define HVX_MPI_MPI_COLLECTIVES_H_
+
+#include <mpi.h>
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "hvx/common/types.h"
+#include "hvx/core/api.h"
+
+namespace hvx {
+
+// "<what>: <MPI error string>" as an Internal status; OK for MPI_SUCCESS.
+absl::Status MpiStatus(int code, absl::string_view what);
+
+// The MPI_Datatype and MPI_Op pair used to reduce `dtype` with `op` (kSum, kMin, kMax, kProduct).
+struct MpiReduceType {
+  MPI_Datatype type;
+  MPI_Op op;
+};
+
+class MpiOps {
+ public:
+  static MpiOps& Get();
+  // Creates the user ops. Call after MPI_Init, on the thread that makes MPI calls.
+  absl::Status Init();
+  void Free();
+  MpiReduceType For(DataType dtype, ReduceOp op) const;
+
+ private:
+  bool initialized_ = false;
+  MPI_Op half_[4];
+  MPI_Op bf16_[4];
+};
+
+// Element-wise `op` of `count` elements at `data` across `comm`, in place, in pieces of at most
+// `chunk_bytes`.
+absl::Status ChunkedAllreduce(MPI_Comm comm, void* data, int64_t count, DataType dtype, ReduceOp op,
+                              int64_t chunk_bytes);
+
+// Bytes of one piece that ChunkedAllreduce uses by default (measured by //hvx/mpi:allreduce_bench).
+inline constexpr int64_t kDefaultChunkBytes = int64_t{1} << 20;
+
+}  // namespace hvx
+
+#endif  // HVX_MPI_MPI_COLLECTIVES_H_

@@ -1,0 +1,346 @@
+#include "hvx/mpi/mpi_transport.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "hvx/common/status.h"
+#include "hvx/core/cpu_ops.h"
+#include "hvx/mpi/mpi_collectives.h"
+
+namespace hvx {
+namespace {
+
+constexpr size_t kHugePage = size_t{2} << 20;
+
+absl::Status CheckInt(int64_t n, absl::string_view what) {
+  if (n > INT_MAX) {
+    return absl::UnimplementedError(absl::StrCat(what, ": ", n, " bytes exceed MPI's int count limit"));
+  }
+  return absl::OkStatus();
+}
+
+class MpiCpuPlane : public DataPlane {
+ public:
+  explicit MpiCpuPlane(MPI_Comm comm) : comm_(comm) {
+    MPI_Comm_rank(comm, &rank_);
+    MPI_Comm_size(comm, &size_);
+  }
+
+  absl::Status Allreduce(const AllreduceWork& w) override {
+    const size_t esize = DataTypeSize(w.dtype);
+    int64_t total = 0;
+    for (const TensorRef& t : w.inputs) total += t.num_elements();
+    const bool direct = w.inputs.size() == 1 && w.outputs[0].data() != nullptr;
+    char* buf;
+    if (direct) {
+      buf = static_cast<char*>(w.outputs[0].data());
+      if (w.inputs[0].data() != buf) {
+        ScopedActivity a(w.activity, "MEMCPY_IN_OUTPUT");
+        std::memcpy(buf, w.inputs[0].data(), total * esize);
+      }
+    } else {
+      HVX_ASSIGN_OR_RETURN(buf, fusion_.Get(total * esize));
+      ScopedActivity a(w.activity, "MEMCPY_IN_FUSION_BUFFER");
+      char* p = buf;
+      for (const TensorRef& t : w.inputs) {
+        if (t.data() == nullptr) {
+          std::memset(p, 0, t.num_bytes());
+        } else {
+          std::memcpy(p, t.data(), t.num_bytes());
+        }
+        p += t.num_bytes();
+      }
+    }
+    ScaleInPlace(w.dtype, buf, total, w.prescale_factor);
+    if (w.op == ReduceOp::kAdasum) {
+      ScopedActivity a(w.activity, "MPI_ADASUM");
+      HVX_RETURN_IF_ERROR(Adasum(w, buf, total));
+    } else {
+      ScopedActivity a(w.activity, "MPI_ALLREDUCE");
+      HVX_RETURN_IF_ERROR(ChunkedAllreduce(comm_, buf, total, w.dtype, w.op, kDefaultChunkBytes));
+    }
+    ScaleInPlace(w.dtype, buf, total, w.postscale_factor);
+    if (!direct) {
+      ScopedActivity a(w.activity, "MEMCPY_OUT_FUSION_BUFFER");
+      const char* p = buf;
+      for (const TensorRef& t : w.outputs) {
+        if (t.data() != nullptr) std::memcpy(t.data(), p, t.num_bytes());
+        p += t.num_bytes();
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Allgather(const AllgatherWork& w) override {
+    const int64_t row_bytes = w.row_elements * static_cast<int64_t>(DataTypeSize(w.input.dtype()));
+    std::vector<int> counts(size_), displs(size_);
+    int64_t off = 0;
+    for (int r = 0; r < size_; ++r) {
+      HVX_RETURN_IF_ERROR(CheckInt(off + w.rows[r] * row_bytes, w.name));
+      counts[r] = static_cast<int>(w.rows[r] * row_bytes);
+      displs[r] = static_cast<int>(off);
+      off += counts[r];
+    }
+    ScopedActivity a(w.activity, "MPI_ALLGATHER");
+    return MpiStatus(MPI_Allgatherv(w.input.data(), counts[rank_], MPI_BYTE, w.output.data(), counts.data(),
+                                    displs.data(), MPI_BYTE, comm_),
+                     absl::StrCat("MPI_Allgatherv of '", w.name, "'"));
+  }
+
+  absl::Status Broadcast(const BroadcastWork& w) override {
+    ScopedActivity a(w.activity, "MPI_BCAST");
+    char* p = static_cast<char*>(w.tensor.data());
+    int64_t left = static_cast<int64_t>(w.tensor.num_bytes());
+    while (left > 0) {
+      const int n = static_cast<int>(std::min<int64_t>(left, INT_MAX));
+      HVX_RETURN_IF_ERROR(MpiStatus(MPI_Bcast(p, n, MPI_BYTE, w.root, comm_),
+                                    absl::StrCat("MPI_Bcast of '", w.name, "'")));
+      p += n;
+      left -= n;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Alltoall(const AlltoallWork& w) override {
+    const int64_t row_bytes = w.row_elements * static_cast<int64_t>(DataTypeSize(w.input.dtype()));
+    std::vector<int> sc(size_), sd(size_), rc(size_), rd(size_);
+    int64_t so = 0, ro = 0;
+    for (int r = 0; r < size_; ++r) {
+      HVX_RETURN_IF_ERROR(CheckInt(std::max(so + w.send_rows[r] * row_bytes, ro + w.recv_rows[r] * row_bytes), w.name));
+      sc[r] = static_cast<int>(w.send_rows[r] * row_bytes);
+      sd[r] = static_cast<int>(so);
+      so += sc[r];
+      rc[r] = static_cast<int>(w.recv_rows[r] * row_bytes);
+      rd[r] = static_cast<int>(ro);
+      ro += rc[r];
+    }
+    ScopedActivity a(w.activity, "MPI_ALLTOALLV");
+    return MpiStatus(MPI_Alltoallv(w.input.data(), sc.data(), sd.data(), MPI_BYTE, w.output.data(), rc.data(),
+                                   rd.data(), MPI_BYTE, comm_),
+                     absl::StrCat("MPI_Alltoallv of '", w.name, "'"));
+  }
+
+  absl::Status ReduceScatter(const ReduceScatterWork& w) override {
+    const DataType dt = w.input.dtype();
+    const size_t esize = DataTypeSize(dt);
+    const int64_t n = w.input.num_elements();
+    HVX_ASSIGN_OR_RETURN(char* buf, fusion_.Get(n * esize));
+    {
+      ScopedActivity a(w.activity, "MEMCPY_IN_FUSION_BUFFER");
+      std::memcpy(buf, w.input.data(), n * esize);
+      ScaleInPlace(dt, buf, n, w.prescale_factor);
+    }
+    std::vector<int> counts(size_);
+    for (int r = 0; r < size_; ++r) {
+      HVX_RETURN_IF_ERROR(CheckInt(w.recv_rows[r] * w.row_elements * static_cast<int64_t>(esize), w.name));
+      counts[r] = static_cast<int>(w.recv_rows[r] * w.row_elements);
+    }
+    const MpiReduceType t = MpiOps::Get().For(dt, ReduceOp::kSum);
+    {
+      ScopedActivity a(w.activity, "MPI_REDUCE_SCATTER");
+      HVX_RETURN_IF_ERROR(MpiStatus(MPI_Reduce_scatter(buf, w.output.data(), counts.data(), t.type, t.op, comm_),
+                                    absl::StrCat("MPI_Reduce_scatter of '", w.name, "'")));
+    }
+    ScaleInPlace(dt, w.output.data(), counts[rank_], w.postscale_factor);
+    return absl::OkStatus();
+  }
+
+ private:
+  // Recursive doubling: at distance d, exchange the whole vector with rank ^ d and combine each
+  // tensor's segment, the lower rank's vector first so both partners compute identical bits.
+  absl::Status Adasum(const AllreduceWork& w, char* buf, int64_t total) {
+    const size_t esize = DataTypeSize(w.dtype);
+    const int64_t bytes = total * static_cast<int64_t>(esize);
+    HVX_ASSIGN_OR_RETURN(char* other, scratch_.Get(bytes));
+    for (int d = 1; d < size_; d <<= 1) {
+      const int partner = rank_ ^ d;
+      for (int64_t off = 0; off < bytes; off += INT_MAX) {
+        const int n = static_cast<int>(std::min<int64_t>(INT_MAX, bytes - off));
+        HVX_RETURN_IF_ERROR(MpiStatus(MPI_Sendrecv(buf + off, n, MPI_BYTE, partner, 7, other + off, n, MPI_BYTE,
+                                                   partner, 7, comm_, MPI_STATUS_IGNORE),
+                                      "Adasum MPI_Sendrecv"));
+      }
+      int64_t off = 0;
+      for (const TensorRef& t : w.inputs) {
+        const int64_t n = t.num_elements();
+        char* mine = buf + off * esize;
+        char* theirs = other + off * esize;
+        if (rank_ < partner) {
+          AdasumCombine(w.dtype, mine, theirs, n);
+        } else {
+          AdasumCombine(w.dtype, theirs, mine, n);
+          std::memcpy(mine, theirs, n * esize);
+        }
+        off += n;
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  MPI_Comm comm_;
+  int rank_ = 0;
+  int size_ = 1;
+  HostBuffer fusion_;
+  HostBuffer scratch_;
+};
+
+class MpiCommunicator : public Communicator {
+ public:
+  explicit MpiCommunicator(MPI_Comm comm) : comm_(comm), plane_(comm) {
+    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+  }
+  ~MpiCommunicator() override { MPI_Comm_free(&comm_); }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  absl::Status Gather(const std::string& mine, std::vector<std::string>* all) override {
+    HVX_RETURN_IF_ERROR(CheckInt(mine.size(), "control gather"));
+    int len = static_cast<int>(mine.size());
+    std::vector<int> lens(rank_ == 0 ? size_ : 0), displs(lens.size());
+    HVX_RETURN_IF_ERROR(MpiStatus(MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, comm_), "MPI_Gather"));
+    std::string flat;
+    if (rank_ == 0) {
+      int64_t off = 0;
+      for (int r = 0; r < size_; ++r) {
+        displs[r] = static_cast<int>(off);
+        off += lens[r];
+      }
+      HVX_RETURN_IF_ERROR(CheckInt(off, "control gather"));
+      flat.resize(off);
+    }
+    HVX_RETURN_IF_ERROR(MpiStatus(MPI_Gatherv(mine.data(), len, MPI_BYTE, flat.data(), lens.data(), displs.data(),
+                                              MPI_BYTE, 0, comm_),
+                                  "MPI_Gatherv"));
+    all->clear();
+    if (rank_ == 0) {
+      for (int r = 0; r < size_; ++r) all->push_back(flat.substr(displs[r], lens[r]));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Broadcast(std::string* message) override {
+    int64_t len = static_cast<int64_t>(message->size());
+    HVX_RETURN_IF_ERROR(MpiStatus(MPI_Bcast(&len, 1, MPI_INT64_T, 0, comm_), "MPI_Bcast"));
+    HVX_RETURN_IF_ERROR(CheckInt(len, "control broadcast"));
+    message->resize(len);
+    return MpiStatus(MPI_Bcast(message->data(), static_cast<int>(len), MPI_BYTE, 0, comm_), "MPI_Bcast");
+  }
+
+  absl::Status Allgather(const std::string& mine, std::vector<std::string>* all) override {
+    int len = static_cast<int>(mine.size());
+    std::vector<int> lens(size_), displs(size_);
+    HVX_RETURN_IF_ERROR(MpiStatus(MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, comm_), "MPI_Allgather"));
+    int64_t off = 0;
+    for (int r = 0; r < size_; ++r) {
+      displs[r] = static_cast<int>(off);
+      off += lens[r];
+    }
+    std::string flat(off, '\0');
+    HVX_RETURN_IF_ERROR(MpiStatus(
+        MPI_Allgatherv(mine.data(), len, MPI_BYTE, flat.data(), lens.data(), displs.data(), MPI_BYTE, comm_),
+        "MPI_Allgatherv"));
+    all->clear();
+    for (int r = 0; r < size_; ++r) all->push_back(flat.substr(displs[r], lens[r]));
+    return absl::OkStatus();
+  }
+
+  absl::Status BitwiseAnd(std::vector<uint64_t>* bits) override {
+    return MpiStatus(MPI_Allreduce(MPI_IN_PLACE, bits->data(), static_cast<int>(bits->size()), MPI_UINT64_T,
+                                   MPI_BAND, comm_),
+                     "MPI_Allreduce(BAND)");
+  }
+
+  absl::Status Barrier() override { return MpiStatus(MPI_Barrier(comm_), "MPI_Barrier"); }
+
+  DataPlane& cpu() override { return plane_; }
+
+  absl::StatusOr<std::unique_ptr<Communicator>> Subset(const std::vector<int>& ranks) override {
+    const bool member = std::find(ranks.begin(), ranks.end(), rank_) != ranks.end();
+    const int key = member ? static_cast<int>(std::find(ranks.begin(), ranks.end(), rank_) - ranks.begin()) : 0;
+    MPI_Comm sub = MPI_COMM_NULL;
+    HVX_RETURN_IF_ERROR(
+        MpiStatus(MPI_Comm_split(comm_, member ? 0 : MPI_UNDEFINED, key, &sub), "MPI_Comm_split (process set)"));
+    if (!member) return std::unique_ptr<Communicator>();
+    return std::unique_ptr<Communicator>(new MpiCommunicator(sub));
+  }
+
+ private:
+  MPI_Comm comm_;
+  int rank_ = 0;
+  int size_ = 1;
+  MpiCpuPlane plane_;
+};
+
+}  // namespace
+
+HostBuffer::~HostBuffer() {
+  if (data_ != nullptr) munmap(data_, size_);
+}
+
+absl::StatusOr<char*> HostBuffer::Get(size_t bytes) {
+  if (bytes <= size_ && data_ != nullptr) return data_;
+  if (data_ != nullptr) munmap(data_, size_);
+  const size_t size = std::max(kHugePage, (bytes + kHugePage - 1) / kHugePage * kHugePage);
+  // Over-allocate so the buffer can start on a huge-page boundary.
+  void* raw = mmap(nullptr, size + kHugePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) {
+    data_ = nullptr;
+    size_ = 0;
+    return ErrnoToStatus(errno, absl::StrCat("fusion buffer of ", size, " bytes"));
+  }
+  char* base = static_cast<char*>(raw);
+  char* aligned = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(base) + kHugePage - 1) & ~(kHugePage - 1));
+  if (aligned > base) munmap(base, aligned - base);
+  char* end = aligned + size;
+  if (base + size + kHugePage > end) munmap(end, base + size + kHugePage - end);
+  madvise(aligned, size, MADV_HUGEPAGE);
+  std::memset(aligned, 0, size);  // pay the page faults once, here
+  data_ = aligned;
+  size_ = size;
+  return data_;
+}
+
+std::unique_ptr<Communicator> MakeMpiCommunicator(MPI_Comm comm) {
+  return std::unique_ptr<Communicator>(new MpiCommunicator(comm));
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> MpiTransport::Start() {
+  int already = 0;
+  MPI_Initialized(&already);
+  if (!already) {
+    int provided = 0;
+    HVX_RETURN_IF_ERROR(
+        MpiStatus(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread"));
+    initialized_here_ = true;
+  }
+  HVX_RETURN_IF_ERROR(MpiOps::Get().Init());
+  char version[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+  int len = 0;
+  MPI_Get_library_version(version, &len);
+  std::string first_line = std::vector<std::string>(absl::StrSplit(absl::string_view(version, len), '\n'))[0];
+  description_ = absl::StrCat("mpi (", absl::StripAsciiWhitespace(first_line), ")");
+  MPI_Comm world;
+  HVX_RETURN_IF_ERROR(MpiStatus(MPI_Comm_dup(MPI_COMM_WORLD, &world), "MPI_Comm_dup"));
+  return MakeMpiCommunicator(world);
+}
+
+absl::Status MpiTransport::Finalize() {
+  MpiOps::Get().Free();
+  if (!initialized_here_) return absl::OkStatus();
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return absl::OkStatus();
+  return MpiStatus(MPI_Finalize(), "MPI_Finalize");
+}
+
+HVX_REGISTER_TRANSPORT(mpi, [] { return std::unique_ptr<Transport>(new MpiTransport()); });
+
+}  // namespace hvx
