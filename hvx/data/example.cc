@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "absl/strings/escaping.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -47,6 +49,22 @@ absl::Status ParseExample(absl::string_view bytes, Example* example) {
         absl::StrCat("a ", bytes.size(), "-byte record is not a valid Example protobuf"));
   }
   return absl::OkStatus();
+}
+
+void SerializeExample(const Example& example, std::string* out) {
+  out->clear();
+  {
+    google::protobuf::io::StringOutputStream stream(out);
+    google::protobuf::io::CodedOutputStream coded(&stream);
+    coded.SetSerializationDeterministic(true);
+    example.SerializeToCodedStream(&coded);
+  }
+}
+
+std::string SerializeExample(const Example& example) {
+  std::string out;
+  SerializeExample(example, &out);
+  return out;
 }
 
 absl::StatusOr<const Feature*> GetFeature(const Example& example, absl::string_view key) {

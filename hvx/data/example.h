@@ -24,6 +24,11 @@ namespace data {
 // Parses a serialized Example; InvalidArgument when the bytes are not one.
 absl::Status ParseExample(absl::string_view bytes, Example* example);
 
+// Serializes with map entries in key order, so the same features always give the same bytes
+// (plain SerializeAsString() may order map entries differently from run to run).
+std::string SerializeExample(const Example& example);
+void SerializeExample(const Example& example, std::string* out);
+
 // The feature `key`, or NotFound naming it and the features present.
 absl::StatusOr<const Feature*> GetFeature(const Example& example, absl::string_view key);
 

@@ -64,6 +64,16 @@ TEST(ExampleTest, ErrorsNameTheFeature) {
   EXPECT_EQ(ParseExample("\xff\xff\xff", &bad).code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(ExampleTest, DeterministicSerializationSortsKeys) {
+  Example a, b;
+  for (const char* k : {"zeta", "alpha", "mid", "beta"}) SetInt64(&a, k, 1);
+  for (const char* k : {"beta", "mid", "alpha", "zeta"}) SetInt64(&b, k, 1);
+  const std::string bytes = SerializeExample(a);
+  EXPECT_EQ(bytes, SerializeExample(b));
+  EXPECT_LT(bytes.find("alpha"), bytes.find("beta"));
+  EXPECT_LT(bytes.find("mid"), bytes.find("zeta"));
+}
+
 TEST(ExampleTest, Describe) {
   Example e;
   SetInt64(&e, "label", 7);

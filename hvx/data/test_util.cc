@@ -38,7 +38,7 @@ std::vector<std::string> WriteToyShards(const std::string& dir, int num_files, i
       SetInt64(&e, "image/width", 2);
       SetInt64(&e, "image/channels", 1);
       SetInt64(&e, "image/class/label", id % 10);
-      if (!(*writer)->Write(e.SerializeAsString()).ok()) std::abort();
+      if (!(*writer)->Write(SerializeExample(e)).ok()) std::abort();
     }
     if (!(*writer)->Close().ok()) std::abort();
     paths.push_back(path);
