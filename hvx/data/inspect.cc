@@ -67,7 +67,16 @@ absl::Status InspectRecords(const InspectOptions& options, std::ostream& out) {
   int64_t total = 0;
   int bad = 0;
   absl::Status first;
+  std::vector<std::string> files;
   for (const std::string& path : options.files) {
+    // A shell glob such as "train-*" also matches the index files beside the shards.
+    if (IsIndexPath(path)) {
+      out << path << ": index file, not inspected\n";
+    } else {
+      files.push_back(path);
+    }
+  }
+  for (const std::string& path : files) {
     absl::Status s = InspectFile(path, options, out, &total);
     if (!s.ok()) {
       if (!absl::IsDataLoss(s)) out << s.message() << "\n";
@@ -75,9 +84,9 @@ absl::Status InspectRecords(const InspectOptions& options, std::ostream& out) {
       if (first.ok()) first = s;
     }
   }
-  out << "total: " << total << " records in " << options.files.size() << " files\n";
+  out << "total: " << total << " records in " << files.size() << " files\n";
   if (bad == 0) return absl::OkStatus();
-  return absl::Status(first.code(), absl::StrCat(bad, " of ", options.files.size(),
+  return absl::Status(first.code(), absl::StrCat(bad, " of ", files.size(),
                                                  " files could not be read: first: ",
                                                  first.message()));
 }

@@ -31,6 +31,7 @@ struct InspectOptions {
   bool write_index = false;
 };
 
+// Index files among `files` (a shell glob like train-* matches them) are listed and passed over.
 // Goes through every file even after a corrupt one; returns DataLoss ("N of M files are
 // corrupt") if any was, after printing each problem as "<path>:<offset>: <reason>".
 absl::Status InspectRecords(const InspectOptions& options, std::ostream& out);
