@@ -39,6 +39,7 @@ std::shared_ptr<FakeHub> FakeHub::Child(int64_t sequence, int size) {
 absl::Status FakeCommunicator::Gather(const std::string& mine, std::vector<std::string>* all) {
   auto r = hub_->Exchange(rank_, mine);
   if (rank_ == 0) {
+    hub_->CountGather();
     *all = *r;
   } else {
     all->clear();

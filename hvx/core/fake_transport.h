@@ -10,6 +10,7 @@
 #ifndef HVX_CORE_FAKE_TRANSPORT_H_
 #define HVX_CORE_FAKE_TRANSPORT_H_
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <string>
@@ -28,11 +29,16 @@ class FakeHub {
   // Blocks until every rank of the hub has called; returns all contributions by rank.
   std::shared_ptr<const std::vector<std::string>> Exchange(int rank, std::string mine);
 
+  // Control-plane gathers so far (counted once per collective call), to observe the cache's fast path.
+  int64_t gathers() const { return gathers_.load(); }
+  void CountGather() { gathers_.fetch_add(1); }
+
   // The hub of a subset; the same object for every member calling with the same sequence number.
   std::shared_ptr<FakeHub> Child(int64_t sequence, int size);
 
  private:
   const int size_;
+  std::atomic<int64_t> gathers_{0};
   absl::Mutex mu_;
   std::vector<std::string> slots_ ABSL_GUARDED_BY(mu_);
   int arrived_ ABSL_GUARDED_BY(mu_) = 0;

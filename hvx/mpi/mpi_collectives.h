@@ -53,6 +53,10 @@ absl::Status ChunkedAllreduce(MPI_Comm comm, void* data, int64_t count, DataType
 // Bytes of one piece that ChunkedAllreduce uses by default (measured by //hvx/mpi:allreduce_bench).
 inline constexpr int64_t kDefaultChunkBytes = int64_t{1} << 20;
 
+// Tensors of at least this many bytes are reduced in place on their output instead of being
+// copied through the fusion buffer.
+inline constexpr int64_t kDirectAllreduceBytes = int64_t{256} << 10;
+
 }  // namespace hvx
 
 #endif  // HVX_MPI_MPI_COLLECTIVES_H_

@@ -31,23 +31,42 @@ class MpiCpuPlane : public DataPlane {
     MPI_Comm_size(comm, &size_);
   }
 
+  // Small tensors are packed into the fusion buffer and reduced together (one call instead of
+  // many); large ones are reduced in place on their output in pieces, which saves two copies of
+  // most of the bytes. The split depends only on sizes, so every rank issues the same calls.
   absl::Status Allreduce(const AllreduceWork& w) override {
+    if (w.op == ReduceOp::kAdasum) return FusedAdasum(w);
     const size_t esize = DataTypeSize(w.dtype);
-    int64_t total = 0;
-    for (const TensorRef& t : w.inputs) total += t.num_elements();
-    const bool direct = w.inputs.size() == 1 && w.outputs[0].data() != nullptr;
-    char* buf;
-    if (direct) {
-      buf = static_cast<char*>(w.outputs[0].data());
-      if (w.inputs[0].data() != buf) {
+    int64_t packed = 0;
+    for (const TensorRef& t : w.inputs) {
+      if (!Direct(t)) packed += t.num_elements();
+    }
+    for (size_t i = 0; i < w.inputs.size(); ++i) {
+      const TensorRef& in = w.inputs[i];
+      if (!Direct(in)) continue;
+      const int64_t n = in.num_elements();
+      char* out = static_cast<char*>(w.outputs[i].data());
+      if (in.data() == nullptr) {  // joined: contribute zeros, keep nothing
+        HVX_ASSIGN_OR_RETURN(out, scratch_.Get(n * esize));
+        std::memset(out, 0, n * esize);
+      } else if (in.data() != out) {
         ScopedActivity a(w.activity, "MEMCPY_IN_OUTPUT");
-        std::memcpy(buf, w.inputs[0].data(), total * esize);
+        std::memcpy(out, in.data(), n * esize);
       }
-    } else {
-      HVX_ASSIGN_OR_RETURN(buf, fusion_.Get(total * esize));
+      ScaleInPlace(w.dtype, out, n, w.prescale_factor);
+      {
+        ScopedActivity a(w.activity, "MPI_ALLREDUCE");
+        HVX_RETURN_IF_ERROR(ChunkedAllreduce(comm_, out, n, w.dtype, w.op, kDefaultChunkBytes));
+      }
+      ScaleInPlace(w.dtype, out, n, w.postscale_factor);
+    }
+    if (packed == 0) return absl::OkStatus();
+    HVX_ASSIGN_OR_RETURN(char* buf, fusion_.Get(packed * esize));
+    {
       ScopedActivity a(w.activity, "MEMCPY_IN_FUSION_BUFFER");
       char* p = buf;
       for (const TensorRef& t : w.inputs) {
+        if (Direct(t)) continue;
         if (t.data() == nullptr) {
           std::memset(p, 0, t.num_bytes());
         } else {
@@ -55,23 +74,20 @@ class MpiCpuPlane : public DataPlane {
         }
         p += t.num_bytes();
       }
+      ScaleInPlace(w.dtype, buf, packed, w.prescale_factor);
     }
-    ScaleInPlace(w.dtype, buf, total, w.prescale_factor);
-    if (w.op == ReduceOp::kAdasum) {
-      ScopedActivity a(w.activity, "MPI_ADASUM");
-      HVX_RETURN_IF_ERROR(Adasum(w, buf, total));
-    } else {
+    {
       ScopedActivity a(w.activity, "MPI_ALLREDUCE");
-      HVX_RETURN_IF_ERROR(ChunkedAllreduce(comm_, buf, total, w.dtype, w.op, kDefaultChunkBytes));
+      HVX_RETURN_IF_ERROR(ChunkedAllreduce(comm_, buf, packed, w.dtype, w.op, kDefaultChunkBytes));
     }
-    ScaleInPlace(w.dtype, buf, total, w.postscale_factor);
-    if (!direct) {
-      ScopedActivity a(w.activity, "MEMCPY_OUT_FUSION_BUFFER");
-      const char* p = buf;
-      for (const TensorRef& t : w.outputs) {
-        if (t.data() != nullptr) std::memcpy(t.data(), p, t.num_bytes());
-        p += t.num_bytes();
-      }
+    ScopedActivity a(w.activity, "MEMCPY_OUT_FUSION_BUFFER");
+    ScaleInPlace(w.dtype, buf, packed, w.postscale_factor);
+    const char* p = buf;
+    for (size_t i = 0; i < w.inputs.size(); ++i) {
+      const TensorRef& t = w.inputs[i];
+      if (Direct(t)) continue;
+      if (w.outputs[i].data() != nullptr) std::memcpy(w.outputs[i].data(), p, t.num_bytes());
+      p += t.num_bytes();
     }
     return absl::OkStatus();
   }
@@ -151,6 +167,36 @@ class MpiCpuPlane : public DataPlane {
   }
 
  private:
+  static bool Direct(const TensorRef& t) { return static_cast<int64_t>(t.num_bytes()) >= kDirectAllreduceBytes; }
+
+  absl::Status FusedAdasum(const AllreduceWork& w) {
+    const size_t esize = DataTypeSize(w.dtype);
+    int64_t total = 0;
+    for (const TensorRef& t : w.inputs) total += t.num_elements();
+    HVX_ASSIGN_OR_RETURN(char* buf, fusion_.Get(total * esize));
+    char* p = buf;
+    for (const TensorRef& t : w.inputs) {
+      if (t.data() == nullptr) {
+        std::memset(p, 0, t.num_bytes());
+      } else {
+        std::memcpy(p, t.data(), t.num_bytes());
+      }
+      p += t.num_bytes();
+    }
+    ScaleInPlace(w.dtype, buf, total, w.prescale_factor);
+    {
+      ScopedActivity a(w.activity, "MPI_ADASUM");
+      HVX_RETURN_IF_ERROR(Adasum(w, buf, total));
+    }
+    ScaleInPlace(w.dtype, buf, total, w.postscale_factor);
+    p = buf;
+    for (size_t i = 0; i < w.inputs.size(); ++i) {
+      if (w.outputs[i].data() != nullptr) std::memcpy(w.outputs[i].data(), p, w.inputs[i].num_bytes());
+      p += w.inputs[i].num_bytes();
+    }
+    return absl::OkStatus();
+  }
+
   // Recursive doubling: at distance d, exchange the whole vector with rank ^ d and combine each
   // tensor's segment, the lower rank's vector first so both partners compute identical bits.
   absl::Status Adasum(const AllreduceWork& w, char* buf, int64_t total) {

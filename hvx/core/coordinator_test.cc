@@ -1,0 +1,247 @@
+// Negotiation logic without any transport: wire encoding, the response cache, readiness,
+// validation, fusion planning, stall reports, topology and singleton detection.
+#include "hvx/core/coordinator.h"
+
+#include "absl/strings/match.h"
+#include "gtest/gtest.h"
+#include "hvx/core/message.h"
+#include "hvx/core/response_cache.h"
+#include "hvx/core/topology.h"
+
+namespace hvx {
+namespace {
+
+Request Allreduce(int rank, const std::string& name, std::vector<int64_t> shape,
+                  DataType dtype = DataType::kFloat32) {
+  Request r;
+  r.rank = rank;
+  r.name = name;
+  r.shape = std::move(shape);
+  r.dtype = dtype;
+  return r;
+}
+
+RequestList List(std::vector<Request> requests) {
+  RequestList l;
+  l.requests = std::move(requests);
+  return l;
+}
+
+TEST(MessageTest, RoundTripsAndRejectsTruncation) {
+  RequestList in;
+  in.joined = true;
+  Request r = Allreduce(3, "grad.w", {2, 3}, DataType::kBfloat16);
+  r.type = OpType::kAlltoall;
+  r.splits = {1, 1};
+  r.prescale = 0.25;
+  r.device = Device::Cuda(1);
+  in.requests.push_back(r);
+  const std::string bytes = EncodeRequestList(in);
+  auto out = DecodeRequestList(bytes);
+  ASSERT_TRUE(out.ok());
+  EXPECT_TRUE(out->joined);
+  ASSERT_EQ(out->requests.size(), 1u);
+  EXPECT_EQ(out->requests[0].name, "grad.w");
+  EXPECT_EQ(out->requests[0].shape, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(out->requests[0].splits, (std::vector<int64_t>{1, 1}));
+  EXPECT_EQ(out->requests[0].device, Device::Cuda(1));
+  EXPECT_EQ(out->requests[0].prescale, 0.25);
+  EXPECT_FALSE(DecodeRequestList(bytes.substr(0, bytes.size() - 1)).ok());
+
+  ResponseList rl;
+  Response resp;
+  resp.names = {"a", "b"};
+  resp.shapes = {{1}, {2, 2}};
+  resp.rows = {4, 5};
+  resp.error = "boom";
+  resp.last_joined_rank = 1;
+  rl.responses.push_back(resp);
+  rl.shutdown = true;
+  auto back = DecodeResponseList(EncodeResponseList(rl));
+  ASSERT_TRUE(back.ok());
+  EXPECT_TRUE(back->shutdown);
+  EXPECT_EQ(back->responses[0].names, resp.names);
+  EXPECT_EQ(back->responses[0].shapes, resp.shapes);
+  EXPECT_EQ(back->responses[0].error, "boom");
+  EXPECT_EQ(back->responses[0].last_joined_rank, 1);
+}
+
+Response Single(const std::string& name, std::vector<int64_t> shape) {
+  Response r;
+  r.names = {name};
+  r.shapes = {std::move(shape)};
+  return r;
+}
+
+TEST(ResponseCacheTest, HitInvalidMissAndLruEviction) {
+  ResponseCache cache(2);
+  EXPECT_FALSE(cache.Put(Single("a", {4})));
+  EXPECT_FALSE(cache.Put(Single("b", {4})));
+  int bit = -1;
+  EXPECT_EQ(cache.Find(Allreduce(0, "a", {4}), &bit), ResponseCache::Lookup::kHit);
+  EXPECT_EQ(bit, 0);
+  EXPECT_EQ(cache.Find(Allreduce(0, "a", {5}), &bit), ResponseCache::Lookup::kInvalid);
+  EXPECT_EQ(cache.Find(Allreduce(0, "a", {4}, DataType::kInt32), &bit), ResponseCache::Lookup::kInvalid);
+  EXPECT_EQ(cache.Find(Allreduce(0, "c", {4}), &bit), ResponseCache::Lookup::kMiss);
+  // "a" becomes most recent, so "b" (bit 1) is evicted and "c" takes its bit.
+  EXPECT_FALSE(cache.Put(Single("a", {4})));
+  EXPECT_TRUE(cache.Put(Single("c", {4})));
+  EXPECT_EQ(cache.Find(Allreduce(0, "b", {4}), &bit), ResponseCache::Lookup::kMiss);
+  EXPECT_EQ(cache.Find(Allreduce(0, "c", {4}), &bit), ResponseCache::Lookup::kHit);
+  EXPECT_EQ(bit, 1);
+  ResponseCache off(0);
+  EXPECT_FALSE(off.Put(Single("a", {4})));
+  EXPECT_EQ(off.Find(Allreduce(0, "a", {4}), &bit), ResponseCache::Lookup::kMiss);
+}
+
+TEST(FuseResponsesTest, FusesOnlyCompatibleUpToThreshold) {
+  std::vector<Response> in = {Single("a", {4}), Single("b", {4}), Single("c", {4}), Single("d", {4})};
+  in[2].dtype = DataType::kFloat64;  // incompatible: its own response
+  auto out = FuseResponses(in, 32);  // 16 bytes each: a+b fit, d starts a new one
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(out[0].names, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(out[1].names, (std::vector<std::string>{"c"}));
+  EXPECT_EQ(out[2].names, (std::vector<std::string>{"d"}));
+  EXPECT_EQ(FuseResponses(in, 0).size(), 4u);
+  EXPECT_EQ(FuseResponses(in, 1 << 20).size(), 2u);
+}
+
+TEST(CoordinatorTest, ReadyOnlyWhenEveryRankSubmitted) {
+  Coordinator c(2, CoordinatorOptions{});
+  const absl::Time now = absl::Now();
+  c.Add(0, List({Allreduce(0, "x", {3})}), now);
+  EXPECT_TRUE(c.Build(now).responses.empty());
+  EXPECT_EQ(c.pending(), 1u);
+  c.Add(1, List({Allreduce(1, "x", {3})}), now);
+  auto out = c.Build(now);
+  ASSERT_EQ(out.responses.size(), 1u);
+  EXPECT_EQ(out.responses[0].type, OpType::kAllreduce);
+  EXPECT_EQ(c.pending(), 0u);
+}
+
+TEST(CoordinatorTest, DisagreementsBecomeErrorsNamingRanks) {
+  struct Case {
+    Request b;
+    const char* text;
+  } cases[] = {
+      {Allreduce(1, "x", {4}), "mismatched ALLREDUCE shapes: rank 0 sent [3], rank 1 sent [4]"},
+      {Allreduce(1, "x", {3}, DataType::kInt32), "mismatched data types: rank 0 sent float32, rank 1 sent int32"},
+  };
+  for (const Case& k : cases) {
+    Coordinator c(2, CoordinatorOptions{});
+    c.Add(0, List({Allreduce(0, "x", {3})}), absl::Now());
+    c.Add(1, List({k.b}), absl::Now());
+    auto out = c.Build(absl::Now());
+    ASSERT_EQ(out.responses.size(), 1u);
+    EXPECT_EQ(out.responses[0].type, OpType::kError);
+    EXPECT_TRUE(absl::StrContains(out.responses[0].error, k.text)) << out.responses[0].error;
+    EXPECT_TRUE(absl::StrContains(out.responses[0].error, "tensor 'x'"));
+  }
+  Coordinator c(2, CoordinatorOptions{});
+  Request scaled = Allreduce(1, "y", {3});
+  scaled.postscale = 2;
+  c.Add(0, List({Allreduce(0, "y", {3})}), absl::Now());
+  c.Add(1, List({scaled}), absl::Now());
+  EXPECT_TRUE(absl::StrContains(c.Build(absl::Now()).responses[0].error, "prescale/postscale"));
+}
+
+TEST(CoordinatorTest, AdasumNeedsPowerOfTwo) {
+  Coordinator c(3, CoordinatorOptions{});
+  for (int r = 0; r < 3; ++r) {
+    Request q = Allreduce(r, "a", {2});
+    q.reduce_op = ReduceOp::kAdasum;
+    c.Add(r, List({q}), absl::Now());
+  }
+  EXPECT_TRUE(absl::StrContains(c.Build(absl::Now()).responses[0].error, "power-of-two"));
+}
+
+TEST(CoordinatorTest, JoinedRanksCountAsReadyAndLastJoinerIsReported) {
+  Coordinator c(3, CoordinatorOptions{{}, 60, 0, {0, 1, 2}, nullptr});
+  Request join;
+  join.type = OpType::kJoin;
+  join.name = "join";
+  c.Add(2, List({join}), absl::Now());
+  c.Add(0, List({Allreduce(0, "g", {2})}), absl::Now());
+  c.Add(1, List({Allreduce(1, "g", {2})}), absl::Now());
+  auto out = c.Build(absl::Now());
+  ASSERT_EQ(out.responses.size(), 1u);
+  EXPECT_EQ(out.responses[0].type, OpType::kAllreduce);
+  Request gather = Allreduce(0, "ag", {2});
+  gather.type = OpType::kAllgather;
+  c.Add(0, List({gather}), absl::Now());
+  gather.rank = 1;
+  c.Add(1, List({gather}), absl::Now());
+  out = c.Build(absl::Now());
+  EXPECT_TRUE(absl::StrContains(out.responses[0].error, "not supported while ranks have joined (joined: 2)"));
+  c.Add(1, List({join}), absl::Now());
+  c.Add(0, List({join}), absl::Now());
+  out = c.Build(absl::Now());
+  ASSERT_EQ(out.responses.size(), 1u);
+  EXPECT_EQ(out.responses[0].type, OpType::kJoin);
+  EXPECT_EQ(out.responses[0].last_joined_rank, 0);
+}
+
+TEST(CoordinatorTest, StallReportListsMissingRanksAndShutdownFailsThem) {
+  CoordinatorOptions o;
+  o.stall_check_time_s = 1;
+  o.stall_shutdown_time_s = 2;
+  o.global_ranks = {0, 1, 2};
+  Coordinator c(3, o);
+  const absl::Time t0 = absl::Now();
+  c.Add(0, List({Allreduce(0, "w1", {1}), Allreduce(0, "w2", {1})}), t0);
+  c.Add(1, List({Allreduce(1, "w1", {1})}), t0);
+  EXPECT_EQ(c.StallReport(t0, absl::Seconds(1)), "");
+  EXPECT_EQ(c.StallReport(t0 + absl::Seconds(1.5), absl::Seconds(1)),
+            "Missing ranks:\n  1: [w2]\n  2: [w1, w2]\n");
+  EXPECT_TRUE(c.Build(t0 + absl::Seconds(1.5)).responses.empty());
+  auto out = c.Build(t0 + absl::Seconds(3));
+  ASSERT_EQ(out.responses.size(), 2u);
+  EXPECT_EQ(out.responses[0].type, OpType::kError);
+  EXPECT_TRUE(absl::StrContains(out.responses[0].error, "stalled")) << out.responses[0].error;
+  EXPECT_TRUE(absl::StrContains(out.responses[0].error, "2: [w1, w2]"));
+  EXPECT_EQ(c.pending(), 0u);
+}
+
+TEST(TopologyTest, LocalAndCrossFromHostNames) {
+  // worker-0 has one process, worker-1 two.
+  const std::vector<std::string> hosts = {"w0", "w1", "w1"};
+  Topology t0 = ComputeTopology(0, hosts), t1 = ComputeTopology(1, hosts), t2 = ComputeTopology(2, hosts);
+  EXPECT_EQ(std::make_tuple(t0.local_rank, t0.local_size, t0.cross_rank, t0.cross_size), std::make_tuple(0, 1, 0, 2));
+  EXPECT_EQ(std::make_tuple(t1.local_rank, t1.local_size, t1.cross_rank, t1.cross_size), std::make_tuple(0, 2, 1, 2));
+  EXPECT_EQ(std::make_tuple(t2.local_rank, t2.local_size, t2.cross_rank, t2.cross_size), std::make_tuple(1, 2, 0, 1));
+  EXPECT_FALSE(t0.homogeneous);
+  EXPECT_TRUE(ComputeTopology(3, {"a", "a", "b", "b"}).homogeneous);
+}
+
+TEST(TopologyTest, LauncherVariablesMustAgree) {
+  Topology t = ComputeTopology(1, {"a", "a"});
+  EXPECT_TRUE(CheckLauncherEnvironment(t, MapEnvironment{{"HVX_RANK", "1"}, {"HVX_SIZE", "2"}}).ok());
+  absl::Status s = CheckLauncherEnvironment(t, MapEnvironment{{"HVX_LOCAL_SIZE", "4"}});
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(s.message(), "HVX_LOCAL_SIZE=4 but the transport reports 2")) << s;
+}
+
+TEST(TopologyTest, SingletonDetection) {
+  EXPECT_TRUE(CheckSingleton(MapEnvironment{}, 0, "train").ok());
+  EXPECT_TRUE(CheckSingleton(MapEnvironment{}, 1, "train").ok());
+  absl::Status s = CheckSingleton(MapEnvironment{}, 4, "train --config=x");
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(s.message(), "hvxrun -np 4 -H localhost:4 -- train --config=x")) << s;
+  s = CheckSingleton(MapEnvironment{{"SM_HOSTS", "[\"algo-1\",\"algo-2\"]"}, {"SM_NUM_GPUS", "8"}}, 8, "t");
+  EXPECT_TRUE(absl::StrContains(s.message(), "hvxrun -np 16 -H algo-1:8,algo-2:8 -- t")) << s;
+  s = CheckSingleton(MapEnvironment{{"SLURM_NTASKS", "4"}, {"SLURM_JOB_NODELIST", "n[1-2]"}}, 0, "t");
+  EXPECT_TRUE(absl::StrContains(s.message(), "hvxrun -np 4 -H n1:2,n2:2 -- t")) << s;
+  s = CheckSingleton(MapEnvironment{{"OMPI_COMM_WORLD_SIZE", "2"}}, 0, "t");
+  EXPECT_TRUE(absl::StrContains(s.message(), "different MPI")) << s;
+  EXPECT_EQ(CountVisibleGpus(MapEnvironment{{"CUDA_VISIBLE_DEVICES", "0,1,2"}}, "/nonexistent"), 3);
+  EXPECT_EQ(CountVisibleGpus(MapEnvironment{{"CUDA_VISIBLE_DEVICES", ""}}, "/nonexistent"), 0);
+  EXPECT_EQ(CountVisibleGpus(MapEnvironment{}, "/nonexistent"), 0);
+}
+
+TEST(TopologyTest, SlurmNodeListExpansion) {
+  EXPECT_EQ(ExpandSlurmNodeList("node[01-03,7],gpu5"),
+            (std::vector<std::string>{"node01", "node02", "node03", "node7", "gpu5"}));
+}
+
+}  // namespace
+}  // namespace hvx

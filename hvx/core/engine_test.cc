@@ -1,0 +1,207 @@
+// The engine over the in-process transport: several Engines in one process, one per "rank", each
+// with its own background thread. Checks what a user sees: values, errors on every rank, the
+// response cache's fast path, join, topology and Init's refusal of bad environments.
+#include "hvx/core/engine.h"
+
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "hvx/common/half.h"
+#include "hvx/core/fake_transport.h"
+
+namespace hvx {
+namespace {
+
+InitOptions Options() {
+  InitOptions o;
+  o.stall_check_time_s = 0;
+  return o;
+}
+
+// Runs fn(engine, rank) on n in-process ranks and shuts all down.
+void RunRanks(int n, const std::function<void(Engine&, int)>& fn, InitOptions options = Options(),
+              std::vector<std::string> hosts = {}, std::shared_ptr<FakeHub> hub = nullptr) {
+  if (!hub) hub = std::make_shared<FakeHub>(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      EngineOptions eo;
+      eo.hostname = hosts.empty() ? "host" : hosts[r];
+      eo.command_line = "prog";
+      eo.exit_on_finalize_timeout = false;
+      auto engine = Engine::Start(options, std::make_unique<FakeTransport>(hub, r), eo);
+      ASSERT_TRUE(engine.ok()) << engine.status();
+      fn(**engine, r);
+      EXPECT_TRUE((*engine)->Shutdown().ok());
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+TEST(EngineTest, AllreduceAverageFloat16OverThreeRanks) {
+  RunRanks(3, [](Engine& e, int rank) {
+    std::vector<uint16_t> x(5, FloatToHalf(static_cast<float>(3 * rank)));
+    TensorRef t(DataType::kFloat16, {5}, x.data());
+    ASSERT_TRUE(Wait(e.Allreduce("h", t, t, {})).ok());
+    for (uint16_t v : x) EXPECT_EQ(HalfToFloat(v), 3.0f);  // (0 + 3 + 6) / 3
+  });
+}
+
+TEST(EngineTest, SecondStepUsesTheCacheWithoutGathering) {
+  auto hub = std::make_shared<FakeHub>(2);
+  RunRanks(
+      2,
+      [&](Engine& e, int rank) {
+        std::vector<std::vector<float>> grads(20, std::vector<float>(8));
+        auto step = [&] {
+          std::vector<Handle> hs;
+          for (size_t i = 0; i < grads.size(); ++i) {
+            std::fill(grads[i].begin(), grads[i].end(), static_cast<float>(rank + i));
+            TensorRef t(DataType::kFloat32, {8}, grads[i].data());
+            hs.push_back(e.Allreduce(absl::StrCat("g", i), t, t, {}));
+          }
+          ASSERT_TRUE(WaitAll(hs).ok());
+          for (size_t i = 0; i < grads.size(); ++i) EXPECT_EQ(grads[i][0], i + 0.5f);
+        };
+        step();
+        // Let both ranks pass the first step before sampling the counter.
+        ASSERT_TRUE(Wait(e.Barrier({})).ok());
+        const int64_t before = hub->gathers();
+        step();
+        step();
+        EXPECT_EQ(hub->gathers(), before) << "cached steps went through the coordinator";
+        ASSERT_TRUE(Wait(e.Barrier({})).ok());
+      },
+      Options(), {}, hub);
+}
+
+TEST(EngineTest, MismatchReachesEveryRank) {
+  RunRanks(3, [](Engine& e, int rank) {
+    std::vector<float> x(4 + (rank == 2));
+    TensorRef t(DataType::kFloat32, {static_cast<int64_t>(x.size())}, x.data());
+    absl::Status s = Wait(e.Allreduce("bad", t, t, {}));
+    EXPECT_TRUE(absl::StrContains(s.message(), "mismatched ALLREDUCE shapes: rank 0 sent [4], rank 2 sent [5]"))
+        << s;
+  });
+}
+
+TEST(EngineTest, DuplicateNameFailsOnlyTheSecondSubmission) {
+  RunRanks(2, [](Engine& e, int rank) {
+    std::vector<float> x(2, 1.0f);
+    TensorRef t(DataType::kFloat32, {2}, x.data());
+    Handle a = e.Allreduce("same", t, t, {});
+    if (rank == 0) {
+      absl::Status s = Wait(e.Allreduce("same", t, t, {}));
+      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_TRUE(absl::StrContains(s.message(), "'same'")) << s;
+    }
+    EXPECT_TRUE(Wait(a).ok());
+  });
+}
+
+TEST(EngineTest, JoinAveragesWithZerosOverFullSize) {
+  RunRanks(3, [](Engine& e, int rank) {
+    std::vector<double> x(3);
+    TensorRef t(DataType::kFloat64, {3}, x.data());
+    if (rank == 1) {
+      Handle j = e.Join();
+      ASSERT_TRUE(Wait(j).ok());
+      EXPECT_EQ(j.last_joined_rank(), 2);
+      return;
+    }
+    std::fill(x.begin(), x.end(), 3.0);
+    ASSERT_TRUE(Wait(e.Allreduce("jg", t, t, {})).ok());
+    EXPECT_EQ(x[0], 2.0);  // (3 + 0 + 3) / 3
+    if (rank == 2) usleep(50000);
+    Handle j = e.Join();
+    ASSERT_TRUE(Wait(j).ok());
+    EXPECT_EQ(j.last_joined_rank(), 2);
+  });
+}
+
+TEST(EngineTest, ProcessSetsOfEvenAndOddRanks) {
+  RunRanks(4, [](Engine& e, int rank) {
+    auto even = e.AddProcessSet({0, 2});
+    auto odd = e.AddProcessSet({3, 1});
+    ASSERT_TRUE(even.ok() && odd.ok());
+    EXPECT_EQ(e.ProcessSetRanks(odd->id()), (std::vector<int>{1, 3}));
+    std::vector<int32_t> x(2, rank);
+    TensorRef t(DataType::kInt32, {2}, x.data());
+    AllreduceOptions o;
+    o.op = ReduceOp::kSum;
+    o.process_set = rank % 2 == 0 ? *even : *odd;
+    ASSERT_TRUE(Wait(e.Allreduce("ps", t, t, o)).ok());
+    EXPECT_EQ(x[0], rank % 2 == 0 ? 2 : 4);
+    CollectiveOptions c;
+    c.process_set = o.process_set;
+    Handle g = e.Allgather("ps.gather", t, c);
+    ASSERT_TRUE(Wait(g).ok());
+    EXPECT_EQ(g.output().shape(), TensorShape({4}));
+  });
+}
+
+TEST(EngineTest, TopologyOfSimulatedHosts) {
+  RunRanks(
+      4,
+      [](Engine& e, int rank) {
+        const Topology& t = e.topology();
+        EXPECT_EQ(t.rank, rank);
+        EXPECT_EQ(t.local_size, 2);
+        EXPECT_EQ(t.local_rank, rank % 2);
+        EXPECT_EQ(t.cross_size, 2);
+        EXPECT_EQ(t.cross_rank, rank / 2);
+        EXPECT_TRUE(t.homogeneous);
+      },
+      Options(), {"a", "a", "b", "b"});
+}
+
+TEST(EngineTest, SingletonWithClusterEvidenceFailsUnlessAllowed) {
+  MapEnvironment env{{"PMI_SIZE", "4"}};
+  InitOptions o = Options();
+  o.environment = &env;
+  EngineOptions eo;
+  eo.command_line = "prog --x";
+  eo.exit_on_finalize_timeout = false;
+  auto e = Engine::Start(o, std::make_unique<FakeTransport>(std::make_shared<FakeHub>(1), 0), eo);
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(e.status().message(), "hvxrun -np 4 -H localhost:4 -- prog --x")) << e.status();
+  o.allow_singleton = true;
+  auto ok = Engine::Start(o, std::make_unique<FakeTransport>(std::make_shared<FakeHub>(1), 0), eo);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ((*ok)->topology().size, 1);
+}
+
+TEST(EngineTest, LauncherDisagreementFailsInitOnEveryRank) {
+  auto hub = std::make_shared<FakeHub>(2);
+  MapEnvironment wrong{{"HVX_RANK", "1"}};
+  MapEnvironment right{{"HVX_RANK", "1"}};
+  std::vector<absl::Status> results(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      InitOptions o = Options();
+      o.environment = r == 0 ? &wrong : &right;
+      EngineOptions eo;
+      eo.exit_on_finalize_timeout = false;
+      results[r] = Engine::Start(o, std::make_unique<FakeTransport>(hub, r), eo).status();
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_TRUE(absl::StrContains(results[0].message(), "HVX_RANK=1 but the transport reports 0")) << results[0];
+  EXPECT_TRUE(absl::StrContains(results[1].message(), "failed on rank 0")) << results[1];
+}
+
+TEST(EngineTest, OpsAfterShutdownFail) {
+  RunRanks(2, [](Engine& e, int) {
+    ASSERT_TRUE(e.Shutdown().ok());
+    std::vector<float> x(1);
+    TensorRef t(DataType::kFloat32, {1}, x.data());
+    EXPECT_TRUE(absl::StrContains(Wait(e.Allreduce("late", t, t, {})).message(), "shut down"));
+  });
+}
+
+}  // namespace
+}  // namespace hvx
