@@ -1,6 +1,5 @@
 #include "hvx/train/config.h"
 
-#include <glob.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -132,7 +131,6 @@ std::vector<FieldError> CheckConfig(const TrainConfig& c) {
                                            "\"; use \"none\", \"fp16\" or \"bf16\""));
   }
   if (e.gradient_predivide_factor() <= 0) add("engine.gradient_predivide_factor", "must be > 0");
-  if (e.backward_passes_per_step() <= 0) add("engine.backward_passes_per_step", "must be > 0");
   if (c.checkpoint().keep() <= 0) add("checkpoint.keep", "must be > 0");
   const std::string& np = c.launch().num_processes();
   if (np != "auto") {
@@ -231,7 +229,6 @@ void FillDefaults(TrainConfig* c) {
   if (o->step_gamma() == 0) o->set_step_gamma(0.1);
   EngineConfig* e = c->mutable_engine();
   if (e->gradient_predivide_factor() == 0) e->set_gradient_predivide_factor(1.0);
-  if (e->backward_passes_per_step() == 0) e->set_backward_passes_per_step(1);
   LoggingConfig* l = c->mutable_logging();
   if (l->log_every_steps() == 0) l->set_log_every_steps(50);
   if (l->eval_every_epochs() == 0) l->set_eval_every_epochs(1);
@@ -280,33 +277,12 @@ absl::StatusOr<LoadedConfig> LoadTrainConfig(absl::string_view name, const Confi
   return absl::InvalidArgumentError(absl::StrCat(loaded.path, ": ", error.field, ": ", error.message));
 }
 
-absl::StatusOr<std::vector<std::string>> ExpandFilePatterns(absl::string_view patterns,
-                                                            absl::string_view field) {
-  std::vector<std::string> files;
+std::vector<std::string> SplitFilePatterns(absl::string_view patterns) {
+  std::vector<std::string> result;
   for (absl::string_view pattern : absl::StrSplit(patterns, ',', absl::SkipWhitespace())) {
-    pattern = absl::StripAsciiWhitespace(pattern);
-    const std::string expanded = ExpandHome(pattern);
-    glob_t g;
-    const int rc = glob(expanded.c_str(), 0, nullptr, &g);
-    size_t matched = 0;
-    if (rc == 0) {
-      for (size_t i = 0; i < g.gl_pathc; ++i) {
-        if (FileExists(g.gl_pathv[i])) {
-          files.emplace_back(g.gl_pathv[i]);
-          ++matched;
-        }
-      }
-    }
-    globfree(&g);
-    if (matched == 0) {
-      return absl::NotFoundError(absl::StrCat(
-          field, ": no files match \"", expanded,
-          "\"; check that the data is there or point the config at where it is"));
-    }
+    result.push_back(ExpandHome(absl::StripAsciiWhitespace(pattern)));
   }
-  std::sort(files.begin(), files.end());
-  files.erase(std::unique(files.begin(), files.end()), files.end());
-  return files;
+  return result;
 }
 
 }  // namespace train

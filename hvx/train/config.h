@@ -50,10 +50,8 @@ void FillDefaults(TrainConfig* config);
 // Does not touch the file system. `source` names the config in messages.
 absl::Status ValidateTrainConfig(const TrainConfig& config, absl::string_view source);
 
-// Expands "~/" and a comma-separated list of glob patterns into sorted, distinct file names.
-// NotFound names the pattern and the `field` when a pattern matches nothing.
-absl::StatusOr<std::vector<std::string>> ExpandFilePatterns(absl::string_view patterns,
-                                                            absl::string_view field);
+// Splits a comma-separated list of glob patterns and expands a leading "~/" in each.
+std::vector<std::string> SplitFilePatterns(absl::string_view patterns);
 
 // "~/x" -> "$HOME/x"; anything else unchanged.
 std::string ExpandHome(absl::string_view path);

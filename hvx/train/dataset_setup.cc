@@ -1,0 +1,119 @@
+#include "hvx/train/dataset_setup.h"
+
+#include <dirent.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "hvx/common/logging.h"
+#include "hvx/common/status.h"
+#include "hvx/core/api.h"
+#include "hvx/data/dataset.h"
+#include "hvx/data/idx.h"
+#include "hvx/train/config.h"
+
+namespace hvx {
+namespace train {
+namespace {
+
+bool Exists(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0;
+}
+
+// "<dir>/<name>" or "<dir>/<name>.gz", whichever exists.
+absl::StatusOr<std::string> FindIdx(const std::string& dir, const std::string& name) {
+  for (const std::string& candidate : {absl::StrCat(dir, "/", name, ".gz"), absl::StrCat(dir, "/", name)}) {
+    if (Exists(candidate)) return candidate;
+  }
+  return absl::NotFoundError(absl::StrCat(
+      "data.fashion_mnist_source.idx_dir: ", dir, " has no ", name, "(.gz); install Debian's "
+      "dataset-fashion-mnist package or point idx_dir at the IDX files"));
+}
+
+// Converts into a private folder, then moves the files into place (index files first), so
+// readers never see a shard that is half written.
+absl::Status WriteFashionMnistShards(const FashionMnistSource& source) {
+  const std::string out = ExpandHome(source.output_dir());
+  const std::string tmp = absl::StrCat(out, "/.tmp-", getpid());
+  HVX_LOG(INFO) << "creating Fashion-MNIST shards in " << out << " from " << source.idx_dir();
+  std::vector<std::string> written;
+  struct Part {
+    const char* prefix;
+    const char* idx_prefix;
+    int shards;
+  };
+  for (const Part& part : {Part{"train", "train", source.num_train_shards()}, Part{"test", "t10k", source.num_test_shards()}}) {
+    HVX_ASSIGN_OR_RETURN(std::string images, FindIdx(source.idx_dir(), absl::StrCat(part.idx_prefix, "-images-idx3-ubyte")));
+    HVX_ASSIGN_OR_RETURN(std::string labels, FindIdx(source.idx_dir(), absl::StrCat(part.idx_prefix, "-labels-idx1-ubyte")));
+    HVX_ASSIGN_OR_RETURN(auto shards, data::WriteIdxShards(images, labels, tmp, part.prefix, part.shards));
+    written.insert(written.end(), shards.begin(), shards.end());
+  }
+  std::vector<std::string> files;
+  DIR* d = opendir(tmp.c_str());
+  if (d == nullptr) return ErrnoToStatus(errno, absl::StrCat("opendir ", tmp));
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] != '.') files.emplace_back(e->d_name);
+  }
+  closedir(d);
+  std::stable_sort(files.begin(), files.end(), [](const std::string& a, const std::string& b) {
+    return absl::EndsWith(a, ".idx") > absl::EndsWith(b, ".idx");
+  });
+  for (const std::string& f : files) {
+    const std::string from = absl::StrCat(tmp, "/", f), to = absl::StrCat(out, "/", f);
+    if (rename(from.c_str(), to.c_str()) != 0) return ErrnoToStatus(errno, absl::StrCat("rename ", from, " -> ", to));
+  }
+  rmdir(tmp.c_str());
+  return absl::OkStatus();
+}
+
+absl::Status CheckPatterns(const std::string& patterns, const std::string& field, const TrainConfig& config) {
+  auto files = data::ExpandFilePatterns(SplitFilePatterns(patterns));
+  if (files.ok()) return absl::OkStatus();
+  std::string hint = "check that the data is there, or point the config at it";
+  if (config.data().format() == IMAGENET) {
+    hint = "ImageNet is expected as TFRecord shards (train-00000-of-01024 ..., validation-00000-of-00128 ...); "
+           "convert an image folder with tools/make_records, or set data.train_files / data.eval_files with --override";
+  }
+  return absl::Status(files.status().code(), absl::StrCat(field, ": ", files.status().message(), "; ", hint));
+}
+
+}  // namespace
+
+absl::Status PrepareDataset(const TrainConfig& config) {
+  const FashionMnistSource& source = config.data().fashion_mnist_source();
+  const bool can_create = config.data().format() == FASHION_MNIST && !source.output_dir().empty();
+  if (can_create) {
+    // Rank 0 decides and converts; the others learn the outcome through a broadcast, so a failed
+    // conversion ends every rank instead of leaving them waiting.
+    int64_t outcome = 0;
+    if (Rank() == 0 && !data::ExpandFilePatterns(SplitFilePatterns(config.data().train_files())).ok()) {
+      absl::Status status = data::MakeDirs(ExpandHome(source.output_dir()));
+      if (status.ok()) status = WriteFashionMnistShards(source);
+      if (!status.ok()) {
+        HVX_LOG(ERROR) << status;
+        outcome = 1;
+      }
+    }
+    TensorRef ref(DataType::kInt64, TensorShape({1}), &outcome);
+    HVX_RETURN_IF_ERROR(Wait(Broadcast("data.prepare", ref, 0)));
+    if (outcome != 0) return absl::InternalError("rank 0 could not create the Fashion-MNIST shards (see its log)");
+  }
+  HVX_RETURN_IF_ERROR(CheckPatterns(config.data().train_files(), "data.train_files", config));
+  if (!config.data().eval_files().empty()) {
+    HVX_RETURN_IF_ERROR(CheckPatterns(config.data().eval_files(), "data.eval_files", config));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<const data::Decoder>> MakeImageNetDecoder(const TrainConfig&, bool) {
+  return absl::UnimplementedError("data.format IMAGENET: hvx/data has no ImageNet decoder yet");
+}
+
+}  // namespace train
+}  // namespace hvx

@@ -1,0 +1,201 @@
+#include "hvx/train/train_main.h"
+
+#include <dirent.h>
+#include <limits.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "hvx/common/env.h"
+#include "hvx/common/logging.h"
+#include "hvx/common/status.h"
+#include "hvx/core/api.h"
+#include "hvx/launch/cluster_env.h"
+#include "hvx/launch/launch.h"
+#include "hvx/train/config.h"
+#include "hvx/train/trainer.h"
+
+namespace hvx {
+namespace train {
+namespace {
+
+constexpr char kUsage[] =
+    "usage: train --config=NAME [--override='<text proto>']... [--sample_log=DIR] [--max_steps=N]\n"
+    "  --config      a TrainConfig text file: a path, a name in the invoking directory, or a bundled\n"
+    "                config (fashion_mnist.pbtxt, imagenet.pbtxt)\n"
+    "  --override    text proto merged into the config, e.g. --override='epochs: 2 data { batch_size: 64 }'\n"
+    "  --sample_log  write the sample ids each rank trained on, per epoch, into DIR\n"
+    "  --max_steps   stop after N global steps (writing a checkpoint when checkpoints are on)\n";
+
+bool IsDir(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+bool IsFile(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+std::string SelfPath(const std::string& argv0) {
+  char buf[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return argv0;
+  buf[n] = '\0';
+  return buf;
+}
+
+absl::StatusOr<int> ResolveNumProcesses(const TrainConfig& config) {
+  const std::string& np = config.launch().num_processes();
+  if (np == "auto") return std::max(1, launch::CountLocalGpus(Environment::Process()));
+  int n = 1;
+  if (!absl::SimpleAtoi(np, &n) || n < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("launch.num_processes: bad value \"", np, "\""));
+  }
+  return n;
+}
+
+InitOptions MakeInitOptions(const TrainConfig& config, InitOptions options) {
+  const EngineConfig& e = config.engine();
+  if (e.cycle_time_ms() > 0) options.cycle_time_ms = e.cycle_time_ms();
+  if (e.fusion_threshold_bytes() > 0) options.fusion_threshold_bytes = e.fusion_threshold_bytes();
+  if (e.cache_capacity() > 0) options.cache_capacity = e.cache_capacity();
+  if (!e.timeline_path().empty()) options.timeline_path = ExpandHome(e.timeline_path());
+  return options;
+}
+
+absl::StatusOr<int> Main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  HVX_ASSIGN_OR_RETURN(TrainFlags flags, ParseTrainFlags(args));
+  if (flags.help) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  const Environment& env = Environment::Process();
+  ConfigSearchPath search;
+  search.working_dir = env.Get("BUILD_WORKING_DIRECTORY").value_or("");
+  if (search.working_dir.empty()) {
+    char cwd[PATH_MAX];
+    if (getcwd(cwd, sizeof(cwd)) != nullptr) search.working_dir = cwd;
+  }
+  search.bundled_dir = FindBundledConfigDir(argv[0]);
+  HVX_ASSIGN_OR_RETURN(LoadedConfig loaded, LoadTrainConfig(flags.config, search, flags.overrides));
+  const TrainConfig& config = loaded.config;
+  HVX_ASSIGN_OR_RETURN(const int np, ResolveNumProcesses(config));
+  if (np > 1 && !launch::IsUnderLauncher(env)) {
+    launch::LaunchOptions lo;
+    lo.np = np;
+    lo.hosts = config.launch().hosts();
+    lo.program.push_back(SelfPath(argv[0]));
+    lo.program.insert(lo.program.end(), args.begin(), args.end());
+    // The config resolves the same way in every rank.
+    if (env.Get("BUILD_WORKING_DIRECTORY").has_value()) {
+      lo.env.emplace_back("BUILD_WORKING_DIRECTORY", search.working_dir);
+    }
+    std::fprintf(stderr, "train: starting %d processes with hvxrun\n", np);
+    return launch::RunJob(lo);
+  }
+  HVX_ASSIGN_OR_RETURN(InitOptions init, InitOptions::FromEnv(env));
+  HVX_RETURN_IF_ERROR(Init(MakeInitOptions(config, init)));
+  HVX_LOG_RANK0(INFO) << "config " << loaded.path;
+  RunOptions options;
+  options.sample_log_dir = ExpandHome(flags.sample_log);
+  options.max_steps = flags.max_steps;
+  auto result = RunTraining(config, options);
+  if (!result.ok()) {
+    HVX_LOG(ERROR) << result.status();
+    Shutdown().IgnoreError();
+    return 1;
+  }
+  if (Rank() == 0) {
+    std::string final_line = absl::StrFormat("done: %d steps in %.1f s", result->global_step, result->wall_s);
+    if (!result->evals.empty()) {
+      absl::StrAppendFormat(&final_line, ", eval accuracy %.4f on %d samples", result->evals.back().accuracy,
+                            result->evals.back().samples);
+    }
+    absl::StrAppendFormat(&final_line, ", %.0f samples/s", result->samples_per_s);
+    std::printf("%s\n", final_line.c_str());
+    std::fflush(stdout);
+  }
+  HVX_RETURN_IF_ERROR(Shutdown());
+  return 0;
+}
+
+}  // namespace
+
+absl::StatusOr<TrainFlags> ParseTrainFlags(const std::vector<std::string>& args) {
+  TrainFlags flags;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg == "--help" || arg == "-h") {
+      flags.help = true;
+      continue;
+    }
+    std::string name = arg, value;
+    const size_t eq = arg.find('=');
+    if (eq != std::string::npos) {
+      name = arg.substr(0, eq);
+      value = arg.substr(eq + 1);
+    } else if (absl::StartsWith(arg, "--")) {
+      if (i + 1 >= args.size()) return absl::InvalidArgumentError(absl::StrCat(arg, " needs a value"));
+      value = args[++i];
+    }
+    if (name == "--config") {
+      flags.config = value;
+    } else if (name == "--override") {
+      flags.overrides.push_back(value);
+    } else if (name == "--sample_log") {
+      flags.sample_log = value;
+    } else if (name == "--max_steps") {
+      if (!absl::SimpleAtoi(value, &flags.max_steps) || flags.max_steps < 0) {
+        return absl::InvalidArgumentError(absl::StrCat("--max_steps: not a count: \"", value, "\""));
+      }
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("unknown argument \"", arg, "\"\n", kUsage));
+    }
+  }
+  if (flags.config.empty() && !flags.help) {
+    return absl::InvalidArgumentError(absl::StrCat("--config is required\n", kUsage));
+  }
+  return flags;
+}
+
+std::string FindBundledConfigDir(const std::string& argv0) {
+  std::vector<std::string> roots;
+  if (const char* dir = std::getenv("RUNFILES_DIR")) roots.push_back(dir);
+  roots.push_back(SelfPath(argv0) + ".runfiles");
+  roots.push_back(argv0 + ".runfiles");
+  for (const std::string& root : roots) {
+    if (!IsDir(root)) continue;
+    // hvx built as the main repository, then hvx vendored as an external repository.
+    if (IsFile(root + "/hvx/data/fashion_mnist.pbtxt")) return root + "/hvx/data";
+    DIR* d = opendir(root.c_str());
+    if (d == nullptr) continue;
+    std::string found;
+    while (dirent* e = readdir(d)) {
+      const std::string candidate = absl::StrCat(root, "/", e->d_name, "/external/hvx/data");
+      if (IsFile(candidate + "/fashion_mnist.pbtxt")) found = candidate;
+    }
+    closedir(d);
+    if (!found.empty()) return found;
+  }
+  return "";
+}
+
+int TrainMain(int argc, char** argv) {
+  auto code = Main(argc, argv);
+  if (!code.ok()) {
+    std::fprintf(stderr, "train: %s\n", std::string(code.status().message()).c_str());
+    return 2;
+  }
+  return *code;
+}
+
+}  // namespace train
+}  // namespace hvx

@@ -1,0 +1,40 @@
+// The trainer program behind tools/train: flags, config loading, self-launch, init, training.
+//
+//   int main(int argc, char** argv) { return hvx::train::TrainMain(argc, argv); }
+//   // train --config=fashion_mnist.pbtxt --override='epochs: 2' --override='launch { num_processes: "4" }'
+//
+// Flags: --config=NAME (required; see ConfigSearchPath), --override=TEXT (repeatable, merged in
+// order), --sample_log=DIR (RunOptions::sample_log_dir), --max_steps=N (RunOptions::max_steps),
+// --help. Not under a launcher and asked for more than one process, the program starts itself
+// under hvxrun with the same arguments and returns the job's exit code.
+#ifndef HVX_TRAIN_TRAIN_MAIN_H_
+#define HVX_TRAIN_TRAIN_MAIN_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace hvx {
+namespace train {
+
+struct TrainFlags {
+  std::string config;
+  std::vector<std::string> overrides;
+  std::string sample_log;
+  int64_t max_steps = 0;
+  bool help = false;
+};
+
+// Parses the arguments after argv[0]. Both "--flag=value" and "--flag value" work.
+absl::StatusOr<TrainFlags> ParseTrainFlags(const std::vector<std::string>& args);
+
+// The bundled data/ directory in this binary's runfiles ("" when not found).
+std::string FindBundledConfigDir(const std::string& argv0);
+
+int TrainMain(int argc, char** argv);
+
+}  // namespace train
+}  // namespace hvx
+
+#endif  // HVX_TRAIN_TRAIN_MAIN_H_

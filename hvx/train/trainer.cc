@@ -1,0 +1,586 @@
+#include "hvx/train/trainer.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/match.h"
+#include "absl/strings/strip.h"
+#include "hvx/common/logging.h"
+#include "hvx/common/status.h"
+#include "hvx/core/api.h"
+#include "hvx/data/dataset.h"
+#include "hvx/data/decoder.h"
+#include "hvx/data/pipeline.h"
+#include "hvx/data/shard_plan.h"
+#include "hvx/torch/distributed_optimizer.h"
+#include "hvx/torch/tensor.h"
+#include "hvx/train/config.h"
+#include "hvx/train/dataset_setup.h"
+#include "hvx/train/models.h"
+#include "hvx/train/summary_writer.h"
+
+namespace hvx {
+namespace train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// Fashion-MNIST pixel statistics over the training set, for input normalisation.
+constexpr float kFashionMean = 0.2860f;
+constexpr float kFashionStd = 0.3530f;
+
+absl::StatusOr<std::shared_ptr<const data::Decoder>> MakeDecoder(const TrainConfig& config, bool train) {
+  switch (config.data().format()) {
+    case FASHION_MNIST: {
+      data::RawImageDecoderOptions o;
+      o.dtype = DataType::kFloat32;
+      o.mean = {kFashionMean};
+      o.stddev = {kFashionStd};
+      return std::shared_ptr<const data::Decoder>(std::make_shared<data::RawImageDecoder>(o));
+    }
+    case IMAGENET:
+      return MakeImageNetDecoder(config, train);
+    default:
+      return absl::InvalidArgumentError("data.format: set FASHION_MNIST or IMAGENET");
+  }
+}
+
+std::string FormatDuration(double s) {
+  const int64_t t = static_cast<int64_t>(s);
+  if (t >= 3600) return absl::StrFormat("%dh%02dm", t / 3600, (t / 60) % 60);
+  return absl::StrFormat("%dm%02ds", t / 60, t % 60);
+}
+
+// The learning rate at `step` (0-based, counted over the whole run).
+class LrSchedule {
+ public:
+  LrSchedule(const OptimizerConfig& o, int world_size, int batch_size, int64_t steps_per_epoch, int epochs)
+      : o_(o), steps_per_epoch_(std::max<int64_t>(1, steps_per_epoch)), total_steps_(steps_per_epoch_ * epochs) {
+    switch (o.lr_scaling()) {
+      case OptimizerConfig::BY_WORLD_SIZE:
+        peak_ = o.lr() * world_size;
+        break;
+      case OptimizerConfig::BY_GLOBAL_BATCH:
+        peak_ = o.lr() * batch_size * world_size / o.reference_batch();
+        break;
+      default:
+        peak_ = o.lr();
+    }
+    start_ = o.lr_scaling() == OptimizerConfig::NONE ? 0.0 : peak_ / world_size;
+    warmup_steps_ = static_cast<int64_t>(std::llround(o.warmup_epochs() * steps_per_epoch_));
+  }
+
+  double At(int64_t step) const {
+    if (step < warmup_steps_) return start_ + (peak_ - start_) * (step + 1) / warmup_steps_;
+    const double epoch = static_cast<double>(step) / steps_per_epoch_;
+    switch (o_.schedule()) {
+      case OptimizerConfig::STEP: {
+        double lr = peak_;
+        for (int e : o_.step_epochs()) {
+          if (epoch >= e) lr *= o_.step_gamma();
+        }
+        return lr;
+      }
+      case OptimizerConfig::COSINE: {
+        const double t = static_cast<double>(step - warmup_steps_) / std::max<int64_t>(1, total_steps_ - warmup_steps_);
+        return 0.5 * peak_ * (1 + std::cos(M_PI * std::min(1.0, t)));
+      }
+      default:
+        return peak_;
+    }
+  }
+
+ private:
+  const OptimizerConfig o_;
+  const int64_t steps_per_epoch_;
+  const int64_t total_steps_;
+  double peak_ = 0;
+  double start_ = 0;
+  int64_t warmup_steps_ = 0;
+};
+
+std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const OptimizerConfig& o, torch::nn::Module& model) {
+  if (o.kind() == OptimizerConfig::ADAM) {
+    return std::make_unique<torch::optim::Adam>(
+        model.parameters(), torch::optim::AdamOptions(o.lr()).betas({o.beta1(), o.beta2()}).eps(o.eps()).weight_decay(o.weight_decay()));
+  }
+  return std::make_unique<torch::optim::SGD>(
+      model.parameters(),
+      torch::optim::SGDOptions(o.lr()).momentum(o.momentum()).nesterov(o.nesterov()).weight_decay(o.weight_decay()));
+}
+
+void SetLr(torch::optim::Optimizer& optimizer, double lr) {
+  for (auto& group : optimizer.param_groups()) group.options().set_lr(lr);
+}
+
+// Where training stands: what a checkpoint records besides model and optimizer.
+struct Position {
+  int64_t epoch = 0;           // epoch in progress
+  int64_t steps_in_epoch = 0;  // batches of that epoch already trained on
+  int64_t global_step = 0;
+  int64_t world_size = 1;      // of the run that wrote it (the data position depends on it)
+  int64_t batch_size = 0;
+};
+
+// ---------------------------------------------------------------------------------- checkpoints
+
+constexpr char kCheckpointPrefix[] = "ckpt-";
+constexpr char kCheckpointSuffix[] = ".pt";
+
+// Checkpoint files in `dir`, oldest first (by the global step in the name).
+std::vector<std::pair<int64_t, std::string>> ListCheckpoints(const std::string& dir) {
+  std::vector<std::pair<int64_t, std::string>> found;
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return found;
+  while (dirent* e = readdir(d)) {
+    absl::string_view name = e->d_name;
+    int64_t step = 0;
+    if (absl::ConsumePrefix(&name, kCheckpointPrefix) && absl::ConsumeSuffix(&name, kCheckpointSuffix) &&
+        absl::SimpleAtoi(name, &step)) {
+      found.emplace_back(step, absl::StrCat(dir, "/", e->d_name));
+    }
+  }
+  closedir(d);
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+absl::Status FsyncPath(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY);
+  if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("open ", path));
+  const int rc = fsync(fd);
+  const int err = errno;
+  close(fd);
+  return rc == 0 ? absl::OkStatus() : ErrnoToStatus(err, absl::StrCat("fsync ", path));
+}
+
+// Writes to a temporary name, syncs, then renames: a crash leaves the old set of checkpoints or
+// the new one, never a torn file under a checkpoint's name.
+absl::Status WriteCheckpoint(const CheckpointConfig& c, Classifier& model, torch::optim::Optimizer& optimizer,
+                             const Position& p) {
+  HVX_RETURN_IF_ERROR(MakeDirs(c.dir()));
+  const std::string final_path = absl::StrCat(c.dir(), "/", kCheckpointPrefix, p.global_step, kCheckpointSuffix);
+  const std::string tmp_path = absl::StrCat(final_path, ".tmp.", getpid());
+  try {
+    torch::serialize::OutputArchive archive, model_archive, optimizer_archive;
+    model.save(model_archive);
+    optimizer.save(optimizer_archive);
+    archive.write("model", model_archive);
+    archive.write("optimizer", optimizer_archive);
+    archive.write("position", torch::tensor({p.epoch, p.steps_in_epoch, p.global_step, p.world_size, p.batch_size},
+                                            torch::kInt64));
+    archive.save_to(tmp_path);
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("writing checkpoint ", tmp_path, ": ", e.what_without_backtrace()));
+  }
+  HVX_RETURN_IF_ERROR(FsyncPath(tmp_path));
+  if (rename(tmp_path.c_str(), final_path.c_str()) != 0) {
+    return ErrnoToStatus(errno, absl::StrCat("rename ", tmp_path, " -> ", final_path));
+  }
+  HVX_RETURN_IF_ERROR(FsyncPath(c.dir()));
+  auto all = ListCheckpoints(c.dir());
+  for (size_t i = 0; i + c.keep() < all.size(); ++i) unlink(all[i].second.c_str());
+  return absl::OkStatus();
+}
+
+absl::Status LoadCheckpoint(const std::string& path, Classifier& model, torch::optim::Optimizer& optimizer,
+                            Position* p) {
+  try {
+    torch::serialize::InputArchive archive, model_archive, optimizer_archive;
+    archive.load_from(path);
+    archive.read("model", model_archive);
+    archive.read("optimizer", optimizer_archive);
+    model.load(model_archive);
+    optimizer.load(optimizer_archive);
+    torch::Tensor position;
+    archive.read("position", position);
+    auto v = position.accessor<int64_t, 1>();
+    *p = Position{v[0], v[1], v[2], v[3], v[4]};
+  } catch (const c10::Error& e) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", path, " cannot be loaded: ", e.what_without_backtrace()));
+  }
+  return absl::OkStatus();
+}
+
+// Rank 0 loads the newest checkpoint and every rank takes its model, optimizer and position.
+// Returns false when there is none. Works without a file system shared between hosts.
+absl::StatusOr<bool> Resume(const CheckpointConfig& c, Classifier& model, torch::optim::Optimizer& optimizer,
+                            Position* p) {
+  int64_t meta[5] = {-1, 0, 0, 0, 0};
+  absl::Status load_status;
+  if (Rank() == 0) {
+    auto all = ListCheckpoints(c.dir());
+    if (!all.empty()) {
+      load_status = LoadCheckpoint(all.back().second, model, optimizer, p);
+      if (load_status.ok()) {
+        meta[0] = p->epoch, meta[1] = p->steps_in_epoch, meta[2] = p->global_step, meta[3] = p->world_size,
+        meta[4] = p->batch_size;
+        HVX_LOG(INFO) << "resuming from " << all.back().second << " (epoch " << p->epoch + 1 << ", step "
+                      << p->global_step << ")";
+      } else {
+        meta[0] = -2;
+      }
+    }
+  }
+  TensorRef ref(DataType::kInt64, TensorShape({5}), meta);
+  HVX_RETURN_IF_ERROR(Wait(Broadcast("resume.position", ref, 0)));
+  if (meta[0] == -2) {
+    return load_status.ok() ? absl::DataLossError("rank 0 could not load the newest checkpoint") : load_status;
+  }
+  if (meta[0] < 0) return false;
+  *p = Position{meta[0], meta[1], meta[2], meta[3], meta[4]};
+  HVX_RETURN_IF_ERROR(BroadcastParameters(model, 0));
+  HVX_RETURN_IF_ERROR(BroadcastOptimizerState(optimizer, 0));
+  return true;
+}
+
+// Running statistics (BatchNorm) drift apart between ranks; evaluation and checkpoints use their
+// average so every rank evaluates the same model.
+absl::Status AverageBuffers(Classifier& model) {
+  torch::NoGradGuard no_grad;
+  std::vector<Handle> handles;
+  for (const auto& item : model.named_buffers()) {
+    if (!item.value().is_floating_point()) continue;
+    HVX_ASSIGN_OR_RETURN(Handle h, AllreduceAsync("buffer." + item.key(), item.value()));
+    handles.push_back(h);
+  }
+  return WaitAll(handles);
+}
+
+// Wraps a pipeline batch as a tensor without copying; the tensor owns the batch.
+torch::Tensor ImagesOf(std::unique_ptr<data::Batch>& batch) {
+  data::Batch* raw = batch.release();
+  return torch::from_blob(raw->data(), raw->shape().dims(), [raw](void*) { delete raw; },
+                          torch::TensorOptions().dtype(ToScalarType(raw->dtype())));
+}
+
+torch::Tensor LabelsOf(const data::Batch& batch, int label_offset) {
+  torch::Tensor labels = torch::tensor(batch.labels(), torch::kInt64);
+  return label_offset != 0 ? labels + label_offset : labels;
+}
+
+struct Run {
+  const TrainConfig& config;
+  const RunOptions& options;
+  torch::Device device{torch::kCPU};
+  std::shared_ptr<const data::Dataset> train_data;
+  std::shared_ptr<const data::Dataset> eval_data;
+  std::shared_ptr<const data::Decoder> train_decoder;
+  std::shared_ptr<const data::Decoder> eval_decoder;
+  std::shared_ptr<Classifier> model;
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  std::unique_ptr<DistributedOptimizer> distributed;
+  std::unique_ptr<SummaryWriter> summaries;
+  int64_t steps_per_epoch = 0;
+};
+
+int64_t StepsPerEpoch(const TrainConfig& config, int64_t num_samples, int size) {
+  const int64_t per_rank = config.data().remainder() == PAD ? (num_samples + size - 1) / size : num_samples / size;
+  int64_t steps = per_rank / config.data().batch_size();
+  if (config.logging().max_steps_per_epoch() > 0) steps = std::min<int64_t>(steps, config.logging().max_steps_per_epoch());
+  return steps;
+}
+
+absl::StatusOr<EvalResult> Evaluate(Run& run, int64_t epoch) {
+  const TrainConfig& config = run.config;
+  HVX_RETURN_IF_ERROR(AverageBuffers(*run.model));
+  data::PipelineOptions po;
+  po.rank = Rank();
+  po.size = Size();
+  po.epoch = 0;
+  po.shuffle = false;
+  po.remainder = data::RemainderPolicy::kPad;
+  po.batch_size = config.data().eval_batch_size();
+  po.reader_threads = config.data().reader_threads();
+  po.decode_threads = config.data().decode_threads();
+  po.prefetch_batches = config.data().prefetch_batches();
+  po.decoder = run.eval_decoder;
+  HVX_ASSIGN_OR_RETURN(auto pipeline, data::Pipeline::Create(run.eval_data, po));
+  run.model->eval();
+  torch::NoGradGuard no_grad;
+  // correct, loss sum, samples: summed over ranks at the end, so each sample counts once.
+  std::vector<double> sums = {0, 0, 0};
+  int64_t batches = 0;
+  for (;;) {
+    auto batch = pipeline->Next();
+    if (absl::IsOutOfRange(batch.status())) break;
+    HVX_RETURN_IF_ERROR(batch.status());
+    if (config.logging().max_eval_batches() > 0 && batches >= config.logging().max_eval_batches()) continue;
+    ++batches;
+    const int64_t real = (*batch)->size() - (*batch)->num_padded();
+    torch::Tensor labels = LabelsOf(**batch, config.data().label_offset()).to(run.device);
+    torch::Tensor images = ImagesOf(*batch).to(run.device);
+    if (real <= 0) continue;
+    torch::Tensor logits = run.model->forward(images).narrow(0, 0, real);
+    labels = labels.narrow(0, 0, real);
+    sums[0] += logits.argmax(1).eq(labels).sum().item<double>();
+    sums[1] += torch::nn::functional::cross_entropy(
+                   logits, labels, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+                   .item<double>();
+    sums[2] += real;
+  }
+  HVX_ASSIGN_OR_RETURN(sums, SumMetrics(sums, absl::StrCat("eval.", epoch)));
+  EvalResult result;
+  result.samples = static_cast<int64_t>(sums[2]);
+  result.accuracy = sums[2] > 0 ? sums[0] / sums[2] : 0;
+  result.loss = sums[2] > 0 ? sums[1] / sums[2] : 0;
+  return result;
+}
+
+absl::Status OpenData(Run& run) {
+  const TrainConfig& config = run.config;
+  HVX_RETURN_IF_ERROR(PrepareDataset(config));
+  HVX_ASSIGN_OR_RETURN(auto train, data::Dataset::Open(SplitFilePatterns(config.data().train_files()), {}));
+  run.train_data = std::move(train);
+  const std::string& eval_pattern =
+      config.data().eval_files().empty() ? config.data().train_files() : config.data().eval_files();
+  HVX_ASSIGN_OR_RETURN(auto eval, data::Dataset::Open(SplitFilePatterns(eval_pattern), {}));
+  run.eval_data = std::move(eval);
+  HVX_ASSIGN_OR_RETURN(run.train_decoder, MakeDecoder(config, /*train=*/true));
+  HVX_ASSIGN_OR_RETURN(run.eval_decoder, MakeDecoder(config, /*train=*/false));
+  return absl::OkStatus();
+}
+
+class SampleLog {
+ public:
+  absl::Status Open(const std::string& dir, int64_t epoch, bool append) {
+    out_.reset();
+    if (dir.empty()) return absl::OkStatus();
+    HVX_RETURN_IF_ERROR(MakeDirs(dir));
+    const std::string path = absl::StrCat(dir, "/rank", Rank(), "-epoch", epoch, ".txt");
+    out_ = std::make_unique<std::ofstream>(path, append ? std::ios::app : std::ios::trunc);
+    if (!*out_) return absl::PermissionDeniedError(absl::StrCat("cannot write sample log ", path));
+    return absl::OkStatus();
+  }
+  void Add(const std::vector<int64_t>& ids, int64_t num_padded) {
+    if (!out_) return;
+    const size_t first_pad = ids.size() - static_cast<size_t>(num_padded);
+    for (size_t i = 0; i < ids.size(); ++i) *out_ << ids[i] << (i >= first_pad ? " pad\n" : "\n");
+  }
+  absl::Status Close() {
+    if (out_ && !out_->flush()) return absl::DataLossError("sample log write failed");
+    out_.reset();
+    return absl::OkStatus();
+  }
+
+ private:
+  std::unique_ptr<std::ofstream> out_;
+};
+
+absl::Status MaybeSummarize(Run& run, absl::string_view tag, double value, int64_t step) {
+  if (run.summaries == nullptr) return absl::OkStatus();
+  return run.summaries->AddScalar(tag, value, step);
+}
+
+absl::StatusOr<TrainResult> Train(Run& run) {
+  const TrainConfig& config = run.config;
+  const int rank = Rank(), size = Size();
+  const Clock::time_point run_start = Clock::now();
+  TrainResult result;
+  run.steps_per_epoch = StepsPerEpoch(config, run.train_data->num_samples(), size);
+  if (run.steps_per_epoch <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.batch_size: ", config.data().batch_size(), " per rank x ", size, " ranks is more than the ",
+        run.train_data->num_samples(), " training samples; lower batch_size or use fewer processes"));
+  }
+  HVX_LOG_RANK0(INFO) << "training " << config.model().name() << " (" << CountParameters(*run.model)
+                      << " parameters) on " << run.train_data->num_samples() << " samples, "
+                      << run.eval_data->num_samples() << " for evaluation; " << size << " ranks x batch "
+                      << config.data().batch_size() << ", " << run.steps_per_epoch << " steps per epoch";
+  const LrSchedule schedule(config.optimizer(), size, config.data().batch_size(), run.steps_per_epoch, config.epochs());
+
+  Position pos;
+  pos.world_size = size;
+  pos.batch_size = config.data().batch_size();
+  if (!config.checkpoint().dir().empty() && config.checkpoint().resume()) {
+    HVX_ASSIGN_OR_RETURN(bool resumed, Resume(config.checkpoint(), *run.model, *run.optimizer, &pos));
+    if (resumed) result.resumed_from_step = pos.global_step;
+  }
+  // Samples of the resumed epoch already consumed, over all ranks of the run that wrote it.
+  int64_t consumed = pos.steps_in_epoch * pos.batch_size * pos.world_size;
+  if (result.resumed_from_step >= 0 && (pos.world_size != size || pos.batch_size != config.data().batch_size())) {
+    HVX_LOG_RANK0(INFO) << "world size or batch size changed since the checkpoint; the epoch continues with the "
+                        << "samples not yet seen";
+  }
+  pos.world_size = size;
+  pos.batch_size = config.data().batch_size();
+  SampleLog sample_log;
+  for (int64_t epoch = pos.epoch; epoch < config.epochs(); ++epoch) {
+    data::PipelineOptions po;
+    po.rank = rank;
+    po.size = size;
+    po.epoch = epoch;
+    po.seed = config.data().shuffle_seed();
+    po.remainder = config.data().remainder() == PAD ? data::RemainderPolicy::kPad : data::RemainderPolicy::kDrop;
+    po.consumed = consumed;
+    po.batch_size = config.data().batch_size();
+    po.drop_last_batch = true;
+    po.reader_threads = config.data().reader_threads();
+    po.decode_threads = config.data().decode_threads();
+    po.prefetch_batches = config.data().prefetch_batches();
+    po.decoder = run.train_decoder;
+    HVX_ASSIGN_OR_RETURN(auto pipeline, data::Pipeline::Create(run.train_data, po));
+    HVX_RETURN_IF_ERROR(sample_log.Open(run.options.sample_log_dir, epoch, /*append=*/consumed > 0));
+    const int64_t epoch_steps = run.steps_per_epoch;
+    run.model->train();
+    double window_loss = 0;
+    int64_t window_steps = 0;
+    Clock::time_point window_start = Clock::now();
+    double window_wait = 0;
+    const Clock::time_point epoch_start = Clock::now();
+    int64_t epoch_samples = 0;
+    double epoch_wait = 0;
+    while (pos.steps_in_epoch < epoch_steps) {
+      const Clock::time_point wait_start = Clock::now();
+      auto batch = pipeline->Next();
+      const double waited = Seconds(Clock::now() - wait_start);
+      window_wait += waited;
+      epoch_wait += waited;
+      if (absl::IsOutOfRange(batch.status())) break;
+      HVX_RETURN_IF_ERROR(batch.status());
+      sample_log.Add((*batch)->sample_ids(), (*batch)->num_padded());
+      const int64_t batch_rows = (*batch)->size();
+      torch::Tensor labels = LabelsOf(**batch, config.data().label_offset()).to(run.device);
+      torch::Tensor images = ImagesOf(*batch).to(run.device);
+      // The random stream (dropout) depends only on where training stands, so a resumed run
+      // draws exactly what the uninterrupted run drew.
+      torch::manual_seed(config.seed() * 1000003 + static_cast<uint64_t>(pos.global_step) * 131 + rank);
+      const double lr = schedule.At(pos.global_step);
+      SetLr(*run.optimizer, lr);
+      HVX_RETURN_IF_ERROR(run.distributed->ZeroGrad());
+      torch::Tensor loss = torch::nn::functional::cross_entropy(run.model->forward(images), labels);
+      loss.backward();
+      HVX_RETURN_IF_ERROR(run.distributed->Step());
+      const double local_loss = loss.item<double>();
+      result.step_losses.push_back(local_loss);
+      window_loss += local_loss;
+      ++window_steps;
+      epoch_samples += batch_rows;
+      ++pos.steps_in_epoch;
+      ++pos.global_step;
+      const bool last_step = pos.steps_in_epoch == epoch_steps;
+      const bool stop = run.options.max_steps > 0 && pos.global_step >= run.options.max_steps;
+      if (pos.global_step % config.logging().log_every_steps() == 0 || last_step || stop) {
+        double mean_loss = window_loss / window_steps;
+        if (size > 1) {
+          HVX_ASSIGN_OR_RETURN(mean_loss, AverageMetric(mean_loss, "train.loss"));
+        }
+        const double window_s = Seconds(Clock::now() - window_start);
+        const double samples_per_s = window_steps * config.data().batch_size() * size / std::max(window_s, 1e-9);
+        const int64_t steps_left = (config.epochs() - epoch - 1) * epoch_steps + (epoch_steps - pos.steps_in_epoch);
+        const double eta_s = steps_left * window_s / window_steps;
+        if (rank == 0) {
+          std::printf("epoch %lld/%d step %lld/%lld loss %.6f lr %.6g samples/s %.0f data_wait %.1f%% eta %s\n",
+                      static_cast<long long>(epoch + 1), config.epochs(), static_cast<long long>(pos.steps_in_epoch),
+                      static_cast<long long>(epoch_steps), mean_loss, lr, samples_per_s,
+                      100.0 * window_wait / std::max(window_s, 1e-9), FormatDuration(eta_s).c_str());
+          std::fflush(stdout);
+          HVX_RETURN_IF_ERROR(MaybeSummarize(run, "train/loss", mean_loss, pos.global_step));
+          HVX_RETURN_IF_ERROR(MaybeSummarize(run, "train/lr", lr, pos.global_step));
+          HVX_RETURN_IF_ERROR(MaybeSummarize(run, "train/samples_per_s", samples_per_s, pos.global_step));
+        }
+        window_loss = 0;
+        window_steps = 0;
+        window_wait = 0;
+        window_start = Clock::now();
+      }
+      const bool step_checkpoint = config.checkpoint().every_steps() > 0 &&
+                                   pos.global_step % config.checkpoint().every_steps() == 0 && !last_step;
+      if (!config.checkpoint().dir().empty() && (step_checkpoint || (stop && !last_step))) {
+        HVX_RETURN_IF_ERROR(AverageBuffers(*run.model));
+        if (rank == 0) HVX_RETURN_IF_ERROR(WriteCheckpoint(config.checkpoint(), *run.model, *run.optimizer, pos));
+      }
+      if (stop && !last_step) {
+        HVX_RETURN_IF_ERROR(sample_log.Close());
+        result.global_step = pos.global_step;
+        result.wall_s = Seconds(Clock::now() - run_start);
+        return result;
+      }
+    }
+    HVX_RETURN_IF_ERROR(sample_log.Close());
+    const double epoch_s = Seconds(Clock::now() - epoch_start);
+    result.samples_per_s = epoch_samples * size / std::max(epoch_s, 1e-9);
+    result.data_wait_fraction = epoch_wait / std::max(epoch_s, 1e-9);
+    pos.epoch = epoch + 1;
+    pos.steps_in_epoch = 0;
+    consumed = 0;
+    const bool last_epoch = epoch + 1 == config.epochs();
+    const bool stop = run.options.max_steps > 0 && pos.global_step >= run.options.max_steps;
+    if ((epoch + 1) % config.logging().eval_every_epochs() == 0 || last_epoch) {
+      HVX_ASSIGN_OR_RETURN(EvalResult eval, Evaluate(run, epoch));
+      result.evals.push_back(eval);
+      HVX_LOG_RANK0(INFO) << absl::StrFormat("epoch %d/%d eval accuracy %.4f loss %.4f on %d samples (%.1f s/epoch, %.0f samples/s)",
+                                             epoch + 1, config.epochs(), eval.accuracy, eval.loss, eval.samples, epoch_s,
+                                             result.samples_per_s);
+      if (rank == 0) {
+        HVX_RETURN_IF_ERROR(MaybeSummarize(run, "eval/accuracy", eval.accuracy, pos.global_step));
+        HVX_RETURN_IF_ERROR(MaybeSummarize(run, "eval/loss", eval.loss, pos.global_step));
+        if (run.summaries) HVX_RETURN_IF_ERROR(run.summaries->Flush());
+      }
+    }
+    if (!config.checkpoint().dir().empty() && ((epoch + 1) % config.checkpoint().every_epochs() == 0 || last_epoch || stop)) {
+      HVX_RETURN_IF_ERROR(AverageBuffers(*run.model));
+      if (rank == 0) HVX_RETURN_IF_ERROR(WriteCheckpoint(config.checkpoint(), *run.model, *run.optimizer, pos));
+    }
+    if (stop) break;
+  }
+  result.global_step = pos.global_step;
+  result.wall_s = Seconds(Clock::now() - run_start);
+  return result;
+}
+
+}  // namespace
+
+absl::StatusOr<TrainResult> RunTraining(const TrainConfig& config, const RunOptions& options) {
+  if (!IsInitialized()) return absl::FailedPreconditionError("RunTraining needs hvx::Init first");
+  HVX_RETURN_IF_ERROR(ValidateTrainConfig(config, "config"));
+  Run run{config, options};
+  const bool want_cuda = config.device() == "cuda" || (config.device() == "auto" && torch::cuda::is_available());
+  if (want_cuda) {
+    if (!torch::cuda::is_available()) {
+      return absl::FailedPreconditionError("device: \"cuda\" asked for, but this LibTorch sees no CUDA device");
+    }
+    run.device = torch::Device(torch::kCUDA, LocalRank() % static_cast<int>(torch::cuda::device_count()));
+  }
+  const int threads = config.threads() > 0
+                          ? config.threads()
+                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, LocalSize()));
+  torch::set_num_threads(threads);
+  HVX_RETURN_IF_ERROR(OpenData(run));
+  torch::manual_seed(config.seed());
+  HVX_ASSIGN_OR_RETURN(run.model, CreateModel(config.model()));
+  run.model->to(run.device);
+  HVX_RETURN_IF_ERROR(BroadcastParameters(*run.model, 0));
+  run.optimizer = MakeOptimizer(config.optimizer(), *run.model);
+  HVX_RETURN_IF_ERROR(BroadcastOptimizerState(*run.optimizer, 0));
+  DistributedOptimizerOptions dopts;
+  HVX_ASSIGN_OR_RETURN(dopts.compression, ParseGradientCompression(config.engine().compression()));
+  dopts.gradient_predivide_factor = config.engine().gradient_predivide_factor();
+  HVX_ASSIGN_OR_RETURN(run.distributed, DistributedOptimizer::Create(*run.optimizer, run.model->named_parameters(), dopts));
+  if (Rank() == 0 && !config.summaries_dir().empty()) {
+    HVX_ASSIGN_OR_RETURN(run.summaries, SummaryWriter::Create(ExpandHome(config.summaries_dir())));
+  }
+  auto result = Train(run);
+  if (run.summaries) run.summaries->Close().IgnoreError();
+  return result;
+}
+
+}  // namespace train
+}  // namespace hvx

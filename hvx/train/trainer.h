@@ -1,0 +1,59 @@
+// The training loop of one rank: data shard, model, DistributedOptimizer, evaluation, progress
+// lines, TensorBoard scalars, checkpoints and resume. This header is free of torch.
+//
+//   HVX_RETURN_IF_ERROR(hvx::Init(init_options));
+//   HVX_ASSIGN_OR_RETURN(TrainResult result, RunTraining(config, {}));
+//
+// Every rank calls RunTraining with the same config after hvx::Init. Each rank trains on its
+// ShardPlan shard (equal batch counts on every rank); evaluation sums correct predictions, loss
+// and sample counts over ranks so every evaluation sample counts exactly once; rank 0 prints
+// progress, writes summaries and writes checkpoints atomically. With checkpoint.resume, the run
+// continues from the newest checkpoint exactly where it stopped: model, optimizer state, epoch,
+// data position, and the random stream (reseeded from (seed, rank, epoch, step) at every step).
+#ifndef HVX_TRAIN_TRAINER_H_
+#define HVX_TRAIN_TRAINER_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "hvx/train/train_config.pb.h"
+
+namespace hvx {
+namespace train {
+
+struct RunOptions {
+  // Writes "<dir>/rank<R>-epoch<E>.txt", one global sample id per line, for every sample this
+  // rank trained on in epoch E (padding duplicates included, marked with a trailing " pad").
+  std::string sample_log_dir;
+  // Stop after this many global steps (0 = run every epoch), writing a checkpoint first when
+  // checkpoints are on: what a preempted job leaves behind.
+  int64_t max_steps = 0;
+};
+
+struct EvalResult {
+  double accuracy = 0;
+  double loss = 0;
+  int64_t samples = 0;  // summed over ranks: the evaluation set's size
+};
+
+struct TrainResult {
+  int64_t global_step = 0;
+  // Mean training loss over ranks at each step this run executed.
+  std::vector<double> step_losses;
+  std::vector<EvalResult> evals;
+  // Training samples per second over all ranks (the last epoch run).
+  double samples_per_s = 0;
+  // Fraction of the training time spent waiting for input batches.
+  double data_wait_fraction = 0;
+  double wall_s = 0;
+  int64_t resumed_from_step = -1;  // -1: started fresh
+};
+
+absl::StatusOr<TrainResult> RunTraining(const TrainConfig& config, const RunOptions& options);
+
+}  // namespace train
+}  // namespace hvx
+
+#endif  // HVX_TRAIN_TRAINER_H_
