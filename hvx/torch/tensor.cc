@@ -162,8 +162,15 @@ absl::Status BroadcastOptimizerState(torch::optim::Optimizer& optimizer, int roo
   // step counts) and the param-group options without knowing the optimizer's type.
   std::string bytes;
   if (Rank() == root_rank) {
-    torch::serialize::OutputArchive archive;
-    optimizer.save(archive);
+    torch::serialize::OutputArchive archive, state;
+    optimizer.save(state);
+    archive.write("state", state);
+    // optimizer.load() restores state but not the param-group options (lr, momentum, betas...).
+    for (size_t i = 0; i < optimizer.param_groups().size(); ++i) {
+      torch::serialize::OutputArchive options;
+      optimizer.param_groups()[i].options().serialize(options);
+      archive.write("group" + std::to_string(i), options);
+    }
     std::ostringstream out;
     archive.save_to(out);
     bytes = out.str();
@@ -176,10 +183,16 @@ absl::Status BroadcastOptimizerState(torch::optim::Optimizer& optimizer, int roo
   }
   try {
     std::istringstream in(bytes);
-    torch::serialize::InputArchive archive;
+    torch::serialize::InputArchive archive, state;
     archive.load_from(in, device);
+    archive.read("state", state);
     optimizer.state().clear();
-    optimizer.load(archive);
+    optimizer.load(state);
+    for (size_t i = 0; i < optimizer.param_groups().size(); ++i) {
+      torch::serialize::InputArchive options;
+      archive.read("group" + std::to_string(i), options);
+      optimizer.param_groups()[i].options().serialize(options);
+    }
   } catch (const c10::Error& e) {
     return absl::InvalidArgumentError(absl::StrCat(
         "optimizer state from rank ", root_rank, " does not fit this rank's optimizer: ", e.what_without_backtrace()));
