@@ -1,0 +1,124 @@
+// Allreduce bandwidth of the NCCL data plane against raw ncclAllReduce on the same GPUs, per size,
+// in the nccl-tests convention: algbw = bytes / time, busbw = algbw * 2(n-1)/n (n = ranks), so
+// busbw is comparable with the hardware's link bandwidth whatever the rank count. Run one rank per
+// GPU:  mpiexec -n <gpus> nccl_allreduce_bench [--max_bytes=268435456] [--iters=20]
+#include <cuda_runtime.h>
+#include <mpi.h>
+#include <nccl.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "hvx/nccl/mpi_test_comm.h"
+#include "hvx/nccl/nccl_data_plane.h"
+#include "hvx/nccl/plan.h"
+
+namespace hvx {
+namespace nccl {
+namespace {
+
+int64_t Flag(int argc, char** argv, const char* name, int64_t fallback) {
+  const std::string prefix = std::string("--") + name + "=";
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], prefix.c_str(), prefix.size()) == 0) return std::atoll(argv[i] + prefix.size());
+  }
+  return fallback;
+}
+
+template <typename F>
+double MeanSeconds(int iters, F&& once) {
+  for (int i = 0; i < 3; ++i) once();
+  MPI_Barrier(MPI_COMM_WORLD);
+  auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < iters; ++i) once();
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / iters;
+  MPI_Allreduce(MPI_IN_PLACE, &s, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return s;
+}
+
+int Run(int argc, char** argv) {
+  const int64_t max_bytes = Flag(argc, argv, "max_bytes", int64_t{256} << 20);
+  const int iters = static_cast<int>(Flag(argc, argv, "iters", 20));
+  MpiTestComm world(MPI_COMM_WORLD);
+  DataPlaneContext ctx = ContextFor(&world, 0);
+  int gpus = 0;
+  if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus == 0) {
+    if (world.rank() == 0) std::printf("SKIPPED: no CUDA device on this host\n");
+    return 0;
+  }
+  auto device = BindLocalDevice(ctx.local_rank, ctx.local_size);
+  if (!device.ok()) {
+    std::fprintf(stderr, "rank %d: %s\n", world.rank(), std::string(device.status().message()).c_str());
+    return 1;
+  }
+  ctx.device = Device::Cuda(*device);
+  auto plane = CreateNcclDataPlane(ctx, NcclOptions::FromEnv(Environment::Process()).value_or(NcclOptions{}));
+  if (!plane.ok()) {
+    std::fprintf(stderr, "rank %d: %s\n", world.rank(), std::string(plane.status().message()).c_str());
+    return 1;
+  }
+  // The baseline: a raw NCCL communicator over the same ranks.
+  ncclUniqueId id;
+  if (world.rank() == 0) ncclGetUniqueId(&id);
+  MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
+  ncclComm_t raw;
+  if (ncclCommInitRank(&raw, world.size(), id, world.rank()) != ncclSuccess) return 1;
+  cudaStream_t stream;
+  cudaStreamCreate(&stream);
+
+  const int n = world.size();
+  float* buf = nullptr;
+  cudaMalloc(&buf, max_bytes);
+  cudaMemset(buf, 0, max_bytes);
+  if (world.rank() == 0) {
+    std::printf("# ranks %d, NCCL %d, float32 sum in place; hvx = NcclDataPlane::Allreduce, raw = ncclAllReduce\n",
+                n, LoadedNcclVersion());
+    std::printf("%12s %12s %10s %10s %10s %10s %10s %8s\n", "size(B)", "count", "hvx(us)", "algbw", "busbw",
+                "raw(us)", "raw_busbw", "ratio");
+  }
+  for (int64_t bytes = 8; bytes <= max_bytes; bytes *= 4) {
+    const int64_t count = bytes / sizeof(float);
+    AllreduceWork w;
+    w.names = {"bench"};
+    w.inputs = {TensorRef(DataType::kFloat32, TensorShape({count}), buf, ctx.device)};
+    w.outputs = w.inputs;
+    const int reps = bytes >= (int64_t{64} << 20) ? std::max(3, iters / 4) : iters;
+    bool ok = true;
+    const double hvx_s = MeanSeconds(reps, [&] { ok &= (*plane)->Allreduce(w).ok(); });
+    const double raw_s = MeanSeconds(reps, [&] {
+      ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, raw, stream);
+      cudaStreamSynchronize(stream);
+    });
+    if (!ok) {
+      std::fprintf(stderr, "rank %d: allreduce of %lld bytes failed\n", world.rank(), static_cast<long long>(bytes));
+      return 1;
+    }
+    const double factor = n > 1 ? 2.0 * (n - 1) / n : 0.0;
+    const double algbw = bytes / hvx_s / 1e9;
+    const double raw_algbw = bytes / raw_s / 1e9;
+    if (world.rank() == 0) {
+      std::printf("%12lld %12lld %10.1f %10.2f %10.2f %10.1f %10.2f %8.2f\n", static_cast<long long>(bytes),
+                  static_cast<long long>(count), hvx_s * 1e6, algbw, algbw * factor, raw_s * 1e6,
+                  raw_algbw * factor, raw_s / hvx_s);
+    }
+  }
+  ncclCommDestroy(raw);
+  cudaStreamDestroy(stream);
+  cudaFree(buf);
+  return 0;
+}
+
+}  // namespace
+}  // namespace nccl
+}  // namespace hvx
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int rc = hvx::nccl::Run(argc, argv);
+  MPI_Finalize();
+  return rc;
+}
