@@ -18,6 +18,7 @@
 #include "hvx/core/api.h"
 #include "hvx/launch/cluster_env.h"
 #include "hvx/launch/launch.h"
+#include "hvx/launch/rank_wrapper.h"
 #include "hvx/train/config.h"
 #include "hvx/train/trainer.h"
 
@@ -189,6 +190,8 @@ std::string FindBundledConfigDir(const std::string& argv0) {
 }
 
 int TrainMain(int argc, char** argv) {
+  // A self-launched job starts this same binary as hvxrun's per-rank wrapper first.
+  if (const int rc = launch::MaybeRunRankWrapper(argc, argv); rc >= 0) return rc;
   auto code = Main(argc, argv);
   if (!code.ok()) {
     std::fprintf(stderr, "train: %s\n", std::string(code.status().message()).c_str());

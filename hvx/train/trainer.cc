@@ -487,7 +487,7 @@ absl::StatusOr<TrainResult> Train(Run& run) {
         const int64_t steps_left = (config.epochs() - epoch - 1) * epoch_steps + (epoch_steps - pos.steps_in_epoch);
         const double eta_s = steps_left * window_s / window_steps;
         if (rank == 0) {
-          std::printf("epoch %lld/%d step %lld/%lld loss %.6f lr %.6g samples/s %.0f data_wait %.1f%% eta %s\n",
+          std::printf("epoch %lld/%d step %lld/%lld loss %.7g lr %.6g samples/s %.0f data_wait %.1f%% eta %s\n",
                       static_cast<long long>(epoch + 1), config.epochs(), static_cast<long long>(pos.steps_in_epoch),
                       static_cast<long long>(epoch_steps), mean_loss, lr, samples_per_s,
                       100.0 * window_wait / std::max(window_s, 1e-9), FormatDuration(eta_s).c_str());
