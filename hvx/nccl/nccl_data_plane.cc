@@ -254,7 +254,7 @@ class NcclDataPlane : public DataPlane {
                          const std::string& tensor);
   // Waits for everything queued so far, polling the communicators for asynchronous errors.
   absl::Status Complete(absl::string_view call, const std::string& tensor);
-  absl::Status HierarchicalAllreduce(char* buf, int64_t padded, int64_t shard, DataType wire, NcclOp op,
+  absl::Status HierarchicalAllreduce(char* buf, int64_t shard, DataType wire, NcclOp op,
                                      const AllreduceWork& work, const std::string& label);
 
   const DataPlaneContext ctx_;
@@ -515,7 +515,7 @@ absl::Status NcclDataPlane::Allreduce(const AllreduceWork& work) {
         "zeroing the shard padding"));
   }
   if (hierarchical) {
-    HVX_RETURN_IF_ERROR(HierarchicalAllreduce(buf, shards.padded_elements, shards.shard_elements, wire, rc.op,
+    HVX_RETURN_IF_ERROR(HierarchicalAllreduce(buf, shards.shard_elements, wire, rc.op,
                                               work, label));
   } else {
     HVX_RETURN_IF_ERROR(NcclCheck(ncclAllReduce(buf, buf, total, NcclType(wire), NcclRedOp(rc.op), comm_,
@@ -535,7 +535,7 @@ absl::Status NcclDataPlane::Allreduce(const AllreduceWork& work) {
   return Complete("ncclAllReduce", label);
 }
 
-absl::Status NcclDataPlane::HierarchicalAllreduce(char* buf, int64_t padded, int64_t shard, DataType wire,
+absl::Status NcclDataPlane::HierarchicalAllreduce(char* buf, int64_t shard, DataType wire,
                                                   NcclOp op, const AllreduceWork& work, const std::string& label) {
   const size_t wire_size = DataTypeSize(wire);
   char* mine = buf + static_cast<int64_t>(local_index_) * shard * wire_size;
@@ -560,7 +560,6 @@ absl::Status NcclDataPlane::HierarchicalAllreduce(char* buf, int64_t padded, int
 
   HVX_RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(mine, host, shard * wire_size, cudaMemcpyHostToDevice, dev_->stream()),
                                  "copying the shard back to the GPU"));
-  (void)padded;
   return NcclCheck(ncclAllGather(mine, buf, shard, NcclType(wire), local_comm_, dev_->stream()),
                    "ncclAllGather (inside the host)", label, local_comm_, local_size_);
 }
@@ -569,6 +568,10 @@ absl::Status NcclDataPlane::Allgather(const AllgatherWork& work) {
   HVX_RETURN_IF_ERROR(Usable());
   HVX_RETURN_IF_ERROR(CheckDevice(work.input, work.name));
   HVX_RETURN_IF_ERROR(CheckDevice(work.output, work.name));
+  if (static_cast<int>(work.rows.size()) != set_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("allgather '", work.name, "': ", work.rows.size(),
+                                                   " row counts for ", set_size(), " ranks"));
+  }
   const size_t row_bytes = static_cast<size_t>(work.row_elements) * DataTypeSize(work.input.dtype());
   Phase phase(work.activity, "NCCL_ALLGATHER");
   HVX_RETURN_IF_ERROR(dev_->OrderAfterCaller());
