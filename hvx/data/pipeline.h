@@ -51,6 +51,9 @@ struct PipelineOptions {
   int decode_threads = 2;
   // Batches that may be read and decoded ahead of the consumer.
   int prefetch_batches = 4;
+  // Samples a reader hands to a decoder at once (never across batches). Handing over samples one
+  // by one costs a thread wake-up each, more than decoding a small image.
+  int samples_per_task = 16;
   bool verify_crc = true;
   // Required. Shared, because several pipelines (epochs, train and eval) may use one decoder.
   std::shared_ptr<const Decoder> decoder;
@@ -58,8 +61,11 @@ struct PipelineOptions {
 
 // A batch owns its memory; the caller may keep it as long as it likes (e.g. wrap `data()` in a
 // framework tensor whose deleter releases the Batch).
+class BatchBufferPool;
+
 class Batch {
  public:
+  // Allocates its own memory.
   Batch(int64_t index, DataType dtype, TensorShape shape);
   Batch(const Batch&) = delete;
   Batch& operator=(const Batch&) = delete;
@@ -82,14 +88,17 @@ class Batch {
 
  private:
   friend class Pipeline;
-  struct FreeDeleter {
-    void operator()(void* p) const { std::free(p); }
+  // Returns the memory to `pool` when the batch is destroyed (or frees it if pool is null).
+  struct Release {
+    std::shared_ptr<BatchBufferPool> pool;
+    void operator()(uint8_t* p) const;
   };
+  Batch(int64_t index, DataType dtype, TensorShape shape, std::shared_ptr<BatchBufferPool> pool);
   int64_t index_;
   DataType dtype_;
   TensorShape shape_;
   size_t num_bytes_;
-  std::unique_ptr<uint8_t, FreeDeleter> data_;
+  std::unique_ptr<uint8_t, Release> data_;
   std::vector<int64_t> labels_;
   std::vector<int64_t> sample_ids_;
   int64_t num_padded_ = 0;
@@ -125,9 +134,10 @@ class Pipeline {
   PipelineStats stats() const;
 
  private:
-  struct Raw {
-    int64_t position;
-    std::string bytes;
+  // Consecutive plan positions [first, first + records.size()) of one batch.
+  struct Task {
+    int64_t first = 0;
+    std::vector<std::string> records;
   };
   Pipeline(std::shared_ptr<const Dataset> dataset, const PipelineOptions& options, ShardPlan plan);
   void Start();
@@ -138,6 +148,8 @@ class Pipeline {
 
   const std::shared_ptr<const Dataset> dataset_;
   const PipelineOptions options_;
+  // Batch memory is reused: fresh pages cost a page fault each (hundreds per ImageNet image).
+  std::shared_ptr<BatchBufferPool> pool_;
   const ShardPlan plan_;
   const TensorShape sample_shape_;
   const size_t sample_bytes_;
@@ -151,8 +163,8 @@ class Pipeline {
   std::condition_variable consumer_cv_; // the consumer waits for the next batch
   int64_t next_read_ = 0;               // next plan position to claim
   int64_t next_batch_ = 0;              // next batch Next() returns
-  std::deque<Raw> raw_queue_;
-  size_t raw_capacity_ = 0;
+  std::deque<Task> queue_;
+  size_t queue_capacity_ = 0;
   int readers_running_ = 0;
   std::map<int64_t, std::unique_ptr<Batch>> batches_;
   absl::Status error_;

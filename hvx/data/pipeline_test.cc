@@ -109,10 +109,12 @@ TEST_F(PipelineTest, SameIdsAndBytesWhateverTheThreads) {
   a.reader_threads = 1;
   a.decode_threads = 1;
   a.prefetch_batches = 1;
+  a.samples_per_task = 1;
   PipelineOptions b = Options(1, 3, 5);
   b.reader_threads = 3;
   b.decode_threads = 4;
   b.prefetch_batches = 3;
+  b.samples_per_task = 5;
   std::vector<Seen> ra = RunEpoch(dataset_, a), rb = RunEpoch(dataset_, b);
   ASSERT_EQ(ra.size(), 5u);  // ceil(100 / 3) = 34 samples: 4 batches of 8 and one of 2
   EXPECT_EQ(ra, rb);
