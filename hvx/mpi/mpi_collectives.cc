@@ -1,12 +1,20 @@
 #include "hvx/mpi/mpi_collectives.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "hvx/common/status.h"
 #include "hvx/core/cpu_ops.h"
 
 namespace hvx {
 namespace {
+
+constexpr size_t kHugePage = size_t{2} << 20;
 
 int OpIndex(ReduceOp op) {
   switch (op) {
@@ -117,6 +125,86 @@ absl::Status ChunkedAllreduce(MPI_Comm comm, void* data, int64_t count, DataType
     if (!s.ok()) return s;
   }
   return absl::OkStatus();
+}
+
+HostBuffer::~HostBuffer() {
+  if (data_ != nullptr) munmap(data_, size_);
+}
+
+absl::StatusOr<char*> HostBuffer::Get(size_t bytes) {
+  if (bytes <= size_ && data_ != nullptr) return data_;
+  if (data_ != nullptr) munmap(data_, size_);
+  const size_t size = std::max(kHugePage, (bytes + kHugePage - 1) / kHugePage * kHugePage);
+  // Over-allocate so the buffer can start on a huge-page boundary.
+  void* raw = mmap(nullptr, size + kHugePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) {
+    data_ = nullptr;
+    size_ = 0;
+    return ErrnoToStatus(errno, absl::StrCat("fusion buffer of ", size, " bytes"));
+  }
+  char* base = static_cast<char*>(raw);
+  char* aligned = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(base) + kHugePage - 1) & ~(kHugePage - 1));
+  if (aligned > base) munmap(base, aligned - base);
+  char* end = aligned + size;
+  if (base + size + kHugePage > end) munmap(end, base + size + kHugePage - end);
+  madvise(aligned, size, MADV_HUGEPAGE);
+  std::memset(aligned, 0, size);  // pay the page faults once, here
+  data_ = aligned;
+  size_ = size;
+  return data_;
+}
+
+absl::Status RingAllreduce(MPI_Comm comm, void* data, int64_t count, DataType dtype, ReduceOp op,
+                           int64_t piece_bytes, HostBuffer* scratch) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  if (size == 1 || count == 0) return absl::OkStatus();
+  const int64_t esize = static_cast<int64_t>(DataTypeSize(dtype));
+  const int64_t piece = std::max<int64_t>(1, std::min<int64_t>(piece_bytes, INT_MAX) / esize);
+  HVX_ASSIGN_OR_RETURN(char* tmp, scratch->Get(piece * esize));
+  char* base = static_cast<char*>(data);
+  auto begin = [&](int seg) { return count * seg / size; };
+  const int right = (rank + 1) % size, left = (rank + size - 1) % size;
+  auto mod = [size](int x) { return ((x % size) + size) % size; };
+  // Reduce-scatter: after size-1 steps this rank holds the full sum of segment rank+1.
+  for (int s = 0; s < size - 1; ++s) {
+    const int send_seg = mod(rank - s), recv_seg = mod(rank - s - 1);
+    const int64_t send_n = begin(send_seg + 1) - begin(send_seg);
+    const int64_t recv_n = begin(recv_seg + 1) - begin(recv_seg);
+    for (int64_t off = 0; off < std::max(send_n, recv_n); off += piece) {
+      const int sn = static_cast<int>(std::max<int64_t>(0, std::min(piece, send_n - off)));
+      const int rn = static_cast<int>(std::max<int64_t>(0, std::min(piece, recv_n - off)));
+      HVX_RETURN_IF_ERROR(MpiStatus(
+          MPI_Sendrecv(base + (begin(send_seg) + off) * esize, static_cast<int>(sn * esize), MPI_BYTE, right, 11, tmp,
+                       static_cast<int>(rn * esize), MPI_BYTE, left, 11, comm, MPI_STATUS_IGNORE),
+          "ring allreduce MPI_Sendrecv"));
+      ReduceInto(dtype, op, base + (begin(recv_seg) + off) * esize, tmp, rn);
+    }
+  }
+  // Allgather: pass the finished segments around.
+  for (int s = 0; s < size - 1; ++s) {
+    const int send_seg = mod(rank + 1 - s), recv_seg = mod(rank - s);
+    const int64_t send_n = begin(send_seg + 1) - begin(send_seg);
+    const int64_t recv_n = begin(recv_seg + 1) - begin(recv_seg);
+    for (int64_t off = 0; off < std::max(send_n, recv_n); off += piece) {
+      const int sn = static_cast<int>(std::max<int64_t>(0, std::min(piece, send_n - off)));
+      const int rn = static_cast<int>(std::max<int64_t>(0, std::min(piece, recv_n - off)));
+      HVX_RETURN_IF_ERROR(MpiStatus(
+          MPI_Sendrecv(base + (begin(send_seg) + off) * esize, static_cast<int>(sn * esize), MPI_BYTE, right, 12,
+                       base + (begin(recv_seg) + off) * esize, static_cast<int>(rn * esize), MPI_BYTE, left, 12, comm,
+                       MPI_STATUS_IGNORE),
+          "ring allgather MPI_Sendrecv"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Allreduce(MPI_Comm comm, void* data, int64_t count, DataType dtype, ReduceOp op, HostBuffer* scratch) {
+  if (count * static_cast<int64_t>(DataTypeSize(dtype)) < kRingMinBytes) {
+    return ChunkedAllreduce(comm, data, count, dtype, op, INT_MAX);
+  }
+  return RingAllreduce(comm, data, count, dtype, op, kRingPieceBytes, scratch);
 }
 
 }  // namespace hvx

@@ -13,9 +13,11 @@
 
 #include <mpi.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "hvx/common/types.h"
 #include "hvx/core/api.h"
@@ -49,6 +51,37 @@ class MpiOps {
 // `chunk_bytes`.
 absl::Status ChunkedAllreduce(MPI_Comm comm, void* data, int64_t count, DataType dtype, ReduceOp op,
                               int64_t chunk_bytes);
+
+// A pre-touched host buffer that only grows, backed by transparent huge pages where available:
+// first touches of fresh pages dominate large-buffer time on the VMs this runs on.
+class HostBuffer {
+ public:
+  HostBuffer() = default;
+  ~HostBuffer();
+  HostBuffer(const HostBuffer&) = delete;
+  HostBuffer& operator=(const HostBuffer&) = delete;
+  // At least `bytes` bytes; contents are not preserved across growth.
+  absl::StatusOr<char*> Get(size_t bytes);
+
+ private:
+  char* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+// Ring allreduce over point-to-point messages, in place: a reduce-scatter then an allgather
+// around the ring, each step exchanged in pieces of at most `piece_bytes` through `scratch`. Unlike
+// MPI_Allreduce it allocates nothing per call: MPICH allocates a message-sized temporary inside
+// each reduction, and from any thread but the main one glibc returns that memory to the kernel
+// after every call, so each call pays fresh page faults (~1 s per 64 MiB measured here).
+// Every rank must pass the same count; results are bitwise identical on all ranks.
+absl::Status RingAllreduce(MPI_Comm comm, void* data, int64_t count, DataType dtype, ReduceOp op,
+                           int64_t piece_bytes, HostBuffer* scratch);
+
+// MPI_Allreduce below kRingMinBytes (latency-bound; temporaries are small), RingAllreduce above.
+absl::Status Allreduce(MPI_Comm comm, void* data, int64_t count, DataType dtype, ReduceOp op, HostBuffer* scratch);
+
+inline constexpr int64_t kRingMinBytes = int64_t{256} << 10;
+inline constexpr int64_t kRingPieceBytes = int64_t{16} << 20;
 
 // Bytes of one piece that ChunkedAllreduce uses by default (measured by //hvx/mpi:allreduce_bench).
 inline constexpr int64_t kDefaultChunkBytes = int64_t{1} << 20;

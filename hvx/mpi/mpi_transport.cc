@@ -15,8 +15,6 @@
 namespace hvx {
 namespace {
 
-constexpr size_t kHugePage = size_t{2} << 20;
-
 absl::Status CheckInt(int64_t n, absl::string_view what) {
   if (n > INT_MAX) {
     return absl::UnimplementedError(absl::StrCat(what, ": ", n, " bytes exceed MPI's int count limit"));
@@ -47,7 +45,7 @@ class MpiCpuPlane : public DataPlane {
       const int64_t n = in.num_elements();
       char* out = static_cast<char*>(w.outputs[i].data());
       if (in.data() == nullptr) {  // joined: contribute zeros, keep nothing
-        HVX_ASSIGN_OR_RETURN(out, scratch_.Get(n * esize));
+        HVX_ASSIGN_OR_RETURN(out, zeros_.Get(n * esize));
         std::memset(out, 0, n * esize);
       } else if (in.data() != out) {
         ScopedActivity a(w.activity, "MEMCPY_IN_OUTPUT");
@@ -56,7 +54,7 @@ class MpiCpuPlane : public DataPlane {
       ScaleInPlace(w.dtype, out, n, w.prescale_factor);
       {
         ScopedActivity a(w.activity, "MPI_ALLREDUCE");
-        HVX_RETURN_IF_ERROR(ChunkedAllreduce(comm_, out, n, w.dtype, w.op, kDefaultChunkBytes));
+        HVX_RETURN_IF_ERROR(hvx::Allreduce(comm_, out, n, w.dtype, w.op, &scratch_));
       }
       ScaleInPlace(w.dtype, out, n, w.postscale_factor);
     }
@@ -78,7 +76,7 @@ class MpiCpuPlane : public DataPlane {
     }
     {
       ScopedActivity a(w.activity, "MPI_ALLREDUCE");
-      HVX_RETURN_IF_ERROR(ChunkedAllreduce(comm_, buf, packed, w.dtype, w.op, kDefaultChunkBytes));
+      HVX_RETURN_IF_ERROR(hvx::Allreduce(comm_, buf, packed, w.dtype, w.op, &scratch_));
     }
     ScopedActivity a(w.activity, "MEMCPY_OUT_FUSION_BUFFER");
     ScaleInPlace(w.dtype, buf, packed, w.postscale_factor);
@@ -233,6 +231,7 @@ class MpiCpuPlane : public DataPlane {
   int size_ = 1;
   HostBuffer fusion_;
   HostBuffer scratch_;
+  HostBuffer zeros_;
 };
 
 class MpiCommunicator : public Communicator {
@@ -326,33 +325,6 @@ class MpiCommunicator : public Communicator {
 };
 
 }  // namespace
-
-HostBuffer::~HostBuffer() {
-  if (data_ != nullptr) munmap(data_, size_);
-}
-
-absl::StatusOr<char*> HostBuffer::Get(size_t bytes) {
-  if (bytes <= size_ && data_ != nullptr) return data_;
-  if (data_ != nullptr) munmap(data_, size_);
-  const size_t size = std::max(kHugePage, (bytes + kHugePage - 1) / kHugePage * kHugePage);
-  // Over-allocate so the buffer can start on a huge-page boundary.
-  void* raw = mmap(nullptr, size + kHugePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (raw == MAP_FAILED) {
-    data_ = nullptr;
-    size_ = 0;
-    return ErrnoToStatus(errno, absl::StrCat("fusion buffer of ", size, " bytes"));
-  }
-  char* base = static_cast<char*>(raw);
-  char* aligned = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(base) + kHugePage - 1) & ~(kHugePage - 1));
-  if (aligned > base) munmap(base, aligned - base);
-  char* end = aligned + size;
-  if (base + size + kHugePage > end) munmap(end, base + size + kHugePage - end);
-  madvise(aligned, size, MADV_HUGEPAGE);
-  std::memset(aligned, 0, size);  // pay the page faults once, here
-  data_ = aligned;
-  size_ = size;
-  return data_;
-}
 
 std::unique_ptr<Communicator> MakeMpiCommunicator(MPI_Comm comm) {
   return std::unique_ptr<Communicator>(new MpiCommunicator(comm));

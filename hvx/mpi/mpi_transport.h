@@ -14,6 +14,7 @@
 #include <string>
 
 #include "hvx/core/transport.h"
+#include "hvx/mpi/mpi_collectives.h"
 
 namespace hvx {
 
@@ -27,22 +28,6 @@ class MpiTransport : public Transport {
  private:
   bool initialized_here_ = false;
   std::string description_ = "mpi";
-};
-
-// A pre-touched host buffer that only grows, backed by transparent huge pages where available:
-// first touches of fresh pages dominate large-buffer time on the VMs this runs on.
-class HostBuffer {
- public:
-  HostBuffer() = default;
-  ~HostBuffer();
-  HostBuffer(const HostBuffer&) = delete;
-  HostBuffer& operator=(const HostBuffer&) = delete;
-  // At least `bytes` bytes; contents are not preserved across growth.
-  absl::StatusOr<char*> Get(size_t bytes);
-
- private:
-  char* data_ = nullptr;
-  size_t size_ = 0;
 };
 
 // Wraps a communicator this object owns (MPI_Comm_free on destruction).
