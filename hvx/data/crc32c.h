@@ -3,10 +3,12 @@
 //   uint32_t crc = hvx::data::Crc32c(payload.data(), payload.size());
 //   uint32_t stored = hvx::data::MaskCrc(crc);   // what a TFRecord file holds
 //
-// The implementation is chosen once at run time: on x86-64 with SSE4.2 the `crc32` instruction runs
-// on three independent streams that are merged with precomputed "shift over N zero bytes" tables
-// (the instruction has a latency of 3 cycles but a throughput of 1 per cycle); elsewhere a portable
-// slicing-by-8 table implementation is used. Both give identical results.
+// The implementation is chosen once at run time: with AVX-512 and VPCLMULQDQ, buffers of 512 bytes
+// or more are folded with 512-bit carry-less multiplications (four accumulators, 256 bytes per
+// step); with SSE4.2 the `crc32` instruction runs on three independent streams merged with
+// precomputed "shift over N zero bytes" tables (the instruction has a latency of 3 cycles but a
+// throughput of 1 per cycle); elsewhere a portable slicing-by-8 table implementation is used. All
+// give identical results.
 #ifndef HVX_DATA_CRC32C_H_
 #define HVX_DATA_CRC32C_H_
 
@@ -25,8 +27,13 @@ inline uint32_t Crc32c(const void* data, size_t n) { return Crc32cExtend(0, data
 // The portable table implementation, whatever the CPU supports. For tests and benchmarks.
 uint32_t Crc32cPortableExtend(uint32_t crc, const void* data, size_t n);
 
-// Whether Crc32cExtend uses the SSE4.2 instruction on this machine.
+// The SSE4.2 three-lane path alone (portable where SSE4.2 is missing). For tests and benchmarks.
+uint32_t Crc32cThreeLaneExtend(uint32_t crc, const void* data, size_t n);
+
+// Whether Crc32cExtend uses CPU instructions (SSE4.2, possibly with VPCLMULQDQ) on this machine.
 bool Crc32cIsHardwareAccelerated();
+// A name for the implementation Crc32cExtend uses here, e.g. "sse4.2 three-lane".
+const char* Crc32cImplementation();
 
 // TFRecord stores CRCs masked, because computing a CRC over data that embeds CRCs is weak:
 // masked = rotate_right(crc, 15) + 0xa282ead8.

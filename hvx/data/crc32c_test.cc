@@ -36,13 +36,15 @@ TEST(Crc32cTest, HardwareAndPortableAgreeOnEverySizeAndAlignment) {
   std::vector<size_t> sizes;
   for (size_t n = 0; n < 1100; ++n) sizes.push_back(n);
   for (size_t n : {3 * 256 - 1, 3 * 256, 3 * 4096 - 1, 3 * 4096, 3 * 4096 + 3 * 256 + 5,
-                   2 * 3 * 4096 + 17}) {
+                   2 * 3 * 4096 + 17, 4096, 4096 + 255, 4096 + 256, 8191, 20000}) {
     sizes.push_back(n);
   }
   for (size_t n : sizes) {
     for (size_t align = 0; align < 8; align += (n < 64 ? 1 : 3)) {
       const char* p = buf.data() + align;
       ASSERT_EQ(Crc32c(p, n), Crc32cPortableExtend(0, p, n)) << "n=" << n << " align=" << align;
+      ASSERT_EQ(Crc32cThreeLaneExtend(0, p, n), Crc32cPortableExtend(0, p, n)) << "n=" << n;
+      ASSERT_EQ(Crc32cExtend(0x12345678u, p, n), Crc32cPortableExtend(0x12345678u, p, n)) << n;
     }
   }
 }
@@ -66,7 +68,17 @@ TEST(Crc32cTest, MaskMatchesTfrecordGoldenValues) {
   }
 }
 
+TEST(Crc32cTest, LargeBuffersAgreeWithPortable) {
+  std::mt19937 rng(9);
+  std::vector<char> buf((1 << 20) + 333);
+  for (char& c : buf) c = static_cast<char>(rng());
+  EXPECT_EQ(Crc32c(buf.data(), buf.size()), Crc32cPortableExtend(0, buf.data(), buf.size()));
+  EXPECT_EQ(Crc32c(buf.data() + 1, buf.size() - 1),
+            Crc32cPortableExtend(0, buf.data() + 1, buf.size() - 1));
+}
+
 TEST(Crc32cTest, ReportsWhetherHardwareIsUsed) {
+  EXPECT_NE(std::string(Crc32cImplementation()), "");
 #if defined(__x86_64__)
   __builtin_cpu_init();
   EXPECT_EQ(Crc32cIsHardwareAccelerated(), static_cast<bool>(__builtin_cpu_supports("sse4.2")));
