@@ -15,12 +15,10 @@
 #include <vector>
 
 #include "hvx/launch/options.h"
+#include "hvx/launch/rank_wrapper.h"
 
 namespace hvx {
 namespace launch {
-
-// The first argument that switches a binary into the per-rank wrapper (rank_wrapper.h).
-inline constexpr char kRankWrapperFlag[] = "--hvx-rank-wrapper";
 
 // Variables set for every rank through -genv (besides the per-rank ones the wrapper sets).
 std::vector<std::pair<std::string, std::string>> JobEnvironment(const LaunchOptions& options,

@@ -137,6 +137,19 @@ std::string SelfExe() {
   return n > 0 ? std::string(buf, n) : std::string("/proc/self/exe");
 }
 
+// The per-rank wrapper: hvxrun_rank beside this binary (they are installed together, and Bazel
+// builds them into the same directory), else this binary, which then must call
+// MaybeRunRankWrapper first. hvxrun_rank links only the C++ library and starts much faster.
+std::string DefaultWrapper() {
+  const std::string self = SelfExe();
+  const size_t slash = self.rfind('/');
+  if (slash != std::string::npos) {
+    const std::string sibling = self.substr(0, slash + 1) + "hvxrun_rank";
+    if (access(sibling.c_str(), X_OK) == 0) return sibling;
+  }
+  return self;
+}
+
 std::string ThisHostName() {
   char name[256] = {0};
   return gethostname(name, sizeof(name) - 1) == 0 ? name : "";
@@ -445,7 +458,7 @@ absl::StatusOr<int> RunJob(const LaunchOptions& options, const Environment& env)
   HVX_ASSIGN_OR_RETURN(JobSetup setup,
                        ResolveJob(options, env, ReadFileFromDisk, SystemHostProbe(options, env)));
   if (setup.follower) return FollowLeader(options, setup);
-  const std::string wrapper = options.wrapper.empty() ? SelfExe() : options.wrapper;
+  const std::string wrapper = options.wrapper.empty() ? DefaultWrapper() : options.wrapper;
   const std::vector<std::string> argv = MpiexecCommand(options, setup, wrapper);
   if (options.dry_run || options.verbose) {
     std::string text = absl::StrCat("hvxrun: plan from ", setup.source, ": ", setup.plan.size,

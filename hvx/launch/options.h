@@ -39,8 +39,8 @@ struct LaunchOptions {
   bool dry_run = false;
   bool verbose = false;
   std::string mpiexec = "mpiexec";
-  // An executable that runs RankWrapperMain when its first argument is kRankWrapperFlag; empty:
-  // this program (/proc/self/exe).
+  // An executable that runs MaybeRunRankWrapper when its first argument is kRankWrapperFlag
+  // (rank_wrapper.h); empty: hvxrun_rank in this program's directory, else this program.
   std::string wrapper;
   std::vector<std::string> program;
   int out_fd = 1;  // where tagged stdout/stderr lines and the summary go

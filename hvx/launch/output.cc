@@ -105,27 +105,6 @@ void StreamDemuxer::Finish() {
   state_ = State::kLineStart;
 }
 
-std::string FormatStartRecord(int rank, absl::string_view host, int pid) {
-  return absl::StrCat(kControlMagic, "start rank=", rank, " pid=", pid, " host=", host, "\n");
-}
-
-std::string FormatExitRecord(int rank, absl::string_view host, int wait_status) {
-  if (WIFSIGNALED(wait_status)) {
-    return absl::StrCat(kControlMagic, "exit rank=", rank, " signal=", WTERMSIG(wait_status),
-                        " host=", host, "\n");
-  }
-  return absl::StrCat(kControlMagic, "exit rank=", rank, " code=", WEXITSTATUS(wait_status),
-                      " host=", host, "\n");
-}
-
-std::string FormatErrorRecord(int rank, absl::string_view host, absl::string_view message) {
-  std::string flat(message);
-  for (char& c : flat) {
-    if (c == '\n') c = ' ';
-  }
-  return absl::StrCat(kControlMagic, "error rank=", rank, " host=", host, " msg=", flat, "\n");
-}
-
 std::optional<ControlRecord> ParseControlRecord(absl::string_view body) {
   ControlRecord r;
   absl::string_view kind = body.substr(0, body.find(' '));

@@ -25,6 +25,7 @@
 #include "absl/strings/string_view.h"
 #include "hvx/launch/options.h"
 #include "hvx/launch/plan.h"
+#include "hvx/launch/records.h"
 
 namespace hvx {
 namespace launch {
@@ -58,9 +59,7 @@ class StreamDemuxer {
   State resume_ = State::kLineStart;  // where a broken marker's bytes belong
 };
 
-// Records the rank wrapper writes on its stderr: one line each, starting with kControlMagic.
-inline constexpr char kControlMagic[] = "\x01hvxctl ";
-
+// A control record (records.h) as hvxrun reads it.
 struct ControlRecord {
   enum class Kind { kStart, kExit, kError };
   Kind kind = Kind::kStart;
@@ -72,10 +71,6 @@ struct ControlRecord {
   std::string message;  // kError
 };
 
-std::string FormatStartRecord(int rank, absl::string_view host, int pid);
-// `wait_status` as returned by waitpid().
-std::string FormatExitRecord(int rank, absl::string_view host, int wait_status);
-std::string FormatErrorRecord(int rank, absl::string_view host, absl::string_view message);
 // Parses the text after kControlMagic (without the newline).
 std::optional<ControlRecord> ParseControlRecord(absl::string_view body);
 

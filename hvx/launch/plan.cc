@@ -1,6 +1,6 @@
 #include "hvx/launch/plan.h"
 
-#include <map>
+#include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -24,36 +24,17 @@ absl::StatusOr<Plan> MakePlan(int np, const std::vector<Host>& hosts) {
   }
   Plan plan;
   plan.size = np;
-  int next = 0;
+  std::vector<HostCount> counts;
+  int placed = 0;
   for (const Host& h : hosts) {
-    if (next == np) break;
-    int count = std::min(h.slots, np - next);
+    if (placed == np) break;
+    const int count = std::min(h.slots, np - placed);
     plan.used_hosts.push_back({h.name, count});
-    for (int l = 0; l < count; ++l) {
-      RankPlacement p;
-      p.rank = next++;
-      p.local_rank = l;
-      p.local_size = count;
-      p.host = h.name;
-      plan.ranks.push_back(std::move(p));
-    }
+    counts.emplace_back(h.name, count);
+    placed += count;
   }
-  // Hosts are visited in order, so counting hosts per local rank as we go gives cross_rank.
-  std::map<int, int> hosts_with_local_rank;
-  for (RankPlacement& p : plan.ranks) p.cross_rank = hosts_with_local_rank[p.local_rank]++;
-  for (RankPlacement& p : plan.ranks) p.cross_size = hosts_with_local_rank[p.local_rank];
+  plan.ranks = PlaceRanks(counts);
   return plan;
-}
-
-absl::StatusOr<Plan> PlanFromUsedHosts(absl::string_view used_hosts) {
-  HVX_ASSIGN_OR_RETURN(std::vector<HostSpec> specs, ParseHostList(used_hosts, "the plan"));
-  std::vector<Host> hosts;
-  int np = 0;
-  for (const HostSpec& s : specs) {
-    hosts.push_back({s.name, s.slots.value_or(1)});
-    np += hosts.back().slots;
-  }
-  return MakePlan(np, hosts);
 }
 
 std::string FormatPlan(const Plan& plan) {

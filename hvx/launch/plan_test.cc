@@ -61,13 +61,44 @@ TEST(PlanTest, TooManyProcessesSaysHowManySlots) {
   EXPECT_THAT(MakePlan(0, {{"h1", 2}}).status().message(), HasSubstr(">= 1"));
 }
 
+// The per-rank wrapper gets FormatHostList(plan.used_hosts) and must place itself exactly where
+// the plan did.
 TEST(PlanTest, RoundTripThroughUsedHosts) {
   auto plan = MakePlan(5, {{"a", 3}, {"b", 4}});
   ASSERT_TRUE(plan.ok());
-  auto again = PlanFromUsedHosts(FormatHostList(plan->used_hosts));
-  ASSERT_TRUE(again.ok());
-  EXPECT_EQ(FormatPlan(*again), FormatPlan(*plan));
+  std::vector<HostCount> counts;
+  std::string error;
+  ASSERT_TRUE(ParseUsedHosts(FormatHostList(plan->used_hosts), &counts, &error)) << error;
+  Plan again = *plan;
+  again.ranks = PlaceRanks(counts);
+  EXPECT_EQ(FormatPlan(again), FormatPlan(*plan));
   EXPECT_THAT(FormatPlan(*plan), HasSubstr("rank 4  host b  local 1/2  cross 1/2"));
+}
+
+TEST(PlanTest, UsedHostsErrorsQuoteTheEntry) {
+  std::vector<HostCount> counts;
+  std::string error;
+  for (const char* bad : {"", "h1", "h1:0", "h1:x", ":2", "h1:2,", "h1:2,h2:-1"}) {
+    EXPECT_FALSE(ParseUsedHosts(bad, &counts, &error)) << bad;
+    EXPECT_THAT(error, HasSubstr("malformed entry '")) << bad;
+  }
+  ASSERT_TRUE(ParseUsedHosts("10.0.0.1:3,h-2:1", &counts, &error)) << error;
+  EXPECT_EQ(counts, (std::vector<HostCount>{{"10.0.0.1", 3}, {"h-2", 1}}));
+}
+
+TEST(PlanTest, UnevenHostsCrossRanks) {
+  std::vector<RankPlacement> r = PlaceRanks({{"h1", 3}, {"h2", 1}});
+  ASSERT_EQ(r.size(), 4u);
+  // Local rank 0 exists on both hosts, local ranks 1 and 2 only on h1.
+  EXPECT_EQ(r[0].cross_rank, 0);
+  EXPECT_EQ(r[0].cross_size, 2);
+  EXPECT_EQ(r[1].cross_size, 1);
+  EXPECT_EQ(r[2].cross_size, 1);
+  EXPECT_EQ(r[3].host, "h2");
+  EXPECT_EQ(r[3].local_rank, 0);
+  EXPECT_EQ(r[3].local_size, 1);
+  EXPECT_EQ(r[3].cross_rank, 1);
+  EXPECT_EQ(r[3].cross_size, 2);
 }
 
 }  // namespace

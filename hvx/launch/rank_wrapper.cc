@@ -10,14 +10,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_cat.h"
-#include "hvx/common/env.h"
-#include "hvx/launch/command.h"
-#include "hvx/launch/output.h"
-#include "hvx/launch/plan.h"
+#include "hvx/launch/placement.h"
+#include "hvx/launch/records.h"
 
 namespace hvx {
 namespace launch {
@@ -44,24 +41,37 @@ constexpr int kStopWaitMs = 1000;
 // lingers when the abort is lost.
 constexpr int kAbortWaitMs = 5000;
 
+// A decimal integer, the whole string; false otherwise.
+bool ParseInt(const char* text, int* value) {
+  if (text == nullptr || *text == '\0') return false;
+  char* end = nullptr;
+  errno = 0;
+  const long v = std::strtol(text, &end, 10);
+  if (*end != '\0' || errno != 0 || v < -(1L << 30) || v > (1L << 30)) return false;
+  *value = static_cast<int>(v);
+  return true;
+}
+
 int Fail(int rank, const std::string& host, const std::string& message) {
-  WriteAll(2, absl::StrCat("hvxrun: rank ", rank, " on ", host, ": ", message, "\n"));
-  WriteAll(2, FormatErrorRecord(rank, host, message));
+  WriteFully(2, "hvxrun: rank " + std::to_string(rank) + " on " + host + ": " + message + "\n");
+  WriteFully(2, FormatErrorRecord(rank, host, message));
   return 1;
 }
 
-// Tells hydra to end the whole job with `code`, unless hvxrun has stopped it first. After a clean MPI_Finalize the proxy has closed
-// its end: the write fails with EPIPE (SIGPIPE is ignored) and nothing happens.
+// Tells hydra to end the whole job with `code`, unless hvxrun has stopped it first. After a clean
+// MPI_Finalize the proxy has closed its end: the write fails with EPIPE (SIGPIPE is ignored) and
+// nothing happens.
 void AbortJob(int code) {
   poll(nullptr, 0, kStopWaitMs);
-  std::optional<std::string> fd_text = Environment::Process().GetNonEmpty("PMI_FD");
   int fd = -1;
-  if (!fd_text || !absl::SimpleAtoi(*fd_text, &fd) || fd < 0) return;
-  const std::string cmd = absl::StrCat("cmd=abort exitcode=", code, "\n");
+  if (!ParseInt(getenv("PMI_FD"), &fd) || fd < 0) return;
+  const std::string cmd = "cmd=abort exitcode=" + std::to_string(code) + "\n";
   if (write(fd, cmd.data(), cmd.size()) != static_cast<ssize_t>(cmd.size())) return;
   pollfd p{fd, POLLIN, 0};
   poll(&p, 1, kAbortWaitMs);
 }
+
+void SetInt(const char* name, int value) { setenv(name, std::to_string(value).c_str(), 1); }
 
 }  // namespace
 
@@ -78,46 +88,46 @@ int MaybeRunRankWrapper(int argc, char** argv) {
     if (strcmp(argv[i], "--plan") == 0 && i + 1 < argc) {
       used_hosts = argv[++i];
     } else {
-      WriteAll(2, absl::StrCat("hvxrun rank wrapper: unknown argument '", argv[i], "'\n"));
+      WriteFully(2, std::string("hvxrun rank wrapper: unknown argument '") + argv[i] + "'\n");
       return 2;
     }
   }
   if (i >= argc) {
-    WriteAll(2, "hvxrun rank wrapper: no program\n");
+    WriteFully(2, "hvxrun rank wrapper: no program\n");
     return 2;
   }
-  const Environment& env = Environment::Process();
-  absl::StatusOr<Plan> plan = PlanFromUsedHosts(used_hosts);
-  std::optional<std::string> pmi_rank = env.GetNonEmpty("PMI_RANK");
+  std::vector<HostCount> hosts;
+  std::string error;
+  if (!ParseUsedHosts(used_hosts, &hosts, &error)) return Fail(-1, "?", error);
+  const std::vector<RankPlacement> plan = PlaceRanks(hosts);
+  const char* pmi_rank = getenv("PMI_RANK");
   int rank = -1;
-  if (!plan.ok()) return Fail(-1, "?", std::string(plan.status().message()));
-  if (!pmi_rank || !absl::SimpleAtoi(*pmi_rank, &rank) || rank < 0 || rank >= plan->size) {
+  if (!ParseInt(pmi_rank, &rank) || rank < 0 || rank >= static_cast<int>(plan.size())) {
     return Fail(rank, "?",
-                absl::StrCat("PMI_RANK='", pmi_rank.value_or(""),
-                             "' is not a rank of the plan ", used_hosts,
-                             ": the wrapper runs only under hvxrun's mpiexec"));
+                std::string("PMI_RANK='") + (pmi_rank ? pmi_rank : "") + "' is not a rank of the plan " +
+                    used_hosts + ": the wrapper runs only under hvxrun's mpiexec");
   }
-  const RankPlacement& p = plan->ranks[rank];
+  const RankPlacement& p = plan[rank];
   // Hydra numbers ranks per host from its own host list; a difference means hydra did not place
   // ranks the way the plan says, and every local_rank would be wrong.
   for (const auto& [var, want] : {std::pair<const char*, int>{"MPI_LOCALRANKID", p.local_rank},
                                   {"MPI_LOCALNRANKS", p.local_size}}) {
-    std::optional<std::string> got = env.GetNonEmpty(var);
+    const char* got = getenv(var);
     int value = 0;
-    if (got && (!absl::SimpleAtoi(*got, &value) || value != want)) {
-      int rc = Fail(rank, p.host,
-                    absl::StrCat("mpiexec placed this rank with ", var, "=", *got,
-                                 " but the plan says ", want));
+    if (got != nullptr && *got != '\0' && (!ParseInt(got, &value) || value != want)) {
+      const int rc = Fail(rank, p.host,
+                          std::string("mpiexec placed this rank with ") + var + "=" + got +
+                              " but the plan says " + std::to_string(want));
       AbortJob(rc);
       return rc;
     }
   }
-  setenv("HVX_RANK", absl::StrCat(p.rank).c_str(), 1);
-  setenv("HVX_SIZE", absl::StrCat(plan->size).c_str(), 1);
-  setenv("HVX_LOCAL_RANK", absl::StrCat(p.local_rank).c_str(), 1);
-  setenv("HVX_LOCAL_SIZE", absl::StrCat(p.local_size).c_str(), 1);
-  setenv("HVX_CROSS_RANK", absl::StrCat(p.cross_rank).c_str(), 1);
-  setenv("HVX_CROSS_SIZE", absl::StrCat(p.cross_size).c_str(), 1);
+  SetInt("HVX_RANK", p.rank);
+  SetInt("HVX_SIZE", static_cast<int>(plan.size()));
+  SetInt("HVX_LOCAL_RANK", p.local_rank);
+  SetInt("HVX_LOCAL_SIZE", p.local_size);
+  SetInt("HVX_CROSS_RANK", p.cross_rank);
+  SetInt("HVX_CROSS_SIZE", p.cross_size);
   setenv("HVX_HOSTNAME", p.host.c_str(), 1);
 
   // The proxy that started us dies -> we get SIGTERM and pass it on.
@@ -127,11 +137,11 @@ int MaybeRunRankWrapper(int argc, char** argv) {
   sigemptyset(&sa.sa_mask);
   for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2}) sigaction(sig, &sa, nullptr);
 
-  WriteAll(2, FormatStartRecord(rank, p.host, getpid()));
+  WriteFully(2, FormatStartRecord(rank, p.host, getpid()));
   const pid_t self = getpid();
-  pid_t child = fork();
+  const pid_t child = fork();
   if (child < 0) {
-    int rc = Fail(rank, p.host, absl::StrCat("fork failed: ", strerror(errno)));
+    const int rc = Fail(rank, p.host, std::string("fork failed: ") + strerror(errno));
     AbortJob(rc);
     return rc;
   }
@@ -144,8 +154,8 @@ int MaybeRunRankWrapper(int argc, char** argv) {
       sigaction(sig, &dfl, nullptr);
     }
     execvp(argv[i], argv + i);
-    WriteAll(2, absl::StrCat("hvxrun: rank ", rank, " on ", p.host, ": cannot run '", argv[i],
-                             "': ", strerror(errno), "\n"));
+    WriteFully(2, "hvxrun: rank " + std::to_string(rank) + " on " + p.host + ": cannot run '" +
+                      argv[i] + "': " + strerror(errno) + "\n");
     _exit(127);
   }
   g_child_pid = child;
@@ -159,7 +169,7 @@ int MaybeRunRankWrapper(int argc, char** argv) {
   const int code = WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
   g_exit_code = code;
   g_child_pid = 0;
-  WriteAll(2, FormatExitRecord(rank, p.host, status));
+  WriteFully(2, FormatExitRecord(rank, p.host, status));
   if (code != 0) AbortJob(code);
   return code;
 }

@@ -1,0 +1,46 @@
+#include "hvx/launch/records.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+namespace hvx {
+namespace launch {
+
+std::string FormatStartRecord(int rank, const std::string& host, int pid) {
+  return std::string(kControlMagic) + "start rank=" + std::to_string(rank) +
+         " pid=" + std::to_string(pid) + " host=" + host + "\n";
+}
+
+std::string FormatExitRecord(int rank, const std::string& host, int wait_status) {
+  const std::string how = WIFSIGNALED(wait_status)
+                              ? " signal=" + std::to_string(WTERMSIG(wait_status))
+                              : " code=" + std::to_string(WEXITSTATUS(wait_status));
+  return std::string(kControlMagic) + "exit rank=" + std::to_string(rank) + how + " host=" + host +
+         "\n";
+}
+
+std::string FormatErrorRecord(int rank, const std::string& host, const std::string& message) {
+  std::string flat = message;
+  for (char& c : flat) {
+    if (c == '\n') c = ' ';
+  }
+  return std::string(kControlMagic) + "error rank=" + std::to_string(rank) + " host=" + host +
+         " msg=" + flat + "\n";
+}
+
+void WriteFully(int fd, const std::string& data) {
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = write(fd, data.data() + done, data.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return;
+    }
+    done += static_cast<size_t>(n);
+  }
+}
+
+}  // namespace launch
+}  // namespace hvx

@@ -1,0 +1,32 @@
+// Control records: the lines the per-rank wrapper writes on its stderr to tell hvxrun that a rank
+// started, ended (code or signal) or could not run. Hydra carries them with the rank's output;
+// hvxrun's OutputRouter (output.h) picks them out and never shows them. This part needs only the
+// C++ library because the wrapper binary links nothing else.
+//
+//   WriteFully(2, FormatExitRecord(3, "h2", wait_status));   // "\1hvxctl exit rank=3 code=3 host=h2\n"
+//   std::optional<ControlRecord> r = ParseControlRecord(...);   // output.h
+#ifndef HVX_LAUNCH_RECORDS_H_
+#define HVX_LAUNCH_RECORDS_H_
+
+#include <string>
+
+namespace hvx {
+namespace launch {
+
+// Every record is one line starting with this.
+inline constexpr char kControlMagic[] = "\x01hvxctl ";
+
+std::string FormatStartRecord(int rank, const std::string& host, int pid);
+// `wait_status` as returned by waitpid().
+std::string FormatExitRecord(int rank, const std::string& host, int wait_status);
+// Newlines in `message` become spaces: a record is one line.
+std::string FormatErrorRecord(int rank, const std::string& host, const std::string& message);
+
+// Writes all of `data` to fd, retrying short writes and EINTR; gives up silently when the fd is
+// closed (the output has nowhere to go).
+void WriteFully(int fd, const std::string& data);
+
+}  // namespace launch
+}  // namespace hvx
+
+#endif  // HVX_LAUNCH_RECORDS_H_
