@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # Multi-host launch through hvxrun on hosts made of network namespaces (netns_hosts.sh), with a
-# --launcher-exec remote shell: placement, HVX_* variables, hostnames, an allreduce, output
-# prefixes, failure propagation (exit 3, SIGKILL) and an unreachable host.
-#   multihost_test.sh HVXRUN PROGRAM MPIEXEC NETNS_HOSTS [PROGRAM_ARGS_FOR_CHECK...]
+# --launcher-exec remote shell. `hvx_info --check` on -H h1:2,h2:2 and the uneven h1:3,h2:1:
+# every rank's rank, local and cross rank/size, host, homogeneous flag and collective check, the
+# output prefixes and streams; the HVX_* plan every rank gets; failure propagation (exit 3 and
+# SIGKILL after MPI_Init while the others wait in an allreduce, exit 3 while the others are in
+# hvx::Init) with the summary and exit code; an unreachable host.
+#   multihost_test.sh HVXRUN HVX_INFO RANK_PROBE MPIEXEC NETNS_HOSTS
 # Needs root; where namespaces cannot be created it prints SKIPPED with the reason and passes.
 set -uo pipefail
 HVXRUN=$(readlink -f "$1")
-PROBE=$(readlink -f "$2")
-MPIEXEC=$(readlink -f "$3")
-NETNS=$(readlink -f "$4")
+INFO=$(readlink -f "$2")
+PROBE=$(readlink -f "$3")
+MPIEXEC=$(readlink -f "$4")
+NETNS=$(readlink -f "$5")
 export HVX_NETNS_STATE=${TEST_TMPDIR:-/tmp}/hvx-netns-$$
 export HVX_NETNS_PREFIX=hvxt
 failures=0
@@ -16,24 +20,31 @@ failures=0
 skip() { echo "SKIPPED: $*"; exit 0; }
 [[ $(id -u) == 0 ]] || skip "needs root to create network namespaces (uid $(id -u))"
 command -v ip >/dev/null || skip "iproute2 (ip) is not installed"
-if ! ip netns add hvxtprobe$$ 2>/tmp/hvx-netns-err.$$; then
-    reason=$(cat /tmp/hvx-netns-err.$$); rm -f /tmp/hvx-netns-err.$$
+if ! reason=$(ip netns add hvxtprobe$$ 2>&1); then
     skip "cannot create a network namespace: $reason"
 fi
-ip netns del hvxtprobe$$; rm -f /tmp/hvx-netns-err.$$
+ip netns del hvxtprobe$$
 ip netns list | grep -qE '^hvxt[0-9]' && "$NETNS" down
 trap '"$NETNS" down' EXIT
 "$NETNS" up 3 || { echo "FAIL: could not build the namespace hosts"; exit 1; }
 
-check() {  # check NAME CONDITION-RESULT
+# The remote shell starts ranks in a clean login environment: forward what a sanitizer build needs
+# (MPICH leaks in MPI_Finalize).
+extra=()
+if [[ -n ${ASAN_OPTIONS+x} ]]; then extra+=(-x "ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"); fi
+if [[ -n ${UCX_MEM_EVENTS+x} ]]; then extra+=(-x "UCX_MEM_EVENTS=$UCX_MEM_EVENTS"); fi
+
+check() {  # check NAME STATUS (0 = ok)
     if [[ $2 == 0 ]]; then echo "ok: $1"; else echo "FAIL: $1"; failures=$((failures + 1)); fi
 }
+show() { echo "--- stdout"; echo "$out"; echo "--- stderr"; echo "$err"; }
 
-# Runs hvxrun on host hvxt1; stdout, stderr and rc land in $out, $err, $rc.
+# Runs hvxrun on host hvxt1; stdout, stderr and rc land in $out, $err, $rc. hvxrun bounds the job
+# (--timeout) and `timeout` bounds hvxrun.
 launch() {
     local t0=$(date +%s%N)
     timeout -k 5 90 "$NETNS" exec hvxt1 "$HVXRUN" --mpiexec "$MPIEXEC" \
-        --launcher-exec "$HVX_NETNS_STATE/fakessh" --timeout 60 --start-timeout 20 "$@" \
+        --launcher-exec "$HVX_NETNS_STATE/fakessh" --timeout 60 --start-timeout 20 "${extra[@]}" "$@" \
         >"$HVX_NETNS_STATE/out" 2>"$HVX_NETNS_STATE/err" </dev/null
     rc=$?
     elapsed_ms=$((($(date +%s%N) - t0) / 1000000))
@@ -41,57 +52,94 @@ launch() {
     err=$(cat "$HVX_NETNS_STATE/err")
 }
 
-has_line() { grep -qxF -- "$2" <<<"$1"; }
+count_lines() { grep -cE -- "$2" <<<"$1"; }
 
-# ---- 2 hosts x 2 ranks
-launch -np 4 -H hvxt1:2,hvxt2:2 -- "$PROBE"
-check "2x2 exits 0 (rc=$rc)" $((rc != 0))
+# expect_info PREFIX RANK LOCAL_RANK LOCAL_SIZE CROSS_RANK CROSS_SIZE HOMOGENEOUS HOST
+# Exactly one stdout line is that rank's hvx_info JSON behind PREFIX, with the check passed, and
+# its Init log line is on stderr behind the same prefix only (hvx adds no second rank tag).
+expect_info() {
+    local prefix=$1 r=$2 l=$3 ls=$4 cr=$5 cs=$6 homo=$7 host=$8 p
+    p=$(sed 's/[][\.*^$]/\\&/g' <<<"$prefix")
+    local json="\\{\"rank\":$r,\"size\":4,\"local_rank\":$l,\"local_size\":$ls,\"cross_rank\":$cr,\"cross_size\":$cs,\"homogeneous\":$homo,\"host\":\"$host\",\"pid\":[0-9]+,\"visible_gpus\":[0-9]+,\"check\":\"pass\"\\}"
+    [[ $(count_lines "$out" "^$p $json\$") == 1 ]]
+    check "$prefix rank $r: local $l/$ls cross $cr/$cs homogeneous $homo host $host check pass" $?
+    [[ $(count_lines "$err" "^$p I[0-9]{4} [0-9:.]+ engine\\.cc:[0-9]+\\] hvx initialized: rank $r/4, local rank $l/$ls, cross rank $cr/$cs, host $host,") == 1 ]]
+    check "$prefix rank $r: Init log line tagged once, on stderr" $?
+}
+
+# ---- the HVX_* plan every rank gets (a plain program: `env`)
+launch -np 4 -H hvxt1:2,hvxt2:2 -- /usr/bin/env
+check "env on 2x2 exits 0 (rc=$rc)" $((rc != 0))
 for r in 0 1 2 3; do
-    h=hvxt$((r / 2 + 1)); l=$((r % 2))
-    line="[$r] probe rank=$r size=4 local=$l/2 hvx=$r,4,$l,2,$((r / 2)),2,$h host=$h sum=OK"
-    has_line "$out" "$line"; check "2x2 line: $line" $?
+    h=hvxt$((r / 2 + 1)) l=$((r % 2)) c=$((r / 2))
+    got=$(grep -E "^\[$r\] HVX_(RANK|SIZE|LOCAL_RANK|LOCAL_SIZE|CROSS_RANK|CROSS_SIZE|HOSTNAME|TAGGED_OUTPUT)=" <<<"$out" |
+        sed "s/^\[$r\] //" | sort | tr '\n' ' ')
+    want="HVX_CROSS_RANK=$c HVX_CROSS_SIZE=2 HVX_HOSTNAME=$h HVX_LOCAL_RANK=$l HVX_LOCAL_SIZE=2 HVX_RANK=$r HVX_SIZE=4 HVX_TAGGED_OUTPUT=1 "
+    [[ $got == "$want" ]]; check "rank $r environment: $got" $?
 done
-[[ $rc == 0 ]] || { echo "--- stdout"; echo "$out"; echo "--- stderr"; echo "$err"; }
+[[ $rc == 0 ]] || show
 
-# ---- uneven 3 + 1, full tags
-launch -np 4 -H hvxt1:3,hvxt2:1 --tag-output full -- "$PROBE"
-check "3+1 exits 0 (rc=$rc)" $((rc != 0))
-want=("0 hvxt1:0] probe rank=0 size=4 local=0/3 hvx=0,4,0,3,0,2,hvxt1 host=hvxt1"
-      "1 hvxt1:1] probe rank=1 size=4 local=1/3 hvx=1,4,1,3,0,1,hvxt1 host=hvxt1"
-      "2 hvxt1:2] probe rank=2 size=4 local=2/3 hvx=2,4,2,3,0,1,hvxt1 host=hvxt1"
-      "3 hvxt2:0] probe rank=3 size=4 local=0/1 hvx=3,4,0,1,1,2,hvxt2 host=hvxt2")
-for w in "${want[@]}"; do
-    has_line "$out" "[$w sum=OK"; check "3+1 line: [$w sum=OK" $?
+# ---- hvx_info --check on 2 hosts x 2 ranks
+launch -np 4 -H hvxt1:2,hvxt2:2 -- "$INFO" --check
+check "2x2 hvx_info --check exits 0 (rc=$rc)" $((rc != 0))
+for r in 0 1 2 3; do
+    expect_info "[$r]" $r $((r % 2)) 2 $((r / 2)) 2 true hvxt$((r / 2 + 1))
 done
-[[ $rc == 0 ]] || { echo "--- stdout"; echo "$out"; echo "--- stderr"; echo "$err"; }
+[[ $(count_lines "$out" '.') == 4 ]]; check "2x2: stdout has only the 4 JSON lines" $?
+[[ $(count_lines "$err" '^\[[0-3]\] \{') == 0 ]]; check "2x2: no JSON on stderr" $?
+[[ $rc == 0 ]] || show
 
-# ---- one rank (on the remote host) exits 3 while the others wait in an allreduce
+# ---- uneven 3 + 1, full tags: local ranks 1 and 2 exist on one host only
+launch -np 4 -H hvxt1:3,hvxt2:1 --tag-output full -- "$INFO" --check
+check "3+1 hvx_info --check exits 0 (rc=$rc)" $((rc != 0))
+expect_info "[0 hvxt1:0]" 0 0 3 0 2 false hvxt1
+expect_info "[1 hvxt1:1]" 1 1 3 0 1 false hvxt1
+expect_info "[2 hvxt1:2]" 2 2 3 0 1 false hvxt1
+expect_info "[3 hvxt2:0]" 3 0 1 1 2 false hvxt2
+[[ $(count_lines "$out" '.') == 4 ]]; check "3+1: stdout has only the 4 JSON lines" $?
+[[ $rc == 0 ]] || show
+
+# ---- one rank (on the remote host) exits 3 after MPI_Init while the others wait in an allreduce
 launch -np 4 -H hvxt1:2,hvxt2:2 -- "$PROBE" --exit-rank 3 --code 3
 check "exit 3 propagates as rc 3 (rc=$rc, ${elapsed_ms} ms)" $((rc != 3))
 check "stopped within 15 s (${elapsed_ms} ms)" $((elapsed_ms > 15000))
-grep -qF "hvxrun: rank 3 on host hvxt2 (local rank 1) exited with status 3; it was the first of 4 ranks to fail" <<<"$err"
-check "summary names rank 3, host, status" $?
-grep -qF "hvxrun:   rank 3 exiting with 3 on purpose" <<<"$err"; check "summary shows last stderr line" $?
-grep -qxF "[3] rank 3 exiting with 3 on purpose" <<<"$err"; check "stderr line tagged on stderr" $?
-[[ $rc == 3 ]] || { echo "--- stderr"; echo "$err"; }
+grep -qF "hvxrun: rank 3 on host hvxt2 (local rank 1) exited with status 3; it was the first of 4 ranks to fail, the others were stopped" <<<"$err"
+check "summary names rank 3, its host, local rank and status" $?
+grep -qxF "hvxrun:   rank 3 exiting with 3 on purpose" <<<"$err"; check "summary shows its last stderr line" $?
+grep -qxF "[3] rank 3 exiting with 3 on purpose" <<<"$err"; check "the rank's stderr line is tagged, on stderr" $?
+[[ -z $out ]]; check "no rank got past the allreduce" $?
+[[ $rc == 3 ]] || show
 
 # ---- one rank is killed with SIGKILL
 launch -np 4 -H hvxt1:2,hvxt2:2 -- "$PROBE" --kill-rank 1
 check "SIGKILL propagates as rc 137 (rc=$rc, ${elapsed_ms} ms)" $((rc != 137))
-grep -qF "hvxrun: rank 1 on host hvxt1 (local rank 1) was killed by signal 9" <<<"$err"
-check "summary names the signal" $?
-[[ $rc == 137 ]] || { echo "--- stderr"; echo "$err"; }
+check "stopped within 15 s (${elapsed_ms} ms)" $((elapsed_ms > 15000))
+grep -qF "hvxrun: rank 1 on host hvxt1 (local rank 1) was killed by signal 9 (Killed); it was the first of 4 ranks to fail" <<<"$err"
+check "summary names rank 1, its host and the signal" $?
+grep -qxF "hvxrun:   rank 1 killing itself" <<<"$err"; check "summary shows its last stderr line" $?
+[[ $rc == 137 ]] || show
+
+# ---- hvx_info job where rank 2 exits 3 before Init: the others wait in hvx::Init
+launch -np 4 -H hvxt1:2,hvxt2:2 -- /bin/sh -c \
+    'if [ "$HVX_RANK" = 2 ]; then echo "rank 2 gives up before Init" >&2; exit 3; fi; exec "$0" --check' "$INFO"
+check "exit 3 during Init propagates as rc 3 (rc=$rc, ${elapsed_ms} ms)" $((rc != 3))
+check "stopped within 15 s (${elapsed_ms} ms)" $((elapsed_ms > 15000))
+grep -qF "hvxrun: rank 2 on host hvxt2 (local rank 0) exited with status 3; it was the first of 4 ranks to fail" <<<"$err"
+check "summary names rank 2 and its host" $?
+grep -qxF "hvxrun:   rank 2 gives up before Init" <<<"$err"; check "summary shows its last stderr line" $?
+[[ $rc == 3 ]] || show
 
 # ---- a host that cannot be reached fails within the start timeout, by name
-launch -np 2 -H hvxt1:1,nosuchhost:1 --start-timeout 5 -- "$PROBE"
+launch -np 2 -H hvxt1:1,nosuchhost:1 --start-timeout 5 -- "$INFO" --check
 check "unreachable host fails with rc 1 (rc=$rc, ${elapsed_ms} ms)" $((rc != 1))
 check "within start timeout + stop bound (${elapsed_ms} ms)" $((elapsed_ms > 25000))
-grep -qF "on host nosuchhost (ranks 1)" <<<"$err"; check "message names the host" $?
-[[ $rc == 1 ]] || { echo "--- stderr"; echo "$err"; }
+grep -qF "ranks did not start within 5 s (--start-timeout) on host nosuchhost (ranks 1)" <<<"$err"
+check "message names the host and its ranks" $?
+[[ $rc == 1 ]] || show
 
-if ip netns pids hvxt2 2>/dev/null | grep -q .; then
-    echo "FAIL: processes left on hvxt2: $(ip netns pids hvxt2 | tr '\n' ' ')"
-    failures=$((failures + 1))
-fi
+for h in hvxt1 hvxt2; do
+    left=$(ip netns pids $h 2>/dev/null | tr '\n' ' ')
+    [[ -z $left ]]; check "no processes left on $h ($left)" $?
+done
 echo "failures: $failures"
 [[ $failures == 0 ]]
