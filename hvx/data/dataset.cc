@@ -81,7 +81,7 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::OpenFiles(const std::vector<st
       }
       return index.status();
     }
-    HVX_ASSIGN_OR_RETURN(auto file, RecordFile::Open(path));
+    HVX_ASSIGN_OR_RETURN(auto file, RecordFile::Open(path, options.use_mmap));
     const uint32_t file_index = static_cast<uint32_t>(d->files_.size());
     d->paths_.push_back(path);
     d->files_.push_back(std::move(file));
@@ -98,6 +98,16 @@ absl::Status Dataset::Read(int64_t id, bool verify_crc, std::string* payload) co
   }
   return files_[file_of_[static_cast<size_t>(id)]]->ReadAt(locations_[static_cast<size_t>(id)],
                                                           verify_crc, payload);
+}
+
+absl::Status Dataset::View(int64_t id, bool verify_crc, std::string* scratch,
+                           absl::string_view* payload) const {
+  if (id < 0 || id >= num_samples()) {
+    return absl::OutOfRangeError(
+        absl::StrCat("sample id ", id, " is outside the dataset of ", num_samples(), " samples"));
+  }
+  return files_[file_of_[static_cast<size_t>(id)]]->ViewAt(locations_[static_cast<size_t>(id)],
+                                                          verify_crc, scratch, payload);
 }
 
 const std::string& Dataset::FileOf(int64_t id) const {

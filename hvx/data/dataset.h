@@ -32,6 +32,9 @@ struct DatasetOptions {
   // With verify_on_open: leave out files with any corruption instead of failing, and list them in
   // skipped_files(). Every rank opening the same files skips the same ones.
   bool skip_corrupt_files = false;
+  // Memory-map the files (records are then read without a system call or a copy); pread() when
+  // false or when mapping fails.
+  bool use_mmap = true;
 };
 
 class Dataset {
@@ -48,6 +51,10 @@ class Dataset {
 
   // Reads sample `id` into *payload. Thread-safe. DataLoss "<path>:<offset>: ..." on corruption.
   absl::Status Read(int64_t id, bool verify_crc, std::string* payload) const;
+  // Without a copy when the file is mapped (*payload then stays valid while the Dataset lives);
+  // otherwise the bytes land in *scratch. Thread-safe.
+  absl::Status View(int64_t id, bool verify_crc, std::string* scratch,
+                    absl::string_view* payload) const;
   // "<path>:<offset> (sample <id>)", for error messages.
   std::string DescribeSample(int64_t id) const;
   // Which file and where.

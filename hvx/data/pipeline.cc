@@ -198,13 +198,15 @@ void Pipeline::ReaderLoop() {
       next_read_ = end;
     }
     task.records.resize(static_cast<size_t>(end - task.first));
+    task.scratch.resize(task.records.size());
     const int64_t t0 = NowNs();
     absl::Status s;
     int64_t bytes = 0;
     for (int64_t pos = task.first; pos < end && s.ok(); ++pos) {
       const int64_t id = plan_.sample_ids[static_cast<size_t>(pos)];
-      std::string& record = task.records[static_cast<size_t>(pos - task.first)];
-      s = dataset_->Read(id, options_.verify_crc, &record);
+      const size_t i = static_cast<size_t>(pos - task.first);
+      absl::string_view& record = task.records[i];
+      s = dataset_->View(id, options_.verify_crc, &task.scratch[i], &record);
       if (!s.ok()) s = Annotate(s, absl::StrCat("rank ", options_.rank, " reading sample ", id));
       bytes += static_cast<int64_t>(record.size());
     }

@@ -137,7 +137,8 @@ class Pipeline {
   // Consecutive plan positions [first, first + records.size()) of one batch.
   struct Task {
     int64_t first = 0;
-    std::vector<std::string> records;
+    std::vector<absl::string_view> records;  // into the mapped files or into scratch
+    std::vector<std::string> scratch;        // used only for files read with pread()
   };
   Pipeline(std::shared_ptr<const Dataset> dataset, const PipelineOptions& options, ShardPlan plan);
   void Start();

@@ -115,7 +115,12 @@ TEST_F(PipelineTest, SameIdsAndBytesWhateverTheThreads) {
   b.decode_threads = 4;
   b.prefetch_batches = 3;
   b.samples_per_task = 5;
-  std::vector<Seen> ra = RunEpoch(dataset_, a), rb = RunEpoch(dataset_, b);
+  DatasetOptions no_mmap;
+  no_mmap.use_mmap = false;
+  auto pread_dataset = Dataset::Open({dir_ + "/toy-*-of-*"}, no_mmap);
+  ASSERT_TRUE(pread_dataset.ok());
+  std::vector<Seen> ra = RunEpoch(dataset_, a),
+                    rb = RunEpoch(std::shared_ptr<const Dataset>(std::move(*pread_dataset)), b);
   ASSERT_EQ(ra.size(), 5u);  // ceil(100 / 3) = 34 samples: 4 batches of 8 and one of 2
   EXPECT_EQ(ra, rb);
   EXPECT_EQ(ra.back().ids.size(), 2u);

@@ -1,6 +1,7 @@
 #include "hvx/data/record.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -429,7 +430,8 @@ absl::Status RecordReader::Seek(uint64_t offset) {
 
 // -------------------------------------------------------------------------------------- RecordFile
 
-absl::StatusOr<std::unique_ptr<RecordFile>> RecordFile::Open(const std::string& path) {
+absl::StatusOr<std::unique_ptr<RecordFile>> RecordFile::Open(const std::string& path,
+                                                              bool use_mmap) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("opening record file ", path));
   struct stat st;
@@ -438,13 +440,21 @@ absl::StatusOr<std::unique_ptr<RecordFile>> RecordFile::Open(const std::string& 
     ::close(fd);
     return ErrnoToStatus(e, absl::StrCat("stat ", path));
   }
-  return std::unique_ptr<RecordFile>(new RecordFile(path, fd, static_cast<uint64_t>(st.st_size)));
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  const char* map = nullptr;
+  if (use_mmap && size > 0) {
+    void* m = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+    if (m != MAP_FAILED) map = static_cast<const char*>(m);
+  }
+  return std::unique_ptr<RecordFile>(new RecordFile(path, fd, size, map));
 }
 
-RecordFile::~RecordFile() { ::close(fd_); }
+RecordFile::~RecordFile() {
+  if (map_ != nullptr) ::munmap(const_cast<char*>(map_), size_);
+  ::close(fd_);
+}
 
-absl::Status RecordFile::ReadAt(const RecordLocation& location, bool verify_crc,
-                                std::string* payload) const {
+absl::Status RecordFile::CheckBounds(const RecordLocation& location) const {
   const uint64_t off = location.offset;
   if (off > size_ || location.length > size_ - off ||
       size_ - off - location.length < kRecordOverhead) {
@@ -452,10 +462,44 @@ absl::Status RecordFile::ReadAt(const RecordLocation& location, bool verify_crc,
                                             location.length, " payload bytes does not fit in the ",
                                             size_, "-byte file (stale index?)"));
   }
-  // One pread for header, payload and footer; the payload is then moved to the front.
-  payload->resize(location.length + kRecordOverhead);
-  char* buf = &(*payload)[0];
-  size_t want = payload->size();
+  return absl::OkStatus();
+}
+
+absl::Status RecordFile::Verify(const char* framed, const RecordLocation& location,
+                                bool verify_crc) const {
+  const uint64_t off = location.offset;
+  uint64_t length;
+  HVX_RETURN_IF_ERROR(ParseRecordHeader(framed, verify_crc, path_, off, &length));
+  if (length != location.length) {
+    return absl::DataLossError(absl::StrCat(path_, ":", off, ": length field says ", length,
+                                            " bytes, the index says ", location.length,
+                                            " (stale or wrong index?)"));
+  }
+  if (verify_crc) {
+    uint32_t stored = UnmaskCrc(GetFixed32(framed + kRecordHeaderSize + length));
+    uint32_t computed = Crc32c(framed + kRecordHeaderSize, length);
+    if (stored != computed) {
+      return absl::DataLossError(absl::StrCat(path_, ":", off, ": corrupted record: data CRC ",
+                                              "mismatch over ", length, " payload bytes (stored ",
+                                              Hex(stored), ", computed ", Hex(computed), ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RecordFile::ViewAt(const RecordLocation& location, bool verify_crc,
+                                std::string* scratch, absl::string_view* payload) const {
+  HVX_RETURN_IF_ERROR(CheckBounds(location));
+  const uint64_t off = location.offset;
+  if (map_ != nullptr) {
+    HVX_RETURN_IF_ERROR(Verify(map_ + off, location, verify_crc));
+    *payload = absl::string_view(map_ + off + kRecordHeaderSize, location.length);
+    return absl::OkStatus();
+  }
+  // One pread for header, payload and footer.
+  scratch->resize(location.length + kRecordOverhead);
+  char* buf = &(*scratch)[0];
+  size_t want = scratch->size();
   size_t got = 0;
   while (got < want) {
     ssize_t r = ::pread(fd_, buf + got, want - got, static_cast<off_t>(off + got));
@@ -469,24 +513,23 @@ absl::Status RecordFile::ReadAt(const RecordLocation& location, bool verify_crc,
     }
     got += static_cast<size_t>(r);
   }
-  uint64_t length;
-  HVX_RETURN_IF_ERROR(ParseRecordHeader(buf, verify_crc, path_, off, &length));
-  if (length != location.length) {
-    return absl::DataLossError(absl::StrCat(path_, ":", off, ": length field says ", length,
-                                            " bytes, the index says ", location.length,
-                                            " (stale or wrong index?)"));
+  HVX_RETURN_IF_ERROR(Verify(buf, location, verify_crc));
+  *payload = absl::string_view(buf + kRecordHeaderSize, location.length);
+  return absl::OkStatus();
+}
+
+absl::Status RecordFile::ReadAt(const RecordLocation& location, bool verify_crc,
+                                std::string* payload) const {
+  std::string scratch;
+  absl::string_view view;
+  HVX_RETURN_IF_ERROR(ViewAt(location, verify_crc, &scratch, &view));
+  if (map_ != nullptr) {
+    payload->assign(view.data(), view.size());
+  } else {
+    std::memmove(&scratch[0], view.data(), view.size());
+    scratch.resize(view.size());
+    *payload = std::move(scratch);
   }
-  if (verify_crc) {
-    uint32_t stored = UnmaskCrc(GetFixed32(buf + kRecordHeaderSize + length));
-    uint32_t computed = Crc32c(buf + kRecordHeaderSize, length);
-    if (stored != computed) {
-      return absl::DataLossError(absl::StrCat(path_, ":", off, ": corrupted record: data CRC ",
-                                              "mismatch over ", length, " payload bytes (stored ",
-                                              Hex(stored), ", computed ", Hex(computed), ")"));
-    }
-  }
-  std::memmove(buf, buf + kRecordHeaderSize, length);
-  payload->resize(length);
   return absl::OkStatus();
 }
 

@@ -169,10 +169,13 @@ struct RecordLocation {
   uint64_t length = 0;  // payload bytes (the record occupies length + kRecordOverhead bytes)
 };
 
-// Reads records at known offsets with pread(); safe to use from many threads at once.
+// Reads records at known offsets; safe to use from many threads at once. The file is memory-mapped
+// when possible, so that a record is read without a system call or a copy (a file truncated
+// while mapped would fault, as with any mmap-based reader); otherwise pread() is used.
 class RecordFile {
  public:
-  static absl::StatusOr<std::unique_ptr<RecordFile>> Open(const std::string& path);
+  static absl::StatusOr<std::unique_ptr<RecordFile>> Open(const std::string& path,
+                                                          bool use_mmap = true);
   RecordFile(const RecordFile&) = delete;
   RecordFile& operator=(const RecordFile&) = delete;
   ~RecordFile();
@@ -180,15 +183,25 @@ class RecordFile {
   // Reads the record at `location` into *payload (resized to location.length). The stored length
   // must equal location.length; with verify_crc both CRCs are checked. DataLoss on any mismatch.
   absl::Status ReadAt(const RecordLocation& location, bool verify_crc, std::string* payload) const;
+  // The same without a copy when the file is mapped: *payload then points into the mapping (valid
+  // while this RecordFile lives); otherwise the bytes are read into *scratch and *payload views it.
+  absl::Status ViewAt(const RecordLocation& location, bool verify_crc, std::string* scratch,
+                      absl::string_view* payload) const;
 
   const std::string& path() const { return path_; }
   uint64_t size() const { return size_; }
+  bool mapped() const { return map_ != nullptr; }
 
  private:
-  RecordFile(std::string path, int fd, uint64_t size) : path_(std::move(path)), fd_(fd), size_(size) {}
+  RecordFile(std::string path, int fd, uint64_t size, const char* map)
+      : path_(std::move(path)), fd_(fd), size_(size), map_(map) {}
+  absl::Status CheckBounds(const RecordLocation& location) const;
+  absl::Status Verify(const char* framed, const RecordLocation& location, bool verify_crc) const;
+
   const std::string path_;
   const int fd_;
   const uint64_t size_;
+  const char* const map_;  // nullptr when not mapped
 };
 
 // Parses and checks the 12-byte header at `header`: on success *length is the payload size.

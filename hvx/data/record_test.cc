@@ -300,6 +300,10 @@ TEST(RecordTest, IndexWrittenByWriterMatchesBuiltIndexAndSeeks) {
   ASSERT_EQ(loaded->size(), 50u);
   auto file = RecordFile::Open(path);
   ASSERT_TRUE(file.ok());
+  EXPECT_TRUE((*file)->mapped());
+  auto unmapped = RecordFile::Open(path, /*use_mmap=*/false);
+  ASSERT_TRUE(unmapped.ok());
+  EXPECT_FALSE((*unmapped)->mapped());
   auto reader = RecordReader::Open(path, {});
   for (int i = 49; i >= 0; i -= 7) {
     EXPECT_EQ((*loaded)[i].offset, (*built)[i].offset);
@@ -307,6 +311,12 @@ TEST(RecordTest, IndexWrittenByWriterMatchesBuiltIndexAndSeeks) {
     std::string got;
     ASSERT_TRUE((*file)->ReadAt((*loaded)[i], true, &got).ok());
     EXPECT_EQ(got, payloads[i]);
+    ASSERT_TRUE((*unmapped)->ReadAt((*loaded)[i], true, &got).ok());
+    EXPECT_EQ(got, payloads[i]);
+    std::string scratch;
+    absl::string_view view;
+    ASSERT_TRUE((*unmapped)->ViewAt((*loaded)[i], true, &scratch, &view).ok());
+    EXPECT_EQ(view, payloads[i]);
     ASSERT_TRUE((*reader)->Seek((*loaded)[i].offset).ok());
     ASSERT_TRUE((*reader)->ReadRecord(&got).ok());
     EXPECT_EQ(got, payloads[i]);
