@@ -2,10 +2,10 @@
 #include "hvx/core/api.h"
 
 #include <cstdlib>
+#include <mutex>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/synchronization/mutex.h"
 #include "hvx/common/logging.h"
 #include "hvx/common/status.h"
 #include "hvx/core/engine.h"
@@ -13,13 +13,13 @@
 namespace hvx {
 namespace {
 
-absl::Mutex g_mu(absl::kConstInit);
+std::mutex g_mu;
 // Set once by Init and never freed: handles and other threads may still reach it at exit.
 Engine* g_engine ABSL_GUARDED_BY(g_mu) = nullptr;
 bool g_shut_down ABSL_GUARDED_BY(g_mu) = false;
 
 Engine* Live() {
-  absl::MutexLock lock(&g_mu);
+  std::lock_guard<std::mutex> lock(g_mu);
   return g_shut_down ? nullptr : g_engine;
 }
 
@@ -78,7 +78,7 @@ absl::Status Init() {
 }
 
 absl::Status Init(const InitOptions& options) {
-  absl::MutexLock lock(&g_mu);
+  std::lock_guard<std::mutex> lock(g_mu);
   if (g_engine != nullptr) {
     return absl::FailedPreconditionError(g_shut_down ? "hvx::Init: hvx was shut down and cannot start again"
                                                      : "hvx::Init: already initialized");
@@ -114,7 +114,7 @@ absl::Status Init(const InitOptions& options) {
 absl::Status Shutdown() {
   Engine* engine;
   {
-    absl::MutexLock lock(&g_mu);
+    std::lock_guard<std::mutex> lock(g_mu);
     if (g_engine == nullptr || g_shut_down) return absl::OkStatus();
     g_shut_down = true;
     engine = g_engine;

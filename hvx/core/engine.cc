@@ -14,20 +14,32 @@
 
 namespace hvx {
 namespace internal {
+namespace {
+
+// A status that shares no heap state with `s`. absl::Status shares its message between copies
+// through a reference count inside the system Abseil library, which ThreadSanitizer cannot see;
+// statuses that cross threads are therefore copied deeply.
+absl::Status Isolated(const absl::Status& s) {
+  return s.ok() ? absl::OkStatus() : absl::Status(s.code(), std::string(s.message()));
+}
+
+}  // namespace
 
 void OpState::Complete(absl::Status s) {
-  absl::MutexLock lock(&mu);
-  if (status.ok() && !s.ok()) status = std::move(s);
-  if (--parts_left == 0) finished.store(true, std::memory_order_release);
+  std::lock_guard<std::mutex> lock(mu);
+  if (status.ok() && !s.ok()) status = Isolated(s);
+  if (--parts_left == 0) {
+    finished.store(true, std::memory_order_release);
+    cv.notify_all();
+  }
 }
 
 bool OpState::done() const { return finished.load(std::memory_order_acquire); }
 
 absl::Status OpState::Wait() const {
-  absl::MutexLock lock(&mu);
-  mu.Await(absl::Condition(
-      +[](const std::atomic<bool>* f) { return f->load(std::memory_order_acquire); }, &finished));
-  return status;
+  std::unique_lock<std::mutex> lock(mu);
+  cv.wait(lock, [this] { return finished.load(std::memory_order_acquire); });
+  return Isolated(status);
 }
 
 }  // namespace internal
@@ -103,9 +115,11 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(const InitOptions& options
   engine->thread_ = std::thread([e = engine.get()] { e->ThreadMain(); });
   absl::Status status;
   {
-    absl::MutexLock lock(&engine->mu_);
-    engine->mu_.Await(absl::Condition(&engine->setup_done_));
-    status = engine->setup_status_;
+    std::unique_lock<std::mutex> lock(engine->mu_);
+    engine->cv_.wait(lock, [e = engine.get()]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return e->setup_done_; });
+    status = engine->setup_status_.ok() ? absl::OkStatus()
+                                        : absl::Status(engine->setup_status_.code(),
+                                                       std::string(engine->setup_status_.message()));
   }
   if (!status.ok()) {
     engine->thread_.join();
@@ -175,7 +189,7 @@ absl::Status Engine::Setup() {
           topology_.size, CoordinatorOptions{options_.fusion_threshold_bytes, options_.stall_check_time_s,
                                              options_.stall_shutdown_time_s, world->global_ranks, timeline_.get()});
     }
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     sets_.push_back(std::move(world));
   }
   for (const auto& ranks : options_.process_sets) {
@@ -193,7 +207,7 @@ absl::Status Engine::Setup() {
 absl::Status Engine::AddSet(std::vector<int> ranks, int* id) {
   std::sort(ranks.begin(), ranks.end());
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     for (const auto& s : sets_) {
       if (s->global_ranks == ranks) {
         *id = s->id;
@@ -211,7 +225,7 @@ absl::Status Engine::AddSet(std::vector<int> ranks, int* id) {
         set->size(), CoordinatorOptions{options_.fusion_threshold_bytes, options_.stall_check_time_s,
                                         options_.stall_shutdown_time_s, ranks, nullptr});
   }
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   set->id = static_cast<int>(sets_.size());
   *id = set->id;
   sets_.push_back(std::move(set));
@@ -221,9 +235,10 @@ absl::Status Engine::AddSet(std::vector<int> ranks, int* id) {
 void Engine::ThreadMain() {
   absl::Status status = Setup();
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     setup_status_ = status;
     setup_done_ = true;
+    cv_.notify_all();
   }
   if (status.ok()) {
     absl::Time last_cycle = absl::Now();
@@ -231,8 +246,8 @@ void Engine::ThreadMain() {
     while (running) {
       std::vector<SetState*> sets;
       {
-        absl::MutexLock lock(&mu_);
-        auto has_work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        std::unique_lock<std::mutex> lock(mu_);
+        auto has_work = [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
           if (shutdown_requested_) return true;
           for (const auto& s : sets_) {
             if (!s->incoming.empty()) return true;
@@ -240,7 +255,7 @@ void Engine::ThreadMain() {
           return false;
         };
         const absl::Time deadline = last_cycle + absl::Milliseconds(options_.cycle_time_ms);
-        if (!has_work()) mu_.AwaitWithDeadline(absl::Condition(&has_work), deadline);
+        cv_.wait_until(lock, absl::ToChronoTime(deadline), has_work);
         for (const auto& s : sets_) {
           if (s->comm != nullptr) sets.push_back(s.get());
         }
@@ -256,7 +271,7 @@ void Engine::ThreadMain() {
     stopped_.store(true);
     FailEverything(ShutDownError());
     {
-      absl::MutexLock lock(&mu_);
+      std::lock_guard<std::mutex> lock(mu_);
       for (auto& s : sets_) {
         s->device_planes.clear();
         s->owned_comm.reset();
@@ -271,14 +286,15 @@ void Engine::ThreadMain() {
   stopped_.store(true);
   absl::Status fin = transport_->Finalize();
   if (!fin.ok()) HVX_LOG(WARNING) << "transport finalization: " << fin;
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   finalized_ = true;
+  cv_.notify_all();
 }
 
 void Engine::FailEverything(absl::Status status) {
   std::vector<std::shared_ptr<internal::OpState>> states;
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     for (auto& s : sets_) {
       for (auto& e : s->incoming) states.push_back(e.state);
       for (auto& [name, e] : s->pending) states.push_back(e.state);
@@ -293,11 +309,13 @@ void Engine::FailEverything(absl::Status status) {
 
 absl::Status Engine::Shutdown() {
   {
-    absl::MutexLock lock(&mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     if (!setup_done_ || !setup_status_.ok()) return absl::OkStatus();
     shutdown_requested_ = true;
+    cv_.notify_all();
     const absl::Duration bound = absl::Seconds(options_.shutdown_timeout_s) + absl::Milliseconds(options_.cycle_time_ms);
-    if (!mu_.AwaitWithTimeout(absl::Condition(&finalized_), bound)) {
+    if (!cv_.wait_for(lock, absl::ToChronoSeconds(bound) + std::chrono::milliseconds(1),
+                      [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return finalized_; })) {
       HVX_LOG(ERROR) << "hvx::Shutdown: the transport did not finish within " << options_.shutdown_timeout_s
                      << " s (HVX_SHUTDOWN_TIMEOUT_S)";
       if (engine_options_.exit_on_finalize_timeout) {
@@ -316,10 +334,10 @@ std::shared_ptr<internal::OpState> Engine::NewState(const std::string& name, int
   auto st = std::make_shared<internal::OpState>();
   st->name = name;
   {
-    absl::MutexLock lock(&st->mu);
+    std::lock_guard<std::mutex> lock(st->mu);
     st->parts_left = parts;
   }
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   st->id = next_id_++;
   return st;
 }
@@ -343,7 +361,7 @@ Request Engine::BaseRequest(OpType type, const std::string& name, const TensorRe
 Handle Engine::Submit(int set_id, std::vector<Entry> entries, std::shared_ptr<internal::OpState> state) {
   absl::Status error;
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     if (shutdown_requested_ || stopped_.load()) {
       error = ShutDownError();
     } else if (set_id < 0 || set_id >= static_cast<int>(sets_.size())) {
@@ -379,14 +397,16 @@ Handle Engine::Submit(int set_id, std::vector<Entry> entries, std::shared_ptr<in
           set.inflight.insert(e.request.name);
           set.incoming.push_back(std::move(e));
         }
+        cv_.notify_all();
       }
     }
   }
   if (!error.ok()) {
-    absl::MutexLock lock(&state->mu);
-    state->status = error;
+    std::lock_guard<std::mutex> lock(state->mu);
+    state->status = absl::Status(error.code(), std::string(error.message()));
     state->parts_left = 0;
     state->finished.store(true, std::memory_order_release);
+    state->cv.notify_all();
   }
   return Handle(state);
 }
@@ -511,14 +531,14 @@ absl::StatusOr<ProcessSet> Engine::AddProcessSet(std::vector<int> ranks) {
 }
 
 std::vector<int> Engine::ProcessSetRanks(int id) const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   if (id < 0 || id >= static_cast<int>(sets_.size())) return {};
   return sets_[id]->global_ranks;
 }
 
 bool Engine::RunCycle(SetState& set) {
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     while (!set.incoming.empty()) {
       Entry e = std::move(set.incoming.front());
       set.incoming.pop_front();
@@ -529,7 +549,7 @@ bool Engine::RunCycle(SetState& set) {
   }
   bool shutdown_local;
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     shutdown_local = shutdown_requested_;
   }
   const bool global = set.id == 0;
@@ -630,7 +650,7 @@ bool Engine::RunCycle(SetState& set) {
 absl::StatusOr<ResponseList> Engine::SlowPath(SetState& set, const std::vector<std::string>& to_send, bool joined) {
   RequestList mine;
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     mine.shutdown = shutdown_requested_ && set.id == 0;
   }
   for (const std::string& name : to_send) {
@@ -709,7 +729,7 @@ void Engine::CompleteEntry(SetState& set, const std::string& name, absl::Status 
   set.pending.erase(it);
   set.order.erase(std::find(set.order.begin(), set.order.end(), name));
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     set.inflight.erase(name);
   }
   state->Complete(std::move(status));

@@ -11,10 +11,12 @@
 #define HVX_CORE_ENGINE_H_
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
@@ -23,7 +25,6 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "hvx/core/api.h"
 #include "hvx/core/coordinator.h"
@@ -46,7 +47,10 @@ struct OpState {
   bool done() const;
   absl::Status Wait() const;
 
-  mutable absl::Mutex mu;
+  // std::mutex rather than absl::Mutex: the system Abseil is not built with ThreadSanitizer, which
+  // then cannot see its synchronization and reports false races.
+  mutable std::mutex mu;
+  mutable std::condition_variable cv;
   int parts_left ABSL_GUARDED_BY(mu) = 1;
   absl::Status status ABSL_GUARDED_BY(mu);
   std::atomic<bool> finished{false};
@@ -145,8 +149,8 @@ class Engine {
   Topology topology_;
   std::unique_ptr<Timeline> timeline_;
 
-  mutable absl::Mutex mu_;
-  absl::CondVar wake_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;  // any change below
   std::vector<std::unique_ptr<SetState>> sets_ ABSL_GUARDED_BY(mu_);
   bool shutdown_requested_ ABSL_GUARDED_BY(mu_) = false;
   bool setup_done_ ABSL_GUARDED_BY(mu_) = false;

@@ -132,13 +132,16 @@ TEST(EngineTest, ProcessSetsOfEvenAndOddRanks) {
     AllreduceOptions o;
     o.op = ReduceOp::kSum;
     o.process_set = rank % 2 == 0 ? *even : *odd;
-    ASSERT_TRUE(Wait(e.Allreduce("ps", t, t, o)).ok());
+    absl::Status ps = Wait(e.Allreduce("ps", t, t, o));
+    ASSERT_TRUE(ps.ok()) << ps;
     EXPECT_EQ(x[0], rank % 2 == 0 ? 2 : 4);
     CollectiveOptions c;
     c.process_set = o.process_set;
     Handle g = e.Allgather("ps.gather", t, c);
     ASSERT_TRUE(Wait(g).ok());
     EXPECT_EQ(g.output().shape(), TensorShape({4}));
+    // One rank's Shutdown ends the job for all: wait until the other set is done too.
+    ASSERT_TRUE(Wait(e.Barrier({})).ok());
   });
 }
 

@@ -13,7 +13,7 @@ std::string Bytes(const void* p, size_t n) { return std::string(static_cast<cons
 }  // namespace
 
 std::shared_ptr<const std::vector<std::string>> FakeHub::Exchange(int rank, std::string mine) {
-  absl::MutexLock lock(&mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   const int64_t gen = generation_;
   slots_[rank] = std::move(mine);
   if (++arrived_ == size_) {
@@ -21,16 +21,16 @@ std::shared_ptr<const std::vector<std::string>> FakeHub::Exchange(int rank, std:
     slots_.assign(size_, std::string());
     arrived_ = 0;
     ++generation_;
+    cv_.notify_all();
     return result_;
   }
-  auto advanced = [this, gen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return generation_ != gen; };
-  mu_.Await(absl::Condition(&advanced));
+  cv_.wait(lock, [this, gen]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return generation_ != gen; });
   // result_ is replaced only when all ranks of the next generation arrive, which needs this rank.
   return result_;
 }
 
 std::shared_ptr<FakeHub> FakeHub::Child(int64_t sequence, int size) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   auto& child = children_[sequence];
   if (!child) child = std::make_shared<FakeHub>(size);
   return child;

@@ -11,12 +11,14 @@
 #define HVX_CORE_FAKE_TRANSPORT_H_
 
 #include <atomic>
+#include <condition_variable>
 #include <map>
+#include <mutex>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "absl/synchronization/mutex.h"
+#include "absl/base/thread_annotations.h"
 #include "hvx/core/transport.h"
 
 namespace hvx {
@@ -39,7 +41,8 @@ class FakeHub {
  private:
   const int size_;
   std::atomic<int64_t> gathers_{0};
-  absl::Mutex mu_;
+  std::mutex mu_;
+  std::condition_variable cv_;
   std::vector<std::string> slots_ ABSL_GUARDED_BY(mu_);
   int arrived_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;

@@ -1,14 +1,16 @@
 // The process-wide tables of registered transports and device data planes.
 #include <map>
 
-#include "absl/synchronization/mutex.h"
+#include <mutex>
+
+#include "absl/base/thread_annotations.h"
 #include "hvx/core/transport.h"
 
 namespace hvx {
 namespace {
 
 struct Registry {
-  absl::Mutex mu;
+  std::mutex mu;
   std::map<std::string, TransportFactory> transports ABSL_GUARDED_BY(mu);
   std::map<DeviceType, DataPlaneFactory> planes ABSL_GUARDED_BY(mu);
 };
@@ -22,14 +24,14 @@ Registry& GetRegistry() {
 
 bool RegisterTransport(const std::string& name, TransportFactory factory) {
   Registry& r = GetRegistry();
-  absl::MutexLock lock(&r.mu);
+  std::lock_guard<std::mutex> lock(r.mu);
   r.transports[name] = std::move(factory);
   return true;
 }
 
 std::vector<std::string> RegisteredTransports() {
   Registry& r = GetRegistry();
-  absl::MutexLock lock(&r.mu);
+  std::lock_guard<std::mutex> lock(r.mu);
   std::vector<std::string> names;
   for (const auto& [name, f] : r.transports) names.push_back(name);
   return names;
@@ -37,21 +39,21 @@ std::vector<std::string> RegisteredTransports() {
 
 TransportFactory FindTransport(const std::string& name) {
   Registry& r = GetRegistry();
-  absl::MutexLock lock(&r.mu);
+  std::lock_guard<std::mutex> lock(r.mu);
   auto it = r.transports.find(name);
   return it == r.transports.end() ? TransportFactory() : it->second;
 }
 
 bool RegisterDataPlane(DeviceType type, DataPlaneFactory factory) {
   Registry& r = GetRegistry();
-  absl::MutexLock lock(&r.mu);
+  std::lock_guard<std::mutex> lock(r.mu);
   r.planes[type] = std::move(factory);
   return true;
 }
 
 DataPlaneFactory FindDataPlane(DeviceType type) {
   Registry& r = GetRegistry();
-  absl::MutexLock lock(&r.mu);
+  std::lock_guard<std::mutex> lock(r.mu);
   auto it = r.planes.find(type);
   return it == r.planes.end() ? DataPlaneFactory() : it->second;
 }

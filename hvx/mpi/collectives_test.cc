@@ -14,7 +14,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
+#include <mutex>
 #include "gtest/gtest.h"
 #include "hvx/common/half.h"
 #include "hvx/common/logging.h"
@@ -28,14 +28,14 @@ std::string TimelinePath() {
   return absl::StrCat(dir ? dir : "/tmp", "/hvx_collectives_timeline.json");
 }
 
-absl::Mutex g_log_mu;
+std::mutex g_log_mu;
 std::string* g_log = new std::string();
 
 class HvxEnvironment : public ::testing::Environment {
  public:
   void SetUp() override {
     SetLogSinkForTest([](absl::string_view line) {
-      absl::MutexLock lock(&g_log_mu);
+      std::lock_guard<std::mutex> lock(g_log_mu);
       g_log->append(line.data(), line.size());
       fwrite(line.data(), 1, line.size(), stderr);
     });
@@ -45,7 +45,11 @@ class HvxEnvironment : public ::testing::Environment {
     o.stall_shutdown_time_s = 4;
     ASSERT_TRUE(Init(o).ok());
   }
-  void TearDown() override { EXPECT_TRUE(Shutdown().ok()); }
+  // One rank's Shutdown ends the job for every rank, so agree that all tests are done first.
+  void TearDown() override {
+    EXPECT_TRUE(Wait(Barrier()).ok());
+    EXPECT_TRUE(Shutdown().ok());
+  }
 };
 
 const auto* const kEnv = ::testing::AddGlobalTestEnvironment(new HvxEnvironment);
@@ -370,7 +374,7 @@ TEST(CollectivesTest, StallIsReportedAndFailsThePendingOp) {
     const absl::Status s = Wait(Allreduce("stall.only.rank0", t, t));
     EXPECT_TRUE(absl::StrContains(s.message(), "stalled")) << s;
     EXPECT_TRUE(absl::StrContains(s.message(), "1: [stall.only.rank0]")) << s;
-    absl::MutexLock lock(&g_log_mu);
+    std::lock_guard<std::mutex> lock(g_log_mu);
     EXPECT_TRUE(absl::StrContains(*g_log, "Missing ranks:")) << *g_log;
     EXPECT_TRUE(absl::StrContains(*g_log, "1: [stall.only.rank0]")) << *g_log;
   } else {
