@@ -184,20 +184,14 @@ uint64_t FoldConstant(size_t n) {
          << 32;
 }
 
+// Pairs {K(d + 8), K(d)} for folding a 16-byte block forward by d bytes.
+struct FoldPair {
+  uint64_t lo, hi;
+  explicit FoldPair(size_t d) : lo(FoldConstant(d + 8)), hi(FoldConstant(d)) {}
+};
+
 struct FoldConstants {
-  __m128i by16, by32, by48, by64, by128, by192, by256;
-  static __m128i Pair(size_t d) {
-    return _mm_set_epi64x(static_cast<long long>(FoldConstant(d)),
-                          static_cast<long long>(FoldConstant(d + 8)));
-  }
-  FoldConstants()
-      : by16(Pair(16)),
-        by32(Pair(32)),
-        by48(Pair(48)),
-        by64(Pair(64)),
-        by128(Pair(128)),
-        by192(Pair(192)),
-        by256(Pair(256)) {}
+  FoldPair by16{16}, by32{32}, by48{48}, by64{64}, by128{128}, by192{192}, by256{256};
 };
 
 const FoldConstants& Folds() {
@@ -210,8 +204,14 @@ __attribute__((target("avx512f,vpclmulqdq,pclmul,sse4.2"))) inline __m512i Fold5
   return _mm512_xor_si512(_mm512_clmulepi64_epi128(x, k, 0x00), _mm512_clmulepi64_epi128(x, k, 0x11));
 }
 
-__attribute__((target("pclmul,sse4.2"))) inline __m128i Fold128(__m128i x, __m128i k) {
+__attribute__((target("pclmul,sse4.2"))) inline __m128i Fold128(__m128i x, const FoldPair& f) {
+  const __m128i k = _mm_set_epi64x(static_cast<long long>(f.hi), static_cast<long long>(f.lo));
   return _mm_xor_si128(_mm_clmulepi64_si128(x, k, 0x00), _mm_clmulepi64_si128(x, k, 0x11));
+}
+
+__attribute__((target("avx512f"))) inline __m512i Broadcast(const FoldPair& f) {
+  const auto lo = static_cast<long long>(f.lo), hi = static_cast<long long>(f.hi);
+  return _mm512_set_epi64(hi, lo, hi, lo, hi, lo, hi, lo);
 }
 
 constexpr size_t kFoldMin = 512;
@@ -226,7 +226,7 @@ __attribute__((target("avx512f,vpclmulqdq,pclmul,sse4.2"))) uint32_t FoldingRaw(
   x0 = _mm512_xor_si512(x0, _mm512_zextsi128_si512(_mm_cvtsi32_si128(static_cast<int>(crc))));
   p += 256;
   n -= 256;
-  const __m512i k256 = _mm512_broadcast_i32x4(f.by256);
+  const __m512i k256 = Broadcast(f.by256);
   while (n >= 256) {
     x0 = _mm512_ternarylogic_epi64(_mm512_clmulepi64_epi128(x0, k256, 0x00),
                                    _mm512_clmulepi64_epi128(x0, k256, 0x11),
@@ -244,9 +244,9 @@ __attribute__((target("avx512f,vpclmulqdq,pclmul,sse4.2"))) uint32_t FoldingRaw(
     n -= 256;
   }
   // Four accumulators into x3, then x3's four 16-byte lanes into one.
-  x3 = _mm512_ternarylogic_epi64(Fold512(x0, _mm512_broadcast_i32x4(f.by192)),
-                                 Fold512(x1, _mm512_broadcast_i32x4(f.by128)), x3, 0x96);
-  x3 = _mm512_xor_si512(x3, Fold512(x2, _mm512_broadcast_i32x4(f.by64)));
+  x3 = _mm512_ternarylogic_epi64(Fold512(x0, Broadcast(f.by192)),
+                                 Fold512(x1, Broadcast(f.by128)), x3, 0x96);
+  x3 = _mm512_xor_si512(x3, Fold512(x2, Broadcast(f.by64)));
   alignas(64) __m128i lanes[4];
   _mm512_store_si512(lanes, x3);
   __m128i a = lanes[3];
