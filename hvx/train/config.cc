@@ -14,6 +14,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "google/protobuf/io/tokenizer.h"
@@ -175,17 +176,48 @@ const std::vector<std::string>& KnownModels() {
   return *models;
 }
 
-std::string ExpandHome(absl::string_view path) {
-  if (path == "~" || absl::StartsWith(path, "~/")) {
-    const char* home = std::getenv("HOME");
-    return absl::StrCat(home != nullptr ? home : "", path.substr(1));
+absl::StatusOr<std::string> ExpandHome(absl::string_view path, const std::string& home) {
+  const bool leading_tilde = path == "~" || absl::StartsWith(path, "~/");
+  if (!leading_tilde && !absl::StrContains(path, "$HOME") && !absl::StrContains(path, "${HOME}")) {
+    return std::string(path);
   }
-  return std::string(path);
+  if (home.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("\"", path, "\" refers to the home directory, but HOME is not set"));
+  }
+  if (leading_tilde) path.remove_prefix(1);
+  return absl::StrCat(leading_tilde ? home : "", absl::StrReplaceAll(path, {{"${HOME}", home}, {"$HOME", home}}));
+}
+
+absl::Status ExpandConfigPaths(const std::string& home, TrainConfig* config) {
+  auto expand = [&home](absl::string_view field, std::string* path) -> absl::Status {
+    auto expanded = ExpandHome(*path, home);
+    if (!expanded.ok()) return absl::InvalidArgumentError(absl::StrCat(field, ": ", expanded.status().message()));
+    *path = *std::move(expanded);
+    return absl::OkStatus();
+  };
+  auto expand_patterns = [&expand](absl::string_view field, std::string* patterns) -> absl::Status {
+    std::vector<std::string> parts = SplitFilePatterns(*patterns);
+    for (std::string& part : parts) HVX_RETURN_IF_ERROR(expand(field, &part));
+    *patterns = absl::StrJoin(parts, ",");
+    return absl::OkStatus();
+  };
+  DataConfig* d = config->mutable_data();
+  HVX_RETURN_IF_ERROR(expand_patterns("data.train_files", d->mutable_train_files()));
+  HVX_RETURN_IF_ERROR(expand_patterns("data.eval_files", d->mutable_eval_files()));
+  FashionMnistSource* s = d->mutable_fashion_mnist_source();
+  HVX_RETURN_IF_ERROR(expand("data.fashion_mnist_source.idx_dir", s->mutable_idx_dir()));
+  HVX_RETURN_IF_ERROR(expand("data.fashion_mnist_source.output_dir", s->mutable_output_dir()));
+  HVX_RETURN_IF_ERROR(expand("checkpoint.dir", config->mutable_checkpoint()->mutable_dir()));
+  HVX_RETURN_IF_ERROR(expand("summaries_dir", config->mutable_summaries_dir()));
+  HVX_RETURN_IF_ERROR(expand("engine.timeline_path", config->mutable_engine()->mutable_timeline_path()));
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> ResolveConfigPath(absl::string_view name, const ConfigSearchPath& search) {
   if (name.empty()) return absl::InvalidArgumentError("--config is empty; name a .pbtxt file");
-  const std::string expanded = ExpandHome(name);
+  const char* home = std::getenv("HOME");
+  HVX_ASSIGN_OR_RETURN(const std::string expanded, ExpandHome(name, home != nullptr ? home : ""));
   if (expanded[0] == '/') {
     if (FileExists(expanded)) return expanded;
     return absl::NotFoundError(absl::StrCat("config file ", expanded, " does not exist"));
@@ -263,6 +295,8 @@ absl::StatusOr<LoadedConfig> LoadTrainConfig(absl::string_view name, const Confi
         ParseInto(overrides[i], source, /*merge=*/true, &loaded.config, parses.back().second.get()));
   }
   FillDefaults(&loaded.config);
+  const char* home = std::getenv("HOME");
+  HVX_RETURN_IF_ERROR(Annotate(ExpandConfigPaths(home != nullptr ? home : "", &loaded.config), loaded.path));
   const std::vector<FieldError> errors = CheckConfig(loaded.config);
   if (errors.empty()) return loaded;
   const FieldError& error = errors[0];
@@ -280,7 +314,7 @@ absl::StatusOr<LoadedConfig> LoadTrainConfig(absl::string_view name, const Confi
 std::vector<std::string> SplitFilePatterns(absl::string_view patterns) {
   std::vector<std::string> result;
   for (absl::string_view pattern : absl::StrSplit(patterns, ',', absl::SkipWhitespace())) {
-    result.push_back(ExpandHome(absl::StripAsciiWhitespace(pattern)));
+    result.emplace_back(absl::StripAsciiWhitespace(pattern));
   }
   return result;
 }

@@ -39,7 +39,8 @@ struct LoadedConfig {
 };
 
 // Resolves and parses --config, merges each override in order (text-format merge: scalars
-// replace, messages merge, repeated fields append), fills defaults and validates.
+// replace, messages merge, repeated fields append), fills defaults, expands home directories in
+// paths (ExpandConfigPaths with $HOME) and validates.
 absl::StatusOr<LoadedConfig> LoadTrainConfig(absl::string_view name, const ConfigSearchPath& search,
                                              const std::vector<std::string>& overrides);
 
@@ -50,11 +51,19 @@ void FillDefaults(TrainConfig* config);
 // Does not touch the file system. `source` names the config in messages.
 absl::Status ValidateTrainConfig(const TrainConfig& config, absl::string_view source);
 
-// Splits a comma-separated list of glob patterns and expands a leading "~/" in each.
+// Replaces, in every path the config holds (data.train_files and data.eval_files, each
+// comma-separated pattern; data.fashion_mnist_source.idx_dir and output_dir; checkpoint.dir;
+// summaries_dir; engine.timeline_path), a leading "~" or "~/" and every "$HOME" or "${HOME}" by
+// `home`. This is the one place where the trainer expands them: everything downstream takes
+// config paths as they are. InvalidArgument naming the field when a path needs `home` and it is
+// empty (HOME not set).
+absl::Status ExpandConfigPaths(const std::string& home, TrainConfig* config);
+
+// Splits a comma-separated list of glob patterns (whitespace around each is dropped).
 std::vector<std::string> SplitFilePatterns(absl::string_view patterns);
 
-// "~/x" -> "$HOME/x"; anything else unchanged.
-std::string ExpandHome(absl::string_view path);
+// One path with ExpandConfigPaths' rules; InvalidArgument when it needs `home` and it is empty.
+absl::StatusOr<std::string> ExpandHome(absl::string_view path, const std::string& home);
 
 // Models the trainer knows: "mlp", "cnn", "resnet18", "resnet50".
 const std::vector<std::string>& KnownModels();

@@ -107,10 +107,70 @@ TEST(ConfigTest, MissingFieldsAreReportedWithoutLocation) {
   EXPECT_EQ(loaded.status().message(), path + ": data.train_files: no training files given (a glob pattern)");
 }
 
-TEST(ConfigTest, SplitFilePatternsExpandsHome) {
-  setenv("HOME", "/home/u", 1);
-  EXPECT_EQ(SplitFilePatterns("~/a/train-*, /b/c-*,"),
-            (std::vector<std::string>{"/home/u/a/train-*", "/b/c-*"}));
+TEST(ConfigTest, SplitFilePatternsSplitsAndTrims) {
+  EXPECT_EQ(SplitFilePatterns("~/a/train-*, /b/c-*,"), (std::vector<std::string>{"~/a/train-*", "/b/c-*"}));
+}
+
+TEST(ConfigTest, ExpandHomeRules) {
+  EXPECT_EQ(*ExpandHome("~", "/h/u"), "/h/u");
+  EXPECT_EQ(*ExpandHome("~/x", "/h/u"), "/h/u/x");
+  EXPECT_EQ(*ExpandHome("$HOME/x:${HOME}/y", "/h/u"), "/h/u/x:/h/u/y");
+  EXPECT_EQ(*ExpandHome("/a/~/b", "/h/u"), "/a/~/b");  // only a leading ~ means home
+  EXPECT_EQ(*ExpandHome("~user/x", "/h/u"), "~user/x");
+  EXPECT_EQ(*ExpandHome("/plain", ""), "/plain");
+  auto no_home = ExpandHome("~/x", "");
+  EXPECT_EQ(no_home.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(no_home.status().message(), "\"~/x\" refers to the home directory, but HOME is not set");
+}
+
+TEST(ConfigTest, ExpandConfigPathsCoversEveryPath) {
+  TrainConfig config;
+  config.mutable_data()->set_train_files("~/d/train-*, $HOME/e/train-*");
+  config.mutable_data()->set_eval_files("${HOME}/d/test-*");
+  config.mutable_data()->mutable_fashion_mnist_source()->set_idx_dir("~/idx");
+  config.mutable_data()->mutable_fashion_mnist_source()->set_output_dir("~/d");
+  config.mutable_checkpoint()->set_dir("~/.cache/hvx/runs/x/checkpoints");
+  config.set_summaries_dir("~/s");
+  config.mutable_engine()->set_timeline_path("$HOME/t.json");
+  ASSERT_TRUE(ExpandConfigPaths("/h/u", &config).ok());
+  EXPECT_EQ(config.data().train_files(), "/h/u/d/train-*,/h/u/e/train-*");
+  EXPECT_EQ(config.data().eval_files(), "/h/u/d/test-*");
+  EXPECT_EQ(config.data().fashion_mnist_source().idx_dir(), "/h/u/idx");
+  EXPECT_EQ(config.data().fashion_mnist_source().output_dir(), "/h/u/d");
+  EXPECT_EQ(config.checkpoint().dir(), "/h/u/.cache/hvx/runs/x/checkpoints");
+  EXPECT_EQ(config.summaries_dir(), "/h/u/s");
+  EXPECT_EQ(config.engine().timeline_path(), "/h/u/t.json");
+
+  TrainConfig unset;
+  unset.mutable_checkpoint()->set_dir("~/ck");
+  const absl::Status status = ExpandConfigPaths("", &unset);
+  EXPECT_EQ(status.message(), "checkpoint.dir: \"~/ck\" refers to the home directory, but HOME is not set");
+}
+
+// The shipped config keeps its data, checkpoints and summaries under ~/.cache: once loaded, no
+// path may still start with "~" (a run once made a directory literally named "~" in its cwd).
+TEST(ConfigTest, LoadingTheShippedConfigExpandsHome) {
+  setenv("HOME", "/home/tester", 1);
+  auto loaded = LoadTrainConfig("fashion_mnist.pbtxt", {"/nonexistent", "data"}, {});
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  const TrainConfig& c = loaded->config;
+  EXPECT_EQ(c.data().train_files(), "/home/tester/.cache/hvx/fashion_mnist/train-*");
+  EXPECT_EQ(c.data().eval_files(), "/home/tester/.cache/hvx/fashion_mnist/test-*");
+  EXPECT_EQ(c.data().fashion_mnist_source().output_dir(), "/home/tester/.cache/hvx/fashion_mnist");
+  EXPECT_EQ(c.checkpoint().dir(), "/home/tester/.cache/hvx/runs/fashion_mnist/checkpoints");
+  EXPECT_EQ(c.summaries_dir(), "/home/tester/.cache/hvx/runs/fashion_mnist/summaries");
+
+  auto overridden = LoadTrainConfig("fashion_mnist.pbtxt", {"/nonexistent", "data"},
+                                    {"checkpoint { dir: \"~/elsewhere\" }"});
+  ASSERT_TRUE(overridden.ok()) << overridden.status();
+  EXPECT_EQ(overridden->config.checkpoint().dir(), "/home/tester/elsewhere");
+
+  unsetenv("HOME");
+  auto no_home = LoadTrainConfig("fashion_mnist.pbtxt", {"/nonexistent", "data"}, {});
+  ASSERT_FALSE(no_home.ok());
+  EXPECT_EQ(no_home.status().message(),
+            loaded->path + ": data.train_files: \"~/.cache/hvx/fashion_mnist/train-*\" refers to the home "
+            "directory, but HOME is not set");
 }
 
 }  // namespace
