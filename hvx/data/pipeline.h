@@ -160,7 +160,7 @@ class Pipeline {
 
   mutable std::mutex mu_;
   std::condition_variable reader_cv_;   // readers wait for the window / queue space
-  std::condition_variable decode_cv_;   // decoders wait for raw records
+  std::condition_variable decode_cv_;   // decoders wait for tasks
   std::condition_variable consumer_cv_; // the consumer waits for the next batch
   int64_t next_read_ = 0;               // next plan position to claim
   int64_t next_batch_ = 0;              // next batch Next() returns
