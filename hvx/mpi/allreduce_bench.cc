@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -100,7 +101,14 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
   int size = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  const int reps = 9;
+  // --reps=N (default 9) runs per large measurement, --tiny_reps=N (default 2000) ops per latency
+  // run. Oversubscribed runs (-n 4 on 2 cores) need small values: each op then costs scheduler slices.
+  int reps = 9;
+  int tiny_reps = 2000;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--reps=", 7) == 0) reps = std::max(1, std::atoi(argv[i] + 7));
+    if (std::strncmp(argv[i], "--tiny_reps=", 12) == 0) tiny_reps = std::max(1, std::atoi(argv[i] + 12));
+  }
 
   // Buffers shared by both sides; touched once up front like a training job's gradients.
   std::vector<float> big(int64_t{16} << 20, 1.0f);
@@ -111,7 +119,6 @@ int main(int argc, char** argv) {
   for (int64_t n : sizes) grads.emplace_back(n, 1.0f);
   std::vector<float> packed(total, 0.0f);
   float tiny = 1.0f;
-  const int tiny_reps = 2000;
   auto per_tensor = [&] {
     for (auto& g : grads) {
       MPI_Allreduce(MPI_IN_PLACE, g.data(), static_cast<int>(g.size()), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
@@ -136,21 +143,21 @@ int main(int argc, char** argv) {
       p += g.size();
     }
   });
-  const double raw_tiny = Measure("(c) raw MPI_Allreduce 4 B, per op", 5, [&] {
+  const double raw_tiny = Measure("(c) raw MPI_Allreduce 4 B, per op", std::min(reps, 5), [&] {
     for (int i = 0; i < tiny_reps; ++i) MPI_Allreduce(MPI_IN_PLACE, &tiny, 1, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
   }, tiny_reps);
   // Why hvx does not call MPI_Allreduce on large buffers: from a thread other than main (hvx's
   // background thread), MPICH's per-call temporaries come back as fresh pages every call.
-  Measure("    raw per-tensor set, issued from a second thread", 5, [&] {
+  Measure("    raw per-tensor set, issued from a second thread", std::min(reps, 5), [&] {
     std::thread t(per_tensor);
     t.join();
   });
   hvx::HostBuffer scratch;
   for (int64_t c : {int64_t{1} << 20, int64_t{4} << 20, int64_t{16} << 20}) {
-    Measure(absl::StrCat("    ring allreduce 64 MiB, second thread, pieces of ", c >> 20, " MiB"), 5, [&] {
+    Measure(absl::StrCat("    ring allreduce 64 MiB, second thread, pieces of ", c >> 20, " MiB"), std::min(reps, 5), [&] {
       std::thread t([&] {
         (void)hvx::RingAllreduce(MPI_COMM_WORLD, big.data(), static_cast<int64_t>(big.size()),
-                                 hvx::DataType::kFloat32, hvx::ReduceOp::kSum, c, &scratch);
+                                 hvx::DataType::kFloat32, hvx::ReduceOp::kSum, 1.0, c, &scratch);
       });
       t.join();
     });
@@ -177,7 +184,7 @@ int main(int argc, char** argv) {
     }
     (void)hvx::WaitAll(handles);
   });
-  const double hvx_tiny = Measure("(c) hvx Allreduce 4 B + Wait, per op", 5, [&] {
+  const double hvx_tiny = Measure("(c) hvx Allreduce 4 B + Wait, per op", std::min(reps, 5), [&] {
     hvx::TensorRef t(hvx::DataType::kFloat32, {1}, &tiny);
     for (int i = 0; i < tiny_reps; ++i) (void)hvx::Wait(hvx::Allreduce("tiny", t, t, sum));
   }, tiny_reps);

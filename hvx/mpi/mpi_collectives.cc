@@ -155,11 +155,14 @@ absl::StatusOr<char*> HostBuffer::Get(size_t bytes) {
 }
 
 absl::Status RingAllreduce(MPI_Comm comm, void* data, int64_t count, DataType dtype, ReduceOp op,
-                           int64_t piece_bytes, HostBuffer* scratch) {
+                           double postscale, int64_t piece_bytes, HostBuffer* scratch) {
   int rank = 0, size = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
-  if (size == 1 || count == 0) return absl::OkStatus();
+  if (size == 1 || count == 0) {
+    ScaleInPlace(dtype, data, count, postscale);
+    return absl::OkStatus();
+  }
   const int64_t esize = static_cast<int64_t>(DataTypeSize(dtype));
   const int64_t piece = std::max<int64_t>(1, std::min<int64_t>(piece_bytes, INT_MAX) / esize);
   HVX_ASSIGN_OR_RETURN(char* tmp, scratch->Get(piece * esize));
@@ -182,6 +185,8 @@ absl::Status RingAllreduce(MPI_Comm comm, void* data, int64_t count, DataType dt
       ReduceInto(dtype, op, base + (begin(recv_seg) + off) * esize, tmp, rn);
     }
   }
+  const int mine = mod(rank + 1);
+  ScaleInPlace(dtype, base + begin(mine) * esize, begin(mine + 1) - begin(mine), postscale);
   // Allgather: pass the finished segments around.
   for (int s = 0; s < size - 1; ++s) {
     const int send_seg = mod(rank + 1 - s), recv_seg = mod(rank - s);
@@ -200,11 +205,14 @@ absl::Status RingAllreduce(MPI_Comm comm, void* data, int64_t count, DataType dt
   return absl::OkStatus();
 }
 
-absl::Status Allreduce(MPI_Comm comm, void* data, int64_t count, DataType dtype, ReduceOp op, HostBuffer* scratch) {
+absl::Status Allreduce(MPI_Comm comm, void* data, int64_t count, DataType dtype, ReduceOp op, double postscale,
+                       HostBuffer* scratch) {
   if (count * static_cast<int64_t>(DataTypeSize(dtype)) < kRingMinBytes) {
-    return ChunkedAllreduce(comm, data, count, dtype, op, INT_MAX);
+    HVX_RETURN_IF_ERROR(ChunkedAllreduce(comm, data, count, dtype, op, INT_MAX));
+    ScaleInPlace(dtype, data, count, postscale);
+    return absl::OkStatus();
   }
-  return RingAllreduce(comm, data, count, dtype, op, kRingPieceBytes, scratch);
+  return RingAllreduce(comm, data, count, dtype, op, postscale, kRingPieceBytes, scratch);
 }
 
 }  // namespace hvx

@@ -74,11 +74,15 @@ class HostBuffer {
 // each reduction, and from any thread but the main one glibc returns that memory to the kernel
 // after every call, so each call pays fresh page faults (~1 s per 64 MiB measured here).
 // Every rank must pass the same count; results are bitwise identical on all ranks.
+// The result is multiplied by `postscale`; each rank scales only the segment it finished, before
+// the allgather, so scaling costs 1/size of a pass over the data.
 absl::Status RingAllreduce(MPI_Comm comm, void* data, int64_t count, DataType dtype, ReduceOp op,
-                           int64_t piece_bytes, HostBuffer* scratch);
+                           double postscale, int64_t piece_bytes, HostBuffer* scratch);
 
 // MPI_Allreduce below kRingMinBytes (latency-bound; temporaries are small), RingAllreduce above.
-absl::Status Allreduce(MPI_Comm comm, void* data, int64_t count, DataType dtype, ReduceOp op, HostBuffer* scratch);
+// The result is multiplied by `postscale`.
+absl::Status Allreduce(MPI_Comm comm, void* data, int64_t count, DataType dtype, ReduceOp op, double postscale,
+                       HostBuffer* scratch);
 
 inline constexpr int64_t kRingMinBytes = int64_t{256} << 10;
 inline constexpr int64_t kRingPieceBytes = int64_t{16} << 20;

@@ -54,9 +54,8 @@ class MpiCpuPlane : public DataPlane {
       ScaleInPlace(w.dtype, out, n, w.prescale_factor);
       {
         ScopedActivity a(w.activity, "MPI_ALLREDUCE");
-        HVX_RETURN_IF_ERROR(hvx::Allreduce(comm_, out, n, w.dtype, w.op, &scratch_));
+        HVX_RETURN_IF_ERROR(hvx::Allreduce(comm_, out, n, w.dtype, w.op, w.postscale_factor, &scratch_));
       }
-      ScaleInPlace(w.dtype, out, n, w.postscale_factor);
     }
     if (packed == 0) return absl::OkStatus();
     HVX_ASSIGN_OR_RETURN(char* buf, fusion_.Get(packed * esize));
@@ -76,10 +75,9 @@ class MpiCpuPlane : public DataPlane {
     }
     {
       ScopedActivity a(w.activity, "MPI_ALLREDUCE");
-      HVX_RETURN_IF_ERROR(hvx::Allreduce(comm_, buf, packed, w.dtype, w.op, &scratch_));
+      HVX_RETURN_IF_ERROR(hvx::Allreduce(comm_, buf, packed, w.dtype, w.op, w.postscale_factor, &scratch_));
     }
     ScopedActivity a(w.activity, "MEMCPY_OUT_FUSION_BUFFER");
-    ScaleInPlace(w.dtype, buf, packed, w.postscale_factor);
     const char* p = buf;
     for (size_t i = 0; i < w.inputs.size(); ++i) {
       const TensorRef& t = w.inputs[i];
