@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Start-up benchmark: time from launch until every rank has finished MPI_Init, for
-# `hvxrun -np 4` against plain `mpiexec -n 4` of the same minimal MPI program, alternating runs in
-# this one script. Prints both medians and their ratio (target <= 1.2).
+# `hvxrun -np 4` against plain `mpiexec -n 4` of the same minimal MPI program (rank_probe --ready),
+# in this one script. The two alternate, and which goes first alternates too, so load from other
+# work on the machine falls on both alike. Prints both medians and their ratio (target <= 1.2).
 #   startup_bench.sh HVXRUN PROBE MPIEXEC [RUNS]
 set -euo pipefail
-HVXRUN=$(readlink -f "$1"); PROBE=$(readlink -f "$2"); MPIEXEC=$(readlink -f "$3"); RUNS=${4:-7}
+HVXRUN=$(readlink -f "$1"); PROBE=$(readlink -f "$2"); MPIEXEC=$(readlink -f "$3"); RUNS=${4:-15}
 
 # Prints milliseconds from launch to the last rank's "ready <ns>" line.
 measure() {
@@ -18,11 +19,20 @@ measure() {
 
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR + 1) / 2)]}'; }
 
+plain_cmd=("$MPIEXEC" -n 4 "$PROBE" --ready)
+hvx_cmd=("$HVXRUN" --mpiexec "$MPIEXEC" --timeout 60 -np 4 -- "$PROBE" --ready)
+echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 plain=() hvx=()
 for ((i = 0; i < RUNS; i++)); do
-    plain+=("$(measure "$MPIEXEC" -n 4 "$PROBE" --ready)")
-    hvx+=("$(measure "$HVXRUN" --mpiexec "$MPIEXEC" --timeout 60 -np 4 -- "$PROBE" --ready)")
+    if ((i % 2 == 0)); then
+        plain+=("$(measure "${plain_cmd[@]}")")
+        hvx+=("$(measure "${hvx_cmd[@]}")")
+    else
+        hvx+=("$(measure "${hvx_cmd[@]}")")
+        plain+=("$(measure "${plain_cmd[@]}")")
+    fi
 done
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 p=$(printf '%s\n' "${plain[@]}" | median)
 h=$(printf '%s\n' "${hvx[@]}" | median)
 echo "mpiexec -n 4: median ${p} ms (runs: ${plain[*]})"
