@@ -180,6 +180,26 @@ TEST_F(PipelineTest, ResumeGivesTheRemainingBatchesExactly) {
   }
 }
 
+TEST_F(PipelineTest, BatchesOutliveThePipeline) {
+  std::vector<std::unique_ptr<Batch>> kept;
+  std::vector<Seen> expected = RunEpoch(dataset_, Options(0, 2, 1));
+  {
+    auto p = Pipeline::Create(dataset_, Options(0, 2, 1));
+    ASSERT_TRUE(p.ok());
+    for (int i = 0; i < 3; ++i) {
+      auto b = (*p)->Next();
+      ASSERT_TRUE(b.ok());
+      kept.push_back(std::move(*b));
+    }
+  }  // pipeline destroyed; its buffer pool lives on with the batches
+  for (size_t i = 0; i < kept.size(); ++i) {
+    EXPECT_EQ(kept[i]->sample_ids(), expected[i].ids);
+    EXPECT_EQ(std::string(static_cast<const char*>(kept[i]->data()), kept[i]->num_bytes()),
+              expected[i].bytes);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(kept[i]->data()) % 64, 0u);
+  }
+}
+
 TEST_F(PipelineTest, DropLastBatch) {
   PipelineOptions o = Options(0, 3, 0);
   o.drop_last_batch = true;
