@@ -169,6 +169,32 @@ TEST(CollectivesTest, AsyncFusedSubmissionIsReallyAsync) {
   EXPECT_TRUE(saw_pending);
 }
 
+TEST(CollectivesTest, LargeFusedAllreduceOfOddSizesInAndOutOfPlace) {
+  // Over 256 KiB in total: the ring runs over the tensors where they lie, with segment
+  // boundaries falling inside tensors.
+  const std::vector<int64_t> sizes = {100003, 70001, 3, 200000, 5};
+  std::vector<std::vector<float>> in(sizes.size()), out(sizes.size());
+  std::vector<Handle> handles;
+  AllreduceOptions o;
+  o.prescale_factor = 2.0;  // average of 2 * v: (2 * (i % 7) + 2 * (i % 7 + 1)) / 2
+  for (size_t t = 0; t < sizes.size(); ++t) {
+    in[t].resize(sizes[t]);
+    for (int64_t i = 0; i < sizes[t]; ++i) in[t][i] = static_cast<float>(i % 7 + Rank());
+    const bool in_place = t % 2 == 0;
+    if (!in_place) out[t].assign(sizes[t], -1.0f);
+    TensorRef src(DataType::kFloat32, {sizes[t]}, in[t].data());
+    TensorRef dst(DataType::kFloat32, {sizes[t]}, in_place ? in[t].data() : out[t].data());
+    handles.push_back(Allreduce(absl::StrCat("large.", t), src, dst, o));
+  }
+  ASSERT_TRUE(WaitAll(handles).ok());
+  for (size_t t = 0; t < sizes.size(); ++t) {
+    const std::vector<float>& result = t % 2 == 0 ? in[t] : out[t];
+    for (int64_t i = 0; i < sizes[t]; ++i) {
+      ASSERT_EQ(result[i], static_cast<float>(2 * (i % 7) + 1)) << "tensor " << t << " element " << i;
+    }
+  }
+}
+
 TEST(CollectivesTest, GroupedAllreduce) {
   std::vector<double> a(5, Rank() + 1.0), b(7, 10.0 * (Rank() + 1));
   std::vector<TensorRef> refs = {TensorRef(DataType::kFloat64, {5}, a.data()),
@@ -304,6 +330,8 @@ TEST(CollectivesTest, DuplicateNameFailsLocally) {
 TEST(CollectivesTest, JoinContributesZerosAndReportsLastRank) {
   std::vector<float> x(6, 4.0f);
   TensorRef t(DataType::kFloat32, {6}, x.data());
+  std::vector<float> big(300000);  // large enough for the ring path
+  TensorRef tb(DataType::kFloat32, {300000}, big.data());
   if (Rank() == 1) {
     Handle j = Join();
     ASSERT_TRUE(Wait(j).ok());
@@ -311,8 +339,12 @@ TEST(CollectivesTest, JoinContributesZerosAndReportsLastRank) {
   } else {
     for (int step = 0; step < 3; ++step) {
       std::fill(x.begin(), x.end(), 4.0f);
+      std::fill(big.begin(), big.end(), 6.0f);
+      Handle hb = Allreduce("join.big", tb, tb);
       ASSERT_TRUE(Wait(Allreduce("join.grad", t, t)).ok());
+      ASSERT_TRUE(Wait(hb).ok());
       for (float v : x) EXPECT_EQ(v, 2.0f);  // (4 + 0) / 2
+      for (float v : big) ASSERT_EQ(v, 3.0f);
     }
     Handle j = Join();
     ASSERT_TRUE(Wait(j).ok());

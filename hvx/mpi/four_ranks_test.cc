@@ -41,6 +41,17 @@ TEST(FourRanksTest, AverageAndBfloat16Sum) {
   for (uint16_t v : h) EXPECT_EQ(Bfloat16ToFloat(v), 10.0f);
 }
 
+TEST(FourRanksTest, LargeRingAllreduceFloat16) {
+  const int64_t n = 150001;  // 300 KB: the ring path, segments not aligned to anything
+  std::vector<uint16_t> x(n), y(7);
+  for (int64_t i = 0; i < n; ++i) x[i] = FloatToHalf(static_cast<float>(i % 5 + Rank()));
+  AllreduceOptions o;
+  o.op = ReduceOp::kSum;
+  std::vector<TensorRef> refs = {TensorRef(DataType::kFloat16, {n}, x.data()), TensorRef(DataType::kFloat16, {7}, y.data())};
+  ASSERT_TRUE(Wait(GroupedAllreduce("ring16", refs, refs, o)).ok());
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(HalfToFloat(x[i]), 4.0f * (i % 5) + 6.0f) << i;
+}
+
 TEST(FourRanksTest, AllgatherAndReduceScatterUneven) {
   std::vector<int64_t> in(Rank() + 1, Rank());
   Handle g = Allgather("gather", TensorRef(DataType::kInt64, {Rank() + 1}, in.data()));

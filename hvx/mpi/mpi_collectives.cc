@@ -154,55 +154,140 @@ absl::StatusOr<char*> HostBuffer::Get(size_t bytes) {
   return data_;
 }
 
-absl::Status RingAllreduce(MPI_Comm comm, void* data, int64_t count, DataType dtype, ReduceOp op,
+namespace {
+
+// The concatenation of spans seen as one array of elements.
+class VirtualBuffer {
+ public:
+  VirtualBuffer(const std::vector<Span>& spans, int64_t esize) : spans_(spans), esize_(esize) {
+    int64_t total = 0;
+    for (const Span& sp : spans_) {
+      starts_.push_back(total);
+      total += sp.count;
+    }
+    total_ = total;
+  }
+  int64_t total() const { return total_; }
+
+  // Calls fn(pointer, elements, offset within the range) for each contiguous part of
+  // [begin, begin + n).
+  template <typename Fn>
+  void ForEachPart(int64_t begin, int64_t n, Fn fn) const {
+    size_t i = std::upper_bound(starts_.begin(), starts_.end(), begin) - starts_.begin() - 1;
+    int64_t done = 0;
+    while (done < n && i < spans_.size()) {
+      const int64_t within = begin + done - starts_[i];
+      const int64_t take = std::min(n - done, spans_[i].count - within);
+      if (take > 0) fn(spans_[i].data + within * esize_, take, done);
+      done += std::max<int64_t>(take, 0);
+      ++i;
+    }
+  }
+
+  // An MPI datatype (with MPI_BOTTOM as the buffer) covering [begin, begin + n); freed by the
+  // returned holder.
+  struct Typed {
+    void* buf = MPI_BOTTOM;
+    int count = 0;
+    MPI_Datatype type = MPI_BYTE;
+    bool owned = false;
+    ~Typed() {
+      if (owned) MPI_Type_free(&type);
+    }
+  };
+  absl::Status Describe(int64_t begin, int64_t n, Typed* t) const {
+    std::vector<int> lens;
+    std::vector<MPI_Aint> displs;
+    char* first = nullptr;
+    ForEachPart(begin, n, [&](char* p, int64_t k, int64_t) {
+      if (first == nullptr) first = p;
+      MPI_Aint a;
+      MPI_Get_address(p, &a);
+      displs.push_back(a);
+      lens.push_back(static_cast<int>(k * esize_));
+    });
+    if (lens.size() <= 1) {
+      t->buf = first;
+      t->count = lens.empty() ? 0 : lens[0];
+      return absl::OkStatus();
+    }
+    HVX_RETURN_IF_ERROR(MpiStatus(
+        MPI_Type_create_hindexed(static_cast<int>(lens.size()), lens.data(), displs.data(), MPI_BYTE, &t->type),
+        "MPI_Type_create_hindexed"));
+    t->owned = true;
+    t->count = 1;
+    return MpiStatus(MPI_Type_commit(&t->type), "MPI_Type_commit");
+  }
+
+ private:
+  const std::vector<Span>& spans_;
+  const int64_t esize_;
+  std::vector<int64_t> starts_;
+  int64_t total_ = 0;
+};
+
+}  // namespace
+
+absl::Status RingAllreduce(MPI_Comm comm, const std::vector<Span>& spans, DataType dtype, ReduceOp op,
                            double postscale, int64_t piece_bytes, HostBuffer* scratch) {
   int rank = 0, size = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
+  const int64_t esize = static_cast<int64_t>(DataTypeSize(dtype));
+  const VirtualBuffer vb(spans, esize);
+  const int64_t count = vb.total();
   if (size == 1 || count == 0) {
-    ScaleInPlace(dtype, data, count, postscale);
+    for (const Span& sp : spans) ScaleInPlace(dtype, sp.data, sp.count, postscale);
     return absl::OkStatus();
   }
-  const int64_t esize = static_cast<int64_t>(DataTypeSize(dtype));
   const int64_t piece = std::max<int64_t>(1, std::min<int64_t>(piece_bytes, INT_MAX) / esize);
   HVX_ASSIGN_OR_RETURN(char* tmp, scratch->Get(piece * esize));
-  char* base = static_cast<char*>(data);
   auto begin = [&](int seg) { return count * seg / size; };
   const int right = (rank + 1) % size, left = (rank + size - 1) % size;
   auto mod = [size](int x) { return ((x % size) + size) % size; };
-  // Reduce-scatter: after size-1 steps this rank holds the full sum of segment rank+1.
+  // Reduce-scatter: after size-1 steps this rank holds the full result of segment rank+1.
   for (int s = 0; s < size - 1; ++s) {
     const int send_seg = mod(rank - s), recv_seg = mod(rank - s - 1);
     const int64_t send_n = begin(send_seg + 1) - begin(send_seg);
     const int64_t recv_n = begin(recv_seg + 1) - begin(recv_seg);
     for (int64_t off = 0; off < std::max(send_n, recv_n); off += piece) {
-      const int sn = static_cast<int>(std::max<int64_t>(0, std::min(piece, send_n - off)));
-      const int rn = static_cast<int>(std::max<int64_t>(0, std::min(piece, recv_n - off)));
-      HVX_RETURN_IF_ERROR(MpiStatus(
-          MPI_Sendrecv(base + (begin(send_seg) + off) * esize, static_cast<int>(sn * esize), MPI_BYTE, right, 11, tmp,
-                       static_cast<int>(rn * esize), MPI_BYTE, left, 11, comm, MPI_STATUS_IGNORE),
-          "ring allreduce MPI_Sendrecv"));
-      ReduceInto(dtype, op, base + (begin(recv_seg) + off) * esize, tmp, rn);
+      const int64_t sn = std::max<int64_t>(0, std::min(piece, send_n - off));
+      const int64_t rn = std::max<int64_t>(0, std::min(piece, recv_n - off));
+      VirtualBuffer::Typed out;
+      HVX_RETURN_IF_ERROR(vb.Describe(begin(send_seg) + off, sn, &out));
+      HVX_RETURN_IF_ERROR(MpiStatus(MPI_Sendrecv(out.buf, out.count, out.type, right, 11, tmp,
+                                                 static_cast<int>(rn * esize), MPI_BYTE, left, 11, comm,
+                                                 MPI_STATUS_IGNORE),
+                                    "ring allreduce MPI_Sendrecv"));
+      vb.ForEachPart(begin(recv_seg) + off, rn,
+                     [&](char* p, int64_t k, int64_t at) { ReduceInto(dtype, op, p, tmp + at * esize, k); });
     }
   }
   const int mine = mod(rank + 1);
-  ScaleInPlace(dtype, base + begin(mine) * esize, begin(mine + 1) - begin(mine), postscale);
-  // Allgather: pass the finished segments around.
+  vb.ForEachPart(begin(mine), begin(mine + 1) - begin(mine),
+                 [&](char* p, int64_t k, int64_t) { ScaleInPlace(dtype, p, k, postscale); });
+  // Allgather: pass the finished segments around, straight into place.
   for (int s = 0; s < size - 1; ++s) {
     const int send_seg = mod(rank + 1 - s), recv_seg = mod(rank - s);
     const int64_t send_n = begin(send_seg + 1) - begin(send_seg);
     const int64_t recv_n = begin(recv_seg + 1) - begin(recv_seg);
     for (int64_t off = 0; off < std::max(send_n, recv_n); off += piece) {
-      const int sn = static_cast<int>(std::max<int64_t>(0, std::min(piece, send_n - off)));
-      const int rn = static_cast<int>(std::max<int64_t>(0, std::min(piece, recv_n - off)));
-      HVX_RETURN_IF_ERROR(MpiStatus(
-          MPI_Sendrecv(base + (begin(send_seg) + off) * esize, static_cast<int>(sn * esize), MPI_BYTE, right, 12,
-                       base + (begin(recv_seg) + off) * esize, static_cast<int>(rn * esize), MPI_BYTE, left, 12, comm,
-                       MPI_STATUS_IGNORE),
-          "ring allgather MPI_Sendrecv"));
+      const int64_t sn = std::max<int64_t>(0, std::min(piece, send_n - off));
+      const int64_t rn = std::max<int64_t>(0, std::min(piece, recv_n - off));
+      VirtualBuffer::Typed out, in;
+      HVX_RETURN_IF_ERROR(vb.Describe(begin(send_seg) + off, sn, &out));
+      HVX_RETURN_IF_ERROR(vb.Describe(begin(recv_seg) + off, rn, &in));
+      HVX_RETURN_IF_ERROR(MpiStatus(MPI_Sendrecv(out.buf, out.count, out.type, right, 12, in.buf, in.count, in.type,
+                                                 left, 12, comm, MPI_STATUS_IGNORE),
+                                    "ring allgather MPI_Sendrecv"));
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status RingAllreduce(MPI_Comm comm, void* data, int64_t count, DataType dtype, ReduceOp op,
+                           double postscale, int64_t piece_bytes, HostBuffer* scratch) {
+  return RingAllreduce(comm, {Span{static_cast<char*>(data), count}}, dtype, op, postscale, piece_bytes, scratch);
 }
 
 absl::Status Allreduce(MPI_Comm comm, void* data, int64_t count, DataType dtype, ReduceOp op, double postscale,

@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -74,6 +75,17 @@ class HostBuffer {
 // each reduction, and from any thread but the main one glibc returns that memory to the kernel
 // after every call, so each call pays fresh page faults (~1 s per 64 MiB measured here).
 // Every rank must pass the same count; results are bitwise identical on all ranks.
+// A run of elements in host memory.
+struct Span {
+  char* data;
+  int64_t count;
+};
+
+// The same over the concatenation of `spans`, in order, without packing them: each message
+// describes its parts with an MPI derived datatype and results land in place.
+absl::Status RingAllreduce(MPI_Comm comm, const std::vector<Span>& spans, DataType dtype, ReduceOp op,
+                           double postscale, int64_t piece_bytes, HostBuffer* scratch);
+
 // The result is multiplied by `postscale`; each rank scales only the segment it finished, before
 // the allgather, so scaling costs 1/size of a pass over the data.
 absl::Status RingAllreduce(MPI_Comm comm, void* data, int64_t count, DataType dtype, ReduceOp op,
@@ -89,10 +101,6 @@ inline constexpr int64_t kRingPieceBytes = int64_t{16} << 20;
 
 // Bytes of one piece that ChunkedAllreduce uses by default (measured by //hvx/mpi:allreduce_bench).
 inline constexpr int64_t kDefaultChunkBytes = int64_t{1} << 20;
-
-// Tensors of at least this many bytes are reduced in place on their output instead of being
-// copied through the fusion buffer.
-inline constexpr int64_t kDirectAllreduceBytes = int64_t{256} << 10;
 
 }  // namespace hvx
 

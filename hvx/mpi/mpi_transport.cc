@@ -29,41 +29,51 @@ class MpiCpuPlane : public DataPlane {
     MPI_Comm_size(comm, &size_);
   }
 
-  // Small tensors are packed into the fusion buffer and reduced together (one call instead of
-  // many); large ones are reduced in place on their output in pieces, which saves two copies of
-  // most of the bytes. The split depends only on sizes, so every rank issues the same calls.
+  // Small responses are packed into the fusion buffer for one latency-bound MPI_Allreduce. Larger
+  // ones run the ring over the tensors where they lie (outputs, after copying inputs that are not
+  // in place), so no byte is copied through a fusion buffer and no per-call memory is allocated.
   absl::Status Allreduce(const AllreduceWork& w) override {
     if (w.op == ReduceOp::kAdasum) return FusedAdasum(w);
     const size_t esize = DataTypeSize(w.dtype);
-    int64_t packed = 0;
+    int64_t total = 0, joined = 0;
     for (const TensorRef& t : w.inputs) {
-      if (!Direct(t)) packed += t.num_elements();
+      total += t.num_elements();
+      if (t.data() == nullptr) joined += t.num_elements();
     }
-    for (size_t i = 0; i < w.inputs.size(); ++i) {
-      const TensorRef& in = w.inputs[i];
-      if (!Direct(in)) continue;
-      const int64_t n = in.num_elements();
-      char* out = static_cast<char*>(w.outputs[i].data());
-      if (in.data() == nullptr) {  // joined: contribute zeros, keep nothing
-        HVX_ASSIGN_OR_RETURN(out, zeros_.Get(n * esize));
-        std::memset(out, 0, n * esize);
-      } else if (in.data() != out) {
-        ScopedActivity a(w.activity, "MEMCPY_IN_OUTPUT");
-        std::memcpy(out, in.data(), n * esize);
-      }
-      ScaleInPlace(w.dtype, out, n, w.prescale_factor);
-      {
-        ScopedActivity a(w.activity, "MPI_ALLREDUCE");
-        HVX_RETURN_IF_ERROR(hvx::Allreduce(comm_, out, n, w.dtype, w.op, w.postscale_factor, &scratch_));
+    if (total * static_cast<int64_t>(esize) < kRingMinBytes) return PackedAllreduce(w, total);
+    char* zeros = nullptr;
+    if (joined > 0) {
+      HVX_ASSIGN_OR_RETURN(zeros, zeros_.Get(joined * esize));
+      std::memset(zeros, 0, joined * esize);
+    }
+    std::vector<Span> spans;
+    {
+      ScopedActivity a(w.activity, "MEMCPY_IN_OUTPUT");
+      for (size_t i = 0; i < w.inputs.size(); ++i) {
+        const TensorRef& in = w.inputs[i];
+        const int64_t n = in.num_elements();
+        char* out = static_cast<char*>(w.outputs[i].data());
+        if (in.data() == nullptr) {  // joined: contribute zeros, keep nothing
+          out = zeros;
+          zeros += n * esize;
+        } else if (in.data() != out) {
+          std::memcpy(out, in.data(), n * esize);
+        }
+        ScaleInPlace(w.dtype, out, n, w.prescale_factor);
+        spans.push_back(Span{out, n});
       }
     }
-    if (packed == 0) return absl::OkStatus();
-    HVX_ASSIGN_OR_RETURN(char* buf, fusion_.Get(packed * esize));
+    ScopedActivity a(w.activity, "MPI_RING_ALLREDUCE");
+    return RingAllreduce(comm_, spans, w.dtype, w.op, w.postscale_factor, kRingPieceBytes, &scratch_);
+  }
+
+  absl::Status PackedAllreduce(const AllreduceWork& w, int64_t total) {
+    const size_t esize = DataTypeSize(w.dtype);
+    HVX_ASSIGN_OR_RETURN(char* buf, fusion_.Get(std::max<int64_t>(1, total * esize)));
     {
       ScopedActivity a(w.activity, "MEMCPY_IN_FUSION_BUFFER");
       char* p = buf;
       for (const TensorRef& t : w.inputs) {
-        if (Direct(t)) continue;
         if (t.data() == nullptr) {
           std::memset(p, 0, t.num_bytes());
         } else {
@@ -71,19 +81,18 @@ class MpiCpuPlane : public DataPlane {
         }
         p += t.num_bytes();
       }
-      ScaleInPlace(w.dtype, buf, packed, w.prescale_factor);
+      ScaleInPlace(w.dtype, buf, total, w.prescale_factor);
     }
     {
       ScopedActivity a(w.activity, "MPI_ALLREDUCE");
-      HVX_RETURN_IF_ERROR(hvx::Allreduce(comm_, buf, packed, w.dtype, w.op, w.postscale_factor, &scratch_));
+      HVX_RETURN_IF_ERROR(ChunkedAllreduce(comm_, buf, total, w.dtype, w.op, INT_MAX));
     }
     ScopedActivity a(w.activity, "MEMCPY_OUT_FUSION_BUFFER");
+    ScaleInPlace(w.dtype, buf, total, w.postscale_factor);
     const char* p = buf;
     for (size_t i = 0; i < w.inputs.size(); ++i) {
-      const TensorRef& t = w.inputs[i];
-      if (Direct(t)) continue;
-      if (w.outputs[i].data() != nullptr) std::memcpy(w.outputs[i].data(), p, t.num_bytes());
-      p += t.num_bytes();
+      if (w.outputs[i].data() != nullptr) std::memcpy(w.outputs[i].data(), p, w.inputs[i].num_bytes());
+      p += w.inputs[i].num_bytes();
     }
     return absl::OkStatus();
   }
@@ -163,8 +172,6 @@ class MpiCpuPlane : public DataPlane {
   }
 
  private:
-  static bool Direct(const TensorRef& t) { return static_cast<int64_t>(t.num_bytes()) >= kDirectAllreduceBytes; }
-
   absl::Status FusedAdasum(const AllreduceWork& w) {
     const size_t esize = DataTypeSize(w.dtype);
     int64_t total = 0;
