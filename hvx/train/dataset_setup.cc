@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -15,6 +16,7 @@
 #include "hvx/core/api.h"
 #include "hvx/data/dataset.h"
 #include "hvx/data/idx.h"
+#include "hvx/data/jpeg.h"
 #include "hvx/train/config.h"
 
 namespace hvx {
@@ -39,7 +41,7 @@ absl::StatusOr<std::string> FindIdx(const std::string& dir, const std::string& n
 // Converts into a private folder, then moves the files into place (index files first), so
 // readers never see a shard that is half written.
 absl::Status WriteFashionMnistShards(const FashionMnistSource& source) {
-  const std::string out = ExpandHome(source.output_dir());
+  const std::string& out = source.output_dir();
   const std::string tmp = absl::StrCat(out, "/.tmp-", getpid());
   HVX_LOG(INFO) << "creating Fashion-MNIST shards in " << out << " from " << source.idx_dir();
   std::vector<std::string> written;
@@ -77,8 +79,11 @@ absl::Status CheckPatterns(const std::string& patterns, const std::string& field
   if (files.ok()) return absl::OkStatus();
   std::string hint = "check that the data is there, or point the config at it";
   if (config.data().format() == IMAGENET) {
-    hint = "ImageNet is expected as TFRecord shards (train-00000-of-01024 ..., validation-00000-of-00128 ...); "
-           "convert an image folder with tools/make_records, or set data.train_files / data.eval_files with --override";
+    hint = "ImageNet is expected as TFRecord shards in the standard layout (train-00000-of-01024 ..., "
+           "validation-00000-of-00128 ..., JPEG image/encoded, 1-based image/class/label); point "
+           "data.train_files / data.eval_files at them with --override, or convert an image folder "
+           "(root/<class>/*.JPEG) with `bazel run //tools:make_records -- --image_folder=ROOT/train "
+           "--out_dir=DIR --prefix=train --shards=1024`";
   }
   return absl::Status(files.status().code(), absl::StrCat(field, ": ", files.status().message(), "; ", hint));
 }
@@ -93,7 +98,7 @@ absl::Status PrepareDataset(const TrainConfig& config) {
     // conversion ends every rank instead of leaving them waiting.
     int64_t outcome = 0;
     if (Rank() == 0 && !data::ExpandFilePatterns(SplitFilePatterns(config.data().train_files())).ok()) {
-      absl::Status status = data::MakeDirs(ExpandHome(source.output_dir()));
+      absl::Status status = data::MakeDirs(source.output_dir());
       if (status.ok()) status = WriteFashionMnistShards(source);
       if (!status.ok()) {
         HVX_LOG(ERROR) << status;
@@ -111,8 +116,14 @@ absl::Status PrepareDataset(const TrainConfig& config) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::shared_ptr<const data::Decoder>> MakeImageNetDecoder(const TrainConfig&, bool) {
-  return absl::UnimplementedError("data.format IMAGENET: hvx/data has no ImageNet decoder yet");
+absl::StatusOr<std::shared_ptr<const data::Decoder>> MakeImageNetDecoder(const TrainConfig& config, bool train) {
+  data::ImageNetDecoderOptions o = train ? data::ImageNetDecoderOptions::Train() : data::ImageNetDecoderOptions::Eval();
+  o.out_size = config.data().image_size();
+  // Evaluation keeps the standard 224/256 ratio between the centre crop and the resized shorter side.
+  o.resize_shorter = static_cast<int>(std::lround(o.out_size * 256.0 / 224.0));
+  // The trainer adds data.label_offset to the labels of every format, so the decoder keeps them as stored.
+  o.label_offset = 0;
+  return std::shared_ptr<const data::Decoder>(std::make_shared<data::ImageNetDecoder>(std::move(o)));
 }
 
 }  // namespace train

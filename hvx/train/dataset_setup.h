@@ -22,8 +22,10 @@ namespace train {
 // train and eval patterns match files, with a message that says where the data was expected.
 absl::Status PrepareDataset(const TrainConfig& config);
 
-// ImageNet Example records: JPEG decode, random-resized crop and flip for training, resize and
-// center crop for evaluation, normalised float32 [3, image_size, image_size].
+// ImageNet Example records (hvx/data/jpeg.h): JPEG decode, random-resized crop and flip for
+// training, shorter side to image_size * 256 / 224 and centre crop for evaluation, normalised
+// float32 [3, image_size, image_size]. Labels come out as stored (1..1000 in the standard layout);
+// the trainer adds data.label_offset.
 absl::StatusOr<std::shared_ptr<const data::Decoder>> MakeImageNetDecoder(const TrainConfig& config, bool train);
 
 }  // namespace train

@@ -27,12 +27,14 @@ namespace train {
 namespace {
 
 constexpr char kUsage[] =
-    "usage: train --config=NAME [--override='<text proto>']... [--sample_log=DIR] [--max_steps=N]\n"
+    "usage: train --config=NAME [--override='<text proto>']... [--sample_log=DIR] [--max_steps=N] [--fresh]\n"
     "  --config      a TrainConfig text file: a path, a name in the invoking directory, or a bundled\n"
     "                config (fashion_mnist.pbtxt, imagenet.pbtxt)\n"
     "  --override    text proto merged into the config, e.g. --override='epochs: 2 data { batch_size: 64 }'\n"
     "  --sample_log  write the sample ids each rank trained on, per epoch, into DIR\n"
-    "  --max_steps   stop after N global steps (writing a checkpoint when checkpoints are on)\n";
+    "  --max_steps   stop after N global steps (writing a checkpoint when checkpoints are on)\n"
+    "  --fresh       start over instead of resuming: the checkpoints already in checkpoint.dir are\n"
+    "                moved into checkpoint.dir/replaced-<unix seconds>/\n";
 
 bool IsDir(const std::string& path) {
   struct stat st;
@@ -67,7 +69,7 @@ InitOptions MakeInitOptions(const TrainConfig& config, InitOptions options) {
   if (e.cycle_time_ms() > 0) options.cycle_time_ms = e.cycle_time_ms();
   if (e.fusion_threshold_bytes() > 0) options.fusion_threshold_bytes = e.fusion_threshold_bytes();
   if (e.cache_capacity() > 0) options.cache_capacity = e.cache_capacity();
-  if (!e.timeline_path().empty()) options.timeline_path = ExpandHome(e.timeline_path());
+  if (!e.timeline_path().empty()) options.timeline_path = e.timeline_path();
   return options;
 }
 
@@ -106,15 +108,28 @@ absl::StatusOr<int> Main(int argc, char** argv) {
   HVX_RETURN_IF_ERROR(Init(MakeInitOptions(config, init)));
   HVX_LOG_RANK0(INFO) << "config " << loaded.path;
   RunOptions options;
-  options.sample_log_dir = ExpandHome(flags.sample_log);
+  const char* home = std::getenv("HOME");
+  auto sample_log = ExpandHome(flags.sample_log, home != nullptr ? home : "");
+  if (!sample_log.ok()) return Annotate(sample_log.status(), "--sample_log");
+  options.sample_log_dir = *sample_log;
   options.max_steps = flags.max_steps;
+  options.fresh = flags.fresh;
   auto result = RunTraining(config, options);
   if (!result.ok()) {
     HVX_LOG(ERROR) << result.status();
     Shutdown().IgnoreError();
     return 1;
   }
-  if (Rank() == 0) {
+  if (Rank() == 0 && result->already_complete) {
+    const std::string& dir = config.checkpoint().dir();
+    std::printf(
+        "the run in %s is already complete (%lld of %d epochs done, %lld steps); nothing to train. To start "
+        "fresh, pass --fresh (moves its checkpoints to %s/replaced-<time>/) or another directory: "
+        "--override='checkpoint { dir: \"NEW_DIR\" }'; to train longer, raise epochs: --override='epochs: N'\n",
+        dir.c_str(), static_cast<long long>(result->epochs_done), config.epochs(),
+        static_cast<long long>(result->global_step), dir.c_str());
+    std::fflush(stdout);
+  } else if (Rank() == 0) {
     std::string final_line = absl::StrFormat("done: %d steps in %.1f s", result->global_step, result->wall_s);
     if (!result->evals.empty()) {
       absl::StrAppendFormat(&final_line, ", eval accuracy %.4f on %d samples", result->evals.back().accuracy,
@@ -136,6 +151,10 @@ absl::StatusOr<TrainFlags> ParseTrainFlags(const std::vector<std::string>& args)
     const std::string& arg = args[i];
     if (arg == "--help" || arg == "-h") {
       flags.help = true;
+      continue;
+    }
+    if (arg == "--fresh") {
+      flags.fresh = true;
       continue;
     }
     std::string name = arg, value;

@@ -5,7 +5,8 @@
 //
 // Flags: --config=NAME (required; see ConfigSearchPath), --override=TEXT (repeatable, merged in
 // order), --sample_log=DIR (RunOptions::sample_log_dir), --max_steps=N (RunOptions::max_steps),
-// --help. Not under a launcher and asked for more than one process, the program starts itself
+// --fresh (RunOptions::fresh), --help. A config whose checkpoint.dir holds a finished run prints
+// (rank 0) that the run in DIR is already complete and how to start fresh, and exits 0. Not under a launcher and asked for more than one process, the program starts itself
 // under hvxrun with the same arguments and returns the job's exit code.
 #ifndef HVX_TRAIN_TRAIN_MAIN_H_
 #define HVX_TRAIN_TRAIN_MAIN_H_
@@ -23,6 +24,7 @@ struct TrainFlags {
   std::vector<std::string> overrides;
   std::string sample_log;
   int64_t max_steps = 0;
+  bool fresh = false;
   bool help = false;
 };
 

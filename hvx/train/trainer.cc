@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
 #include <fstream>
 #include <memory>
 #include <thread>
@@ -31,6 +32,8 @@
 #include "hvx/torch/tensor.h"
 #include "hvx/train/config.h"
 #include "hvx/train/dataset_setup.h"
+#include "hvx/train/device.h"
+#include "hvx/train/lr_schedule.h"
 #include "hvx/train/models.h"
 #include "hvx/train/summary_writer.h"
 
@@ -67,54 +70,6 @@ std::string FormatDuration(double s) {
   if (t >= 3600) return absl::StrFormat("%dh%02dm", t / 3600, (t / 60) % 60);
   return absl::StrFormat("%dm%02ds", t / 60, t % 60);
 }
-
-// The learning rate at `step` (0-based, counted over the whole run).
-class LrSchedule {
- public:
-  LrSchedule(const OptimizerConfig& o, int world_size, int batch_size, int64_t steps_per_epoch, int epochs)
-      : o_(o), steps_per_epoch_(std::max<int64_t>(1, steps_per_epoch)), total_steps_(steps_per_epoch_ * epochs) {
-    switch (o.lr_scaling()) {
-      case OptimizerConfig::BY_WORLD_SIZE:
-        peak_ = o.lr() * world_size;
-        break;
-      case OptimizerConfig::BY_GLOBAL_BATCH:
-        peak_ = o.lr() * batch_size * world_size / o.reference_batch();
-        break;
-      default:
-        peak_ = o.lr();
-    }
-    start_ = o.lr_scaling() == OptimizerConfig::NONE ? 0.0 : peak_ / world_size;
-    warmup_steps_ = static_cast<int64_t>(std::llround(o.warmup_epochs() * steps_per_epoch_));
-  }
-
-  double At(int64_t step) const {
-    if (step < warmup_steps_) return start_ + (peak_ - start_) * (step + 1) / warmup_steps_;
-    const double epoch = static_cast<double>(step) / steps_per_epoch_;
-    switch (o_.schedule()) {
-      case OptimizerConfig::STEP: {
-        double lr = peak_;
-        for (int e : o_.step_epochs()) {
-          if (epoch >= e) lr *= o_.step_gamma();
-        }
-        return lr;
-      }
-      case OptimizerConfig::COSINE: {
-        const double t = static_cast<double>(step - warmup_steps_) / std::max<int64_t>(1, total_steps_ - warmup_steps_);
-        return 0.5 * peak_ * (1 + std::cos(M_PI * std::min(1.0, t)));
-      }
-      default:
-        return peak_;
-    }
-  }
-
- private:
-  const OptimizerConfig o_;
-  const int64_t steps_per_epoch_;
-  const int64_t total_steps_;
-  double peak_ = 0;
-  double start_ = 0;
-  int64_t warmup_steps_ = 0;
-};
 
 std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const OptimizerConfig& o, torch::nn::Module& model) {
   if (o.kind() == OptimizerConfig::ADAM) {
@@ -171,25 +126,61 @@ absl::Status FsyncPath(const std::string& path) {
   return rc == 0 ? absl::OkStatus() : ErrnoToStatus(err, absl::StrCat("fsync ", path));
 }
 
+// Floating-point buffers (BatchNorm running statistics) in a fixed order, the same on every rank.
+std::vector<std::pair<std::string, torch::Tensor>> FloatBuffers(Classifier& model) {
+  std::vector<std::pair<std::string, torch::Tensor>> buffers;
+  for (const auto& item : model.named_buffers()) {
+    if (item.value().is_floating_point()) buffers.emplace_back(item.key(), item.value());
+  }
+  return buffers;
+}
+
+// Every rank's floating-point buffers, each as [size, numel] on the CPU, in FloatBuffers order.
+// Running statistics differ between ranks (each sees its own batches); a checkpoint keeps all of
+// them so that a resumed run continues with exactly the statistics an uninterrupted run has.
+absl::StatusOr<std::vector<torch::Tensor>> GatherBuffers(Classifier& model) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> gathered;
+  for (const auto& [name, buffer] : FloatBuffers(model)) {
+    HVX_ASSIGN_OR_RETURN(torch::Tensor all, Allgather("checkpoint.buffer." + name, buffer.reshape({1, -1}).contiguous()));
+    gathered.push_back(all.cpu());
+  }
+  return gathered;
+}
+
 // Writes to a temporary name, syncs, then renames: a crash leaves the old set of checkpoints or
-// the new one, never a torn file under a checkpoint's name.
+// the new one, never a torn file under a checkpoint's name. The model part holds the buffers
+// averaged over ranks (what evaluation uses: the checkpoint alone is a usable model);
+// "rank_buffers" holds each rank's own. The live buffers are left as they were.
 absl::Status WriteCheckpoint(const CheckpointConfig& c, Classifier& model, torch::optim::Optimizer& optimizer,
-                             const Position& p) {
+                             const Position& p, const std::vector<torch::Tensor>& rank_buffers) {
   HVX_RETURN_IF_ERROR(MakeDirs(c.dir()));
   const std::string final_path = absl::StrCat(c.dir(), "/", kCheckpointPrefix, p.global_step, kCheckpointSuffix);
   const std::string tmp_path = absl::StrCat(final_path, ".tmp.", getpid());
+  torch::NoGradGuard no_grad;
+  const auto buffers = FloatBuffers(model);
+  std::vector<torch::Tensor> live;
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    live.push_back(buffers[i].second.clone());
+    buffers[i].second.copy_(rank_buffers[i].mean(0).view_as(buffers[i].second));
+  }
+  absl::Status status;
   try {
-    torch::serialize::OutputArchive archive, model_archive, optimizer_archive;
+    torch::serialize::OutputArchive archive, model_archive, optimizer_archive, buffer_archive;
     model.save(model_archive);
     optimizer.save(optimizer_archive);
+    for (size_t i = 0; i < rank_buffers.size(); ++i) buffer_archive.write(absl::StrCat("b", i), rank_buffers[i]);
     archive.write("model", model_archive);
     archive.write("optimizer", optimizer_archive);
+    archive.write("rank_buffers", buffer_archive);
     archive.write("position", torch::tensor({p.epoch, p.steps_in_epoch, p.global_step, p.world_size, p.batch_size},
                                             torch::kInt64));
     archive.save_to(tmp_path);
   } catch (const c10::Error& e) {
-    return absl::InternalError(absl::StrCat("writing checkpoint ", tmp_path, ": ", e.what_without_backtrace()));
+    status = absl::InternalError(absl::StrCat("writing checkpoint ", tmp_path, ": ", e.what_without_backtrace()));
   }
+  for (size_t i = 0; i < buffers.size(); ++i) buffers[i].second.copy_(live[i]);
+  HVX_RETURN_IF_ERROR(status);
   HVX_RETURN_IF_ERROR(FsyncPath(tmp_path));
   if (rename(tmp_path.c_str(), final_path.c_str()) != 0) {
     return ErrnoToStatus(errno, absl::StrCat("rename ", tmp_path, " -> ", final_path));
@@ -200,68 +191,122 @@ absl::Status WriteCheckpoint(const CheckpointConfig& c, Classifier& model, torch
   return absl::OkStatus();
 }
 
-absl::Status LoadCheckpoint(const std::string& path, Classifier& model, torch::optim::Optimizer& optimizer,
-                            Position* p) {
+// Loads onto `device`. *rank_buffers gets the per-rank buffers when the file has them for every
+// floating-point buffer of `model` (checkpoints from before they were recorded have not).
+absl::Status LoadCheckpoint(const std::string& path, const torch::Device& device, Classifier& model,
+                            torch::optim::Optimizer& optimizer, Position* p, std::vector<torch::Tensor>* rank_buffers) {
+  rank_buffers->clear();
   try {
-    torch::serialize::InputArchive archive, model_archive, optimizer_archive;
-    archive.load_from(path);
+    torch::serialize::InputArchive archive, model_archive, optimizer_archive, buffer_archive;
+    archive.load_from(path, device);
     archive.read("model", model_archive);
     archive.read("optimizer", optimizer_archive);
     model.load(model_archive);
     optimizer.load(optimizer_archive);
     torch::Tensor position;
     archive.read("position", position);
+    position = position.cpu();
     auto v = position.accessor<int64_t, 1>();
     *p = Position{v[0], v[1], v[2], v[3], v[4]};
+    if (archive.try_read("rank_buffers", buffer_archive)) {
+      const size_t n = FloatBuffers(model).size();
+      for (size_t i = 0; i < n; ++i) {
+        torch::Tensor t;
+        if (!buffer_archive.try_read(absl::StrCat("b", i), t)) break;
+        rank_buffers->push_back(t.cpu());
+      }
+      if (rank_buffers->size() != n) rank_buffers->clear();
+    }
   } catch (const c10::Error& e) {
     return absl::DataLossError(absl::StrCat("checkpoint ", path, " cannot be loaded: ", e.what_without_backtrace()));
   }
   return absl::OkStatus();
 }
 
-// Rank 0 loads the newest checkpoint and every rank takes its model, optimizer and position.
-// Returns false when there is none. Works without a file system shared between hosts.
-absl::StatusOr<bool> Resume(const CheckpointConfig& c, Classifier& model, torch::optim::Optimizer& optimizer,
-                            Position* p) {
-  int64_t meta[5] = {-1, 0, 0, 0, 0};
-  absl::Status load_status;
+// Moves the checkpoints in `dir` into a new subfolder "replaced-<unix seconds>" (which
+// ListCheckpoints does not look into) and returns its path, or "" when there were none.
+absl::StatusOr<std::string> MoveCheckpointsAside(const std::string& dir) {
+  const auto all = ListCheckpoints(dir);
+  if (all.empty()) return std::string();
+  const std::string aside = absl::StrCat(dir, "/replaced-", static_cast<int64_t>(time(nullptr)));
+  HVX_RETURN_IF_ERROR(MakeDirs(aside));
+  for (const auto& [step, path] : all) {
+    const std::string to = absl::StrCat(aside, "/", path.substr(path.rfind('/') + 1));
+    if (rename(path.c_str(), to.c_str()) != 0) return ErrnoToStatus(errno, absl::StrCat("rename ", path, " -> ", to));
+  }
+  return aside;
+}
+
+// Rank 0 loads the newest checkpoint (after moving the old ones aside when `fresh`) and every rank
+// takes its model, optimizer and position, and, when the world size is unchanged, its own
+// BatchNorm statistics. Returns false when there is none. Works without a file system shared
+// between hosts.
+absl::StatusOr<bool> Resume(const CheckpointConfig& c, bool fresh, const torch::Device& device, Classifier& model,
+                            torch::optim::Optimizer& optimizer, Position* p) {
+  // epoch (-1: none, -2: error on rank 0), steps_in_epoch, global_step, world_size, batch_size,
+  // whether per-rank buffers follow.
+  int64_t meta[6] = {-1, 0, 0, 0, 0, 0};
+  absl::Status rank0_status;
+  std::vector<torch::Tensor> rank_buffers;
   if (Rank() == 0) {
+    if (fresh) {
+      auto aside = MoveCheckpointsAside(c.dir());
+      rank0_status = aside.status();
+      if (aside.ok() && !aside->empty()) HVX_LOG(INFO) << "--fresh: moved the previous checkpoints to " << *aside;
+    }
     auto all = ListCheckpoints(c.dir());
-    if (!all.empty()) {
-      load_status = LoadCheckpoint(all.back().second, model, optimizer, p);
-      if (load_status.ok()) {
+    if (rank0_status.ok() && !all.empty()) {
+      rank0_status = LoadCheckpoint(all.back().second, device, model, optimizer, p, &rank_buffers);
+      if (rank0_status.ok()) {
+        const bool own_buffers = !rank_buffers.empty() && p->world_size == Size();
         meta[0] = p->epoch, meta[1] = p->steps_in_epoch, meta[2] = p->global_step, meta[3] = p->world_size,
-        meta[4] = p->batch_size;
+        meta[4] = p->batch_size, meta[5] = own_buffers ? 1 : 0;
         HVX_LOG(INFO) << "resuming from " << all.back().second << " (epoch " << p->epoch + 1 << ", step "
                       << p->global_step << ")";
-      } else {
-        meta[0] = -2;
       }
     }
+    if (!rank0_status.ok()) meta[0] = -2;
   }
-  TensorRef ref(DataType::kInt64, TensorShape({5}), meta);
+  TensorRef ref(DataType::kInt64, TensorShape({6}), meta);
   HVX_RETURN_IF_ERROR(Wait(Broadcast("resume.position", ref, 0)));
   if (meta[0] == -2) {
-    return load_status.ok() ? absl::DataLossError("rank 0 could not load the newest checkpoint") : load_status;
+    return !rank0_status.ok() ? rank0_status : absl::DataLossError("rank 0 could not load the newest checkpoint");
   }
   if (meta[0] < 0) return false;
   *p = Position{meta[0], meta[1], meta[2], meta[3], meta[4]};
   HVX_RETURN_IF_ERROR(BroadcastParameters(model, 0));
   HVX_RETURN_IF_ERROR(BroadcastOptimizerState(optimizer, 0));
+  if (meta[5] == 0) return true;
+  torch::NoGradGuard no_grad;
+  const auto buffers = FloatBuffers(model);
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    const torch::Tensor& buffer = buffers[i].second;
+    torch::Tensor all = Rank() == 0 ? rank_buffers[i].contiguous()
+                                    : torch::empty({Size(), buffer.numel()}, torch::dtype(buffer.scalar_type()));
+    HVX_RETURN_IF_ERROR(BroadcastInPlace("resume.buffer." + buffers[i].first, all, 0));
+    buffer.copy_(all[Rank()].view_as(buffer));
+  }
   return true;
 }
 
-// Running statistics (BatchNorm) drift apart between ranks; evaluation and checkpoints use their
-// average so every rank evaluates the same model.
+// Running statistics (BatchNorm) drift apart between ranks; evaluation uses their average so every
+// rank evaluates the same model.
 absl::Status AverageBuffers(Classifier& model) {
   torch::NoGradGuard no_grad;
   std::vector<Handle> handles;
-  for (const auto& item : model.named_buffers()) {
-    if (!item.value().is_floating_point()) continue;
-    HVX_ASSIGN_OR_RETURN(Handle h, AllreduceAsync("buffer." + item.key(), item.value()));
+  for (const auto& [name, buffer] : FloatBuffers(model)) {
+    HVX_ASSIGN_OR_RETURN(Handle h, AllreduceAsync("buffer." + name, buffer));
     handles.push_back(h);
   }
   return WaitAll(handles);
+}
+
+// Every rank takes part (the buffers are gathered); rank 0 writes.
+absl::Status SaveCheckpoint(const CheckpointConfig& c, Classifier& model, torch::optim::Optimizer& optimizer,
+                            const Position& p) {
+  HVX_ASSIGN_OR_RETURN(std::vector<torch::Tensor> rank_buffers, GatherBuffers(model));
+  if (Rank() != 0) return absl::OkStatus();
+  return WriteCheckpoint(c, model, optimizer, p, rank_buffers);
 }
 
 // Wraps a pipeline batch as a tensor without copying; the tensor owns the batch.
@@ -271,9 +316,22 @@ torch::Tensor ImagesOf(std::unique_ptr<data::Batch>& batch) {
                           torch::TensorOptions().dtype(ToScalarType(raw->dtype())));
 }
 
-torch::Tensor LabelsOf(const data::Batch& batch, int label_offset) {
-  torch::Tensor labels = torch::tensor(batch.labels(), torch::kInt64);
-  return label_offset != 0 ? labels + label_offset : labels;
+// The batch's labels plus data.label_offset, checked against the model's classes (an unchecked
+// label out of range would abort inside cross_entropy instead of naming the sample).
+absl::StatusOr<torch::Tensor> LabelsOf(const data::Batch& batch, const TrainConfig& config) {
+  const int64_t offset = config.data().label_offset();
+  const int64_t classes = config.model().num_classes();
+  std::vector<int64_t> labels(batch.labels().begin(), batch.labels().end());
+  for (size_t i = 0; i < labels.size(); ++i) {
+    labels[i] += offset;
+    if (labels[i] < 0 || labels[i] >= classes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "rank ", Rank(), ": sample ", batch.sample_ids()[i], " has label ", batch.labels()[i], ", which with ",
+          "data.label_offset ", offset, " is ", labels[i], ", outside [0, ", classes, ") of model.num_classes; ",
+          "check data.label_offset (-1 for ImageNet's 1-based labels) and model.num_classes"));
+    }
+  }
+  return torch::tensor(labels, torch::kInt64);
 }
 
 struct Run {
@@ -325,7 +383,8 @@ absl::StatusOr<EvalResult> Evaluate(Run& run, int64_t epoch) {
     if (config.logging().max_eval_batches() > 0 && batches >= config.logging().max_eval_batches()) continue;
     ++batches;
     const int64_t real = (*batch)->size() - (*batch)->num_padded();
-    torch::Tensor labels = LabelsOf(**batch, config.data().label_offset()).to(run.device);
+    HVX_ASSIGN_OR_RETURN(torch::Tensor labels, LabelsOf(**batch, config));
+    labels = labels.to(run.device);
     torch::Tensor images = ImagesOf(*batch).to(run.device);
     if (real <= 0) continue;
     torch::Tensor logits = run.model->forward(images).narrow(0, 0, real);
@@ -409,9 +468,17 @@ absl::StatusOr<TrainResult> Train(Run& run) {
   Position pos;
   pos.world_size = size;
   pos.batch_size = config.data().batch_size();
-  if (!config.checkpoint().dir().empty() && config.checkpoint().resume()) {
-    HVX_ASSIGN_OR_RETURN(bool resumed, Resume(config.checkpoint(), *run.model, *run.optimizer, &pos));
+  if (!config.checkpoint().dir().empty() && (config.checkpoint().resume() || run.options.fresh)) {
+    HVX_ASSIGN_OR_RETURN(bool resumed, Resume(config.checkpoint(), run.options.fresh, run.device, *run.model,
+                                              *run.optimizer, &pos));
     if (resumed) result.resumed_from_step = pos.global_step;
+  }
+  if (pos.epoch >= config.epochs()) {
+    // A finished run: nothing to train. The caller says so and how to start over.
+    result.already_complete = true;
+    result.epochs_done = pos.epoch;
+    result.global_step = pos.global_step;
+    return result;
   }
   // Samples of the resumed epoch already consumed, over all ranks of the run that wrote it.
   int64_t consumed = pos.steps_in_epoch * pos.batch_size * pos.world_size;
@@ -457,7 +524,8 @@ absl::StatusOr<TrainResult> Train(Run& run) {
       HVX_RETURN_IF_ERROR(batch.status());
       sample_log.Add((*batch)->sample_ids(), (*batch)->num_padded());
       const int64_t batch_rows = (*batch)->size();
-      torch::Tensor labels = LabelsOf(**batch, config.data().label_offset()).to(run.device);
+      HVX_ASSIGN_OR_RETURN(torch::Tensor labels, LabelsOf(**batch, config));
+      labels = labels.to(run.device);
       torch::Tensor images = ImagesOf(*batch).to(run.device);
       // The random stream (dropout) depends only on where training stands, so a resumed run
       // draws exactly what the uninterrupted run drew.
@@ -504,8 +572,7 @@ absl::StatusOr<TrainResult> Train(Run& run) {
       const bool step_checkpoint = config.checkpoint().every_steps() > 0 &&
                                    pos.global_step % config.checkpoint().every_steps() == 0 && !last_step;
       if (!config.checkpoint().dir().empty() && (step_checkpoint || (stop && !last_step))) {
-        HVX_RETURN_IF_ERROR(AverageBuffers(*run.model));
-        if (rank == 0) HVX_RETURN_IF_ERROR(WriteCheckpoint(config.checkpoint(), *run.model, *run.optimizer, pos));
+        HVX_RETURN_IF_ERROR(SaveCheckpoint(config.checkpoint(), *run.model, *run.optimizer, pos));
       }
       if (stop && !last_step) {
         HVX_RETURN_IF_ERROR(sample_log.Close());
@@ -526,7 +593,7 @@ absl::StatusOr<TrainResult> Train(Run& run) {
     if ((epoch + 1) % config.logging().eval_every_epochs() == 0 || last_epoch) {
       HVX_ASSIGN_OR_RETURN(EvalResult eval, Evaluate(run, epoch));
       result.evals.push_back(eval);
-      HVX_LOG_RANK0(INFO) << absl::StrFormat("epoch %d/%d eval accuracy %.4f loss %.4f on %d samples (%.1f s/epoch, %.0f samples/s)",
+      HVX_LOG_RANK0(INFO) << absl::StrFormat("epoch %d/%d eval accuracy %.4f loss %.6f on %d samples (%.1f s/epoch, %.0f samples/s)",
                                              epoch + 1, config.epochs(), eval.accuracy, eval.loss, eval.samples, epoch_s,
                                              result.samples_per_s);
       if (rank == 0) {
@@ -536,8 +603,7 @@ absl::StatusOr<TrainResult> Train(Run& run) {
       }
     }
     if (!config.checkpoint().dir().empty() && ((epoch + 1) % config.checkpoint().every_epochs() == 0 || last_epoch || stop)) {
-      HVX_RETURN_IF_ERROR(AverageBuffers(*run.model));
-      if (rank == 0) HVX_RETURN_IF_ERROR(WriteCheckpoint(config.checkpoint(), *run.model, *run.optimizer, pos));
+      HVX_RETURN_IF_ERROR(SaveCheckpoint(config.checkpoint(), *run.model, *run.optimizer, pos));
     }
     if (stop) break;
   }
@@ -552,13 +618,8 @@ absl::StatusOr<TrainResult> RunTraining(const TrainConfig& config, const RunOpti
   if (!IsInitialized()) return absl::FailedPreconditionError("RunTraining needs hvx::Init first");
   HVX_RETURN_IF_ERROR(ValidateTrainConfig(config, "config"));
   Run run{config, options};
-  const bool want_cuda = config.device() == "cuda" || (config.device() == "auto" && torch::cuda::is_available());
-  if (want_cuda) {
-    if (!torch::cuda::is_available()) {
-      return absl::FailedPreconditionError("device: \"cuda\" asked for, but this LibTorch sees no CUDA device");
-    }
-    run.device = torch::Device(torch::kCUDA, LocalRank() % static_cast<int>(torch::cuda::device_count()));
-  }
+  HVX_ASSIGN_OR_RETURN(run.device, SelectTrainingDevice(config.device()));
+  HVX_LOG_RANK0(INFO) << "training on " << run.device.str();
   const int threads = config.threads() > 0
                           ? config.threads()
                           : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, LocalSize()));
@@ -575,7 +636,7 @@ absl::StatusOr<TrainResult> RunTraining(const TrainConfig& config, const RunOpti
   dopts.gradient_predivide_factor = config.engine().gradient_predivide_factor();
   HVX_ASSIGN_OR_RETURN(run.distributed, DistributedOptimizer::Create(*run.optimizer, run.model->named_parameters(), dopts));
   if (Rank() == 0 && !config.summaries_dir().empty()) {
-    HVX_ASSIGN_OR_RETURN(run.summaries, SummaryWriter::Create(ExpandHome(config.summaries_dir())));
+    HVX_ASSIGN_OR_RETURN(run.summaries, SummaryWriter::Create(config.summaries_dir()));
   }
   auto result = Train(run);
   if (run.summaries) run.summaries->Close().IgnoreError();

@@ -9,7 +9,10 @@
 // and sample counts over ranks so every evaluation sample counts exactly once; rank 0 prints
 // progress, writes summaries and writes checkpoints atomically. With checkpoint.resume, the run
 // continues from the newest checkpoint exactly where it stopped: model, optimizer state, epoch,
-// data position, and the random stream (reseeded from (seed, rank, epoch, step) at every step).
+// data position, each rank's BatchNorm statistics (same world size), and the random stream
+// (reseeded from (seed, rank, epoch, step) at every step). Checkpoints never change the live
+// model: evaluation averages the BatchNorm statistics over ranks, at the same points whether or
+// not the run was interrupted, so resumed and uninterrupted runs also evaluate identically.
 #ifndef HVX_TRAIN_TRAINER_H_
 #define HVX_TRAIN_TRAINER_H_
 
@@ -30,6 +33,9 @@ struct RunOptions {
   // Stop after this many global steps (0 = run every epoch), writing a checkpoint first when
   // checkpoints are on: what a preempted job leaves behind.
   int64_t max_steps = 0;
+  // Start over even when checkpoint.dir holds checkpoints: rank 0 first moves them into
+  // "<dir>/replaced-<unix seconds>/".
+  bool fresh = false;
 };
 
 struct EvalResult {
@@ -49,6 +55,10 @@ struct TrainResult {
   double data_wait_fraction = 0;
   double wall_s = 0;
   int64_t resumed_from_step = -1;  // -1: started fresh
+  // The newest checkpoint in checkpoint.dir already finished every epoch; nothing was trained
+  // (global_step and epochs_done are that run's).
+  bool already_complete = false;
+  int64_t epochs_done = 0;
 };
 
 absl::StatusOr<TrainResult> RunTraining(const TrainConfig& config, const RunOptions& options);

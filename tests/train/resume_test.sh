@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Resume equivalence on CPU: a run stopped after 17 of 24 steps (mid-epoch) and resumed from its
-# checkpoint prints exactly the per-step losses and learning rates of an uninterrupted run.
+# checkpoint prints exactly the per-step losses and learning rates of an uninterrupted run, and the
+# same evaluation at the end (each rank's BatchNorm statistics survive the checkpoint).
 # Two processes (self-launched), the CNN (BatchNorm, dropout), SGD with momentum, cosine schedule.
+# Then: re-running the finished config says the run is complete and trains nothing; --fresh
+# moves the old checkpoints aside and starts over from step 1.
 #   resume_test.sh TRAIN MAKE_IDX LIB
 set -uo pipefail
 TRAIN=$(readlink -f "$1"); MAKE_IDX=$(readlink -f "$2"); source "$3"
@@ -35,8 +38,31 @@ if diff <(losses "$T/full.out") <(losses "$T/first.out" "$T/second.out"); then
 else
     check "losses and learning rates identical step by step" 1
 fi
+evals() { sed -nE 's/.*(epoch 2\/2 eval accuracy [0-9.]+ loss [0-9.]+ on [0-9]+ samples).*/\1/p' "$@"; }
+[[ -n $(evals "$T/full.out" "$T/full.err") ]]; check "uninterrupted run evaluated epoch 2" $?
+if [[ -n $(evals "$T/full.out" "$T/full.err") ]] &&
+    diff <(evals "$T/full.out" "$T/full.err") <(evals "$T/second.out" "$T/second.err"); then
+    check "resumed run evaluates exactly like the uninterrupted one" 0
+else
+    check "resumed run evaluates exactly like the uninterrupted one" 1
+fi
 ls "$T/ck_resume" | grep -qx 'ckpt-24.pt'; check "final checkpoint written" $?
 [[ $(ls "$T/ck_resume" | grep -c '^ckpt-.*\.pt$') -le 3 ]]; check "at most keep=3 checkpoints kept" $?
+
+# The finished run again: one clear line, exit 0, no training.
+run again --override="checkpoint { dir: \"$T/ck_resume\" }"
+grep -q "the run in $T/ck_resume is already complete (2 of 2 epochs done, 24 steps); nothing to train. To start fresh, pass --fresh" "$T/again.out"
+check "re-running a finished run says it is complete and how to start fresh" $?
+[[ $(losses "$T/again.out" | wc -l) == 0 ]]; check "the finished run trained nothing" $?
+
+# --fresh: the old checkpoints move aside, training starts at step 1 and matches the first run.
+run fresh --override="checkpoint { dir: \"$T/ck_resume\" }" --fresh --max_steps=3
+grep -q "moved the previous checkpoints to $T/ck_resume/replaced-" "$T/fresh.out" "$T/fresh.err"
+check "--fresh reports where the old checkpoints went" $?
+ls "$T"/ck_resume/replaced-*/ckpt-24.pt >/dev/null 2>&1; check "the finished run's checkpoint was kept aside" $?
+[[ -f $T/ck_resume/ckpt-3.pt && ! -f $T/ck_resume/ckpt-24.pt ]]; check "the fresh run checkpointed at step 3" $?
+diff <(losses "$T/full.out" | head -3) <(losses "$T/fresh.out") >/dev/null
+check "the fresh run's 3 steps equal the uninterrupted run's first 3" $?
 
 echo "failures: $failures"
 [[ $failures == 0 ]]

@@ -1,0 +1,32 @@
+// Which device a rank trains on, and binding it before any other CUDA work.
+//
+//   HVX_RETURN_IF_ERROR(hvx::Init(options));
+//   HVX_ASSIGN_OR_RETURN(torch::Device device, SelectTrainingDevice(config.device()));
+//
+// "cpu": the CPU. "cuda": the GPU of this rank's local rank, bound with
+// hvx::nccl::BindLocalDevice(LocalRank(), LocalSize()) so that the CUDA context, LibTorch's
+// allocations and the NCCL data plane all use it; fails with the reason when this binary was built
+// without --config=cuda (no NCCL backend to average CUDA gradients), when the host runs more ranks
+// than it shows GPUs, or when LibTorch itself has no CUDA support. "auto": "cuda" when the binary has
+// the NCCL backend and LibTorch sees a GPU, else "cpu". Call once per process, after hvx::Init.
+#ifndef HVX_TRAIN_DEVICE_H_
+#define HVX_TRAIN_DEVICE_H_
+
+#include <torch/types.h>
+
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace hvx {
+namespace train {
+
+absl::StatusOr<torch::Device> SelectTrainingDevice(const std::string& device);
+
+// Whether this binary links the NCCL data plane (built with --config=cuda).
+bool HasGpuBackend();
+
+}  // namespace train
+}  // namespace hvx
+
+#endif  // HVX_TRAIN_DEVICE_H_
