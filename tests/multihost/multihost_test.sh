@@ -6,7 +6,9 @@
 # SIGKILL after MPI_Init while the others wait in an allreduce, exit 3 while the others are in
 # hvx::Init) with the summary and exit code; an unreachable host.
 #   multihost_test.sh HVXRUN HVX_INFO RANK_PROBE MPIEXEC NETNS_HOSTS
-# Needs root; where namespaces cannot be created it prints SKIPPED with the reason and passes.
+# First, without root: hvxrun starts the hvxrun_rank beside it, and a lone hvxrun is its own wrapper.
+# The rest needs root; where namespaces cannot be created it prints SKIPPED with the reason and
+# passes (when the checks without root passed).
 set -uo pipefail
 HVXRUN=$(readlink -f "$1")
 INFO=$(readlink -f "$2")
@@ -17,7 +19,25 @@ export HVX_NETNS_STATE=${TEST_TMPDIR:-/tmp}/hvx-netns-$$
 export HVX_NETNS_PREFIX=hvxt
 failures=0
 
-skip() { echo "SKIPPED: $*"; exit 0; }
+check() {  # check NAME STATUS (0 = ok)
+    if [[ $2 == 0 ]]; then echo "ok: $1"; else echo "FAIL: $1"; failures=$((failures + 1)); fi
+}
+
+# ---- without root: which per-rank wrapper hvxrun starts. hvxrun_rank beside hvxrun; a copy of
+# hvxrun alone falls back to running itself as the wrapper, and still tags and reports exits.
+"$HVXRUN" --dry-run -np 2 -- /bin/true | grep -qF "$(dirname "$HVXRUN")/hvxrun_rank --hvx-rank-wrapper --plan "
+check "hvxrun starts the hvxrun_rank beside it" $?
+alone=${TEST_TMPDIR:-/tmp}/hvxrun-alone-$$
+mkdir -p "$alone" && cp "$HVXRUN" "$alone/hvxrun"
+"$alone/hvxrun" --dry-run -np 2 -- /bin/true | grep -qF "$alone/hvxrun --hvx-rank-wrapper --plan "
+check "a lone hvxrun is its own wrapper" $?
+got=$(timeout -k 5 60 "$alone/hvxrun" --mpiexec "$MPIEXEC" --timeout 30 -np 2 -- /bin/sh -c 'echo "hi $HVX_RANK"; exit $HVX_RANK' 2>&1)
+rc=$?
+[[ $rc == 1 && $(grep -c '^\[[01]\] hi [01]$' <<<"$got") == 2 ]] && grep -qF "hvxrun: rank 1 on host" <<<"$got"
+check "a lone hvxrun runs, tags and reports rank 1's exit 1 (rc=$rc)" $?
+rm -rf "$alone"
+
+skip() { echo "SKIPPED: $* (checks without root: $failures failures)"; exit $((failures != 0)); }
 [[ $(id -u) == 0 ]] || skip "needs root to create network namespaces (uid $(id -u))"
 command -v ip >/dev/null || skip "iproute2 (ip) is not installed"
 if ! reason=$(ip netns add hvxtprobe$$ 2>&1); then
@@ -33,9 +53,6 @@ trap '"$NETNS" down' EXIT
 extra=(-x "ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0")
 if [[ -n ${UCX_MEM_EVENTS+x} ]]; then extra+=(-x "UCX_MEM_EVENTS=$UCX_MEM_EVENTS"); fi
 
-check() {  # check NAME STATUS (0 = ok)
-    if [[ $2 == 0 ]]; then echo "ok: $1"; else echo "FAIL: $1"; failures=$((failures + 1)); fi
-}
 show() { echo "--- stdout"; echo "$out"; echo "--- stderr"; echo "$err"; }
 
 # Runs hvxrun on host hvxt1; stdout, stderr and rc land in $out, $err, $rc. hvxrun bounds the job
