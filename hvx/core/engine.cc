@@ -783,8 +783,14 @@ void Engine::Execute(SetState& set, const Response& r) {
       std::vector<std::vector<uint8_t>> zeros;
       status = ExecuteAllreduce(set, r, entries, zeros);
       if (set.cache->capacity() > 0) {
+        Response single;  // r without its list of names: copying that per name is quadratic
+        single.type = r.type;
+        single.dtype = r.dtype;
+        single.device = r.device;
+        single.reduce_op = r.reduce_op;
+        single.prescale = r.prescale;
+        single.postscale = r.postscale;
         for (size_t i = 0; i < r.names.size(); ++i) {
-          Response single = r;
           single.names = {r.names[i]};
           single.shapes = {r.shapes[i]};
           if (set.cache->Put(single) && !set.eviction_warned) {
