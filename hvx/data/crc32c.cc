@@ -301,6 +301,19 @@ uint32_t Crc32cExtend(uint32_t crc, const void* data, size_t n) {
   return ~Choose()(~crc, static_cast<const uint8_t*>(data), n);
 }
 
+#if defined(__x86_64__)
+__attribute__((target("sse4.2"))) static uint32_t HardwareOfFixed64(const void* p) {
+  return ~static_cast<uint32_t>(_mm_crc32_u64(0xffffffffu, Load64(static_cast<const uint8_t*>(p))));
+}
+#endif
+
+uint32_t Crc32cOfFixed64(const void* p) {
+#if defined(__x86_64__)
+  if (Crc32cIsHardwareAccelerated()) return HardwareOfFixed64(p);
+#endif
+  return Crc32cPortableExtend(0, p, 8);
+}
+
 uint32_t Crc32cThreeLaneExtend(uint32_t crc, const void* data, size_t n) {
   if (!Crc32cIsHardwareAccelerated()) return Crc32cPortableExtend(crc, data, n);
   return ~HardwareRaw(~crc, static_cast<const uint8_t*>(data), n);

@@ -24,6 +24,9 @@ uint32_t Crc32cExtend(uint32_t crc, const void* data, size_t n);
 
 inline uint32_t Crc32c(const void* data, size_t n) { return Crc32cExtend(0, data, n); }
 
+// Crc32c(p, 8): the CRC of a record's length field, without the dispatch of the general path.
+uint32_t Crc32cOfFixed64(const void* p);
+
 // The portable table implementation, whatever the CPU supports. For tests and benchmarks.
 uint32_t Crc32cPortableExtend(uint32_t crc, const void* data, size_t n);
 

@@ -23,6 +23,16 @@ TEST(Crc32cTest, StandardCheckValues) {
   EXPECT_EQ(Crc32c(dec.data(), dec.size()), 0x113FDB5Cu);
   std::string eight_zeros(8, '\0');
   EXPECT_EQ(Crc32c(eight_zeros.data(), 8), 0x8C28B28Au);
+  EXPECT_EQ(Crc32cOfFixed64(eight_zeros.data()), 0x8C28B28Au);
+}
+
+TEST(Crc32cTest, OfFixed64MatchesTheGeneralPath) {
+  char buf[16];
+  for (uint64_t seed = 1; seed < 1000; ++seed) {
+    const uint64_t v = seed * 0x9E3779B97F4A7C15ull;
+    std::memcpy(buf + seed % 8, &v, 8);
+    ASSERT_EQ(Crc32cOfFixed64(buf + seed % 8), Crc32cPortableExtend(0, buf + seed % 8, 8)) << seed;
+  }
 }
 
 TEST(Crc32cTest, PortableMatchesCheckValue) {

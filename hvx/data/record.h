@@ -143,7 +143,13 @@ class RecordReader {
   const std::vector<CorruptionReport>& skipped() const { return skipped_; }
 
  private:
+  struct FreeDeleter {
+    void operator()(char* p) const;
+  };
   RecordReader(std::string path, const RecordReaderOptions& options, int fd, uint64_t file_size);
+  // Everything ReadRecord() does, with every check and error message; ReadRecord() itself only
+  // handles the common case of a whole, intact record already in the buffer.
+  absl::Status ReadRecordSlow(absl::string_view* record);
   // Makes at least `n` bytes available at buffer_[pos_]; returns how many are (fewer at EOF).
   absl::StatusOr<size_t> Fill(size_t n);
   absl::StatusOr<size_t> ReadSource(char* dst, size_t n);
@@ -155,7 +161,11 @@ class RecordReader {
   const uint64_t file_size_;
   struct Inflater;
   std::unique_ptr<Inflater> inflater_;
-  std::string buffer_;
+  // Page-aligned; the byte at stream offset x sits at an address congruent to x modulo the page
+  // size, so that reads copy whole pages into whole pages, as a plain read() loop does.
+  std::unique_ptr<char, FreeDeleter> buffer_;
+  size_t capacity_ = 0;
+  size_t window_ = 0;  // bytes asked of the source per read (options.buffer_size, page multiple)
   size_t pos_ = 0;  // next unread byte in buffer_
   size_t end_ = 0;  // end of valid bytes in buffer_
   uint64_t offset_ = 0;
