@@ -4,7 +4,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "hvx/common/status.h"
 
 namespace hvx {
 namespace launch {
