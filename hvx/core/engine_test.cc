@@ -14,9 +14,14 @@
 namespace hvx {
 namespace {
 
+// Hermetic: no launcher variables and no GPUs, whatever machine runs the test.
+const MapEnvironment* const kNoEnv = new MapEnvironment();
+
 InitOptions Options() {
   InitOptions o;
   o.stall_check_time_s = 0;
+  o.environment = kNoEnv;
+  o.nvidia_gpus_dir = "/nonexistent";
   return o;
 }
 
@@ -204,6 +209,21 @@ TEST(EngineTest, OpsAfterShutdownFail) {
     TensorRef t(DataType::kFloat32, {1}, x.data());
     EXPECT_TRUE(absl::StrContains(Wait(e.Allreduce("late", t, t, {})).message(), "shut down"));
   });
+}
+
+TEST(EngineTest, ShutdownIsBoundedWhenFinalizationHangs) {
+  auto transport = std::make_unique<FakeTransport>(std::make_shared<FakeHub>(1), 0);
+  transport->set_finalize_delay(absl::Seconds(2));
+  InitOptions o = Options();
+  o.shutdown_timeout_s = 0.2;
+  EngineOptions eo;
+  eo.exit_on_finalize_timeout = false;  // production exits with status 0 here instead
+  auto e = Engine::Start(o, std::move(transport), eo);
+  ASSERT_TRUE(e.ok()) << e.status();
+  const absl::Time start = absl::Now();
+  absl::Status s = (*e)->Shutdown();
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1.5));
 }
 
 }  // namespace

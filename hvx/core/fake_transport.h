@@ -19,6 +19,8 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "hvx/core/transport.h"
 
 namespace hvx {
@@ -79,15 +81,21 @@ class FakeCommunicator : public Communicator, private DataPlane {
 class FakeTransport : public Transport {
  public:
   FakeTransport(std::shared_ptr<FakeHub> hub, int rank) : hub_(std::move(hub)), rank_(rank) {}
+  // Makes Finalize take this long, like an MPI_Finalize that hangs.
+  void set_finalize_delay(absl::Duration d) { finalize_delay_ = d; }
   absl::StatusOr<std::unique_ptr<Communicator>> Start() override {
     return std::unique_ptr<Communicator>(new FakeCommunicator(hub_, rank_));
   }
-  absl::Status Finalize() override { return absl::OkStatus(); }
+  absl::Status Finalize() override {
+    absl::SleepFor(finalize_delay_);
+    return absl::OkStatus();
+  }
   std::string Describe() const override { return "fake (in-process)"; }
 
  private:
   std::shared_ptr<FakeHub> hub_;
   const int rank_;
+  absl::Duration finalize_delay_ = absl::ZeroDuration();
 };
 
 }  // namespace hvx
