@@ -381,11 +381,9 @@ Handle Engine::Submit(int set_id, std::vector<Entry> entries, std::shared_ptr<in
               "': another collective with this name is still in flight on this rank; names must be unique "
               "among pending ops (wait for the first, or choose another name)"));
         }
-        if (e.request.shape.size() > 0 || true) {
-          if (NumElements(e.request.shape) < 0) {
-            error = absl::InvalidArgumentError(absl::StrCat("tensor '", e.request.name, "': negative dimension in ",
-                                                            ShapeString(e.request.shape)));
-          }
+        if (error.ok() && NumElements(e.request.shape) < 0) {
+          error = absl::InvalidArgumentError(
+              absl::StrCat("tensor '", e.request.name, "': negative dimension in ", ShapeString(e.request.shape)));
         }
       }
       if (error.ok()) {
@@ -735,8 +733,7 @@ void Engine::CompleteEntry(SetState& set, const std::string& name, absl::Status 
   state->Complete(std::move(status));
 }
 
-absl::Status Engine::ExecuteAllreduce(SetState& set, const Response& r, std::vector<Entry*>& entries,
-                                      std::vector<std::vector<uint8_t>>& zeros) {
+absl::Status Engine::ExecuteAllreduce(SetState& set, const Response& r, const std::vector<Entry*>& entries) {
   AllreduceWork work;
   work.names = r.names;
   work.dtype = r.dtype;
@@ -755,7 +752,6 @@ absl::Status Engine::ExecuteAllreduce(SetState& set, const Response& r, std::vec
       work.outputs.push_back(work.inputs.back());
     }
   }
-  (void)zeros;
   Recorder recorder(set.id == 0 ? timeline_.get() : nullptr, &work.names);
   work.activity = &recorder;
   HVX_ASSIGN_OR_RETURN(DataPlane * plane, PlaneFor(set, r.device));
@@ -780,8 +776,7 @@ void Engine::Execute(SetState& set, const Response& r) {
       status = absl::FailedPreconditionError(r.error);
       break;
     case OpType::kAllreduce: {
-      std::vector<std::vector<uint8_t>> zeros;
-      status = ExecuteAllreduce(set, r, entries, zeros);
+      status = ExecuteAllreduce(set, r, entries);
       if (set.cache->capacity() > 0) {
         Response single;  // r without its list of names: copying that per name is quadratic
         single.type = r.type;

@@ -136,8 +136,7 @@ class Engine {
   bool RunCycle(SetState& set);
   absl::StatusOr<ResponseList> SlowPath(SetState& set, const std::vector<std::string>& to_send, bool joined);
   void Execute(SetState& set, const Response& response);
-  absl::Status ExecuteAllreduce(SetState& set, const Response& response, std::vector<Entry*>& entries,
-                                std::vector<std::vector<uint8_t>>& zeros);
+  absl::Status ExecuteAllreduce(SetState& set, const Response& response, const std::vector<Entry*>& entries);
   absl::StatusOr<DataPlane*> PlaneFor(SetState& set, const Device& device);
   absl::StatusOr<TensorRef> AllocateOutput(Entry& entry, const std::vector<int64_t>& shape);
   void CompleteEntry(SetState& set, const std::string& name, absl::Status status);
