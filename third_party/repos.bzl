@@ -114,6 +114,11 @@ def _hvx_torch_repo_impl(rctx):
     for lib in ["libtorch.so", "libtorch_cpu.so", "libc10.so"]:
         if not rctx.path(libdir + "/" + lib).exists:
             _fail("LibTorch", "%s/%s is missing" % (libdir, lib), "Install Debian's libtorch-dev, or set HVX_TORCH_PATH to an unpacked LibTorch zip.")
+    # A CUDA build of LibTorch registers its CUDA kernels from these; link them where they exist.
+    libs = ["-ltorch", "-ltorch_cpu", "-lc10"]
+    for lib in ["torch_cuda", "c10_cuda"]:
+        if rctx.path("%s/lib%s.so" % (libdir, lib)).exists:
+            libs.append("-l" + lib)
     abi = _torch_abi(rctx, config)
     if abi not in ["0", "1"]:
         _fail("LibTorch", "cannot read _GLIBCXX_USE_CXX11_ABI from %s" % config, "Set HVX_TORCH_PATH to a complete LibTorch installation (it ships share/cmake/Torch/TorchConfig.cmake).")
@@ -127,9 +132,9 @@ cc_library(
     hdrs = {hdrs},
     includes = {includes},
     defines = ["_GLIBCXX_USE_CXX11_ABI={abi}"],
-    linkopts = ["-L{libdir}", "-Wl,-rpath,{libdir}", "-ltorch", "-ltorch_cpu", "-lc10", "-pthread"],
+    linkopts = ["-L{libdir}", "-Wl,-rpath,{libdir}"] + {libs} + ["-pthread"],
 )
-""".format(hdrs = hdrs, includes = repr(includes), abi = abi, libdir = libdir))
+""".format(hdrs = hdrs, includes = repr(includes), abi = abi, libdir = libdir, libs = repr(libs)))
 
 hvx_torch_repo = repository_rule(
     implementation = _hvx_torch_repo_impl,
