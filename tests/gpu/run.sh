@@ -46,7 +46,16 @@ if $BAZEL query //tools:train >/dev/null 2>&1; then
     python3 tests/train/make_tiny_idx.py "$OUT/idx" 2048 512
     overrides+=(--override="data { train_files: \"$OUT/shards/train-*\" eval_files: \"$OUT/shards/test-*\" fashion_mnist_source { idx_dir: \"$OUT/idx\" output_dir: \"$OUT/shards\" } }")
   fi
-  phase train 90 $BAZEL run --config=cuda //tools:train -- --config=fashion_mnist.pbtxt "${overrides[@]}"
+  # Its own checkpoints and summaries under $OUT, started fresh: a finished earlier run would
+  # otherwise make the trainer report "already complete" and train nothing.
+  overrides+=(--override="checkpoint { dir: \"$OUT/checkpoints\" } summaries_dir: \"$OUT/summaries\"")
+  status_before_train=$status
+  phase train 90 $BAZEL run --config=cuda //tools:train -- --config=fashion_mnist.pbtxt --fresh "${overrides[@]}"
+  if grep -q "this LibTorch has no CUDA support" "$OUT/train.log"; then
+    # Debian's libtorch is CPU-only: the trainer needs HVX_TORCH_PATH=<a CUDA LibTorch> to use a GPU.
+    echo "=== train: SKIPPED (LibTorch without CUDA; set HVX_TORCH_PATH to a CUDA LibTorch)"
+    status=$status_before_train
+  fi
 else
   echo "=== train: SKIPPED (no //tools:train in this tree)"
 fi
