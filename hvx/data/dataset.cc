@@ -88,6 +88,8 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::OpenFiles(const std::vector<st
     d->locations_.insert(d->locations_.end(), index->begin(), index->end());
     d->file_of_.insert(d->file_of_.end(), index->size(), file_index);
   }
+  d->mapped_ = !d->files_.empty();
+  for (const auto& file : d->files_) d->mapped_ = d->mapped_ && file->mapped();
   return d;
 }
 
@@ -108,6 +110,16 @@ absl::Status Dataset::View(int64_t id, bool verify_crc, std::string* scratch,
   }
   return files_[file_of_[static_cast<size_t>(id)]]->ViewAt(locations_[static_cast<size_t>(id)],
                                                           verify_crc, scratch, payload);
+}
+
+absl::Status Dataset::ViewInto(int64_t id, bool verify_crc, char* buffer,
+                               absl::string_view* payload) const {
+  if (id < 0 || id >= num_samples()) {
+    return absl::OutOfRangeError(
+        absl::StrCat("sample id ", id, " is outside the dataset of ", num_samples(), " samples"));
+  }
+  return files_[file_of_[static_cast<size_t>(id)]]->ViewInto(locations_[static_cast<size_t>(id)],
+                                                            verify_crc, buffer, payload);
 }
 
 const std::string& Dataset::FileOf(int64_t id) const {

@@ -32,9 +32,10 @@ struct DatasetOptions {
   // With verify_on_open: leave out files with any corruption instead of failing, and list them in
   // skipped_files(). Every rank opening the same files skips the same ones.
   bool skip_corrupt_files = false;
-  // Memory-map the files (records are then read without a system call or a copy); pread() when
-  // false or when mapping fails.
-  bool use_mmap = true;
+  // Memory-map the files (records are then read without a system call or a copy) instead of one
+  // pread() per record. Opt-in: a mapped file truncated during the run kills the process with
+  // SIGBUS, where pread() gives a DataLoss error naming file and offset (see RecordFile).
+  bool use_mmap = false;
 };
 
 class Dataset {
@@ -55,6 +56,10 @@ class Dataset {
   // otherwise the bytes land in *scratch. Thread-safe.
   absl::Status View(int64_t id, bool verify_crc, std::string* scratch,
                     absl::string_view* payload) const;
+  // As View, reading into `buffer` of FramedSize(id) bytes (unused when mapped). Thread-safe.
+  absl::Status ViewInto(int64_t id, bool verify_crc, char* buffer, absl::string_view* payload) const;
+  size_t FramedSize(int64_t id) const { return RecordFile::FramedSize(LocationOf(id)); }
+  bool mapped() const { return mapped_; }
   // "<path>:<offset> (sample <id>)", for error messages.
   std::string DescribeSample(int64_t id) const;
   // Which file and where.
@@ -68,6 +73,7 @@ class Dataset {
   std::vector<RecordLocation> locations_;  // per sample id
   std::vector<uint32_t> file_of_;          // per sample id
   std::vector<CorruptionReport> skipped_;
+  bool mapped_ = false;  // every file is memory-mapped
 };
 
 }  // namespace data

@@ -198,15 +198,24 @@ void Pipeline::ReaderLoop() {
       next_read_ = end;
     }
     task.records.resize(static_cast<size_t>(end - task.first));
-    task.scratch.resize(task.records.size());
     const int64_t t0 = NowNs();
+    const bool mapped = dataset_->mapped();
+    if (!mapped) {
+      size_t total = 0;
+      for (int64_t pos = task.first; pos < end; ++pos) {
+        total += dataset_->FramedSize(plan_.sample_ids[static_cast<size_t>(pos)]);
+      }
+      task.framed.reset(new char[total]);
+    }
     absl::Status s;
     int64_t bytes = 0;
+    char* next = task.framed.get();
     for (int64_t pos = task.first; pos < end && s.ok(); ++pos) {
       const int64_t id = plan_.sample_ids[static_cast<size_t>(pos)];
       const size_t i = static_cast<size_t>(pos - task.first);
       absl::string_view& record = task.records[i];
-      s = dataset_->View(id, options_.verify_crc, &task.scratch[i], &record);
+      s = dataset_->ViewInto(id, options_.verify_crc, next, &record);
+      if (!mapped) next += dataset_->FramedSize(id);
       if (!s.ok()) s = Annotate(s, absl::StrCat("rank ", options_.rank, " reading sample ", id));
       bytes += static_cast<int64_t>(record.size());
     }

@@ -137,8 +137,9 @@ class Pipeline {
   // Consecutive plan positions [first, first + records.size()) of one batch.
   struct Task {
     int64_t first = 0;
-    std::vector<absl::string_view> records;  // into the mapped files or into scratch
-    std::vector<std::string> scratch;        // used only for files read with pread()
+    std::vector<absl::string_view> records;  // into the mapped files or into `framed`
+    // Files read with pread(): the task's framed records back to back, one allocation per task.
+    std::unique_ptr<char[]> framed;
   };
   Pipeline(std::shared_ptr<const Dataset> dataset, const PipelineOptions& options, ShardPlan plan);
   void Start();

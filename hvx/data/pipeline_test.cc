@@ -2,6 +2,8 @@
 // resume equivalence, plus dataset discovery and error propagation.
 #include "hvx/data/pipeline.h"
 
+#include <unistd.h>
+
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -115,12 +117,14 @@ TEST_F(PipelineTest, SameIdsAndBytesWhateverTheThreads) {
   b.decode_threads = 4;
   b.prefetch_batches = 3;
   b.samples_per_task = 5;
-  DatasetOptions no_mmap;
-  no_mmap.use_mmap = false;
-  auto pread_dataset = Dataset::Open({dir_ + "/toy-*-of-*"}, no_mmap);
-  ASSERT_TRUE(pread_dataset.ok());
+  DatasetOptions mmap;
+  mmap.use_mmap = true;
+  auto mapped_dataset = Dataset::Open({dir_ + "/toy-*-of-*"}, mmap);
+  ASSERT_TRUE(mapped_dataset.ok());
+  EXPECT_FALSE(dataset_->mapped());
+  EXPECT_TRUE((*mapped_dataset)->mapped());
   std::vector<Seen> ra = RunEpoch(dataset_, a),
-                    rb = RunEpoch(std::shared_ptr<const Dataset>(std::move(*pread_dataset)), b);
+                    rb = RunEpoch(std::shared_ptr<const Dataset>(std::move(*mapped_dataset)), b);
   ASSERT_EQ(ra.size(), 5u);  // ceil(100 / 3) = 34 samples: 4 batches of 8 and one of 2
   EXPECT_EQ(ra, rb);
   EXPECT_EQ(ra.back().ids.size(), 2u);
@@ -274,6 +278,41 @@ TEST_F(PipelineTest, CorruptRecordReachesTheConsumerWithFileAndOffset) {
   // Without the option, verification fails the open.
   skip.skip_corrupt_files = false;
   EXPECT_EQ(Dataset::Open({dir_ + "/toy-*"}, skip).status().code(), absl::StatusCode::kDataLoss);
+}
+
+// A shard rewritten or cut short while a run reads it (the default pread() path): the consumer
+// gets DataLoss naming the file and the record, and the process lives on.
+TEST_F(PipelineTest, ShardTruncatedDuringTheRunIsAnErrorNotACrash) {
+  auto index = LoadOrBuildIndex(files_[2]);
+  ASSERT_TRUE(index.ok());
+  const RecordLocation cut = (*index)[index->size() / 2];
+  PipelineOptions o = Options(0, 1, 0);
+  o.decode_threads = 2;
+  o.prefetch_batches = 1;
+  auto p = Pipeline::Create(dataset_, o);
+  ASSERT_TRUE(p.ok());
+  auto first = (*p)->Next();
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_EQ(::truncate(files_[2].c_str(), static_cast<off_t>(cut.offset + 3)), 0);
+  absl::Status status;
+  int64_t batches = 1;
+  while (true) {
+    auto batch = (*p)->Next();
+    if (!batch.ok()) {
+      status = batch.status();
+      break;
+    }
+    ++batches;
+  }
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
+  EXPECT_NE(status.message().find(absl::StrCat(files_[2], ":")), std::string::npos) << status;
+  EXPECT_NE(status.message().find("truncated record"), std::string::npos) << status;
+  EXPECT_LT(batches, (*p)->num_batches());
+  // The records before the cut still read.
+  std::string payload;
+  EXPECT_TRUE(dataset_->Read(dataset_->num_samples() - static_cast<int64_t>(index->size()), true,
+                             &payload)
+                  .ok());
 }
 
 TEST_F(PipelineTest, DecodeErrorNamesTheSample) {

@@ -578,6 +578,16 @@ absl::Status RecordFile::Verify(const char* framed, const RecordLocation& locati
 
 absl::Status RecordFile::ViewAt(const RecordLocation& location, bool verify_crc,
                                 std::string* scratch, absl::string_view* payload) const {
+  if (map_ == nullptr) {
+    HVX_RETURN_IF_ERROR(CheckBounds(location));
+    scratch->resize(FramedSize(location));
+    return ViewInto(location, verify_crc, &(*scratch)[0], payload);
+  }
+  return ViewInto(location, verify_crc, nullptr, payload);
+}
+
+absl::Status RecordFile::ViewInto(const RecordLocation& location, bool verify_crc, char* buffer,
+                                  absl::string_view* payload) const {
   HVX_RETURN_IF_ERROR(CheckBounds(location));
   const uint64_t off = location.offset;
   if (map_ != nullptr) {
@@ -586,24 +596,23 @@ absl::Status RecordFile::ViewAt(const RecordLocation& location, bool verify_crc,
     return absl::OkStatus();
   }
   // One pread for header, payload and footer.
-  scratch->resize(location.length + kRecordOverhead);
-  char* buf = &(*scratch)[0];
-  size_t want = scratch->size();
+  const size_t want = FramedSize(location);
   size_t got = 0;
   while (got < want) {
-    ssize_t r = ::pread(fd_, buf + got, want - got, static_cast<off_t>(off + got));
+    ssize_t r = ::pread(fd_, buffer + got, want - got, static_cast<off_t>(off + got));
     if (r < 0) {
       if (errno == EINTR) continue;
       return ErrnoToStatus(errno, absl::StrCat("reading ", path_, " at offset ", off));
     }
     if (r == 0) {
       return absl::DataLossError(absl::StrCat(path_, ":", off, ": truncated record: the file ",
-                                              "ended while reading ", want, " bytes"));
+                                              "ended ", got, " bytes into the ", want,
+                                              "-byte record (shrunk since it was opened?)"));
     }
     got += static_cast<size_t>(r);
   }
-  HVX_RETURN_IF_ERROR(Verify(buf, location, verify_crc));
-  *payload = absl::string_view(buf + kRecordHeaderSize, location.length);
+  HVX_RETURN_IF_ERROR(Verify(buffer, location, verify_crc));
+  *payload = absl::string_view(buffer + kRecordHeaderSize, location.length);
   return absl::OkStatus();
 }
 

@@ -179,13 +179,20 @@ struct RecordLocation {
   uint64_t length = 0;  // payload bytes (the record occupies length + kRecordOverhead bytes)
 };
 
-// Reads records at known offsets; safe to use from many threads at once. The file is memory-mapped
-// when possible, so that a record is read without a system call or a copy (a file truncated
-// while mapped would fault, as with any mmap-based reader); otherwise pread() is used.
+// Reads records at known offsets; safe to use from many threads at once. By default each record
+// is read with one pread() (header, payload and footer together) into memory the caller owns;
+// a file that shrinks while it is read then gives a DataLoss "truncated record" error.
+//
+// use_mmap maps the file instead, so that a record is read without a system call or a copy. It
+// is opt-in because a mapped file that is truncated (rewritten in place, a shard regenerated
+// during a run) makes the next access to a lost page raise SIGBUS, which kills the process: a
+// size check before handing out bytes cannot prevent that, since the decoder touches the bytes
+// later, from another thread, and the file can shrink in between. Use it only for files nothing
+// rewrites while the job runs. Numbers in hvx/data/README.md.
 class RecordFile {
  public:
   static absl::StatusOr<std::unique_ptr<RecordFile>> Open(const std::string& path,
-                                                          bool use_mmap = true);
+                                                          bool use_mmap = false);
   RecordFile(const RecordFile&) = delete;
   RecordFile& operator=(const RecordFile&) = delete;
   ~RecordFile();
@@ -197,6 +204,13 @@ class RecordFile {
   // while this RecordFile lives); otherwise the bytes are read into *scratch and *payload views it.
   absl::Status ViewAt(const RecordLocation& location, bool verify_crc, std::string* scratch,
                       absl::string_view* payload) const;
+  // As ViewAt, reading into `buffer` (FramedSize(location) bytes, unused when mapped): lets a
+  // caller read many records into one allocation.
+  absl::Status ViewInto(const RecordLocation& location, bool verify_crc, char* buffer,
+                        absl::string_view* payload) const;
+  static size_t FramedSize(const RecordLocation& location) {
+    return static_cast<size_t>(location.length) + kRecordOverhead;
+  }
 
   const std::string& path() const { return path_; }
   uint64_t size() const { return size_; }

@@ -1,8 +1,10 @@
 #include "hvx/data/record.h"
 
+#include <unistd.h>
 #include <zlib.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -298,10 +300,10 @@ TEST(RecordTest, IndexWrittenByWriterMatchesBuiltIndexAndSeeks) {
   auto built = BuildIndex(path, true);
   ASSERT_TRUE(built.ok());
   ASSERT_EQ(loaded->size(), 50u);
-  auto file = RecordFile::Open(path);
+  auto file = RecordFile::Open(path, /*use_mmap=*/true);
   ASSERT_TRUE(file.ok());
   EXPECT_TRUE((*file)->mapped());
-  auto unmapped = RecordFile::Open(path, /*use_mmap=*/false);
+  auto unmapped = RecordFile::Open(path);
   ASSERT_TRUE(unmapped.ok());
   EXPECT_FALSE((*unmapped)->mapped());
   auto reader = RecordReader::Open(path, {});
@@ -317,6 +319,10 @@ TEST(RecordTest, IndexWrittenByWriterMatchesBuiltIndexAndSeeks) {
     absl::string_view view;
     ASSERT_TRUE((*unmapped)->ViewAt((*loaded)[i], true, &scratch, &view).ok());
     EXPECT_EQ(view, payloads[i]);
+    std::vector<char> framed(RecordFile::FramedSize((*loaded)[i]));
+    ASSERT_TRUE((*unmapped)->ViewInto((*loaded)[i], true, framed.data(), &view).ok());
+    EXPECT_EQ(view, payloads[i]);
+    EXPECT_EQ(view.data(), framed.data() + kRecordHeaderSize);
     ASSERT_TRUE((*reader)->Seek((*loaded)[i].offset).ok());
     ASSERT_TRUE((*reader)->ReadRecord(&got).ok());
     EXPECT_EQ(got, payloads[i]);
@@ -333,6 +339,97 @@ TEST(RecordTest, IndexWrittenByWriterMatchesBuiltIndexAndSeeks) {
   absl::Status s = (*file)->ReadAt({0, 5}, true, &got);
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
   EXPECT_NE(s.message().find(":0: length field says 0 bytes, the index says 5"), std::string::npos) << s;
+}
+
+// What a user sees when a shard is cut short while a job has it open: by default an error naming
+// the file and the record; with use_mmap the process dies of SIGBUS, which is why it is opt-in.
+TEST(RecordTest, FileTruncatedWhileOpen) {
+  const std::string path = TempPath("shrinking");
+  std::vector<std::string> payloads;
+  for (int i = 0; i < 64; ++i) payloads.push_back(std::string(5000, static_cast<char>('a' + i % 26)));
+  RecordWriterOptions wo;
+  wo.write_index = true;
+  WriteRecords(path, payloads, wo);
+  auto index = LoadOrBuildIndex(path);
+  ASSERT_TRUE(index.ok());
+  auto file = RecordFile::Open(path);
+  ASSERT_TRUE(file.ok());
+  std::string got;
+  ASSERT_TRUE((*file)->ReadAt((*index)[40], true, &got).ok());
+  ASSERT_EQ(::truncate(path.c_str(), static_cast<off_t>((*index)[32].offset + 100)), 0);
+  EXPECT_TRUE((*file)->ReadAt((*index)[31], true, &got).ok());
+  EXPECT_EQ(got, payloads[31]);
+  for (int k : {32, 40, 63}) {
+    absl::Status s = (*file)->ReadAt((*index)[k], true, &got);
+    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+    EXPECT_NE(s.message().find(absl::StrCat(path, ":", (*index)[k].offset, ": truncated record")),
+              std::string::npos)
+        << s;
+  }
+  // The sequential reader reports the cut record the same way.
+  std::vector<std::string> all;
+  absl::Status s = ReadAll(path, &all);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(s.message().find(absl::StrCat(path, ":", (*index)[32].offset, ": truncated record")),
+            std::string::npos)
+      << s;
+  EXPECT_EQ(all.size(), 32u);
+
+  WriteRecords(path, payloads, wo);
+  EXPECT_DEATH(
+      {
+        auto mapped = RecordFile::Open(path, /*use_mmap=*/true);
+        if (!mapped.ok() || !(*mapped)->mapped()) std::abort();
+        if (::truncate(path.c_str(), 0) != 0) std::abort();
+        absl::string_view view;
+        std::string unused;
+        // Reading a page the file no longer has: SIGBUS, not a status.
+        (void)(*mapped)->ViewAt((*index)[63], /*verify_crc=*/true, &unused, &view);
+        std::exit(0);
+      },
+      "");
+}
+
+// Corruption far into a file, after many buffer refills: same offsets and reasons, and the skip
+// policy reports from the damaged record to the end.
+TEST(RecordTest, CorruptionAfterManyRefillsNamesTheRecord) {
+  const std::string path = TempPath("long");
+  std::vector<std::string> payloads;
+  for (int i = 0; i < 400; ++i) payloads.push_back(std::string(850 + i % 7, static_cast<char>(i)));
+  std::string bytes = WriteRecords(path, payloads);
+  uint64_t offset = 0;
+  for (int i = 0; i < 301; ++i) offset += payloads[i].size() + kRecordOverhead;
+  for (size_t field : {size_t{3}, size_t{9}, size_t{12 + 400}, 12 + payloads[301].size() + 1}) {
+    std::string bad = bytes;
+    bad[offset + field] ^= 0x08;
+    WriteBytes(path, bad);
+    for (size_t buffer : {size_t{4096}, size_t{256} << 10}) {
+      RecordReaderOptions ro;
+      ro.buffer_size = buffer;
+      std::vector<std::string> got;
+      absl::Status s = ReadAll(path, &got, ro);
+      EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << field;
+      EXPECT_NE(s.message().find(absl::StrCat(path, ":", offset, ": ")), std::string::npos) << s;
+      EXPECT_NE(s.message().find(field < 12 ? "length CRC mismatch" : "data CRC mismatch"),
+                std::string::npos)
+          << s;
+      ASSERT_EQ(got.size(), 301u);
+      EXPECT_EQ(got.back(), payloads[300]);
+      ro.on_corruption = CorruptionPolicy::kSkipRestOfFile;
+      auto reader = RecordReader::Open(path, ro);
+      ASSERT_TRUE(reader.ok());
+      std::string r;
+      int n = 0;
+      while ((s = (*reader)->ReadRecord(&r)).ok()) ++n;
+      EXPECT_TRUE(absl::IsOutOfRange(s)) << s;
+      EXPECT_EQ(n, 301);
+      ASSERT_EQ((*reader)->skipped().size(), 1u);
+      EXPECT_EQ((*reader)->skipped()[0].offset, offset);
+      EXPECT_EQ((*reader)->skipped()[0].bytes_skipped, static_cast<int64_t>(bytes.size() - offset));
+      // Nothing more after the skip, however often the caller asks.
+      EXPECT_TRUE(absl::IsOutOfRange((*reader)->ReadRecord(&r)));
+    }
+  }
 }
 
 TEST(RecordTest, FlushMakesRecordsVisibleWhileWriting) {
