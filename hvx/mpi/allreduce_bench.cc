@@ -184,6 +184,25 @@ int main(int argc, char** argv) {
     t.join();
   });
 
+  for (int64_t c : {int64_t{1} << 20, int64_t{4} << 20}) {
+    Measure(absl::StrCat("    MPI_Allreduce per tensor in ", c >> 20, " MiB pieces, second thread"), std::min(reps, 5), [&] {
+      std::thread t([&] {
+        for (auto& g : grads) {
+          (void)hvx::ChunkedAllreduce(MPI_COMM_WORLD, g.data(), static_cast<int64_t>(g.size()),
+                                      hvx::DataType::kFloat32, hvx::ReduceOp::kSum, c);
+        }
+      });
+      t.join();
+    });
+    Measure(absl::StrCat("    MPI_Allreduce 64 MiB in ", c >> 20, " MiB pieces, second thread"), std::min(reps, 5), [&] {
+      std::thread t([&] {
+        (void)hvx::ChunkedAllreduce(MPI_COMM_WORLD, big.data(), static_cast<int64_t>(big.size()),
+                                    hvx::DataType::kFloat32, hvx::ReduceOp::kSum, c);
+      });
+      t.join();
+    });
+  }
+
   // The default environment: knobs only if the user set HVX_* variables.
   auto options = hvx::InitOptions::FromEnv(hvx::Environment::Process());
   if (!options.ok() || !hvx::Init(*options).ok()) {

@@ -259,13 +259,19 @@ absl::Status RingAllreduce(MPI_Comm comm, const std::vector<Span>& spans, DataTy
                                                  static_cast<int>(rn * esize), MPI_BYTE, left, 11, comm,
                                                  MPI_STATUS_IGNORE),
                                     "ring allreduce MPI_Sendrecv"));
-      vb.ForEachPart(begin(recv_seg) + off, rn,
-                     [&](char* p, int64_t k, int64_t at) { ReduceInto(dtype, op, p, tmp + at * esize, k); });
+      // The last step completes this rank's segment: scale it block by block while the block is
+      // still in cache, instead of in another pass over memory.
+      const double scale = s == size - 2 ? postscale : 1.0;
+      vb.ForEachPart(begin(recv_seg) + off, rn, [&](char* p, int64_t k, int64_t at) {
+        constexpr int64_t kBlock = 8192;
+        for (int64_t b = 0; b < k; b += kBlock) {
+          const int64_t m = std::min(kBlock, k - b);
+          ReduceInto(dtype, op, p + b * esize, tmp + (at + b) * esize, m);
+          ScaleInPlace(dtype, p + b * esize, m, scale);
+        }
+      });
     }
   }
-  const int mine = mod(rank + 1);
-  vb.ForEachPart(begin(mine), begin(mine + 1) - begin(mine),
-                 [&](char* p, int64_t k, int64_t) { ScaleInPlace(dtype, p, k, postscale); });
   // Allgather: pass the finished segments around, straight into place.
   for (int s = 0; s < size - 1; ++s) {
     const int send_seg = mod(rank + 1 - s), recv_seg = mod(rank - s);
