@@ -1,7 +1,5 @@
 #include "hvx/core/topology.h"
 
-#include <dirent.h>
-
 #include <algorithm>
 #include <fstream>
 #include <map>
@@ -12,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "hvx/common/cluster.h"
 
 namespace hvx {
 namespace {
@@ -37,18 +36,6 @@ std::string Quote(const std::string& arg) {
     }
   }
   return out + "'";
-}
-
-// SM_HOSTS is a JSON list of strings: ["algo-1","algo-2"].
-std::vector<std::string> ParseHostList(const std::string& json) {
-  std::vector<std::string> hosts;
-  for (absl::string_view part : absl::StrSplit(json, ',')) {
-    std::string h(absl::StripAsciiWhitespace(part));
-    h.erase(std::remove_if(h.begin(), h.end(), [](char c) { return c == '[' || c == ']' || c == '"' || c == ' '; }),
-            h.end());
-    if (!h.empty()) hosts.push_back(h);
-  }
-  return hosts;
 }
 
 }  // namespace
@@ -104,66 +91,6 @@ absl::Status CheckLauncherEnvironment(const Topology& t, const Environment& env)
   return absl::OkStatus();
 }
 
-int CountVisibleGpus(const Environment& env, const std::string& nvidia_gpus_dir) {
-  auto cvd = env.Get("CUDA_VISIBLE_DEVICES");
-  if (cvd.has_value()) {
-    std::string v(absl::StripAsciiWhitespace(*cvd));
-    if (v.empty() || v == "-1" || v == "NoDevFiles") return 0;
-    return static_cast<int>(std::vector<std::string>(absl::StrSplit(v, ',', absl::SkipEmpty())).size());
-  }
-  DIR* dir = opendir(nvidia_gpus_dir.c_str());
-  if (dir == nullptr) return 0;
-  int n = 0;
-  while (dirent* e = readdir(dir)) {
-    if (e->d_name[0] != '.') ++n;
-  }
-  closedir(dir);
-  return n;
-}
-
-std::vector<std::string> ExpandSlurmNodeList(const std::string& list) {
-  std::vector<std::string> out;
-  // Split on commas outside brackets.
-  std::vector<std::string> items;
-  std::string cur;
-  int depth = 0;
-  for (char c : list) {
-    if (c == '[') ++depth;
-    if (c == ']') --depth;
-    if (c == ',' && depth == 0) {
-      items.push_back(cur);
-      cur.clear();
-    } else {
-      cur.push_back(c);
-    }
-  }
-  if (!cur.empty()) items.push_back(cur);
-  for (const std::string& item : items) {
-    const size_t open = item.find('[');
-    const size_t close = item.find(']');
-    if (open == std::string::npos || close == std::string::npos || close < open) {
-      out.push_back(item);
-      continue;
-    }
-    const std::string prefix = item.substr(0, open), suffix = item.substr(close + 1);
-    for (absl::string_view range : absl::StrSplit(item.substr(open + 1, close - open - 1), ',')) {
-      std::vector<std::string> ends = absl::StrSplit(range, '-');
-      int lo, hi;
-      if (!absl::SimpleAtoi(ends[0], &lo) || !absl::SimpleAtoi(ends.back(), &hi)) {
-        out.push_back(absl::StrCat(prefix, range, suffix));
-        continue;
-      }
-      const size_t width = ends[0].size();
-      for (int i = lo; i <= hi; ++i) {
-        std::string num = absl::StrCat(i);
-        if (num.size() < width) num.insert(0, width - num.size(), '0');
-        out.push_back(absl::StrCat(prefix, num, suffix));
-      }
-    }
-  }
-  return out;
-}
-
 std::string CurrentCommandLine() {
   std::ifstream in("/proc/self/cmdline", std::ios::binary);
   std::stringstream ss;
@@ -193,20 +120,21 @@ absl::Status CheckSingleton(const Environment& env, int visible_gpus, const std:
     auto nodes = env.GetNonEmpty("SLURM_JOB_NODELIST");
     if (!nodes.has_value()) nodes = env.GetNonEmpty("SLURM_NODELIST");
     if (nodes.has_value()) {
-      hosts = ExpandSlurmNodeList(*nodes);
+      // A malformed list only loses the hosts from the suggested command; the rest still helps.
+      hosts = ExpandSlurmNodeList(*nodes).value_or(std::vector<std::string>{});
       seen.push_back(absl::StrCat("SLURM_JOB_NODELIST=", *nodes));
     }
   }
   auto sm_hosts = env.GetNonEmpty("SM_HOSTS");
   const int sm_gpus = IntOr(env, "SM_NUM_GPUS", 0);
   if (sm_hosts.has_value()) {
-    std::vector<std::string> h = ParseHostList(*sm_hosts);
+    std::vector<std::string> h = ParseSageMakerHosts(*sm_hosts).value_or(std::vector<std::string>{});
     if (h.size() > 1 || sm_gpus > 1) {
       seen.push_back(absl::StrCat("SM_HOSTS=", *sm_hosts));
       if (sm_gpus > 0) seen.push_back(absl::StrCat("SM_NUM_GPUS=", sm_gpus));
       hosts = h;
       slots = std::max(1, sm_gpus);
-      np = static_cast<int>(hosts.size()) * slots;
+      np = std::max<int>(1, hosts.size()) * slots;
     }
   } else if (sm_gpus > 1) {
     seen.push_back(absl::StrCat("SM_NUM_GPUS=", sm_gpus));

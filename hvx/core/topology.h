@@ -33,18 +33,11 @@ Topology ComputeTopology(int rank, const std::vector<std::string>& hosts);
 // set) with `t`. FailedPrecondition naming the variable and both values on the first difference.
 absl::Status CheckLauncherEnvironment(const Topology& t, const Environment& env);
 
-// GPUs this process may use: CUDA_VISIBLE_DEVICES when set (entries; "" / "-1" / "NoDevFiles" = 0),
-// else the entries of `nvidia_gpus_dir` (0 when it does not exist).
-int CountVisibleGpus(const Environment& env, const std::string& nvidia_gpus_dir);
-
 // For a size-1 job: FailedPrecondition when the environment shows more processes were intended
 // (PMI_SIZE / OMPI_COMM_WORLD_SIZE / SLURM_NTASKS > 1, several SM_HOSTS or SM_NUM_GPUS > 1, more
-// than one visible GPU). The message says what was seen, what was expected, and the hvxrun command
+// than one visible GPU: hvx::CountVisibleGpus in hvx/common/cluster.h). The message says what was seen, what was expected, and the hvxrun command
 // (`hvxrun -np N -H host1:S,host2:S -- <command_line>`) that starts the job. OK otherwise.
 absl::Status CheckSingleton(const Environment& env, int visible_gpus, const std::string& command_line);
-
-// SLURM's compressed node list ("node[01-03,7],gpu5") expanded in order.
-std::vector<std::string> ExpandSlurmNodeList(const std::string& list);
 
 // This process's command line from /proc/self/cmdline, shell-quoted where needed.
 std::string CurrentCommandLine();

@@ -1,7 +1,5 @@
 #include "hvx/launch/cluster_env.h"
 
-#include <dirent.h>
-
 #include <cerrno>
 #include <fstream>
 #include <sstream>
@@ -12,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "hvx/common/cluster.h"
 #include "hvx/common/status.h"
 
 namespace hvx {
@@ -19,27 +18,6 @@ namespace launch {
 namespace {
 
 constexpr char kSageMakerResourceConfig[] = "/opt/ml/input/config/resourceconfig.json";
-
-// The strings of a flat JSON list, e.g. ["algo-1", "algo-2"]. SageMaker's host lists hold
-// nothing else, so a full JSON parser is not needed.
-absl::StatusOr<std::vector<std::string>> ParseJsonStringList(absl::string_view text,
-                                                             absl::string_view what) {
-  text = absl::StripAsciiWhitespace(text);
-  if (!absl::ConsumePrefix(&text, "[") || !absl::ConsumeSuffix(&text, "]")) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, "='", text, "': expected a JSON list of host names"));
-  }
-  std::vector<std::string> out;
-  for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
-    item = absl::StripAsciiWhitespace(item);
-    if (!absl::ConsumePrefix(&item, "\"") || !absl::ConsumeSuffix(&item, "\"")) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(what, ": expected a JSON list of host names, got item ", item));
-    }
-    out.emplace_back(item);
-  }
-  return out;
-}
 
 // The value text after `"key":` in a JSON object (a string's contents, or a list with brackets).
 std::optional<std::string> JsonField(absl::string_view json, absl::string_view key) {
@@ -93,7 +71,7 @@ absl::StatusOr<std::optional<ClusterHosts>> DetectSlurm(const Environment& env) 
     nodelist_var = "SLURM_NODELIST";
   }
   if (!nodelist) return std::nullopt;
-  HVX_ASSIGN_OR_RETURN(std::vector<std::string> nodes, ExpandSlurmHostlist(*nodelist));
+  HVX_ASSIGN_OR_RETURN(std::vector<std::string> nodes, ExpandSlurmNodeList(*nodelist));
 
   int gpus = 0;
   if (auto v = env.GetNonEmpty("SLURM_GPUS_ON_NODE")) {
@@ -129,7 +107,7 @@ absl::StatusOr<std::optional<ClusterHosts>> DetectSageMaker(const Environment& e
   std::string current;
   std::string source;
   if (auto sm_hosts = env.GetNonEmpty("SM_HOSTS")) {
-    HVX_ASSIGN_OR_RETURN(hosts, ParseJsonStringList(*sm_hosts, "SM_HOSTS"));
+    HVX_ASSIGN_OR_RETURN(hosts, ParseSageMakerHosts(*sm_hosts, "SM_HOSTS"));
     current = env.GetNonEmpty("SM_CURRENT_HOST").value_or("");
     source = "SageMaker environment (SM_HOSTS)";
   } else {
@@ -143,7 +121,7 @@ absl::StatusOr<std::optional<ClusterHosts>> DetectSageMaker(const Environment& e
     }
     std::optional<std::string> list = JsonField(*json, "hosts");
     if (!list) return absl::InvalidArgumentError(absl::StrCat(source, " has no \"hosts\" list"));
-    HVX_ASSIGN_OR_RETURN(hosts, ParseJsonStringList(*list, source));
+    HVX_ASSIGN_OR_RETURN(hosts, ParseSageMakerHosts(*list, source));
     current = JsonField(*json, "current_host").value_or("");
   }
   if (hosts.empty()) return absl::InvalidArgumentError(absl::StrCat(source, " lists no hosts"));
@@ -153,12 +131,7 @@ absl::StatusOr<std::optional<ClusterHosts>> DetectSageMaker(const Environment& e
   }
   ClusterHosts c;
   c.source = source;
-  for (const std::string& h : hosts) {
-    if (!IsValidHostName(h)) {
-      return absl::InvalidArgumentError(absl::StrCat(source, ": malformed host name '", h, "'"));
-    }
-    c.hosts.push_back({h, std::max(gpus, 1)});
-  }
+  for (const std::string& h : hosts) c.hosts.push_back({h, std::max(gpus, 1)});
   c.current_host = current;
   c.is_leader = current.empty() || current == hosts[0];
   return c;
@@ -235,96 +208,6 @@ std::optional<std::string> DetectEnclosingLauncher(const Environment& env) {
 }
 
 bool IsUnderLauncher(const Environment& env) { return DetectEnclosingLauncher(env).has_value(); }
-
-absl::StatusOr<std::vector<std::string>> ExpandSlurmHostlist(absl::string_view text) {
-  std::vector<std::string> out;
-  auto bad = [&](absl::string_view why) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("malformed SLURM host list '", text, "': ", why));
-  };
-  size_t i = 0;
-  while (i < text.size()) {
-    // One item: a prefix, optionally followed by [ranges] and a suffix; items split on top-level ','.
-    size_t end = i;
-    int depth = 0;
-    while (end < text.size() && (depth > 0 || text[end] != ',')) {
-      if (text[end] == '[') ++depth;
-      if (text[end] == ']') --depth;
-      ++end;
-    }
-    absl::string_view item = text.substr(i, end - i);
-    i = end + 1;
-    if (item.empty()) continue;
-    size_t open = item.find('[');
-    if (open == absl::string_view::npos) {
-      if (!IsValidHostName(item)) return bad(absl::StrCat("bad host '", item, "'"));
-      out.emplace_back(item);
-      continue;
-    }
-    size_t close = item.find(']', open);
-    if (close == absl::string_view::npos) return bad("unbalanced '['");
-    absl::string_view prefix = item.substr(0, open);
-    absl::string_view suffix = item.substr(close + 1);
-    for (absl::string_view range : absl::StrSplit(item.substr(open + 1, close - open - 1), ',')) {
-      std::vector<absl::string_view> ends = absl::StrSplit(range, '-');
-      int lo = 0, hi = 0;
-      if (ends.size() > 2 || !absl::SimpleAtoi(ends[0], &lo) ||
-          !absl::SimpleAtoi(ends.back(), &hi) || hi < lo || lo < 0) {
-        return bad(absl::StrCat("bad range '", range, "'"));
-      }
-      const size_t width = ends[0].size();  // zero padding: gn[01-10]
-      for (int n = lo; n <= hi; ++n) {
-        std::string num = absl::StrCat(n);
-        if (num.size() < width) num.insert(0, width - num.size(), '0');
-        out.push_back(absl::StrCat(prefix, num, suffix));
-      }
-    }
-  }
-  if (out.empty()) return bad("no hosts");
-  return out;
-}
-
-absl::StatusOr<std::vector<int>> ExpandSlurmTasksPerNode(absl::string_view text) {
-  std::vector<int> out;
-  for (absl::string_view item : absl::StrSplit(text, ',')) {
-    int count = 0, repeat = 1;
-    size_t paren = item.find("(x");
-    absl::string_view num = item.substr(0, paren);
-    bool ok = absl::SimpleAtoi(num, &count) && count > 0;
-    if (ok && paren != absl::string_view::npos) {
-      absl::string_view rep = item.substr(paren + 2);
-      ok = absl::ConsumeSuffix(&rep, ")") && absl::SimpleAtoi(rep, &repeat) && repeat > 0;
-    }
-    if (!ok) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("malformed SLURM_TASKS_PER_NODE '", text, "' at '", item, "'"));
-    }
-    out.insert(out.end(), repeat, count);
-  }
-  return out;
-}
-
-int CountLocalGpus(const Environment& env, const std::string& gpu_dir) {
-  if (std::optional<std::string> cvd = env.Get("CUDA_VISIBLE_DEVICES")) {
-    absl::string_view v = absl::StripAsciiWhitespace(*cvd);
-    if (v.empty() || v == "NoDevFiles") return 0;
-    int n = 0;
-    for (absl::string_view d : absl::StrSplit(v, ',')) {
-      // CUDA stops enumerating at the first invalid entry, e.g. "-1".
-      if (absl::StartsWith(absl::StripAsciiWhitespace(d), "-")) break;
-      ++n;
-    }
-    return n;
-  }
-  DIR* dir = opendir(gpu_dir.c_str());
-  if (dir == nullptr) return 0;
-  int n = 0;
-  while (dirent* e = readdir(dir)) {
-    if (e->d_name[0] != '.') ++n;
-  }
-  closedir(dir);
-  return n;
-}
 
 absl::StatusOr<std::optional<ClusterHosts>> DetectClusterHosts(const Environment& env,
                                                                const FileReader& read_file,

@@ -4,6 +4,7 @@
 //   if (auto launcher = DetectEnclosingLauncher(env)) return absl::FailedPreconditionError(...);
 //   HVX_ASSIGN_OR_RETURN(std::optional<ClusterHosts> cluster, DetectClusterHosts(env, ReadFile, 1));
 //
+// SLURM and SageMaker list syntax and the GPU count come from hvx/common/cluster.h.
 // Everything reads an hvx::Environment and a file-reading callback, so tests fabricate both.
 #ifndef HVX_LAUNCH_CLUSTER_ENV_H_
 #define HVX_LAUNCH_CLUSTER_ENV_H_
@@ -36,16 +37,6 @@ std::optional<std::string> DetectEnclosingLauncher(const Environment& env);
 // True when DetectEnclosingLauncher finds a launcher: the process must not launch again.
 bool IsUnderLauncher(const Environment& env);
 
-// "gn[01-03,7],login" -> gn01 gn02 gn03 gn7 login (SLURM's compressed host list).
-absl::StatusOr<std::vector<std::string>> ExpandSlurmHostlist(absl::string_view text);
-// "2(x3),1" -> 2 2 2 1 (SLURM_TASKS_PER_NODE).
-absl::StatusOr<std::vector<int>> ExpandSlurmTasksPerNode(absl::string_view text);
-
-// GPUs this process may use: CUDA_VISIBLE_DEVICES when set (empty, "-1" or "NoDevFiles" = none),
-// else the entries of the driver's device directory (/proc/driver/nvidia/gpus).
-int CountLocalGpus(const Environment& env,
-                   const std::string& gpu_dir = "/proc/driver/nvidia/gpus");
-
 struct ClusterHosts {
   enum class Launcher { kSsh, kSlurm };
   std::string source;  // "SLURM allocation", "SageMaker (SM_HOSTS)", "PBS_NODEFILE", ...
@@ -58,7 +49,7 @@ struct ClusterHosts {
 };
 
 // The hosts of a cluster environment, or nullopt when there is none. `local_gpus` is the GPU
-// count of this host (CountLocalGpus), used where the environment gives none.
+// count of this host (hvx::CountVisibleGpus, hvx/common/cluster.h), used where the environment gives none.
 // SLURM: SLURM_JOB_NODELIST/SLURM_NODELIST with GPUs per node (SLURM_GPUS_ON_NODE,
 //   SLURM_GPUS_PER_NODE) when the allocation has GPUs, else SLURM_TASKS_PER_NODE.
 // SageMaker-style: SM_HOSTS + SM_CURRENT_HOST (+ SM_NUM_GPUS), or the resource config JSON

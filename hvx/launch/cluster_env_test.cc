@@ -1,8 +1,5 @@
 #include "hvx/launch/cluster_env.h"
 
-#include <sys/stat.h>
-
-#include <cerrno>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -50,21 +47,6 @@ TEST(LauncherDetectionTest, BatchShellAndPlainHostAreNotLaunchers) {
   EXPECT_FALSE(IsUnderLauncher(batch));
   EXPECT_FALSE(IsUnderLauncher(MapEnvironment{{"RANK", "0"}}));
   EXPECT_FALSE(IsUnderLauncher(MapEnvironment{}));
-}
-
-TEST(SlurmTest, ExpandsCompressedHostlists) {
-  auto hosts = ExpandSlurmHostlist("gn[01-03,7],login,r[9-10]x");
-  ASSERT_TRUE(hosts.ok()) << hosts.status();
-  EXPECT_THAT(*hosts, ElementsAre("gn01", "gn02", "gn03", "gn7", "login", "r9x", "r10x"));
-  EXPECT_THAT(ExpandSlurmHostlist("gn[3-1]").status().message(), HasSubstr("bad range '3-1'"));
-  EXPECT_THAT(ExpandSlurmHostlist("gn[1-2").status().message(), HasSubstr("unbalanced"));
-}
-
-TEST(SlurmTest, ExpandsTasksPerNode) {
-  auto tasks = ExpandSlurmTasksPerNode("2(x3),1");
-  ASSERT_TRUE(tasks.ok());
-  EXPECT_THAT(*tasks, ElementsAre(2, 2, 2, 1));
-  EXPECT_THAT(ExpandSlurmTasksPerNode("2(x)").status().message(), HasSubstr("'2(x)'"));
 }
 
 TEST(SlurmTest, AllocationWithTasksPerNode) {
@@ -149,20 +131,6 @@ TEST(ClusterTest, NothingDetected) {
   auto c = DetectClusterHosts(MapEnvironment{{"HOME", "/root"}}, Files({}), 2);
   ASSERT_TRUE(c.ok());
   EXPECT_FALSE(c->has_value());
-}
-
-TEST(GpuCountTest, VisibleDevicesThenDriverDirectory) {
-  EXPECT_EQ(CountLocalGpus(MapEnvironment{{"CUDA_VISIBLE_DEVICES", "0,1,3"}}, "/nonexistent"), 3);
-  EXPECT_EQ(CountLocalGpus(MapEnvironment{{"CUDA_VISIBLE_DEVICES", ""}}, "/nonexistent"), 0);
-  EXPECT_EQ(CountLocalGpus(MapEnvironment{{"CUDA_VISIBLE_DEVICES", "0,-1,2"}}, "/x"), 1);
-  EXPECT_EQ(CountLocalGpus(MapEnvironment{{"CUDA_VISIBLE_DEVICES", "NoDevFiles"}}, "/x"), 0);
-  const std::string dir = absl::StrCat(testing::TempDir(), "/gpus");
-  ASSERT_EQ(mkdir(dir.c_str(), 0755) == 0 || errno == EEXIST, true);
-  for (const char* bus : {"0000:01:00.0", "0000:02:00.0"}) {
-    ASSERT_EQ(mkdir(absl::StrCat(dir, "/", bus).c_str(), 0755) == 0 || errno == EEXIST, true);
-  }
-  EXPECT_EQ(CountLocalGpus(MapEnvironment{}, dir), 2);
-  EXPECT_EQ(CountLocalGpus(MapEnvironment{}, "/nonexistent"), 0);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "hvx/common/cluster.h"
 #include "hvx/common/status.h"
 
 namespace hvx {
@@ -49,14 +50,6 @@ absl::StatusOr<HostSpec> ParseEntry(absl::string_view entry, absl::string_view w
 }
 
 }  // namespace
-
-bool IsValidHostName(absl::string_view name) {
-  if (name.empty() || name.size() > 253) return false;
-  for (char c : name) {
-    if (!absl::ascii_isalnum(c) && c != '.' && c != '-' && c != '_') return false;
-  }
-  return true;
-}
 
 absl::StatusOr<std::vector<HostSpec>> ParseHostList(absl::string_view text,
                                                     absl::string_view source) {

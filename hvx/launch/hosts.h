@@ -36,8 +36,6 @@ struct Host {
   bool operator==(const Host& o) const { return name == o.name && slots == o.slots; }
 };
 
-// Whether `name` is a plausible host name or IPv4 address: letters, digits, '.', '-', '_'.
-bool IsValidHostName(absl::string_view name);
 
 // Parses "h1:2,h2:4,h3". Errors quote the bad entry: "malformed host entry 'h1:x' in -H: ...".
 // `source` names where the text came from ("-H", "SLURM_JOB_NODELIST", ...).

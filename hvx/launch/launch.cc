@@ -23,6 +23,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "hvx/common/cluster.h"
 #include "hvx/common/status.h"
 #include "hvx/launch/command.h"
 #include "hvx/launch/output.h"
@@ -421,7 +422,7 @@ int Supervisor::Report(int mpiexec_status) {
 HostProbe SystemHostProbe(const LaunchOptions& options, const Environment& env) {
   HostProbe probe;
   const std::string self = ThisHostName();
-  probe.local_gpus = CountLocalGpus(env);
+  probe.local_gpus = CountVisibleGpus(env);
   probe.is_local = [self](const std::string& host) {
     return host == "localhost" || host == "127.0.0.1" || host == self ||
            host == self.substr(0, self.find('.'));
@@ -445,7 +446,7 @@ HostProbe SystemHostProbe(const LaunchOptions& options, const Environment& env) 
         return absl::InvalidArgumentError(absl::StrCat("unexpected GPU probe output: ", out));
       }
     }
-    return remote.Get("CUDA_VISIBLE_DEVICES") ? CountLocalGpus(remote) : dir_count;
+    return remote.Get("CUDA_VISIBLE_DEVICES") ? CountVisibleGpus(remote) : dir_count;
   };
   return probe;
 }

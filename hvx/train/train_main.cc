@@ -12,6 +12,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "hvx/common/cluster.h"
 #include "hvx/common/env.h"
 #include "hvx/common/logging.h"
 #include "hvx/common/status.h"
@@ -56,7 +57,7 @@ std::string SelfPath(const std::string& argv0) {
 
 absl::StatusOr<int> ResolveNumProcesses(const TrainConfig& config) {
   const std::string& np = config.launch().num_processes();
-  if (np == "auto") return std::max(1, launch::CountLocalGpus(Environment::Process()));
+  if (np == "auto") return std::max(1, CountVisibleGpus(Environment::Process()));
   int n = 1;
   if (!absl::SimpleAtoi(np, &n) || n < 1) {
     return absl::InvalidArgumentError(absl::StrCat("launch.num_processes: bad value \"", np, "\""));

@@ -15,9 +15,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "hvx/common/cluster.h"
 #include "hvx/common/env.h"
 #include "hvx/core/api.h"
-#include "hvx/core/topology.h"
 
 namespace {
 

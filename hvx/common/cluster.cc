@@ -1,0 +1,138 @@
+#include "hvx/common/cluster.h"
+
+#include <dirent.h>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+
+namespace hvx {
+
+int CountVisibleGpus(const Environment& env, const std::string& gpu_dir) {
+  if (std::optional<std::string> cvd = env.Get("CUDA_VISIBLE_DEVICES")) {
+    absl::string_view v = absl::StripAsciiWhitespace(*cvd);
+    if (v.empty() || v == "NoDevFiles") return 0;
+    int n = 0;
+    for (absl::string_view d : absl::StrSplit(v, ',')) {
+      d = absl::StripAsciiWhitespace(d);
+      // CUDA stops enumerating at the first invalid entry, e.g. "-1" (the usual "no GPU" value).
+      if (d.empty() || absl::StartsWith(d, "-")) break;
+      ++n;
+    }
+    return n;
+  }
+  DIR* dir = opendir(gpu_dir.c_str());
+  if (dir == nullptr) return 0;
+  int n = 0;
+  while (dirent* e = readdir(dir)) {
+    if (e->d_name[0] != '.') ++n;
+  }
+  closedir(dir);
+  return n;
+}
+
+bool IsValidHostName(absl::string_view name) {
+  if (name.empty() || name.size() > 253) return false;
+  for (char c : name) {
+    if (!absl::ascii_isalnum(c) && c != '.' && c != '-' && c != '_') return false;
+  }
+  return true;
+}
+
+absl::StatusOr<std::vector<std::string>> ExpandSlurmNodeList(absl::string_view text) {
+  std::vector<std::string> out;
+  auto bad = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("malformed SLURM node list '", text, "': ", why));
+  };
+  size_t i = 0;
+  while (i < text.size()) {
+    // One item: a prefix, optionally [ranges] and a suffix; items split on top-level ','.
+    size_t end = i;
+    int depth = 0;
+    while (end < text.size() && (depth > 0 || text[end] != ',')) {
+      if (text[end] == '[') ++depth;
+      if (text[end] == ']') --depth;
+      ++end;
+    }
+    absl::string_view item = text.substr(i, end - i);
+    i = end + 1;
+    if (item.empty()) continue;
+    size_t open = item.find('[');
+    if (open == absl::string_view::npos) {
+      if (!IsValidHostName(item)) return bad(absl::StrCat("bad host '", item, "'"));
+      out.emplace_back(item);
+      continue;
+    }
+    size_t close = item.find(']', open);
+    if (close == absl::string_view::npos) return bad("unbalanced '['");
+    absl::string_view prefix = item.substr(0, open);
+    absl::string_view suffix = item.substr(close + 1);
+    for (absl::string_view range : absl::StrSplit(item.substr(open + 1, close - open - 1), ',')) {
+      std::vector<absl::string_view> ends = absl::StrSplit(range, '-');
+      int lo = 0, hi = 0;
+      if (ends.size() > 2 || !absl::SimpleAtoi(ends[0], &lo) ||
+          !absl::SimpleAtoi(ends.back(), &hi) || hi < lo || lo < 0) {
+        return bad(absl::StrCat("bad range '", range, "'"));
+      }
+      const size_t width = ends[0].size();  // zero padding: gn[01-10]
+      for (int n = lo; n <= hi; ++n) {
+        std::string num = absl::StrCat(n);
+        if (num.size() < width) num.insert(0, width - num.size(), '0');
+        std::string host = absl::StrCat(prefix, num, suffix);
+        if (!IsValidHostName(host)) return bad(absl::StrCat("bad host '", host, "'"));
+        out.push_back(std::move(host));
+      }
+    }
+  }
+  if (out.empty()) return bad("no hosts");
+  return out;
+}
+
+absl::StatusOr<std::vector<int>> ExpandSlurmTasksPerNode(absl::string_view text) {
+  std::vector<int> out;
+  for (absl::string_view item : absl::StrSplit(text, ',')) {
+    int count = 0, repeat = 1;
+    size_t paren = item.find("(x");
+    absl::string_view num = item.substr(0, paren);
+    bool ok = absl::SimpleAtoi(num, &count) && count > 0;
+    if (ok && paren != absl::string_view::npos) {
+      absl::string_view rep = item.substr(paren + 2);
+      ok = absl::ConsumeSuffix(&rep, ")") && absl::SimpleAtoi(rep, &repeat) && repeat > 0;
+    }
+    if (!ok) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("malformed SLURM_TASKS_PER_NODE '", text, "' at '", item, "'"));
+    }
+    out.insert(out.end(), repeat, count);
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<std::string>> ParseSageMakerHosts(absl::string_view text,
+                                                             absl::string_view what) {
+  // SageMaker's host lists hold nothing but quoted names, so a JSON parser is not needed.
+  text = absl::StripAsciiWhitespace(text);
+  if (!absl::ConsumePrefix(&text, "[") || !absl::ConsumeSuffix(&text, "]")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, "='", text, "': expected a JSON list of host names"));
+  }
+  std::vector<std::string> out;
+  for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+    item = absl::StripAsciiWhitespace(item);
+    if (!absl::ConsumePrefix(&item, "\"") || !absl::ConsumeSuffix(&item, "\"")) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": expected a JSON list of host names, got item ", item));
+    }
+    if (!IsValidHostName(item)) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": malformed host name '", item, "'"));
+    }
+    out.emplace_back(item);
+  }
+  return out;
+}
+
+}  // namespace hvx

@@ -1,0 +1,47 @@
+// Facts about the cluster a process runs in, read from the environment the way the tools that set
+// it mean them: GPUs visible to this process (CUDA's rules), SLURM's compressed node and task lists,
+// and SageMaker's host list. One implementation for the launcher (hvx/launch), which plans a job
+// from them, and the engine (hvx/core), which checks a started job against them.
+//
+//   int gpus = CountVisibleGpus(Environment::Process());
+//   HVX_ASSIGN_OR_RETURN(std::vector<std::string> nodes, ExpandSlurmNodeList("gn[01-03],login"));
+#ifndef HVX_COMMON_CLUSTER_H_
+#define HVX_COMMON_CLUSTER_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "hvx/common/env.h"
+
+namespace hvx {
+
+// Where the NVIDIA driver lists this host's GPUs, one entry per device.
+inline constexpr char kNvidiaGpusDir[] = "/proc/driver/nvidia/gpus";
+
+// GPUs this process may use. With CUDA_VISIBLE_DEVICES set, its entries up to the first invalid
+// one, as CUDA enumerates them: "" / "NoDevFiles" / "-1" = 0, "0,-1,2" = 1 (CUDA stops at "-1").
+// Otherwise the entries of `gpu_dir` (0 when it does not exist).
+int CountVisibleGpus(const Environment& env, const std::string& gpu_dir = kNvidiaGpusDir);
+
+// Whether `name` is a plausible host name or IPv4 address: letters, digits, '.', '-', '_'.
+bool IsValidHostName(absl::string_view name);
+
+// SLURM's compressed node list (SLURM_JOB_NODELIST) expanded in order, zero padding kept:
+// "gn[01-03,7],login" -> gn01 gn02 gn03 gn7 login. InvalidArgument naming the list and the bad
+// part for an unbalanced bracket, a descending or non-numeric range, a malformed host, or no hosts.
+absl::StatusOr<std::vector<std::string>> ExpandSlurmNodeList(absl::string_view text);
+
+// SLURM_TASKS_PER_NODE expanded: "2(x3),1" -> 2 2 2 1. InvalidArgument on a malformed item.
+absl::StatusOr<std::vector<int>> ExpandSlurmTasksPerNode(absl::string_view text);
+
+// A flat JSON list of host names, as SageMaker's SM_HOSTS and resource config hold:
+// ["algo-1", "algo-2"] -> algo-1 algo-2. `what` names the source in errors (InvalidArgument for
+// anything but a list of quoted valid host names).
+absl::StatusOr<std::vector<std::string>> ParseSageMakerHosts(absl::string_view text,
+                                                             absl::string_view what = "SM_HOSTS");
+
+}  // namespace hvx
+
+#endif  // HVX_COMMON_CLUSTER_H_

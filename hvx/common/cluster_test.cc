@@ -1,0 +1,88 @@
+#include "hvx/common/cluster.h"
+
+#include <sys/stat.h>
+
+#include <cerrno>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace hvx {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+TEST(VisibleGpusTest, CudaVisibleDevicesCountsLikeCuda) {
+  EXPECT_EQ(CountVisibleGpus(MapEnvironment{{"CUDA_VISIBLE_DEVICES", "0,1,3"}}, "/nonexistent"), 3);
+  EXPECT_EQ(CountVisibleGpus(MapEnvironment{{"CUDA_VISIBLE_DEVICES", " 2 "}}, "/nonexistent"), 1);
+  EXPECT_EQ(CountVisibleGpus(MapEnvironment{{"CUDA_VISIBLE_DEVICES", ""}}, "/nonexistent"), 0);
+  EXPECT_EQ(CountVisibleGpus(MapEnvironment{{"CUDA_VISIBLE_DEVICES", "-1"}}, "/nonexistent"), 0);
+  EXPECT_EQ(CountVisibleGpus(MapEnvironment{{"CUDA_VISIBLE_DEVICES", "NoDevFiles"}}, "/x"), 0);
+  // CUDA enumerates up to the first invalid entry only.
+  EXPECT_EQ(CountVisibleGpus(MapEnvironment{{"CUDA_VISIBLE_DEVICES", "0,-1,2"}}, "/x"), 1);
+  EXPECT_EQ(CountVisibleGpus(MapEnvironment{{"CUDA_VISIBLE_DEVICES", "0,,2"}}, "/x"), 1);
+}
+
+TEST(VisibleGpusTest, DriverDirectoryWhenUnset) {
+  const std::string dir = absl::StrCat(testing::TempDir(), "/gpus");
+  ASSERT_TRUE(mkdir(dir.c_str(), 0755) == 0 || errno == EEXIST);
+  for (const char* bus : {"0000:01:00.0", "0000:02:00.0"}) {
+    ASSERT_TRUE(mkdir(absl::StrCat(dir, "/", bus).c_str(), 0755) == 0 || errno == EEXIST);
+  }
+  EXPECT_EQ(CountVisibleGpus(MapEnvironment{}, dir), 2);
+  EXPECT_EQ(CountVisibleGpus(MapEnvironment{}, "/nonexistent"), 0);
+  // The variable wins over the directory, even when it hides every GPU.
+  EXPECT_EQ(CountVisibleGpus(MapEnvironment{{"CUDA_VISIBLE_DEVICES", "-1"}}, dir), 0);
+}
+
+TEST(SlurmTest, ExpandsCompressedNodeLists) {
+  auto hosts = ExpandSlurmNodeList("gn[01-03,7],login,r[9-10]x");
+  ASSERT_TRUE(hosts.ok()) << hosts.status();
+  EXPECT_THAT(*hosts, ElementsAre("gn01", "gn02", "gn03", "gn7", "login", "r9x", "r10x"));
+  hosts = ExpandSlurmNodeList("node[01-03,7],gpu5");
+  ASSERT_TRUE(hosts.ok()) << hosts.status();
+  EXPECT_THAT(*hosts, ElementsAre("node01", "node02", "node03", "node7", "gpu5"));
+}
+
+TEST(SlurmTest, MalformedNodeListsNameTheBadPart) {
+  EXPECT_THAT(ExpandSlurmNodeList("gn[3-1]").status().message(), HasSubstr("bad range '3-1'"));
+  EXPECT_THAT(ExpandSlurmNodeList("gn[1-2").status().message(), HasSubstr("unbalanced"));
+  EXPECT_THAT(ExpandSlurmNodeList("gn[a-b]").status().message(), HasSubstr("bad range 'a-b'"));
+  EXPECT_THAT(ExpandSlurmNodeList("bad host").status().message(), HasSubstr("bad host 'bad host'"));
+  EXPECT_THAT(ExpandSlurmNodeList(",").status().message(), HasSubstr("no hosts"));
+}
+
+TEST(SlurmTest, ExpandsTasksPerNode) {
+  auto tasks = ExpandSlurmTasksPerNode("2(x3),1");
+  ASSERT_TRUE(tasks.ok()) << tasks.status();
+  EXPECT_THAT(*tasks, ElementsAre(2, 2, 2, 1));
+  EXPECT_THAT(ExpandSlurmTasksPerNode("2(x)").status().message(), HasSubstr("'2(x)'"));
+  EXPECT_THAT(ExpandSlurmTasksPerNode("0").status().message(), HasSubstr("at '0'"));
+}
+
+TEST(SageMakerTest, ParsesHostList) {
+  auto hosts = ParseSageMakerHosts("[\"algo-1\", \"algo-2\"]");
+  ASSERT_TRUE(hosts.ok()) << hosts.status();
+  EXPECT_THAT(*hosts, ElementsAre("algo-1", "algo-2"));
+  hosts = ParseSageMakerHosts("[]");
+  ASSERT_TRUE(hosts.ok()) << hosts.status();
+  EXPECT_TRUE(hosts->empty());
+  EXPECT_THAT(ParseSageMakerHosts("algo-1").status().message(),
+              HasSubstr("SM_HOSTS='algo-1': expected a JSON list"));
+  EXPECT_THAT(ParseSageMakerHosts("[algo-1]", "resource config").status().message(),
+              HasSubstr("resource config: expected a JSON list of host names, got item algo-1"));
+  EXPECT_THAT(ParseSageMakerHosts("[\"a b\"]").status().message(),
+              HasSubstr("malformed host name 'a b'"));
+}
+
+TEST(HostNameTest, AcceptsNamesAndAddresses) {
+  EXPECT_TRUE(IsValidHostName("gn01.cluster"));
+  EXPECT_TRUE(IsValidHostName("10.0.0.1"));
+  EXPECT_FALSE(IsValidHostName(""));
+  EXPECT_FALSE(IsValidHostName("a:b"));
+}
+
+}  // namespace
+}  // namespace hvx
