@@ -9,6 +9,7 @@
 // Rates are wall-clock; "cpu" figures divide by process CPU time, which is what counts on a
 // machine shared with other work.
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -43,8 +44,9 @@ ABSL_FLAG(int, mib, 256, "size of each record-reading test file");
 ABSL_FLAG(int, jpeg_records, 600, "records in the JPEG dataset");
 ABSL_FLAG(int, buffer_kib, 256, "read buffer of plain read() and of the record reader");
 ABSL_FLAG(std::string, read_payloads, "110000,8192,850", "payload sizes of the reading section");
+ABSL_FLAG(std::string, random_payloads, "110000,850", "payload sizes of the random-access section");
 ABSL_FLAG(int, reps, 9, "interleaved repetitions of the reading comparisons (medians are printed)");
-ABSL_FLAG(std::string, sections, "crc,read,fashion,jpeg", "which parts to run");
+ABSL_FLAG(std::string, sections, "crc,read,random,fashion,jpeg", "which parts to run");
 ABSL_FLAG(std::string, fashion_mnist, "/usr/share/datasets/fashion-mnist", "IDX directory");
 
 namespace hvx {
@@ -153,7 +155,7 @@ std::string RecordFileFor(const std::string& dir, size_t payload_size, int mib) 
 }
 
 // Sequential reading. The baseline is the cheapest way to get the same bytes with the same
-// buffer-size policy: read() of `buffer_kib` into a page-aligned buffer, front to back. Raw,
+// buffer-size policy: read() of `buffer_kib` at a time into one reused buffer, front to back. Raw,
 // verified and unverified runs alternate, and each verified run is compared with the raw run
 // just before it, so that load from other processes hits both sides of a ratio alike; the
 // medians of those ratios are reported.
@@ -162,9 +164,12 @@ void ReadBench(const std::string& dir, int mib) {
   const int reps = absl::GetFlag(FLAGS_reps);
   for (size_t payload_size : ParseSizes(absl::GetFlag(FLAGS_read_payloads))) {
     const std::string path = RecordFileFor(dir, payload_size, mib);
-    void* mem = nullptr;
-    Check(::posix_memalign(&mem, 4096, buffer_size) == 0 ? absl::OkStatus()
-                                                           : absl::ResourceExhaustedError("buffer"));
+    // The same kind of memory RecordReader reads into: 2 MiB-aligned, transparent huge pages.
+    const size_t huge = size_t{2} << 20;
+    const size_t bytes = (buffer_size + huge - 1) / huge * huge;
+    void* mem = std::aligned_alloc(huge, bytes);
+    Check(mem != nullptr ? absl::OkStatus() : absl::ResourceExhaustedError("buffer"));
+    ::madvise(mem, bytes, MADV_HUGEPAGE);
     std::unique_ptr<char, decltype(&std::free)> buf(static_cast<char*>(mem), &std::free);
     uint64_t raw_bytes = 0;
     auto raw = [&] {
@@ -211,6 +216,58 @@ void ReadBench(const std::string& dir, int mib) {
         Median(verify_cpu_gbs), Median(plain_gbs), Median(ratio), Median(ratio_cpu),
         *std::min_element(ratio.begin(), ratio.end()), *std::max_element(ratio.begin(), ratio.end()));
     (void)records;
+  }
+}
+
+// Random access as the pipeline does it: every record of a file once, in shuffled order, with
+// both CRCs checked, through pread() (default) or a memory mapping (opt-in). "first pass" opens
+// the file anew, so the mapping's page faults are counted; "again" reuses the open dataset
+// (later epochs).
+void RandomBench(const std::string& dir, int mib) {
+  const int reps = absl::GetFlag(FLAGS_reps);
+  for (size_t payload_size : ParseSizes(absl::GetFlag(FLAGS_random_payloads))) {
+    const std::string path = RecordFileFor(dir, payload_size, mib);
+    std::vector<std::vector<double>> first(3), again(3), first_cpu(3);
+    int64_t n = 0;
+    for (int rep = 0; rep < reps; ++rep) {
+      for (int access = 0; access < 3; ++access) {
+        DatasetOptions o;
+        o.use_mmap = access == 1;
+        o.load_into_memory = access == 2;
+        std::unique_ptr<Dataset> dataset;
+        std::vector<int64_t> order;
+        std::vector<char> buffer;
+        auto pass = [&] {
+          absl::string_view view;
+          for (int64_t id : order) Check(dataset->ViewInto(id, true, buffer.data(), &view));
+        };
+        const Timing t = Once([&] {
+          auto opened = Dataset::OpenFiles({path}, o);
+          Check(opened.status());
+          dataset = std::move(*opened);
+          n = dataset->num_samples();
+          order.resize(static_cast<size_t>(n));
+          for (int64_t i = 0; i < n; ++i) order[static_cast<size_t>(i)] = i;
+          SampleRng rng(static_cast<uint64_t>(rep));
+          for (int64_t i = n - 1; i > 0; --i) {
+            std::swap(order[static_cast<size_t>(i)], order[rng.Below(static_cast<uint64_t>(i + 1))]);
+          }
+          buffer.resize(payload_size + kRecordOverhead);
+          pass();
+        });
+        first[access].push_back(n / t.wall);
+        first_cpu[access].push_back(n / t.cpu);
+        again[access].push_back(n / Once(pass).wall);
+      }
+    }
+    for (int access = 0; access < 3; ++access) {
+      std::printf(
+          "random access %6zu B, %lld records (medians of %d), %-6s: open + first pass %.3f M "
+          "rec/s (cpu %.3f), again %.3f M rec/s\n",
+          payload_size, static_cast<long long>(n), reps,
+          access == 0 ? "pread" : access == 1 ? "mmap" : "memory", Median(first[access]) / 1e6,
+          Median(first_cpu[access]) / 1e6, Median(again[access]) / 1e6);
+    }
   }
 }
 
@@ -269,6 +326,17 @@ void FashionBench(const std::string& dir, const std::string& fm) {
   auto opened = Dataset::Open({out + "/train-*-of-00004"}, {});
   Check(opened.status());
   std::shared_ptr<const Dataset> dataset = std::move(*opened);
+  DatasetOptions mmap_options;
+  mmap_options.use_mmap = true;
+  auto opened_mapped = Dataset::Open({out + "/train-*-of-00004"}, mmap_options);
+  Check(opened_mapped.status());
+  DatasetOptions memory_options;
+  memory_options.load_into_memory = true;
+  auto opened_memory = Dataset::Open({out + "/train-*-of-00004"}, memory_options);
+  Check(opened_memory.status());
+  const std::shared_ptr<const Dataset> datasets[3] = {dataset, std::move(*opened_mapped),
+                                                      std::move(*opened_memory)};
+  const char* const names[3] = {"pread", "mmap", "memory"};
   for (DataType dtype : {DataType::kUint8, DataType::kFloat32}) {
     RawImageDecoderOptions o;
     o.dtype = dtype;
@@ -278,12 +346,24 @@ void FashionBench(const std::string& dir, const std::string& fm) {
     double ceiling_cpu;
     const double ceiling = DecodeCeiling(*dataset, *decoder, 60000, &ceiling_cpu);
     for (int threads : {1, 2}) {
-      PipelineRun r = RunPipeline(dataset, decoder, threads, 256);
-      std::printf(
-          "fashion-mnist %-7s decode-only %.0f img/s (cpu %.0f) | pipeline, %d decode thread(s): %.0f "
-          "img/s (%.0f per cpu-s), %.2f of ceiling, consumer waited %.0f%%\n",
-          std::string(DataTypeName(dtype)).c_str(), ceiling, ceiling_cpu, threads, r.images_per_s,
-          r.images_per_cpu_s, r.images_per_s / ceiling, 100 * r.wait_fraction);
+      // pread (the default), mmap and memory alternate; medians of three each.
+      std::vector<double> rate[3], cpu_rate[3], wait[3];
+      for (int rep = 0; rep < 3; ++rep) {
+        for (int m = 0; m < 3; ++m) {
+          PipelineRun r = RunPipeline(datasets[m], decoder, threads, 256);
+          rate[m].push_back(r.images_per_s);
+          cpu_rate[m].push_back(r.images_per_cpu_s);
+          wait[m].push_back(r.wait_fraction);
+        }
+      }
+      for (int m = 0; m < 3; ++m) {
+        std::printf(
+            "fashion-mnist %-7s decode-only %.0f img/s (cpu %.0f) | pipeline (%s), %d decode "
+            "thread(s): %.0f img/s (%.0f per cpu-s), %.2f of ceiling, consumer waited %.0f%%\n",
+            std::string(DataTypeName(dtype)).c_str(), ceiling, ceiling_cpu, names[m],
+            threads, Median(rate[m]), Median(cpu_rate[m]), Median(rate[m]) / ceiling,
+            100 * Median(wait[m]));
+      }
     }
   }
 }
@@ -360,6 +440,7 @@ int main(int argc, char** argv) {
   auto want = [&](const char* s) { return sections.find(s) != std::string::npos; };
   if (want("crc")) hvx::data::CrcBench();
   if (want("read")) hvx::data::ReadBench(dir, absl::GetFlag(FLAGS_mib));
+  if (want("random")) hvx::data::RandomBench(dir, absl::GetFlag(FLAGS_mib));
   if (want("fashion")) hvx::data::FashionBench(dir, absl::GetFlag(FLAGS_fashion_mnist));
   if (want("jpeg")) hvx::data::JpegBench(dir, absl::GetFlag(FLAGS_jpeg_records));
   return 0;

@@ -81,7 +81,10 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::OpenFiles(const std::vector<st
       }
       return index.status();
     }
-    HVX_ASSIGN_OR_RETURN(auto file, RecordFile::Open(path, options.use_mmap));
+    const RecordFileAccess access = options.load_into_memory ? RecordFileAccess::kMemory
+                                    : options.use_mmap       ? RecordFileAccess::kMmap
+                                                             : RecordFileAccess::kPread;
+    HVX_ASSIGN_OR_RETURN(auto file, RecordFile::Open(path, access));
     const uint32_t file_index = static_cast<uint32_t>(d->files_.size());
     d->paths_.push_back(path);
     d->files_.push_back(std::move(file));

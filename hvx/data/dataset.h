@@ -36,6 +36,10 @@ struct DatasetOptions {
   // pread() per record. Opt-in: a mapped file truncated during the run kills the process with
   // SIGBUS, where pread() gives a DataLoss error naming file and offset (see RecordFile).
   bool use_mmap = false;
+  // Read every file into memory at open (the dataset's size in RAM): no system call per record,
+  // and safe against later truncation. For datasets that fit, e.g. Fashion-MNIST (52 MB).
+  // Takes precedence over use_mmap.
+  bool load_into_memory = false;
 };
 
 class Dataset {

@@ -123,10 +123,17 @@ TEST_F(PipelineTest, SameIdsAndBytesWhateverTheThreads) {
   ASSERT_TRUE(mapped_dataset.ok());
   EXPECT_FALSE(dataset_->mapped());
   EXPECT_TRUE((*mapped_dataset)->mapped());
+  DatasetOptions memory;
+  memory.load_into_memory = true;
+  auto loaded_dataset = Dataset::Open({dir_ + "/toy-*-of-*"}, memory);
+  ASSERT_TRUE(loaded_dataset.ok());
+  EXPECT_TRUE((*loaded_dataset)->mapped());
   std::vector<Seen> ra = RunEpoch(dataset_, a),
-                    rb = RunEpoch(std::shared_ptr<const Dataset>(std::move(*mapped_dataset)), b);
+                    rb = RunEpoch(std::shared_ptr<const Dataset>(std::move(*mapped_dataset)), b),
+                    rc = RunEpoch(std::shared_ptr<const Dataset>(std::move(*loaded_dataset)), a);
   ASSERT_EQ(ra.size(), 5u);  // ceil(100 / 3) = 34 samples: 4 batches of 8 and one of 2
   EXPECT_EQ(ra, rb);
+  EXPECT_EQ(ra, rc);
   EXPECT_EQ(ra.back().ids.size(), 2u);
   // Decoded bytes are the samples' pixels and labels.
   for (const Seen& s : ra) {

@@ -59,11 +59,11 @@ size_t RoundUpToPage(size_t n) { return (n + kPage - 1) / kPage * kPage; }
 constexpr size_t kHugePage = size_t{2} << 20;
 
 // Page-aligned memory for RecordReader (freed with std::free); nullptr when out of memory.
-// *capacity is `n` rounded up. From 1 MiB on the block is backed by transparent huge pages:
-// fresh 4 KiB pages cost a fault each, which for a 256 KiB window is as much time as reading a
-// few MiB.
+// *capacity is `n` rounded up. From 256 KiB on the block is backed by transparent huge pages:
+// fresh 4 KiB pages cost a fault each (about 1 ms for the 64 of a 256 KiB window on a VM), a huge
+// page one fault.
 char* AllocatePages(size_t n, size_t* capacity) {
-  if (n >= kHugePage / 2) {
+  if (n >= kHugePage / 8) {
     *capacity = (n + kHugePage - 1) / kHugePage * kHugePage;
     void* p = std::aligned_alloc(kHugePage, *capacity);
     if (p != nullptr) ::madvise(p, *capacity, MADV_HUGEPAGE);
@@ -520,7 +520,7 @@ absl::Status RecordReader::Seek(uint64_t offset) {
 // -------------------------------------------------------------------------------------- RecordFile
 
 absl::StatusOr<std::unique_ptr<RecordFile>> RecordFile::Open(const std::string& path,
-                                                              bool use_mmap) {
+                                                              RecordFileAccess access) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("opening record file ", path));
   struct stat st;
@@ -529,17 +529,43 @@ absl::StatusOr<std::unique_ptr<RecordFile>> RecordFile::Open(const std::string& 
     ::close(fd);
     return ErrnoToStatus(e, absl::StrCat("stat ", path));
   }
-  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  uint64_t size = static_cast<uint64_t>(st.st_size);
   const char* map = nullptr;
-  if (use_mmap && size > 0) {
+  if (access == RecordFileAccess::kMmap && size > 0) {
     void* m = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
     if (m != MAP_FAILED) map = static_cast<const char*>(m);
+  } else if (access == RecordFileAccess::kMemory && size > 0) {
+    size_t capacity;
+    char* bytes = AllocatePages(static_cast<size_t>(size), &capacity);
+    if (bytes == nullptr) {
+      ::close(fd);
+      return absl::ResourceExhaustedError(
+          absl::StrCat(path, ": cannot hold the ", size, "-byte file in memory"));
+    }
+    uint64_t got = 0;
+    while (got < size) {
+      ssize_t r = ::read(fd, bytes + got, static_cast<size_t>(std::min<uint64_t>(size - got, 1 << 30)));
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) {
+        int e = errno;
+        std::free(bytes);
+        ::close(fd);
+        return ErrnoToStatus(e, absl::StrCat("reading ", path));
+      }
+      if (r == 0) break;  // shrank since fstat: what is there is what the index is checked against
+      got += static_cast<uint64_t>(r);
+    }
+    size = got;
+    map = bytes;
   }
-  return std::unique_ptr<RecordFile>(new RecordFile(path, fd, size, map));
+  if (map == nullptr && access == RecordFileAccess::kMemory) access = RecordFileAccess::kPread;
+  if (map == nullptr && access == RecordFileAccess::kMmap) access = RecordFileAccess::kPread;
+  return std::unique_ptr<RecordFile>(new RecordFile(path, fd, size, map, access));
 }
 
 RecordFile::~RecordFile() {
-  if (map_ != nullptr) ::munmap(const_cast<char*>(map_), size_);
+  if (access_ == RecordFileAccess::kMmap) ::munmap(const_cast<char*>(map_), size_);
+  if (access_ == RecordFileAccess::kMemory) std::free(const_cast<char*>(map_));
   ::close(fd_);
 }
 

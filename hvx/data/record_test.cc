@@ -354,6 +354,10 @@ TEST(RecordTest, FileTruncatedWhileOpen) {
   ASSERT_TRUE(index.ok());
   auto file = RecordFile::Open(path);
   ASSERT_TRUE(file.ok());
+  EXPECT_EQ((*file)->access(), RecordFileAccess::kPread);
+  auto loaded = RecordFile::Open(path, RecordFileAccess::kMemory);
+  ASSERT_TRUE(loaded.ok());
+  EXPECT_TRUE((*loaded)->mapped());
   std::string got;
   ASSERT_TRUE((*file)->ReadAt((*index)[40], true, &got).ok());
   ASSERT_EQ(::truncate(path.c_str(), static_cast<off_t>((*index)[32].offset + 100)), 0);
@@ -365,6 +369,12 @@ TEST(RecordTest, FileTruncatedWhileOpen) {
     EXPECT_NE(s.message().find(absl::StrCat(path, ":", (*index)[k].offset, ": truncated record")),
               std::string::npos)
         << s;
+  }
+  // A file loaded into memory before the cut keeps every record.
+  for (size_t k = 0; k < index->size(); ++k) {
+    absl::string_view view;
+    ASSERT_TRUE((*loaded)->ViewInto((*index)[k], true, nullptr, &view).ok()) << k;
+    EXPECT_EQ(view, payloads[k]);
   }
   // The sequential reader reports the cut record the same way.
   std::vector<std::string> all;
