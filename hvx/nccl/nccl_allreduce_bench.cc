@@ -2,10 +2,11 @@
 // in the nccl-tests convention: algbw = bytes / time, busbw = algbw * 2(n-1)/n (n = ranks), so
 // busbw is comparable with the hardware's link bandwidth whatever the rank count. Run one rank per
 // GPU:  mpiexec -n <gpus> nccl_allreduce_bench [--max_bytes=268435456] [--iters=20]
+// Ranks meet over the real MPI transport (//hvx/mpi), as under hvx::Init.
 #include <cuda_runtime.h>
-#include <mpi.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -13,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "hvx/nccl/mpi_test_comm.h"
 #include "hvx/nccl/nccl_data_plane.h"
 #include "hvx/nccl/plan.h"
+#include "hvx/nccl/test_world.h"
 
 namespace hvx {
 namespace nccl {
@@ -29,22 +30,30 @@ int64_t Flag(int argc, char** argv, const char* name, int64_t fallback) {
   return fallback;
 }
 
+// Mean seconds per call over `iters` calls after 3 warm-up calls; the slowest rank's mean.
 template <typename F>
-double MeanSeconds(int iters, F&& once) {
+double MeanSeconds(Communicator& comm, int iters, F&& once) {
   for (int i = 0; i < 3; ++i) once();
-  MPI_Barrier(MPI_COMM_WORLD);
+  comm.Barrier().IgnoreError();
   auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < iters; ++i) once();
   double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / iters;
-  MPI_Allreduce(MPI_IN_PLACE, &s, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  std::vector<std::string> all;
+  comm.Allgather(std::to_string(s), &all).IgnoreError();
+  for (const std::string& v : all) s = std::max(s, std::stod(v));
   return s;
 }
 
 int Run(int argc, char** argv) {
   const int64_t max_bytes = Flag(argc, argv, "max_bytes", int64_t{256} << 20);
   const int iters = static_cast<int>(Flag(argc, argv, "iters", 20));
-  MpiTestComm world(MPI_COMM_WORLD);
-  DataPlaneContext ctx = ContextFor(&world, 0);
+  auto started = TestWorld::Start();
+  if (!started.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(started.status().message()).c_str());
+    return 1;
+  }
+  Communicator& world = (*started)->comm();
+  DataPlaneContext ctx = (*started)->Context(0);
   int gpus = 0;
   if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus == 0) {
     if (world.rank() == 0) std::printf("SKIPPED: no CUDA device on this host\n");
@@ -64,7 +73,9 @@ int Run(int argc, char** argv) {
   // The baseline: a raw NCCL communicator over the same ranks.
   ncclUniqueId id;
   if (world.rank() == 0) ncclGetUniqueId(&id);
-  MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
+  std::string id_bytes(reinterpret_cast<const char*>(&id), sizeof(id));
+  if (!world.Broadcast(&id_bytes).ok() || id_bytes.size() != sizeof(id)) return 1;
+  std::memcpy(&id, id_bytes.data(), sizeof(id));
   ncclComm_t raw;
   if (ncclCommInitRank(&raw, world.size(), id, world.rank()) != ncclSuccess) return 1;
   cudaStream_t stream;
@@ -88,8 +99,8 @@ int Run(int argc, char** argv) {
     w.outputs = w.inputs;
     const int reps = bytes >= (int64_t{64} << 20) ? std::max(3, iters / 4) : iters;
     bool ok = true;
-    const double hvx_s = MeanSeconds(reps, [&] { ok &= (*plane)->Allreduce(w).ok(); });
-    const double raw_s = MeanSeconds(reps, [&] {
+    const double hvx_s = MeanSeconds(world, reps, [&] { ok &= (*plane)->Allreduce(w).ok(); });
+    const double raw_s = MeanSeconds(world, reps, [&] {
       ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, raw, stream);
       cudaStreamSynchronize(stream);
     });
@@ -116,9 +127,4 @@ int Run(int argc, char** argv) {
 }  // namespace nccl
 }  // namespace hvx
 
-int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  int rc = hvx::nccl::Run(argc, argv);
-  MPI_Finalize();
-  return rc;
-}
+int main(int argc, char** argv) { return hvx::nccl::Run(argc, argv); }

@@ -1,9 +1,9 @@
-// The NCCL data plane on real GPUs, every rank under mpiexec with one GPU each. Skipped, with the
-// reason, where this host shows fewer GPUs than the test has ranks (or none).
+// The NCCL data plane on real GPUs, every rank under mpiexec with one GPU each, over the real MPI
+// transport (//hvx/mpi) as the engine would drive it. Skipped, with the reason, where this host
+// shows fewer GPUs than the test has ranks (or none).
 #include "hvx/nccl/nccl_data_plane.h"
 
 #include <cuda_runtime.h>
-#include <mpi.h>
 
 #include <memory>
 #include <numeric>
@@ -12,7 +12,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "hvx/common/half.h"
-#include "hvx/nccl/mpi_test_comm.h"
+#include "hvx/nccl/test_world.h"
 
 namespace hvx {
 namespace nccl {
@@ -42,32 +42,53 @@ class DeviceVector {
   size_t n_;
 };
 
+// The MPI world, started once for all tests of the binary (MPI cannot be initialized twice).
+TestWorld* world = nullptr;
+
+class WorldEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    auto started = TestWorld::Start();
+    ASSERT_TRUE(started.ok()) << started.status();
+    world_ = std::move(*started);
+    world = world_.get();
+  }
+  void TearDown() override {
+    world = nullptr;
+    world_.reset();
+  }
+
+ private:
+  std::unique_ptr<TestWorld> world_;
+};
+::testing::Environment* const kWorldEnvironment [[maybe_unused]] =
+    ::testing::AddGlobalTestEnvironment(new WorldEnvironment);
+
 class NcclDataPlaneTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    world_ = std::make_unique<MpiTestComm>(MPI_COMM_WORLD);
-    ctx_ = ContextFor(world_.get(), 0);
+    ASSERT_NE(world, nullptr);
+    ctx_ = world->Context(0);
     int gpus = 0;
     cudaError_t err = cudaGetDeviceCount(&gpus);
     if (err != cudaSuccess) gpus = 0;
     // Every rank takes the same decision, so no rank waits in a collective alone.
-    int fewest = gpus - ctx_.local_size;
-    MPI_Allreduce(MPI_IN_PLACE, &fewest, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    if (fewest < 0) {
+    std::vector<uint64_t> enough = {gpus >= ctx_.local_size ? 1u : 0u};
+    ASSERT_TRUE(world->comm().BitwiseAnd(&enough).ok());
+    if (enough[0] == 0) {
       GTEST_SKIP() << "needs one GPU per rank: " << ctx_.local_size << " ranks on this host, "
                    << (err != cudaSuccess ? std::string(cudaGetErrorString(err)) : std::to_string(gpus) + " GPU(s)");
     }
-    device_ = ctx_.local_size <= gpus ? ctx_.local_rank : 0;
+    device_ = ctx_.local_rank;
     ctx_.device = Device::Cuda(device_);
     ASSERT_EQ(cudaSetDevice(device_), cudaSuccess);
     auto plane = CreateNcclDataPlane(ctx_, NcclOptions{});
     ASSERT_TRUE(plane.ok()) << plane.status();
     plane_ = std::move(*plane);
-    rank_ = world_->rank();
-    size_ = world_->size();
+    rank_ = world->comm().rank();
+    size_ = world->comm().size();
   }
 
-  std::unique_ptr<MpiTestComm> world_;
   DataPlaneContext ctx_;
   std::unique_ptr<DataPlane> plane_;
   int device_ = 0;
@@ -230,15 +251,3 @@ TEST_F(NcclDataPlaneTest, ErrorsNameTheTensor) {
 }  // namespace
 }  // namespace nccl
 }  // namespace hvx
-
-// MPI is initialized around all tests of the binary (mpi_gtest_main runs them on every rank).
-class MpiEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override {
-    int provided = 0;
-    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
-  }
-  void TearDown() override { MPI_Finalize(); }
-};
-static ::testing::Environment* const kMpiEnvironment [[maybe_unused]] =
-    ::testing::AddGlobalTestEnvironment(new MpiEnvironment);
