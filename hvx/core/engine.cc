@@ -640,11 +640,8 @@ bool Engine::RunCycle(SetState& set) {
     slow_list = std::move(*list);
   }
 
-  const absl::Time t_neg = absl::Now();
-  int nresp = 0, nt = 0;
-  for (const Response& r : FuseResponses(std::move(cached), options_.fusion_threshold_bytes)) { ++nresp; nt += r.names.size(); Execute(set, r);}
-  for (const Response& r : slow_list.responses) { ++nresp; nt += r.names.size(); Execute(set, r);}
-  if (getenv("HVX_DBG") && nresp) fprintf(stderr, "DBG r%d %.3f cycle: wait->neg %.3f ms exec %.3f ms resp %d tensors %d slow %d pending_after %zu\n", set.rank(), (absl::ToUnixMicros(absl::Now()) % 10000000) / 1000.0, absl::ToDoubleMilliseconds(t_neg - now), absl::ToDoubleMilliseconds(absl::Now() - t_neg), nresp, nt, (int)slow, set.pending.size());
+  for (const Response& r : FuseResponses(std::move(cached), options_.fusion_threshold_bytes)) Execute(set, r);
+  for (const Response& r : slow_list.responses) Execute(set, r);
   if (slow_list.shutdown) return false;
   return true;
 }
