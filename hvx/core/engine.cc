@@ -161,6 +161,13 @@ absl::Status Engine::Setup() {
       local = single;
     }
   }
+  // Backend checks are collective: every rank runs all of them, whatever the checks above found.
+  for (const auto& [name, check] : RegisteredInitChecks()) {
+    InitCheckContext ctx{world_.get(), topology_.rank, topology_.size, topology_.local_rank,
+                         topology_.local_size, topology_.host, gpus, &env};
+    absl::Status s = check(ctx);
+    if (local.ok() && !s.ok()) local = Annotate(s, absl::StrCat("Init check ", name));
+  }
   if (local.ok() && topology_.rank == 0 && !options_.timeline_path.empty()) {
     auto t = Timeline::Open(options_.timeline_path);
     if (t.ok()) {

@@ -3,12 +3,15 @@
 // response cache's fast path, join, topology and Init's refusal of bad environments.
 #include "hvx/core/engine.h"
 
+#include <atomic>
 #include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
 #include "hvx/common/half.h"
+#include "hvx/common/status.h"
 #include "hvx/core/fake_transport.h"
 
 namespace hvx {
@@ -200,6 +203,50 @@ TEST(EngineTest, LauncherDisagreementFailsInitOnEveryRank) {
   for (auto& t : threads) t.join();
   EXPECT_TRUE(absl::StrContains(results[0].message(), "HVX_RANK=1 but the transport reports 0")) << results[0];
   EXPECT_TRUE(absl::StrContains(results[1].message(), "failed on rank 0")) << results[1];
+}
+
+TEST(EngineTest, RegisteredInitCheckFailingOnOneRankFailsInitOnEveryRank) {
+  // The check is collective (it gathers every rank's local rank first) and fails only on rank 1.
+  std::atomic<int> calls{0};
+  RegisterInitCheck("test_binding", [&calls](const InitCheckContext& ctx) -> absl::Status {
+    ++calls;
+    std::vector<std::string> all;
+    HVX_RETURN_IF_ERROR(ctx.comm->Allgather(absl::StrCat(ctx.local_rank, "/", ctx.local_size), &all));
+    if (all != std::vector<std::string>{"0/2", "1/2"}) return absl::InternalError(absl::StrJoin(all, ","));
+    if (ctx.rank == 1) return absl::FailedPreconditionError("rank 1 has no device of its own");
+    return absl::OkStatus();
+  });
+  auto hub = std::make_shared<FakeHub>(2);
+  std::vector<absl::Status> results(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      EngineOptions eo;
+      eo.hostname = "host";
+      eo.exit_on_finalize_timeout = false;
+      results[r] = Engine::Start(Options(), std::make_unique<FakeTransport>(hub, r), eo).status();
+    });
+  }
+  for (auto& t : threads) t.join();
+  RegisterInitCheck("test_binding", nullptr);
+  EXPECT_EQ(calls.load(), 2);
+  EXPECT_EQ(results[1].code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(results[1].message(), "Init check test_binding")) << results[1];
+  EXPECT_TRUE(absl::StrContains(results[1].message(), "rank 1 has no device of its own")) << results[1];
+  EXPECT_TRUE(absl::StrContains(results[0].message(), "hvx::Init failed on rank 1")) << results[0];
+  EXPECT_TRUE(absl::StrContains(results[0].message(), "rank 1 has no device of its own")) << results[0];
+  EXPECT_TRUE(RegisteredInitChecks().empty());
+}
+
+TEST(EngineTest, PassingInitCheckLetsInitSucceed) {
+  std::atomic<int> calls{0};
+  RegisterInitCheck("test_ok", [&calls](const InitCheckContext& ctx) {
+    ++calls;
+    return ctx.size == 2 && ctx.visible_gpus == 0 ? absl::OkStatus() : absl::InternalError("unexpected context");
+  });
+  RunRanks(2, [](Engine& e, int rank) { EXPECT_EQ(e.topology().rank, rank); });
+  RegisterInitCheck("test_ok", nullptr);
+  EXPECT_EQ(calls.load(), 2);
 }
 
 TEST(EngineTest, OpsAfterShutdownFail) {

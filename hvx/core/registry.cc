@@ -1,4 +1,4 @@
-// The process-wide tables of registered transports and device data planes.
+// The process-wide tables of registered transports, device data planes and Init-time checks.
 #include <map>
 
 #include <mutex>
@@ -13,6 +13,7 @@ struct Registry {
   std::mutex mu;
   std::map<std::string, TransportFactory> transports ABSL_GUARDED_BY(mu);
   std::map<DeviceType, DataPlaneFactory> planes ABSL_GUARDED_BY(mu);
+  std::map<std::string, InitCheck> init_checks ABSL_GUARDED_BY(mu);
 };
 
 Registry& GetRegistry() {
@@ -56,6 +57,23 @@ DataPlaneFactory FindDataPlane(DeviceType type) {
   std::lock_guard<std::mutex> lock(r.mu);
   auto it = r.planes.find(type);
   return it == r.planes.end() ? DataPlaneFactory() : it->second;
+}
+
+bool RegisterInitCheck(const std::string& name, InitCheck check) {
+  Registry& r = GetRegistry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  if (check) {
+    r.init_checks[name] = std::move(check);
+  } else {
+    r.init_checks.erase(name);
+  }
+  return true;
+}
+
+std::vector<std::pair<std::string, InitCheck>> RegisteredInitChecks() {
+  Registry& r = GetRegistry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  return {r.init_checks.begin(), r.init_checks.end()};
 }
 
 }  // namespace hvx

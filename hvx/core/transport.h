@@ -3,6 +3,7 @@
 //
 //   HVX_REGISTER_TRANSPORT(mpi, [] { return std::make_unique<MpiTransport>(); });
 //   HVX_REGISTER_DATA_PLANE(cuda, DeviceType::kCuda, &NcclDataPlane::Create);
+//   HVX_REGISTER_INIT_CHECK(cuda_device_binding, &CheckDeviceBinding);  // runs in hvx::Init
 //
 // A Transport is created by the engine at Init and started on the engine's background thread.
 // Every call into a Transport, its Communicators and their DataPlanes comes from that one thread,
@@ -25,11 +26,13 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "hvx/common/env.h"
 #include "hvx/common/types.h"
 #include "hvx/core/api.h"
 
@@ -201,6 +204,31 @@ using DataPlaneFactory = std::function<absl::StatusOr<std::unique_ptr<DataPlane>
 bool RegisterDataPlane(DeviceType type, DataPlaneFactory factory);
 DataPlaneFactory FindDataPlane(DeviceType type);
 
+// What an Init-time check sees: the world, where this rank sits, and what Init read.
+struct InitCheckContext {
+  Communicator* comm = nullptr;  // the world; valid during the call only
+  int rank = 0;
+  int size = 1;
+  int local_rank = 0;
+  int local_size = 1;
+  std::string host;
+  int visible_gpus = 0;  // hvx::CountVisibleGpus of Init's environment and driver directory
+  const Environment* environment = nullptr;
+};
+
+// A check a backend needs before any op runs, e.g. that each rank has a GPU of its own. Init runs
+// every registered check (in name order) on every rank right after the topology is known, before
+// the ranks agree on Init's outcome: a failure on any rank fails Init on every rank with that
+// rank's message. A check may run collectives on comm, so it must make the same calls on every
+// rank whatever it finds (gather first, judge after), and return OK where it does not apply.
+using InitCheck = std::function<absl::Status(const InitCheckContext&)>;
+
+// Registers `check` under `name`; a second registration replaces it and an empty function removes
+// it. Returns true (for static registration).
+bool RegisterInitCheck(const std::string& name, InitCheck check);
+// The registered checks, by name.
+std::vector<std::pair<std::string, InitCheck>> RegisteredInitChecks();
+
 }  // namespace hvx
 
 #define HVX_TRANSPORT_CONCAT_INNER_(a, b) a##b
@@ -210,6 +238,9 @@ DataPlaneFactory FindDataPlane(DeviceType type);
 #define HVX_REGISTER_TRANSPORT(name, factory)                                                  \
   static const bool HVX_TRANSPORT_CONCAT_(hvx_transport_registered_, __LINE__) [[maybe_unused]] = \
       ::hvx::RegisterTransport(#name, factory)
+#define HVX_REGISTER_INIT_CHECK(name, check)                                                     \
+  static const bool HVX_TRANSPORT_CONCAT_(hvx_init_check_registered_, __LINE__) [[maybe_unused]] = \
+      ::hvx::RegisterInitCheck(#name, check)
 #define HVX_REGISTER_DATA_PLANE(name, device_type, factory)                                     \
   static const bool HVX_TRANSPORT_CONCAT_(hvx_data_plane_registered_, __LINE__) [[maybe_unused]] = \
       ::hvx::RegisterDataPlane(device_type, factory)
