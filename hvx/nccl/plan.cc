@@ -64,6 +64,7 @@ absl::Status CheckMembers(const std::vector<MemberInfo>& members, const std::vec
   }
   std::map<std::pair<std::string, std::string>, size_t> first_user;
   for (size_t i = 0; i < members.size(); ++i) {
+    if (members[i].device < 0) continue;
     auto [it, inserted] = first_user.emplace(std::make_pair(members[i].host, members[i].gpu), i);
     if (!inserted) {
       const size_t j = it->second;

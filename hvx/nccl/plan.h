@@ -49,7 +49,8 @@ struct MemberInfo {
 std::string EncodeMemberInfo(const MemberInfo& info);
 absl::StatusOr<MemberInfo> DecodeMemberInfo(const std::string& text);
 
-// Fails when a member reported an error, or when two members on one host use the same GPU. Every
+// Fails when a member reported an error, or when two members on one host use the same GPU. A
+// member without a GPU and without an error (device < 0: a CPU-only host at Init) is skipped. Every
 // member evaluates the same gathered list, so every member fails alike. Ranks in the message are
 // global ranks (global_ranks[i] is member i).
 absl::Status CheckMembers(const std::vector<MemberInfo>& members, const std::vector<int>& global_ranks);

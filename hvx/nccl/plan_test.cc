@@ -68,6 +68,14 @@ TEST(CheckMembersTest, SharedGpuOnOneHostFails) {
   EXPECT_TRUE(CheckMembers(m, {4, 5, 6}).ok());  // same bus id on another host is another GPU
 }
 
+TEST(CheckMembersTest, MembersWithoutGpuAreSkipped) {
+  // At Init, ranks on hosts that show no GPU report neither a GPU nor an error.
+  std::vector<MemberInfo> m = {{"cpu", "", -1, ""}, {"cpu", "", -1, ""}, {"a", "0000:01:00.0", 0, ""}};
+  EXPECT_TRUE(CheckMembers(m, {0, 1, 2}).ok());
+  m.push_back({"a", "0000:01:00.0", 0, ""});
+  EXPECT_THAT(std::string(CheckMembers(m, {0, 1, 2, 3}).message()), HasSubstr("ranks 2 and 3 on host a"));
+}
+
 TEST(CheckMembersTest, MemberErrorIsReportedWithItsRank) {
   std::vector<MemberInfo> m = {{"a", "x", 0, ""}, {"b", "", -1, "host b runs 3 ranks"}};
   absl::Status s = CheckMembers(m, {0, 9});
