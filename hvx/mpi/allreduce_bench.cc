@@ -26,6 +26,8 @@
 #include "absl/time/time.h"
 #include "hvx/common/env.h"
 #include "hvx/core/api.h"
+#include "hvx/core/cpu_ops.h"
+#include "hvx/common/status.h"
 #include "hvx/mpi/mpi_collectives.h"
 
 namespace {
@@ -93,6 +95,51 @@ std::vector<int64_t> ResNet50Sizes() {
   return s;
 }
 
+// A strategy hvx does not use, measured by --compare: MPI_Allreduce on each span in place, in
+// pieces of at most `piece_bytes`, with up to `inflight` pieces outstanding (MPI_Iallreduce when
+// above 1); each piece is multiplied by `postscale` as soon as it completes, while still in cache.
+// It moves the same bytes as one MPI_Allreduce per tensor, and the pieces stay small enough that
+// MPICH's internal temporaries are reused heap memory rather than fresh pages.
+absl::Status PiecewiseAllreduce(MPI_Comm comm, const std::vector<hvx::Span>& spans, hvx::DataType dtype,
+                                hvx::ReduceOp op, double postscale, int64_t piece_bytes, int inflight) {
+  const hvx::MpiReduceType t = hvx::MpiOps::Get().For(dtype, op);
+  const int64_t esize = static_cast<int64_t>(hvx::DataTypeSize(dtype));
+  const int64_t per = std::max<int64_t>(1, std::min<int64_t>(piece_bytes, INT_MAX) / esize);
+  inflight = std::max(1, inflight);
+  // Outstanding pieces, completed in issue order so that memory is touched front to back.
+  struct Piece {
+    char* data;
+    int64_t count;
+  };
+  std::vector<MPI_Request> requests;
+  std::vector<Piece> pieces;
+  size_t first = 0;
+  auto finish_one = [&]() -> absl::Status {
+    HVX_RETURN_IF_ERROR(hvx::MpiStatus(MPI_Wait(&requests[first], MPI_STATUS_IGNORE), "MPI_Iallreduce (wait)"));
+    hvx::ScaleInPlace(dtype, pieces[first].data, pieces[first].count, postscale);
+    ++first;
+    return absl::OkStatus();
+  };
+  for (const hvx::Span& sp : spans) {
+    for (int64_t done = 0; done < sp.count; done += per) {
+      const int n = static_cast<int>(std::min(per, sp.count - done));
+      char* p = sp.data + done * esize;
+      if (inflight == 1) {
+        HVX_RETURN_IF_ERROR(hvx::MpiStatus(MPI_Allreduce(MPI_IN_PLACE, p, n, t.type, t.op, comm), "MPI_Allreduce"));
+        hvx::ScaleInPlace(dtype, p, n, postscale);
+        continue;
+      }
+      if (requests.size() - first >= static_cast<size_t>(inflight)) HVX_RETURN_IF_ERROR(finish_one());
+      requests.emplace_back();
+      pieces.push_back(Piece{p, n});
+      HVX_RETURN_IF_ERROR(
+          hvx::MpiStatus(MPI_Iallreduce(MPI_IN_PLACE, p, n, t.type, t.op, comm, &requests.back()), "MPI_Iallreduce"));
+    }
+  }
+  while (first < requests.size()) HVX_RETURN_IF_ERROR(finish_one());
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -105,9 +152,13 @@ int main(int argc, char** argv) {
   // run. Oversubscribed runs (-n 4 on 2 cores) need small values: each op then costs scheduler slices.
   int reps = 9;
   int tiny_reps = 2000;
+  bool quick = false;
+  bool compare = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--reps=", 7) == 0) reps = std::max(1, std::atoi(argv[i] + 7));
     if (std::strncmp(argv[i], "--tiny_reps=", 12) == 0) tiny_reps = std::max(1, std::atoi(argv[i] + 12));
+    if (std::strcmp(argv[i], "--quick") == 0) quick = true;
+    if (std::strcmp(argv[i], "--compare") == 0) compare = true;
   }
 
   // Buffers shared by both sides; touched once up front like a training job's gradients.
@@ -146,61 +197,114 @@ int main(int argc, char** argv) {
   const double raw_tiny = Measure("(c) raw MPI_Allreduce 4 B, per op", std::min(reps, 5), [&] {
     for (int i = 0; i < tiny_reps; ++i) MPI_Allreduce(MPI_IN_PLACE, &tiny, 1, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
   }, tiny_reps);
-  // Why hvx does not call MPI_Allreduce on large buffers: from a thread other than main (hvx's
-  // background thread), MPICH's per-call temporaries come back as fresh pages every call.
-  Measure("    raw per-tensor set, issued from a second thread", std::min(reps, 5), [&] {
-    std::thread t(per_tensor);
-    t.join();
-  });
-  hvx::HostBuffer scratch;
-  for (int64_t c : {int64_t{1} << 20, int64_t{4} << 20, int64_t{16} << 20}) {
-    Measure(absl::StrCat("    ring allreduce 64 MiB, second thread, pieces of ", c >> 20, " MiB"), std::min(reps, 5), [&] {
+  // Diagnostics (skipped with --quick): where the time of a large allreduce goes.
+  if (!quick) {
+    // Why hvx does not call MPI_Allreduce on large buffers: from a thread other than main (hvx's
+    // background thread), MPICH's per-call temporaries come back as fresh pages every call.
+    Measure("    raw per-tensor set, issued from a second thread", std::min(reps, 5), [&] {
+      std::thread t(per_tensor);
+      t.join();
+    });
+    hvx::HostBuffer scratch;
+    for (int64_t c : {int64_t{1} << 20, int64_t{4} << 20, int64_t{16} << 20}) {
+      Measure(absl::StrCat("    ring allreduce 64 MiB, second thread, pieces of ", c >> 20, " MiB"), std::min(reps, 5), [&] {
+        std::thread t([&] {
+          (void)hvx::RingAllreduce(MPI_COMM_WORLD, big.data(), static_cast<int64_t>(big.size()),
+                                   hvx::DataType::kFloat32, hvx::ReduceOp::kSum, 1.0, c, &scratch);
+        });
+        t.join();
+      });
+    }
+
+    // The ResNet-50 set through the ring, as one call over all tensors in place (what hvx runs for a
+    // fused response) and as one call per tensor.
+    std::vector<hvx::Span> spans;
+    for (auto& g : grads) spans.push_back(hvx::Span{reinterpret_cast<char*>(g.data()), static_cast<int64_t>(g.size())});
+    Measure("    ring over the ResNet-50 set in place, one call, second thread", std::min(reps, 5), [&] {
       std::thread t([&] {
-        (void)hvx::RingAllreduce(MPI_COMM_WORLD, big.data(), static_cast<int64_t>(big.size()),
-                                 hvx::DataType::kFloat32, hvx::ReduceOp::kSum, 1.0, c, &scratch);
+        (void)hvx::RingAllreduce(MPI_COMM_WORLD, spans, hvx::DataType::kFloat32, hvx::ReduceOp::kSum, 0.5,
+                                 hvx::kRingPieceBytes, &scratch);
       });
       t.join();
     });
-  }
-
-  // The ResNet-50 set through the ring, as one call over all tensors in place (what hvx runs for a
-  // fused response) and as one call per tensor.
-  std::vector<hvx::Span> spans;
-  for (auto& g : grads) spans.push_back(hvx::Span{reinterpret_cast<char*>(g.data()), static_cast<int64_t>(g.size())});
-  Measure("    ring over the ResNet-50 set in place, one call, second thread", std::min(reps, 5), [&] {
-    std::thread t([&] {
-      (void)hvx::RingAllreduce(MPI_COMM_WORLD, spans, hvx::DataType::kFloat32, hvx::ReduceOp::kSum, 0.5,
-                               hvx::kRingPieceBytes, &scratch);
-    });
-    t.join();
-  });
-  Measure("    ring per ResNet-50 tensor, second thread", std::min(reps, 5), [&] {
-    std::thread t([&] {
-      for (auto& g : grads) {
-        (void)hvx::Allreduce(MPI_COMM_WORLD, g.data(), static_cast<int64_t>(g.size()), hvx::DataType::kFloat32,
-                             hvx::ReduceOp::kSum, 0.5, &scratch);
-      }
-    });
-    t.join();
-  });
-
-  for (int64_t c : {int64_t{1} << 20, int64_t{4} << 20}) {
-    Measure(absl::StrCat("    MPI_Allreduce per tensor in ", c >> 20, " MiB pieces, second thread"), std::min(reps, 5), [&] {
+    Measure("    ring per ResNet-50 tensor, second thread", std::min(reps, 5), [&] {
       std::thread t([&] {
         for (auto& g : grads) {
-          (void)hvx::ChunkedAllreduce(MPI_COMM_WORLD, g.data(), static_cast<int64_t>(g.size()),
-                                      hvx::DataType::kFloat32, hvx::ReduceOp::kSum, c);
+          (void)hvx::Allreduce(MPI_COMM_WORLD, g.data(), static_cast<int64_t>(g.size()), hvx::DataType::kFloat32,
+                               hvx::ReduceOp::kSum, 0.5, &scratch);
         }
       });
       t.join();
     });
-    Measure(absl::StrCat("    MPI_Allreduce 64 MiB in ", c >> 20, " MiB pieces, second thread"), std::min(reps, 5), [&] {
-      std::thread t([&] {
-        (void)hvx::ChunkedAllreduce(MPI_COMM_WORLD, big.data(), static_cast<int64_t>(big.size()),
-                                    hvx::DataType::kFloat32, hvx::ReduceOp::kSum, c);
+
+    for (int64_t c : {int64_t{1} << 20, int64_t{4} << 20}) {
+      Measure(absl::StrCat("    MPI_Allreduce per tensor in ", c >> 20, " MiB pieces, second thread"), std::min(reps, 5), [&] {
+        std::thread t([&] {
+          for (auto& g : grads) {
+            (void)hvx::ChunkedAllreduce(MPI_COMM_WORLD, g.data(), static_cast<int64_t>(g.size()),
+                                        hvx::DataType::kFloat32, hvx::ReduceOp::kSum, c);
+          }
+        });
+        t.join();
       });
-      t.join();
-    });
+      Measure(absl::StrCat("    MPI_Allreduce 64 MiB in ", c >> 20, " MiB pieces, second thread"), std::min(reps, 5), [&] {
+        std::thread t([&] {
+          (void)hvx::ChunkedAllreduce(MPI_COMM_WORLD, big.data(), static_cast<int64_t>(big.size()),
+                                      hvx::DataType::kFloat32, hvx::ReduceOp::kSum, c);
+        });
+        t.join();
+      });
+    }
+  }
+
+  if (compare) {
+    // Execution strategies for one fused response holding the whole ResNet-50 set (average), each
+    // from a second thread as in hvx, interleaved so that load changes hit all of them alike.
+    std::vector<hvx::Span> set_spans;
+    for (auto& g : grads) set_spans.push_back(hvx::Span{reinterpret_cast<char*>(g.data()), static_cast<int64_t>(g.size())});
+    hvx::HostBuffer ring_scratch;
+    struct Variant {
+      std::string name;
+      std::function<void()> fn;
+      std::vector<double> ms;
+      long faults = 0;
+    };
+    std::vector<Variant> variants;
+    variants.push_back({"ring 16 MiB pieces", [&] {
+      (void)hvx::RingAllreduce(MPI_COMM_WORLD, set_spans, hvx::DataType::kFloat32, hvx::ReduceOp::kSum, 0.5,
+                               hvx::kRingPieceBytes, &ring_scratch);
+    }, {}});
+    variants.push_back({"raw per tensor (sum, no scale)", per_tensor, {}});
+    variants.push_back({"ring 4 MiB pieces", [&] {
+      (void)hvx::RingAllreduce(MPI_COMM_WORLD, set_spans, hvx::DataType::kFloat32, hvx::ReduceOp::kSum, 0.5,
+                               int64_t{4} << 20, &ring_scratch);
+    }, {}});
+    for (int64_t piece : {int64_t{1} << 20, int64_t{4} << 20}) {
+      for (int inflight : {1, 4}) {
+        variants.push_back({absl::StrCat("piecewise ", piece >> 20, " MiB x", inflight), [&, piece, inflight] {
+          (void)PiecewiseAllreduce(MPI_COMM_WORLD, set_spans, hvx::DataType::kFloat32, hvx::ReduceOp::kSum,
+                                        0.5, piece, inflight);
+        }, {}});
+      }
+    }
+    for (int round = 0; round < reps; ++round) {
+      for (Variant& v : variants) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        const absl::Time start = absl::Now();
+        const long f0 = MinorFaults();
+        std::thread t(v.fn);
+        t.join();
+        v.faults += MinorFaults() - f0;
+        double ms = absl::ToDoubleMilliseconds(absl::Now() - start);
+        MPI_Allreduce(MPI_IN_PLACE, &ms, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        v.ms.push_back(ms);
+      }
+    }
+    for (Variant& v : variants) {
+      std::sort(v.ms.begin(), v.ms.end());
+      g_lines.push_back(absl::StrFormat("    set strategy: %-40s %9.3f ms (min %.3f) %6ld faults", v.name,
+                                        v.ms[v.ms.size() / 2], v.ms[0], v.faults / reps));
+    }
   }
 
   // The default environment: knobs only if the user set HVX_* variables.

@@ -184,39 +184,36 @@ class VirtualBuffer {
     }
   }
 
-  // An MPI datatype (with MPI_BOTTOM as the buffer) covering [begin, begin + n); freed by the
-  // returned holder.
-  struct Typed {
-    void* buf = MPI_BOTTOM;
-    int count = 0;
-    MPI_Datatype type = MPI_BYTE;
-    bool owned = false;
-    ~Typed() {
-      if (owned) MPI_Type_free(&type);
+  // Sends elements [send_begin, send_begin + send_n) to `right` and receives recv_n elements from
+  // `left`, into `into` when it is not null, else in place at [recv_begin, recv_begin + recv_n).
+  // One message per contiguous part: MPICH over UCX moves a contiguous message with one
+  // cross-process copy, but a derived datatype through its packing path (a copy into shared
+  // memory and another out, in small fragments). Both neighbours cut the range at the same
+  // tensor boundaries, so the parts match one to one in order.
+  absl::Status Exchange(MPI_Comm comm, int right, int left, int tag, int64_t send_begin, int64_t send_n,
+                        int64_t recv_begin, int64_t recv_n, char* into, std::vector<MPI_Request>* requests) const {
+    requests->clear();
+    absl::Status status;
+    auto recv_part = [&](char* p, int64_t k) {
+      requests->push_back(MPI_REQUEST_NULL);
+      const int code = MPI_Irecv(p, static_cast<int>(k * esize_), MPI_BYTE, left, tag, comm, &requests->back());
+      if (code != MPI_SUCCESS && status.ok()) status = MpiStatus(code, "ring MPI_Irecv");
+    };
+    if (into != nullptr) {
+      // Same cuts as the sender's in-place parts of this range.
+      ForEachPart(recv_begin, recv_n, [&](char*, int64_t k, int64_t at) { recv_part(into + at * esize_, k); });
+    } else {
+      ForEachPart(recv_begin, recv_n, [&](char* p, int64_t k, int64_t) { recv_part(p, k); });
     }
-  };
-  absl::Status Describe(int64_t begin, int64_t n, Typed* t) const {
-    std::vector<int> lens;
-    std::vector<MPI_Aint> displs;
-    char* first = nullptr;
-    ForEachPart(begin, n, [&](char* p, int64_t k, int64_t) {
-      if (first == nullptr) first = p;
-      MPI_Aint a;
-      MPI_Get_address(p, &a);
-      displs.push_back(a);
-      lens.push_back(static_cast<int>(k * esize_));
+    ForEachPart(send_begin, send_n, [&](char* p, int64_t k, int64_t) {
+      requests->push_back(MPI_REQUEST_NULL);
+      const int code = MPI_Isend(p, static_cast<int>(k * esize_), MPI_BYTE, right, tag, comm, &requests->back());
+      if (code != MPI_SUCCESS && status.ok()) status = MpiStatus(code, "ring MPI_Isend");
     });
-    if (lens.size() <= 1) {
-      t->buf = first;
-      t->count = lens.empty() ? 0 : lens[0];
-      return absl::OkStatus();
-    }
-    HVX_RETURN_IF_ERROR(MpiStatus(
-        MPI_Type_create_hindexed(static_cast<int>(lens.size()), lens.data(), displs.data(), MPI_BYTE, &t->type),
-        "MPI_Type_create_hindexed"));
-    t->owned = true;
-    t->count = 1;
-    return MpiStatus(MPI_Type_commit(&t->type), "MPI_Type_commit");
+    const absl::Status wait =
+        MpiStatus(MPI_Waitall(static_cast<int>(requests->size()), requests->data(), MPI_STATUSES_IGNORE),
+                  "ring MPI_Waitall");
+    return status.ok() ? wait : status;
   }
 
  private:
@@ -245,6 +242,7 @@ absl::Status RingAllreduce(MPI_Comm comm, const std::vector<Span>& spans, DataTy
   auto begin = [&](int seg) { return count * seg / size; };
   const int right = (rank + 1) % size, left = (rank + size - 1) % size;
   auto mod = [size](int x) { return ((x % size) + size) % size; };
+  std::vector<MPI_Request> requests;
   // Reduce-scatter: after size-1 steps this rank holds the full result of segment rank+1.
   for (int s = 0; s < size - 1; ++s) {
     const int send_seg = mod(rank - s), recv_seg = mod(rank - s - 1);
@@ -253,12 +251,8 @@ absl::Status RingAllreduce(MPI_Comm comm, const std::vector<Span>& spans, DataTy
     for (int64_t off = 0; off < std::max(send_n, recv_n); off += piece) {
       const int64_t sn = std::max<int64_t>(0, std::min(piece, send_n - off));
       const int64_t rn = std::max<int64_t>(0, std::min(piece, recv_n - off));
-      VirtualBuffer::Typed out;
-      HVX_RETURN_IF_ERROR(vb.Describe(begin(send_seg) + off, sn, &out));
-      HVX_RETURN_IF_ERROR(MpiStatus(MPI_Sendrecv(out.buf, out.count, out.type, right, 11, tmp,
-                                                 static_cast<int>(rn * esize), MPI_BYTE, left, 11, comm,
-                                                 MPI_STATUS_IGNORE),
-                                    "ring allreduce MPI_Sendrecv"));
+      HVX_RETURN_IF_ERROR(
+          vb.Exchange(comm, right, left, 11, begin(send_seg) + off, sn, begin(recv_seg) + off, rn, tmp, &requests));
       // The last step completes this rank's segment: scale it block by block while the block is
       // still in cache, instead of in another pass over memory.
       const double scale = s == size - 2 ? postscale : 1.0;
@@ -280,12 +274,8 @@ absl::Status RingAllreduce(MPI_Comm comm, const std::vector<Span>& spans, DataTy
     for (int64_t off = 0; off < std::max(send_n, recv_n); off += piece) {
       const int64_t sn = std::max<int64_t>(0, std::min(piece, send_n - off));
       const int64_t rn = std::max<int64_t>(0, std::min(piece, recv_n - off));
-      VirtualBuffer::Typed out, in;
-      HVX_RETURN_IF_ERROR(vb.Describe(begin(send_seg) + off, sn, &out));
-      HVX_RETURN_IF_ERROR(vb.Describe(begin(recv_seg) + off, rn, &in));
-      HVX_RETURN_IF_ERROR(MpiStatus(MPI_Sendrecv(out.buf, out.count, out.type, right, 12, in.buf, in.count, in.type,
-                                                 left, 12, comm, MPI_STATUS_IGNORE),
-                                    "ring allgather MPI_Sendrecv"));
+      HVX_RETURN_IF_ERROR(vb.Exchange(comm, right, left, 12, begin(send_seg) + off, sn, begin(recv_seg) + off, rn,
+                                      nullptr, &requests));
     }
   }
   return absl::OkStatus();
