@@ -171,8 +171,8 @@ TEST(CollectivesTest, AsyncFusedSubmissionIsReallyAsync) {
 
 TEST(CollectivesTest, LargeFusedAllreduceOfOddSizesInAndOutOfPlace) {
   // Over 256 KiB in total: the ring runs over the tensors where they lie, with segment
-  // boundaries falling inside tensors.
-  const std::vector<int64_t> sizes = {100003, 70001, 3, 200000, 5};
+  // boundaries falling inside tensors; those under 64 KiB travel packed, in and out of place.
+  const std::vector<int64_t> sizes = {100003, 70001, 3, 200000, 5, 1000, 16383};
   std::vector<std::vector<float>> in(sizes.size()), out(sizes.size());
   std::vector<Handle> handles;
   AllreduceOptions o;

@@ -98,6 +98,9 @@ absl::Status Allreduce(MPI_Comm comm, void* data, int64_t count, DataType dtype,
 
 inline constexpr int64_t kRingMinBytes = int64_t{256} << 10;
 inline constexpr int64_t kRingPieceBytes = int64_t{16} << 20;
+// Tensors of a fused response smaller than this are packed into one span before the ring: each
+// contiguous part costs one message per ring step.
+inline constexpr int64_t kRingPackBytes = int64_t{64} << 10;
 
 // Bytes of one piece that ChunkedAllreduce uses by default (measured by //hvx/mpi:allreduce_bench).
 inline constexpr int64_t kDefaultChunkBytes = int64_t{1} << 20;

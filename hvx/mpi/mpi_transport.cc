@@ -31,7 +31,8 @@ class MpiCpuPlane : public DataPlane {
 
   // Small responses are packed into the fusion buffer for one latency-bound MPI_Allreduce. Larger
   // ones run the ring over the tensors where they lie (outputs, after copying inputs that are not
-  // in place), so no byte is copied through a fusion buffer and no per-call memory is allocated.
+  // in place), so no large tensor is copied through a fusion buffer and no per-call memory is
+  // allocated; only tensors under kRingPackBytes are packed, into the first span of the ring.
   absl::Status Allreduce(const AllreduceWork& w) override {
     if (w.op == ReduceOp::kAdasum) return FusedAdasum(w);
     const size_t esize = DataTypeSize(w.dtype);
@@ -41,18 +42,39 @@ class MpiCpuPlane : public DataPlane {
       if (t.data() == nullptr) joined += t.num_elements();
     }
     if (total * static_cast<int64_t>(esize) < kRingMinBytes) return PackedAllreduce(w, total);
+    // Tensors under kRingPackBytes (biases, norms) travel packed together as the first span: one
+    // message per ring step for all of them instead of one each.
+    int64_t packed = 0;
+    for (const TensorRef& t : w.inputs) {
+      if (static_cast<int64_t>(t.num_bytes()) < kRingPackBytes) packed += t.num_elements();
+    }
+    char* pack = nullptr;
+    if (packed > 0) {
+      HVX_ASSIGN_OR_RETURN(pack, fusion_.Get(packed * esize));
+    }
     char* zeros = nullptr;
     if (joined > 0) {
       HVX_ASSIGN_OR_RETURN(zeros, zeros_.Get(joined * esize));
       std::memset(zeros, 0, joined * esize);
     }
     std::vector<Span> spans;
+    if (packed > 0) spans.push_back(Span{pack, packed});
     {
       ScopedActivity a(w.activity, "MEMCPY_IN_OUTPUT");
+      char* p = pack;
       for (size_t i = 0; i < w.inputs.size(); ++i) {
         const TensorRef& in = w.inputs[i];
         const int64_t n = in.num_elements();
         char* out = static_cast<char*>(w.outputs[i].data());
+        if (static_cast<int64_t>(in.num_bytes()) < kRingPackBytes) {
+          if (in.data() == nullptr) {
+            std::memset(p, 0, n * esize);
+          } else {
+            std::memcpy(p, in.data(), n * esize);
+          }
+          p += n * esize;
+          continue;
+        }
         if (in.data() == nullptr) {  // joined: contribute zeros, keep nothing
           out = zeros;
           zeros += n * esize;
@@ -62,9 +84,22 @@ class MpiCpuPlane : public DataPlane {
         ScaleInPlace(w.dtype, out, n, w.prescale_factor);
         spans.push_back(Span{out, n});
       }
+      if (packed > 0) ScaleInPlace(w.dtype, pack, packed, w.prescale_factor);
     }
-    ScopedActivity a(w.activity, "MPI_RING_ALLREDUCE");
-    return RingAllreduce(comm_, spans, w.dtype, w.op, w.postscale_factor, kRingPieceBytes, &scratch_);
+    {
+      ScopedActivity a(w.activity, "MPI_RING_ALLREDUCE");
+      HVX_RETURN_IF_ERROR(RingAllreduce(comm_, spans, w.dtype, w.op, w.postscale_factor, kRingPieceBytes, &scratch_));
+    }
+    if (packed == 0) return absl::OkStatus();
+    ScopedActivity a(w.activity, "MEMCPY_OUT_FUSION_BUFFER");
+    const char* p = pack;
+    for (size_t i = 0; i < w.inputs.size(); ++i) {
+      const int64_t bytes = static_cast<int64_t>(w.inputs[i].num_bytes());
+      if (bytes >= kRingPackBytes) continue;
+      if (w.outputs[i].data() != nullptr) std::memcpy(w.outputs[i].data(), p, bytes);
+      p += bytes;
+    }
+    return absl::OkStatus();
   }
 
   absl::Status PackedAllreduce(const AllreduceWork& w, int64_t total) {
