@@ -102,33 +102,45 @@ class MpiCpuPlane : public DataPlane {
     return absl::OkStatus();
   }
 
-  absl::Status PackedAllreduce(const AllreduceWork& w, int64_t total) {
-    const size_t esize = DataTypeSize(w.dtype);
-    HVX_ASSIGN_OR_RETURN(char* buf, fusion_.Get(std::max<int64_t>(1, total * esize)));
-    {
-      ScopedActivity a(w.activity, "MEMCPY_IN_FUSION_BUFFER");
-      char* p = buf;
-      for (const TensorRef& t : w.inputs) {
-        if (t.data() == nullptr) {
-          std::memset(p, 0, t.num_bytes());
-        } else {
-          std::memcpy(p, t.data(), t.num_bytes());
-        }
-        p += t.num_bytes();
+  // Copies the inputs back to back into `buf` (zeros for a joined rank's missing inputs) and applies
+  // the prescale factor to all `total` elements.
+  static void PackInputs(const AllreduceWork& w, char* buf, int64_t total) {
+    char* p = buf;
+    for (const TensorRef& t : w.inputs) {
+      if (t.data() == nullptr) {
+        std::memset(p, 0, t.num_bytes());
+      } else {
+        std::memcpy(p, t.data(), t.num_bytes());
       }
-      ScaleInPlace(w.dtype, buf, total, w.prescale_factor);
+      p += t.num_bytes();
     }
-    {
-      ScopedActivity a(w.activity, "MPI_ALLREDUCE");
-      HVX_RETURN_IF_ERROR(ChunkedAllreduce(comm_, buf, total, w.dtype, w.op, INT_MAX));
-    }
-    ScopedActivity a(w.activity, "MEMCPY_OUT_FUSION_BUFFER");
+    ScaleInPlace(w.dtype, buf, total, w.prescale_factor);
+  }
+
+  // Applies the postscale factor to `buf` and copies each tensor's part to its output (a joined
+  // rank's missing outputs are skipped).
+  static void UnpackOutputs(const AllreduceWork& w, char* buf, int64_t total) {
     ScaleInPlace(w.dtype, buf, total, w.postscale_factor);
     const char* p = buf;
     for (size_t i = 0; i < w.inputs.size(); ++i) {
       if (w.outputs[i].data() != nullptr) std::memcpy(w.outputs[i].data(), p, w.inputs[i].num_bytes());
       p += w.inputs[i].num_bytes();
     }
+  }
+
+  absl::Status PackedAllreduce(const AllreduceWork& w, int64_t total) {
+    const size_t esize = DataTypeSize(w.dtype);
+    HVX_ASSIGN_OR_RETURN(char* buf, fusion_.Get(std::max<int64_t>(1, total * esize)));
+    {
+      ScopedActivity a(w.activity, "MEMCPY_IN_FUSION_BUFFER");
+      PackInputs(w, buf, total);
+    }
+    {
+      ScopedActivity a(w.activity, "MPI_ALLREDUCE");
+      HVX_RETURN_IF_ERROR(ChunkedAllreduce(comm_, buf, total, w.dtype, w.op, INT_MAX));
+    }
+    ScopedActivity a(w.activity, "MEMCPY_OUT_FUSION_BUFFER");
+    UnpackOutputs(w, buf, total);
     return absl::OkStatus();
   }
 
@@ -212,26 +224,12 @@ class MpiCpuPlane : public DataPlane {
     int64_t total = 0;
     for (const TensorRef& t : w.inputs) total += t.num_elements();
     HVX_ASSIGN_OR_RETURN(char* buf, fusion_.Get(total * esize));
-    char* p = buf;
-    for (const TensorRef& t : w.inputs) {
-      if (t.data() == nullptr) {
-        std::memset(p, 0, t.num_bytes());
-      } else {
-        std::memcpy(p, t.data(), t.num_bytes());
-      }
-      p += t.num_bytes();
-    }
-    ScaleInPlace(w.dtype, buf, total, w.prescale_factor);
+    PackInputs(w, buf, total);
     {
       ScopedActivity a(w.activity, "MPI_ADASUM");
       HVX_RETURN_IF_ERROR(Adasum(w, buf, total));
     }
-    ScaleInPlace(w.dtype, buf, total, w.postscale_factor);
-    p = buf;
-    for (size_t i = 0; i < w.inputs.size(); ++i) {
-      if (w.outputs[i].data() != nullptr) std::memcpy(w.outputs[i].data(), p, w.inputs[i].num_bytes());
-      p += w.inputs[i].num_bytes();
-    }
+    UnpackOutputs(w, buf, total);
     return absl::OkStatus();
   }
 
