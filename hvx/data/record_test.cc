@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -440,6 +441,58 @@ TEST(RecordTest, CorruptionAfterManyRefillsNamesTheRecord) {
       EXPECT_TRUE(absl::IsOutOfRange((*reader)->ReadRecord(&r)));
     }
   }
+}
+
+// Readers opened one after another on a thread reuse one read buffer. What a previous reader left in
+// it must never show through: a shorter, cut copy of the same file is still a truncation at the
+// right offset; buffers grown for huge records, readers alive at once and readers destroyed on
+// another thread all read correctly (and free cleanly under ASan).
+TEST(RecordTest, ReadersOneAfterAnotherNeverSeeAnEarlierReadersBytes) {
+  const std::string full = TempPath("reuse_full");
+  const std::string cut = TempPath("reuse_cut");
+  const std::string huge = TempPath("reuse_huge");
+  std::vector<std::string> payloads;
+  for (int i = 0; i < 300; ++i) payloads.push_back(std::string(850 + i % 5, static_cast<char>(i)));
+  const std::string bytes = WriteRecords(full, payloads);
+  uint64_t offset = 0;
+  for (int i = 0; i < 200; ++i) offset += payloads[i].size() + kRecordOverhead;
+  WriteBytes(cut, bytes.substr(0, offset + 400));
+  const std::vector<std::string> big = {std::string(5 << 20, 'h'), "after"};
+  WriteRecords(huge, big);
+
+  for (int round = 0; round < 3; ++round) {
+    std::vector<std::string> got;
+    ASSERT_TRUE(ReadAll(full, &got).ok());
+    EXPECT_EQ(got, payloads);
+    got.clear();
+    absl::Status s = ReadAll(cut, &got);
+    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+    EXPECT_NE(s.message().find(absl::StrCat(cut, ":", offset, ": truncated record")),
+              std::string::npos)
+        << s;
+    EXPECT_EQ(got.size(), 200u);
+    got.clear();
+    ASSERT_TRUE(ReadAll(huge, &got).ok());
+    EXPECT_EQ(got, big);
+  }
+
+  // Two readers at once, the first destroyed on another thread.
+  auto first = RecordReader::Open(full, {});
+  auto second = RecordReader::Open(full, {});
+  ASSERT_TRUE(first.ok() && second.ok());
+  absl::string_view a, b;
+  for (int i = 0; i < 100; ++i) {
+    ASSERT_TRUE((*first)->ReadRecord(&a).ok());
+    ASSERT_TRUE((*second)->ReadRecord(&b).ok());
+    ASSERT_EQ(a, payloads[i]);
+    ASSERT_EQ(b, payloads[i]);
+  }
+  std::thread([reader = std::move(*first)]() mutable { reader.reset(); }).join();
+  std::vector<std::string> got;
+  ASSERT_TRUE(ReadAll(full, &got).ok());
+  EXPECT_EQ(got, payloads);
+  ASSERT_TRUE((*second)->ReadRecord(&b).ok());
+  EXPECT_EQ(b, payloads[100]);
 }
 
 TEST(RecordTest, FlushMakesRecordsVisibleWhileWriting) {
