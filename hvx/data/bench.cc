@@ -194,7 +194,8 @@ void ReadBench(const std::string& dir, int mib) {
       const size_t size = static_cast<size_t>(st.st_size);
       for (size_t off = 0; off < size; off += map_bytes) {
         const size_t n = std::min(map_bytes, size - off);
-        void* p = ::mmap(nullptr, n, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, static_cast<off_t>(off));
+        void* p =
+            ::mmap(nullptr, n, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, static_cast<off_t>(off));
         Check(p != MAP_FAILED ? absl::OkStatus() : absl::InternalError("mmap " + path));
         map_sink ^= Crc32c(p, n);
         ::munmap(p, n);
