@@ -3,9 +3,11 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cerrno>
 #include <climits>
 #include <cstring>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "hvx/common/status.h"
@@ -77,6 +79,20 @@ absl::Status MpiStatus(int code, absl::string_view what) {
   int len = 0;
   MPI_Error_string(code, text, &len);
   return absl::InternalError(absl::StrCat(what, ": ", absl::string_view(text, len)));
+}
+
+absl::Status WaitPolitely(MPI_Request* request, absl::string_view what) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto spin = std::chrono::microseconds(kWaitSpinMicros);
+  std::chrono::microseconds pause(10);
+  for (;;) {
+    int done = 0;
+    absl::Status s = MpiStatus(MPI_Test(request, &done, MPI_STATUS_IGNORE), what);
+    if (!s.ok() || done) return s;
+    if (std::chrono::steady_clock::now() - start < spin) continue;
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(kWaitMaxPauseMicros));
+  }
 }
 
 MpiOps& MpiOps::Get() {

@@ -28,6 +28,17 @@ namespace hvx {
 // "<what>: <MPI error string>" as an Internal status; OK for MPI_SUCCESS.
 absl::Status MpiStatus(int code, absl::string_view what);
 
+// Completes `request` (a nonblocking control-plane collective) without holding a core while a
+// peer is late. MPICH polls busily inside blocking calls, and the engine's thread waiting there
+// for a rank still computing its backward pass took half of a 2-core machine from the training
+// threads. This tests busily for kWaitSpinMicros (a peer that is already there answers within
+// microseconds), then sleeps between tests, the pause doubling up to kWaitMaxPauseMicros: a late
+// peer costs at most that much extra latency, and the waiting thread uses ~1% of a core.
+absl::Status WaitPolitely(MPI_Request* request, absl::string_view what);
+
+inline constexpr int kWaitSpinMicros = 50;
+inline constexpr int kWaitMaxPauseMicros = 500;
+
 // The MPI_Datatype and MPI_Op pair used to reduce `dtype` with `op` (kSum, kMin, kMax, kProduct).
 struct MpiReduceType {
   MPI_Datatype type;

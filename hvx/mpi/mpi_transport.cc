@@ -166,8 +166,8 @@ class MpiCpuPlane : public DataPlane {
     int64_t left = static_cast<int64_t>(w.tensor.num_bytes());
     while (left > 0) {
       const int n = static_cast<int>(std::min<int64_t>(left, INT_MAX));
-      HVX_RETURN_IF_ERROR(MpiStatus(MPI_Bcast(p, n, MPI_BYTE, w.root, comm_),
-                                    absl::StrCat("MPI_Bcast of '", w.name, "'")));
+      HVX_RETURN_IF_ERROR(
+          MpiStatus(MPI_Bcast(p, n, MPI_BYTE, w.root, comm_), absl::StrCat("MPI_Bcast of '", w.name, "'")));
       p += n;
       left -= n;
     }
@@ -288,7 +288,9 @@ class MpiCommunicator : public Communicator {
     HVX_RETURN_IF_ERROR(CheckInt(mine.size(), "control gather"));
     int len = static_cast<int>(mine.size());
     std::vector<int> lens(rank_ == 0 ? size_ : 0), displs(lens.size());
-    HVX_RETURN_IF_ERROR(MpiStatus(MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, comm_), "MPI_Gather"));
+    HVX_RETURN_IF_ERROR(Politely("MPI_Igather", [&](MPI_Request* q) {
+      return MPI_Igather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, comm_, q);
+    }));
     std::string flat;
     if (rank_ == 0) {
       int64_t off = 0;
@@ -299,9 +301,9 @@ class MpiCommunicator : public Communicator {
       HVX_RETURN_IF_ERROR(CheckInt(off, "control gather"));
       flat.resize(off);
     }
-    HVX_RETURN_IF_ERROR(MpiStatus(MPI_Gatherv(mine.data(), len, MPI_BYTE, flat.data(), lens.data(), displs.data(),
-                                              MPI_BYTE, 0, comm_),
-                                  "MPI_Gatherv"));
+    HVX_RETURN_IF_ERROR(Politely("MPI_Igatherv", [&](MPI_Request* q) {
+      return MPI_Igatherv(mine.data(), len, MPI_BYTE, flat.data(), lens.data(), displs.data(), MPI_BYTE, 0, comm_, q);
+    }));
     all->clear();
     if (rank_ == 0) {
       for (int r = 0; r < size_; ++r) all->push_back(flat.substr(displs[r], lens[r]));
@@ -311,39 +313,56 @@ class MpiCommunicator : public Communicator {
 
   absl::Status Broadcast(std::string* message) override {
     int64_t len = static_cast<int64_t>(message->size());
-    HVX_RETURN_IF_ERROR(MpiStatus(MPI_Bcast(&len, 1, MPI_INT64_T, 0, comm_), "MPI_Bcast"));
+    HVX_RETURN_IF_ERROR(
+        Politely("MPI_Ibcast", [&](MPI_Request* q) { return MPI_Ibcast(&len, 1, MPI_INT64_T, 0, comm_, q); }));
     HVX_RETURN_IF_ERROR(CheckInt(len, "control broadcast"));
     message->resize(len);
-    return MpiStatus(MPI_Bcast(message->data(), static_cast<int>(len), MPI_BYTE, 0, comm_), "MPI_Bcast");
+    return Politely("MPI_Ibcast", [&](MPI_Request* q) {
+      return MPI_Ibcast(message->data(), static_cast<int>(len), MPI_BYTE, 0, comm_, q);
+    });
   }
 
   absl::Status Allgather(const std::string& mine, std::vector<std::string>* all) override {
     int len = static_cast<int>(mine.size());
     std::vector<int> lens(size_), displs(size_);
-    HVX_RETURN_IF_ERROR(MpiStatus(MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, comm_), "MPI_Allgather"));
+    HVX_RETURN_IF_ERROR(Politely("MPI_Iallgather", [&](MPI_Request* q) {
+      return MPI_Iallgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, comm_, q);
+    }));
     int64_t off = 0;
     for (int r = 0; r < size_; ++r) {
       displs[r] = static_cast<int>(off);
       off += lens[r];
     }
     std::string flat(off, '\0');
-    HVX_RETURN_IF_ERROR(MpiStatus(
-        MPI_Allgatherv(mine.data(), len, MPI_BYTE, flat.data(), lens.data(), displs.data(), MPI_BYTE, comm_),
-        "MPI_Allgatherv"));
+    HVX_RETURN_IF_ERROR(Politely("MPI_Iallgatherv", [&](MPI_Request* q) {
+      return MPI_Iallgatherv(mine.data(), len, MPI_BYTE, flat.data(), lens.data(), displs.data(), MPI_BYTE, comm_, q);
+    }));
     all->clear();
     for (int r = 0; r < size_; ++r) all->push_back(flat.substr(displs[r], lens[r]));
     return absl::OkStatus();
   }
 
   absl::Status BitwiseAnd(std::vector<uint64_t>* bits) override {
-    return MpiStatus(MPI_Allreduce(MPI_IN_PLACE, bits->data(), static_cast<int>(bits->size()), MPI_UINT64_T,
-                                   MPI_BAND, comm_),
-                     "MPI_Allreduce(BAND)");
+    return Politely("MPI_Iallreduce(BAND)", [&](MPI_Request* q) {
+      return MPI_Iallreduce(MPI_IN_PLACE, bits->data(), static_cast<int>(bits->size()), MPI_UINT64_T, MPI_BAND, comm_,
+                            q);
+    });
   }
 
-  absl::Status Barrier() override { return MpiStatus(MPI_Barrier(comm_), "MPI_Barrier"); }
+  absl::Status Barrier() override {
+    return Politely("MPI_Ibarrier", [&](MPI_Request* q) { return MPI_Ibarrier(comm_, q); });
+  }
 
   DataPlane& cpu() override { return plane_; }
+
+  // Starts a nonblocking collective with `start` and completes it with WaitPolitely: the control
+  // plane runs every cycle, and a rank whose peers are still computing must not spin meanwhile.
+  template <typename Start>
+  static absl::Status Politely(absl::string_view what, Start start) {
+    MPI_Request request = MPI_REQUEST_NULL;
+    HVX_RETURN_IF_ERROR(MpiStatus(start(&request), what));
+    return WaitPolitely(&request, what);
+  }
 
   absl::StatusOr<std::unique_ptr<Communicator>> Subset(const std::vector<int>& ranks) override {
     const bool member = std::find(ranks.begin(), ranks.end(), rank_) != ranks.end();

@@ -1,0 +1,108 @@
+// The MPICH control plane on two ranks: results of each collective, and that a rank waiting for a
+// late peer sleeps instead of polling (MPICH polls busily inside blocking calls, which took a core
+// from the training threads of every rank that finished its backward pass first).
+#include <mpi.h>
+#include <time.h>
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "hvx/mpi/mpi_transport.h"
+
+namespace hvx {
+namespace {
+
+class MpiEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    int provided = 0;
+    ASSERT_EQ(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), MPI_SUCCESS);
+  }
+  void TearDown() override { MPI_Finalize(); }
+};
+
+const auto* const kEnv = ::testing::AddGlobalTestEnvironment(new MpiEnvironment);
+
+std::unique_ptr<Communicator> World() {
+  MPI_Comm comm;
+  EXPECT_EQ(MPI_Comm_dup(MPI_COMM_WORLD, &comm), MPI_SUCCESS);
+  return MakeMpiCommunicator(comm);
+}
+
+double ThreadCpuSeconds() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+// Runs `op` on every rank, rank 1 after a pause; on rank 0 returns the share of its wall time that
+// the calling thread spent on a CPU.
+template <typename Op>
+double CpuShareWhileWaiting(Communicator& comm, Op op) {
+  constexpr auto kLate = std::chrono::milliseconds(800);
+  EXPECT_TRUE(comm.Barrier().ok());
+  if (comm.rank() == 1) std::this_thread::sleep_for(kLate);
+  const auto start = std::chrono::steady_clock::now();
+  const double cpu0 = ThreadCpuSeconds();
+  op();
+  const double cpu = ThreadCpuSeconds() - cpu0;
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (comm.rank() == 0) {
+    EXPECT_GE(wall, 0.7) << "rank 0 did not wait for rank 1";
+    std::printf("rank 0 waited %.3f s, on a CPU %.4f s\n", wall, cpu);
+  }
+  return wall > 0 ? cpu / wall : 0;
+}
+
+// A polling wait spends its whole wait on a CPU (on a loaded machine its fair share of one, still
+// well over 10%); a sleeping one a few percent at most.
+constexpr double kMaxCpuShare = 0.10;
+
+TEST(ControlPlaneTest, EveryCollectiveSleepsWhileAPeerIsLate) {
+  auto comm = World();
+  const int rank = comm->rank();
+
+  const double barrier = CpuShareWhileWaiting(*comm, [&] { EXPECT_TRUE(comm->Barrier().ok()); });
+
+  std::vector<uint64_t> bits = {rank == 0 ? 0b1110u : 0b0111u, ~uint64_t{0}};
+  const double band = CpuShareWhileWaiting(*comm, [&] { EXPECT_TRUE(comm->BitwiseAnd(&bits).ok()); });
+  EXPECT_EQ(bits[0], 0b0110u);
+  EXPECT_EQ(bits[1], ~uint64_t{0});
+
+  // One small message and one over MPICH's eager limit.
+  std::vector<std::string> all;
+  const std::string mine(rank == 0 ? 3 : 70000, static_cast<char>('a' + rank));
+  const double gather = CpuShareWhileWaiting(*comm, [&] { EXPECT_TRUE(comm->Gather(mine, &all).ok()); });
+  if (rank == 0) {
+    ASSERT_EQ(all.size(), 2u);
+    EXPECT_EQ(all[0], std::string(3, 'a'));
+    EXPECT_EQ(all[1], std::string(70000, 'b'));
+  } else {
+    EXPECT_TRUE(all.empty());
+  }
+
+  std::string message = rank == 0 ? std::string(100000, 'r') : "stale";
+  const double bcast = CpuShareWhileWaiting(*comm, [&] { EXPECT_TRUE(comm->Broadcast(&message).ok()); });
+  EXPECT_EQ(message, std::string(100000, 'r'));
+
+  const double allgather = CpuShareWhileWaiting(*comm, [&] { EXPECT_TRUE(comm->Allgather(mine, &all).ok()); });
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[0], std::string(3, 'a'));
+  EXPECT_EQ(all[1], std::string(70000, 'b'));
+
+  if (rank == 0) {
+    EXPECT_LT(barrier, kMaxCpuShare) << "Barrier";
+    EXPECT_LT(band, kMaxCpuShare) << "BitwiseAnd";
+    EXPECT_LT(gather, kMaxCpuShare) << "Gather";
+    EXPECT_LT(bcast, kMaxCpuShare) << "Broadcast";
+    EXPECT_LT(allgather, kMaxCpuShare) << "Allgather";
+  }
+}
+
+}  // namespace
+}  // namespace hvx
