@@ -14,6 +14,8 @@
 
 #include "absl/strings/strip.h"
 #include "absl/strings/numbers.h"
+#include "hvx/common/env.h"
+#include "hvx/common/memory.h"
 #include "hvx/core/api.h"
 #include "hvx/train/config.h"
 #include "hvx/train/models.h"
@@ -48,6 +50,8 @@ double PlainLoop(const TrainConfig& config, int steps) {
 }
 
 int Main(int argc, char** argv) {
+  // As tools/train does; both loops below share the setting.
+  std::printf("%s\n", RetainFreedHeapMemory(Environment::Process()).c_str());
   std::string config_path = "data/fashion_mnist.pbtxt";
   int steps = 300;
   for (int i = 1; i < argc; ++i) {
