@@ -81,17 +81,22 @@ absl::Status MpiStatus(int code, absl::string_view what) {
   return absl::InternalError(absl::StrCat(what, ": ", absl::string_view(text, len)));
 }
 
-absl::Status WaitPolitely(MPI_Request* request, absl::string_view what) {
+absl::Status WaitPolitely(int count, MPI_Request* requests, absl::string_view what, WaitPolicy policy) {
   const auto start = std::chrono::steady_clock::now();
-  const auto spin = std::chrono::microseconds(kWaitSpinMicros);
+  const auto spin = std::chrono::microseconds(policy.spin_micros);
+  const auto max_pause = std::chrono::microseconds(policy.max_pause_micros);
   std::chrono::microseconds pause(10);
   for (;;) {
     int done = 0;
-    absl::Status s = MpiStatus(MPI_Test(request, &done, MPI_STATUS_IGNORE), what);
+    absl::Status s = MpiStatus(MPI_Testall(count, requests, &done, MPI_STATUSES_IGNORE), what);
     if (!s.ok() || done) return s;
     if (std::chrono::steady_clock::now() - start < spin) continue;
+    if (policy.max_pause_micros == 0) {
+      std::this_thread::yield();
+      continue;
+    }
     std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::microseconds(kWaitMaxPauseMicros));
+    pause = std::min(pause * 2, max_pause);
   }
 }
 
@@ -227,8 +232,7 @@ class VirtualBuffer {
       if (code != MPI_SUCCESS && status.ok()) status = MpiStatus(code, "ring MPI_Isend");
     });
     const absl::Status wait =
-        MpiStatus(MPI_Waitall(static_cast<int>(requests->size()), requests->data(), MPI_STATUSES_IGNORE),
-                  "ring MPI_Waitall");
+        WaitPolitely(static_cast<int>(requests->size()), requests->data(), "ring MPI_Testall", kDataWait);
     return status.ok() ? wait : status;
   }
 

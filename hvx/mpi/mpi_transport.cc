@@ -361,7 +361,7 @@ class MpiCommunicator : public Communicator {
   static absl::Status Politely(absl::string_view what, Start start) {
     MPI_Request request = MPI_REQUEST_NULL;
     HVX_RETURN_IF_ERROR(MpiStatus(start(&request), what));
-    return WaitPolitely(&request, what);
+    return WaitPolitely(1, &request, what, kControlWait);
   }
 
   absl::StatusOr<std::unique_ptr<Communicator>> Subset(const std::vector<int>& ranks) override {
