@@ -46,10 +46,10 @@ TEST(MemoryTest, LaterStepsReuseFreedMemoryWithoutPageFaults) {
 }
 
 TEST(MemoryTest, UserSettingsWin) {
-  EXPECT_TRUE(absl::StrContains(
-      RetainFreedHeapMemory(MapEnvironment({{"GLIBC_TUNABLES", "glibc.malloc.hugetlb=1"}})), "GLIBC_TUNABLES"));
-  EXPECT_TRUE(absl::StrContains(RetainFreedHeapMemory(MapEnvironment({{"HVX_RETAIN_FREED_MEMORY", "0"}})),
-                                "glibc defaults"));
+  EXPECT_TRUE(absl::StrContains(RetainFreedHeapMemory(MapEnvironment({{"GLIBC_TUNABLES", "glibc.malloc.hugetlb=1"}})),
+                                "GLIBC_TUNABLES"));
+  EXPECT_TRUE(
+      absl::StrContains(RetainFreedHeapMemory(MapEnvironment({{"HVX_RETAIN_FREED_MEMORY", "0"}})), "glibc defaults"));
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include "hvx/train/config.h"
 #include "hvx/train/models.h"
 #include "hvx/train/trainer.h"
+#include "hvx/torch/host_allocator.h"
 
 namespace hvx {
 namespace train {
@@ -52,6 +53,11 @@ double PlainLoop(const TrainConfig& config, int steps) {
 int Main(int argc, char** argv) {
   // As tools/train does; both loops below share the setting.
   std::printf("%s\n", RetainFreedHeapMemory(Environment::Process()).c_str());
+  auto host_allocator = UseCachingHostAllocator(Environment::Process());
+  if (!host_allocator.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(host_allocator.status().message()).c_str());
+    return 2;
+  }
   std::string config_path = "data/fashion_mnist.pbtxt";
   int steps = 300;
   for (int i = 1; i < argc; ++i) {

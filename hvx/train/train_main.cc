@@ -21,6 +21,7 @@
 #include "hvx/launch/cluster_env.h"
 #include "hvx/launch/launch.h"
 #include "hvx/launch/rank_wrapper.h"
+#include "hvx/torch/host_allocator.h"
 #include "hvx/train/config.h"
 #include "hvx/train/trainer.h"
 
@@ -106,12 +107,14 @@ absl::StatusOr<int> Main(int argc, char** argv) {
     std::fprintf(stderr, "train: starting %d processes with hvxrun\n", np);
     return launch::RunJob(lo);
   }
-  // Before LibTorch allocates anything: see hvx/common/memory.h (about 2x on CPU training here).
+  // Before LibTorch allocates anything: see hvx/common/memory.h (about 2x on CPU training here)
+  // and hvx/torch/host_allocator.h (blocks over glibc's 32 MiB limit, e.g. evaluation batches).
   const std::string heap = RetainFreedHeapMemory(env);
+  HVX_ASSIGN_OR_RETURN(const std::string host_allocator, UseCachingHostAllocator(env));
   HVX_ASSIGN_OR_RETURN(InitOptions init, InitOptions::FromEnv(env));
   HVX_RETURN_IF_ERROR(Init(MakeInitOptions(config, init)));
   HVX_LOG_RANK0(INFO) << "config " << loaded.path;
-  HVX_LOG_RANK0(INFO) << heap;
+  HVX_LOG_RANK0(INFO) << heap << "; " << host_allocator;
   RunOptions options;
   const char* home = std::getenv("HOME");
   auto sample_log = ExpandHome(flags.sample_log, home != nullptr ? home : "");
