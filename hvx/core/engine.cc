@@ -1,5 +1,6 @@
 #include "hvx/core/engine.h"
 
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -241,6 +242,9 @@ absl::Status Engine::AddSet(std::vector<int> ranks, int* id) {
 }
 
 void Engine::ThreadMain() {
+  // The transport's short sleeps between tests of a pending collective (hvx/mpi WaitPolitely)
+  // then last what they ask for, not the default 50 us of slack more.
+  prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL);
   absl::Status status = Setup();
   {
     std::lock_guard<std::mutex> lock(mu_);
