@@ -1,6 +1,7 @@
 #include "hvx/common/memory.h"
 
 #include <malloc.h>
+#include <sys/resource.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -22,6 +23,12 @@ std::string RetainFreedHeapMemory(const Environment& env) {
   const bool mmap = mallopt(M_MMAP_THRESHOLD, kMmap) == 1;
   if (!trim || !mmap) return "heap: glibc defaults (this allocator does not take mallopt settings)";
   return "heap: freed memory kept for reuse (trim threshold 1 GiB, blocks up to 32 MiB from the heap)";
+}
+
+long MinorPageFaults(FaultScope scope) {
+  rusage u;
+  getrusage(scope == FaultScope::kThisThread ? RUSAGE_THREAD : RUSAGE_SELF, &u);
+  return u.ru_minflt;
 }
 
 }  // namespace hvx

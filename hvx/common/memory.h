@@ -26,6 +26,12 @@ namespace hvx {
 // HVX_RETAIN_FREED_MEMORY=0. Returns one line saying what it did, for the log.
 std::string RetainFreedHeapMemory(const Environment& env);
 
+enum class FaultScope { kThisThread, kThisProcess };
+
+// Minor page faults so far (getrusage): the cost that dominates large fresh buffers on these VMs,
+// counted around a step by benchmarks and tests.
+long MinorPageFaults(FaultScope scope);
+
 }  // namespace hvx
 
 #endif  // HVX_COMMON_MEMORY_H_

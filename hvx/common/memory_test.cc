@@ -1,7 +1,5 @@
 #include "hvx/common/memory.h"
 
-#include <sys/resource.h>
-
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -12,16 +10,10 @@
 namespace hvx {
 namespace {
 
-long MinorFaults() {
-  rusage u;
-  getrusage(RUSAGE_THREAD, &u);
-  return u.ru_minflt;
-}
-
 // One training step's pattern on the main thread: activations of a few MiB allocated and written,
 // then freed. Returns the page faults it took.
 long OneStep() {
-  const long before = MinorFaults();
+  const long before = MinorPageFaults(FaultScope::kThisThread);
   std::vector<void*> blocks;
   for (size_t mib : {6, 3, 12, 1, 6}) {
     void* p = std::malloc(mib << 20);
@@ -29,7 +21,7 @@ long OneStep() {
     blocks.push_back(p);
   }
   for (void* p : blocks) std::free(p);
-  return MinorFaults() - before;
+  return MinorPageFaults(FaultScope::kThisThread) - before;
 }
 
 TEST(MemoryTest, LaterStepsReuseFreedMemoryWithoutPageFaults) {

@@ -9,7 +9,6 @@
 // Raw MPI runs before hvx::Init so that no background thread competes with it. Rank 0 prints
 // medians and ratios (raw / hvx: > 1 means hvx is faster).
 #include <mpi.h>
-#include <sys/resource.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -25,6 +24,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "hvx/common/env.h"
+#include "hvx/common/memory.h"
 #include "hvx/core/api.h"
 #include "hvx/core/cpu_ops.h"
 #include "hvx/common/status.h"
@@ -40,11 +40,7 @@ int g_rank = 0;
 // large buffers on the VMs this project runs on.
 double g_faults = 0;
 
-long MinorFaults() {
-  rusage u;
-  getrusage(RUSAGE_SELF, &u);
-  return u.ru_minflt;
-}
+long MinorFaults() { return hvx::MinorPageFaults(hvx::FaultScope::kThisProcess); }
 
 double MedianMs(int reps, const std::function<void()>& fn) {
   fn();

@@ -17,17 +17,6 @@
 namespace hvx {
 namespace {
 
-class MpiEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override {
-    int provided = 0;
-    ASSERT_EQ(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), MPI_SUCCESS);
-  }
-  void TearDown() override { MPI_Finalize(); }
-};
-
-const auto* const kEnv = ::testing::AddGlobalTestEnvironment(new MpiEnvironment);
-
 std::unique_ptr<Communicator> World() {
   MPI_Comm comm;
   EXPECT_EQ(MPI_Comm_dup(MPI_COMM_WORLD, &comm), MPI_SUCCESS);

@@ -14,21 +14,6 @@
 namespace hvx {
 namespace {
 
-class MpiEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override {
-    int provided = 0;
-    ASSERT_EQ(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), MPI_SUCCESS);
-    ASSERT_TRUE(MpiOps::Get().Init().ok());
-  }
-  void TearDown() override {
-    MpiOps::Get().Free();
-    MPI_Finalize();
-  }
-};
-
-const auto* const kEnv = ::testing::AddGlobalTestEnvironment(new MpiEnvironment);
-
 int Rank() {
   int r = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &r);

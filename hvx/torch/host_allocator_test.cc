@@ -1,6 +1,5 @@
 #include "hvx/torch/host_allocator.h"
 
-#include <sys/resource.h>
 #include <torch/torch.h>
 
 #include <cstring>
@@ -8,15 +7,10 @@
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
+#include "hvx/common/memory.h"
 
 namespace hvx {
 namespace {
-
-long MinorFaults() {
-  rusage u;
-  getrusage(RUSAGE_THREAD, &u);
-  return u.ru_minflt;
-}
 
 // Block capacity for n bytes: data plus the 64-byte header, rounded up to 2 MiB.
 size_t RoundUpForTest(size_t n) {
@@ -36,10 +30,10 @@ TEST(CachingHostAllocatorTest, FreedBlockOfTheSameSizeIsReusedWithoutPageFaults)
     std::memset(first, 1, kBytes);
   }
   EXPECT_EQ(a.stats().cached_bytes, static_cast<int64_t>(RoundUpForTest(kBytes)));
-  const long before = MinorFaults();
+  const long before = MinorPageFaults(FaultScope::kThisThread);
   c10::DataPtr again = a.allocate(kBytes - 1000);  // same rounded size
   std::memset(again.get(), 2, kBytes - 1000);
-  const long faults = MinorFaults() - before;
+  const long faults = MinorPageFaults(FaultScope::kThisThread) - before;
   EXPECT_EQ(again.get(), first);
   EXPECT_LT(faults, 10) << "a reused block must not fault its pages in again";
   const HostAllocatorStats s = a.stats();
