@@ -8,6 +8,8 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "hvx/common/memory.h"
+#include "hvx/common/status.h"
 
 namespace hvx {
 namespace {
@@ -140,6 +142,12 @@ absl::StatusOr<std::string> UseCachingHostAllocator(const Environment& env) {
   });
   return absl::StrCat("host tensors: blocks of 1 MiB and more cached for reuse (up to ", options.max_cached_bytes >> 20,
                       " MiB)");
+}
+
+absl::StatusOr<std::string> KeepHostMemoryForReuse(const Environment& env) {
+  const std::string heap = RetainFreedHeapMemory(env);
+  HVX_ASSIGN_OR_RETURN(const std::string tensors, UseCachingHostAllocator(env));
+  return absl::StrCat(heap, "; ", tensors);
 }
 
 const CachingHostAllocator* InstalledHostAllocator() { return g_installed; }

@@ -71,6 +71,11 @@ class CachingHostAllocator final : public c10::Allocator {
 // HVX_HOST_CACHE_MAX_BYTES bounds the cache (default 4 GiB; InvalidArgument if not a byte count).
 absl::StatusOr<std::string> UseCachingHostAllocator(const Environment& env);
 
+// What a CPU training program calls first, before LibTorch allocates: RetainFreedHeapMemory
+// (hvx/common/memory.h) for blocks under 1 MiB, then UseCachingHostAllocator. Returns one line
+// for the log saying what each did.
+absl::StatusOr<std::string> KeepHostMemoryForReuse(const Environment& env);
+
 // The installed allocator, or nullptr.
 const CachingHostAllocator* InstalledHostAllocator();
 

@@ -15,7 +15,6 @@
 #include "absl/strings/strip.h"
 #include "absl/strings/numbers.h"
 #include "hvx/common/env.h"
-#include "hvx/common/memory.h"
 #include "hvx/core/api.h"
 #include "hvx/train/config.h"
 #include "hvx/train/models.h"
@@ -52,12 +51,12 @@ double PlainLoop(const TrainConfig& config, int steps) {
 
 int Main(int argc, char** argv) {
   // As tools/train does; both loops below share the setting.
-  std::printf("%s\n", RetainFreedHeapMemory(Environment::Process()).c_str());
-  auto host_allocator = UseCachingHostAllocator(Environment::Process());
-  if (!host_allocator.ok()) {
-    std::fprintf(stderr, "%s\n", std::string(host_allocator.status().message()).c_str());
+  auto host_memory = KeepHostMemoryForReuse(Environment::Process());
+  if (!host_memory.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(host_memory.status().message()).c_str());
     return 2;
   }
+  std::printf("%s\n", host_memory->c_str());
   std::string config_path = "data/fashion_mnist.pbtxt";
   int steps = 300;
   for (int i = 1; i < argc; ++i) {

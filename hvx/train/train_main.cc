@@ -15,7 +15,6 @@
 #include "hvx/common/cluster.h"
 #include "hvx/common/env.h"
 #include "hvx/common/logging.h"
-#include "hvx/common/memory.h"
 #include "hvx/common/status.h"
 #include "hvx/core/api.h"
 #include "hvx/launch/cluster_env.h"
@@ -109,12 +108,11 @@ absl::StatusOr<int> Main(int argc, char** argv) {
   }
   // Before LibTorch allocates anything: see hvx/common/memory.h (about 2x on CPU training here)
   // and hvx/torch/host_allocator.h (blocks over glibc's 32 MiB limit, e.g. evaluation batches).
-  const std::string heap = RetainFreedHeapMemory(env);
-  HVX_ASSIGN_OR_RETURN(const std::string host_allocator, UseCachingHostAllocator(env));
+  HVX_ASSIGN_OR_RETURN(const std::string host_memory, KeepHostMemoryForReuse(env));
   HVX_ASSIGN_OR_RETURN(InitOptions init, InitOptions::FromEnv(env));
   HVX_RETURN_IF_ERROR(Init(MakeInitOptions(config, init)));
   HVX_LOG_RANK0(INFO) << "config " << loaded.path;
-  HVX_LOG_RANK0(INFO) << heap << "; " << host_allocator;
+  HVX_LOG_RANK0(INFO) << host_memory;
   RunOptions options;
   const char* home = std::getenv("HOME");
   auto sample_log = ExpandHome(flags.sample_log, home != nullptr ? home : "");
