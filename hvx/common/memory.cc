@@ -1,7 +1,10 @@
 #include "hvx/common/memory.h"
 
 #include <malloc.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
+
+#include <cstdint>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -23,6 +26,21 @@ std::string RetainFreedHeapMemory(const Environment& env) {
   const bool mmap = mallopt(M_MMAP_THRESHOLD, kMmap) == 1;
   if (!trim || !mmap) return "heap: glibc defaults (this allocator does not take mallopt settings)";
   return "heap: freed memory kept for reuse (trim threshold 1 GiB, blocks up to 32 MiB from the heap)";
+}
+
+char* MapHugePages(size_t bytes) {
+  const size_t size = RoundUpToHugePages(bytes);
+  // Map one huge page more than needed and trim both ends, so the block starts on a boundary.
+  const size_t span = size + kHugePageBytes;
+  void* raw = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) return nullptr;
+  char* base = static_cast<char*>(raw);
+  char* aligned = reinterpret_cast<char*>(RoundUpToHugePages(reinterpret_cast<uintptr_t>(base)));
+  if (aligned > base) munmap(base, aligned - base);
+  char* end = aligned + size;
+  if (base + span > end) munmap(end, base + span - end);
+  madvise(aligned, size, MADV_HUGEPAGE);  // without THP (or in "never" mode) it does nothing
+  return aligned;
 }
 
 long MinorPageFaults(FaultScope scope) {

@@ -4,16 +4,17 @@
 //   HVX_LOG(INFO) << hvx::RetainFreedHeapMemory(hvx::Environment::Process());
 //
 // Why: on the VMs hvx is measured on, the first touch of a fresh 4 KiB page costs about 3.3 ms
-// per MiB (hvx/mpi/README.md has the measurements). A
-// training step allocates its activations and gradients and frees them again, and glibc's default
-// policy hands freed memory at the top of the main heap back to the kernel (trim) and serves
-// blocks over its adaptive threshold with a fresh mmap, so every step paid those faults again:
+// per MiB (hvx/mpi/README.md has the measurements). A training step allocates its activations and
+// gradients and frees them again, and glibc's default policy hands freed memory at the top of the
+// main heap back to the kernel (trim) and serves blocks over its adaptive threshold with a fresh
+// mmap, so every step paid those faults again:
 // LibTorch's CPU training of the Fashion-MNIST CNN spent ~30% of its time in the kernel and ran at
 // about half speed. Keeping freed memory in the process (it is reused by the next step) removes
 // that; the cost is that the heap does not shrink after a peak.
 #ifndef HVX_COMMON_MEMORY_H_
 #define HVX_COMMON_MEMORY_H_
 
+#include <cstddef>
 #include <string>
 
 #include "hvx/common/env.h"
@@ -25,6 +26,17 @@ namespace hvx {
 // nothing when GLIBC_TUNABLES names a glibc.malloc setting (the user's choice wins) or when
 // HVX_RETAIN_FREED_MEMORY=0. Returns one line saying what it did, for the log.
 std::string RetainFreedHeapMemory(const Environment& env);
+
+inline constexpr size_t kHugePageBytes = size_t{2} << 20;
+
+// Maps `bytes` (rounded up to a multiple of 2 MiB) of fresh anonymous memory starting on a 2 MiB
+// boundary, with transparent huge pages requested (MADV_HUGEPAGE, a hint), so the kernel can back
+// it with huge pages: one fault per 2 MiB instead of one per 4 KiB. Returns nullptr with errno set
+// on failure. Release with munmap(p, RoundUpToHugePages(bytes)).
+char* MapHugePages(size_t bytes);
+inline size_t RoundUpToHugePages(size_t bytes) {
+  return (bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
+}
 
 enum class FaultScope { kThisThread, kThisProcess };
 

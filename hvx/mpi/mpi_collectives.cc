@@ -10,13 +10,12 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "hvx/common/memory.h"
 #include "hvx/common/status.h"
 #include "hvx/core/cpu_ops.h"
 
 namespace hvx {
 namespace {
-
-constexpr size_t kHugePage = size_t{2} << 20;
 
 int OpIndex(ReduceOp op) {
   switch (op) {
@@ -155,20 +154,13 @@ HostBuffer::~HostBuffer() {
 absl::StatusOr<char*> HostBuffer::Get(size_t bytes) {
   if (bytes <= size_ && data_ != nullptr) return data_;
   if (data_ != nullptr) munmap(data_, size_);
-  const size_t size = std::max(kHugePage, (bytes + kHugePage - 1) / kHugePage * kHugePage);
-  // Over-allocate so the buffer can start on a huge-page boundary.
-  void* raw = mmap(nullptr, size + kHugePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (raw == MAP_FAILED) {
+  const size_t size = RoundUpToHugePages(std::max<size_t>(bytes, 1));
+  char* aligned = MapHugePages(size);
+  if (aligned == nullptr) {
     data_ = nullptr;
     size_ = 0;
     return ErrnoToStatus(errno, absl::StrCat("fusion buffer of ", size, " bytes"));
   }
-  char* base = static_cast<char*>(raw);
-  char* aligned = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(base) + kHugePage - 1) & ~(kHugePage - 1));
-  if (aligned > base) munmap(base, aligned - base);
-  char* end = aligned + size;
-  if (base + size + kHugePage > end) munmap(end, base + size + kHugePage - end);
-  madvise(aligned, size, MADV_HUGEPAGE);
   std::memset(aligned, 0, size);  // pay the page faults once, here
   data_ = aligned;
   size_ = size;

@@ -14,13 +14,10 @@
 namespace hvx {
 namespace {
 
-constexpr size_t kHugePage = size_t{2} << 20;
 // Room before the data for the header, keeping the data 64-byte aligned as LibTorch expects.
 constexpr size_t kHeaderBytes = 64;
 constexpr uint64_t kMagicHeap = 0x6876782d68656170;  // "hvx-heap"
 constexpr uint64_t kMagicMap = 0x6876782d6d617070;   // "hvx-mapp"
-
-size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
 }  // namespace
 
@@ -49,7 +46,7 @@ c10::DataPtr CachingHostAllocator::allocate(size_t n) const {
     char* data = static_cast<char*>(p) + kHeaderBytes;
     return c10::DataPtr(data, data, &Free, cpu);
   }
-  const size_t capacity = RoundUp(n + kHeaderBytes, kHugePage);
+  const size_t capacity = RoundUpToHugePages(n + kHeaderBytes);
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = free_.find(capacity);
@@ -63,17 +60,8 @@ c10::DataPtr CachingHostAllocator::allocate(size_t n) const {
       return c10::DataPtr(data, data, &Free, cpu);
     }
   }
-  // Map one huge page more than needed and trim, so the block starts on a 2 MiB boundary and the
-  // kernel can back all of it with huge pages.
-  const size_t span = capacity + kHugePage;
-  void* raw = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (raw == MAP_FAILED) throw std::bad_alloc();
-  char* base = static_cast<char*>(raw);
-  char* aligned = reinterpret_cast<char*>(RoundUp(reinterpret_cast<uintptr_t>(base), kHugePage));
-  if (aligned > base) munmap(base, aligned - base);
-  const size_t tail = (base + span) - (aligned + capacity);
-  if (tail > 0) munmap(aligned + capacity, tail);
-  madvise(aligned, capacity, MADV_HUGEPAGE);  // a hint: without THP it simply does nothing
+  char* aligned = MapHugePages(capacity);
+  if (aligned == nullptr) throw std::bad_alloc();
   new (aligned) Header{this, capacity, kMagicMap};
   {
     std::lock_guard<std::mutex> lock(mu_);

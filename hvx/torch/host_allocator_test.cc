@@ -12,12 +12,6 @@
 namespace hvx {
 namespace {
 
-// Block capacity for n bytes: data plus the 64-byte header, rounded up to 2 MiB.
-size_t RoundUpForTest(size_t n) {
-  constexpr size_t k = size_t{2} << 20;
-  return (n + 64 + k - 1) / k * k;
-}
-
 TEST(CachingHostAllocatorTest, FreedBlockOfTheSameSizeIsReusedWithoutPageFaults) {
   CachingHostAllocator a({});
   // Over glibc's largest heap block (32 MiB); this and kBytes - 1000 round to the same 50 MiB block.
@@ -29,7 +23,7 @@ TEST(CachingHostAllocatorTest, FreedBlockOfTheSameSizeIsReusedWithoutPageFaults)
     EXPECT_EQ(reinterpret_cast<uintptr_t>(first) % 64, 0u);
     std::memset(first, 1, kBytes);
   }
-  EXPECT_EQ(a.stats().cached_bytes, static_cast<int64_t>(RoundUpForTest(kBytes)));
+  EXPECT_EQ(a.stats().cached_bytes, static_cast<int64_t>(RoundUpToHugePages(kBytes + 64)));
   const long before = MinorPageFaults(FaultScope::kThisThread);
   c10::DataPtr again = a.allocate(kBytes - 1000);  // same rounded size
   std::memset(again.get(), 2, kBytes - 1000);
