@@ -35,6 +35,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// When mpiexec ends before ranks report, the summary repeats the last stderr lines of this many
+// of them; a large job that fails everywhere at once would otherwise repeat its whole output.
+constexpr int kUnreportedRanksShown = 4;
+
 // Signals to hvxrun (and SIGCHLD) arrive here so the poll loop sees them.
 int g_signal_pipe[2] = {-1, -1};
 
@@ -414,6 +418,20 @@ int Supervisor::Report(int mpiexec_status) {
                                                        : 0),
                    ") before ranks ", absl::StrJoin(unreported, ","), " reported their exit"));
   for (const std::string& l : router_.LastMpiexecLines()) Say(absl::StrCat("  ", l));
+  // A rank that ends the job itself (MPI_Abort, or an MPI error in MPI_Init, which aborts) reaches
+  // hydra before its wrapper's exit record does; what it wrote last says why.
+  int shown = 0;
+  for (int rank : unreported) {
+    const std::vector<std::string> lines = router_.LastStderrLines(rank);
+    if (lines.empty()) continue;
+    if (++shown > kUnreportedRanksShown) {
+      Say("(the last stderr lines of further ranks are above, tagged by rank)");
+      break;
+    }
+    Say(absl::StrCat("last stderr lines of rank ", rank, " (host ", plan_.ranks[rank].host,
+                     "):"));
+    for (const std::string& l : lines) Say(absl::StrCat("  ", l));
+  }
   return code != 0 ? code : 1;
 }
 

@@ -4,6 +4,7 @@
 //
 //   rank_probe --exit-rank 3 --code 3     rank 3 writes a line on stderr and exits 3
 //   rank_probe --kill-rank 1              rank 1 kills itself with SIGKILL
+//   rank_probe --abort-rank 2 --code 5    rank 2 writes a line on stderr and calls MPI_Abort(5)
 //   rank_probe --ready                    every rank prints "ready <ns since epoch>" after MPI_Init
 //
 // Without flags every rank takes part in one allreduce and prints "rank R sum=S".
@@ -17,7 +18,7 @@
 #include <cstring>
 
 int main(int argc, char** argv) {
-  int exit_rank = -1, code = 0, kill_rank = -1;
+  int exit_rank = -1, code = 0, kill_rank = -1, abort_rank = -1;
   bool ready = false;
   for (int i = 1; i < argc; ++i) {
     if (!strcmp(argv[i], "--exit-rank") && i + 1 < argc) {
@@ -26,6 +27,8 @@ int main(int argc, char** argv) {
       code = atoi(argv[++i]);
     } else if (!strcmp(argv[i], "--kill-rank") && i + 1 < argc) {
       kill_rank = atoi(argv[++i]);
+    } else if (!strcmp(argv[i], "--abort-rank") && i + 1 < argc) {
+      abort_rank = atoi(argv[++i]);
     } else if (!strcmp(argv[i], "--ready")) {
       ready = true;
     } else {
@@ -45,6 +48,12 @@ int main(int argc, char** argv) {
     MPI_Finalize();
     return 0;
   }
+  // Every rank is past MPI_Init before one fails. Without this, a rank that dies at once can take
+  // another rank's MPI_Init down with it: hosts made of network namespaces share one kernel, so
+  // UCX connects their ranks through shared memory, which it opens through the peer's /proc entry
+  // while MPI_Init exchanges addresses. That is a different failure (an MPI error in MPI_Init on
+  // a third rank, which aborts the job) from the one these cases are about.
+  if (exit_rank >= 0 || kill_rank >= 0 || abort_rank >= 0) MPI_Barrier(MPI_COMM_WORLD);
   if (rank == exit_rank) {
     fprintf(stderr, "rank %d exiting with %d on purpose\n", rank, code);
     fflush(stderr);
@@ -54,6 +63,11 @@ int main(int argc, char** argv) {
     fprintf(stderr, "rank %d killing itself\n", rank);
     fflush(stderr);
     kill(getpid(), SIGKILL);
+  }
+  if (rank == abort_rank) {
+    fprintf(stderr, "rank %d calls MPI_Abort(%d)\n", rank, code);
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, code);
   }
   int one = 1, sum = 0;
   MPI_Allreduce(&one, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
