@@ -67,7 +67,7 @@ uint32_t PortableRaw(uint32_t crc, const uint8_t* p, size_t n) {
 // Unaligned loads cost nothing extra on x86-64, so there is no alignment prologue: an 8-byte
 // record header is a single instruction.
 __attribute__((target("sse4.2"))) inline uint32_t HardwareOneLane(uint32_t crc, const uint8_t* p,
-                                                                   size_t n) {
+                                                                  size_t n) {
   uint64_t c = crc;
   while (n >= 8) {
     c = _mm_crc32_u64(c, Load64(p));
@@ -135,7 +135,7 @@ const ShiftTable& ShortShift() {
 
 template <size_t kLane>
 __attribute__((target("sse4.2"))) inline uint32_t ThreeLanes(uint32_t crc, const uint8_t* p,
-                                                              const ShiftTable& shift) {
+                                                             const ShiftTable& shift) {
   uint64_t c0 = crc, c1 = 0, c2 = 0;
   const uint8_t* p1 = p + kLane;
   const uint8_t* p2 = p + 2 * kLane;
@@ -173,25 +173,43 @@ __attribute__((target("sse4.2"))) uint32_t HardwareRaw(uint32_t crc, const uint8
 // clmul(lo, K(D + 8)) ^ clmul(hi, K(D)) placed D bytes later, where K(n) is the reflected residue
 // x^(8n - 1) mod P (the "- 1" because a carry-less product of reflected operands comes out one
 // bit short). K(n) is the raw CRC of the byte 0x01 followed by n - 5 zero bytes, shifted into the
-// upper half of the 64-bit operand. Folding 256 bytes per step over four 512-bit accumulators
-// keeps sixteen independent multiply chains busy; the last 16 bytes are finished with the crc32
-// instruction, which removes the need for a Barrett reduction.
+// upper half of the 64-bit operand.
+//
+// Folding 256 bytes per step over four 512-bit accumulators keeps sixteen independent multiply
+// chains busy. Then the four fold into one, which takes 64 bytes per step, until 16 to 79 bytes
+// are left. The finish is built for short records, where it is most of the time: the last
+// accumulator's four 16-byte lanes are folded in one multiply straight onto the last 16 bytes of
+// the buffer, while the crc32 instruction runs over the bytes between them (from a zero
+// register, independent of the multiplies, so the two overlap); the last 16 bytes, with the
+// folded lanes added, end that crc32 chain. No Barrett reduction, no serial tail after the folds.
 uint64_t FoldConstant(size_t n) {
   std::string msg(n - 4, '\0');
   msg[0] = 1;
-  return static_cast<uint64_t>(PortableRaw(0, reinterpret_cast<const uint8_t*>(msg.data()),
-                                           msg.size()))
+  return static_cast<uint64_t>(
+             PortableRaw(0, reinterpret_cast<const uint8_t*>(msg.data()), msg.size()))
          << 32;
 }
 
-// Pairs {K(d + 8), K(d)} for folding a 16-byte block forward by d bytes.
+// {K(d + 8), K(d)}: folds a 16-byte block forward by d bytes.
 struct FoldPair {
   uint64_t lo, hi;
+  FoldPair() : lo(0), hi(0) {}
   explicit FoldPair(size_t d) : lo(FoldConstant(d + 8)), hi(FoldConstant(d)) {}
 };
 
+constexpr size_t kFinishMin = 16;  // bytes left after the 64-byte steps: [16, 80)
+constexpr size_t kFinishMax = kFinishMin + 64;
+
 struct FoldConstants {
-  FoldPair by16{16}, by32{32}, by48{48}, by64{64}, by128{128}, by192{192}, by256{256};
+  FoldPair by64{64}, by128{128}, by192{192}, by256{256};
+  // finish[t]: the pairs that fold lanes 0..3 of a 64-byte accumulator followed by t bytes onto
+  // the last 16 of those bytes (distances t + 48, t + 32, t + 16, t), one 512-bit load.
+  alignas(64) FoldPair finish[kFinishMax][4];
+  FoldConstants() {
+    for (size_t t = kFinishMin; t < kFinishMax; ++t) {
+      for (size_t lane = 0; lane < 4; ++lane) finish[t][lane] = FoldPair(t + 48 - 16 * lane);
+    }
+  }
 };
 
 const FoldConstants& Folds() {
@@ -201,12 +219,16 @@ const FoldConstants& Folds() {
 
 __attribute__((target("avx512f,vpclmulqdq,pclmul,sse4.2"))) inline __m512i Fold512(__m512i x,
                                                                                    __m512i k) {
-  return _mm512_xor_si512(_mm512_clmulepi64_epi128(x, k, 0x00), _mm512_clmulepi64_epi128(x, k, 0x11));
+  return _mm512_xor_si512(_mm512_clmulepi64_epi128(x, k, 0x00),
+                          _mm512_clmulepi64_epi128(x, k, 0x11));
 }
 
-__attribute__((target("pclmul,sse4.2"))) inline __m128i Fold128(__m128i x, const FoldPair& f) {
-  const __m128i k = _mm_set_epi64x(static_cast<long long>(f.hi), static_cast<long long>(f.lo));
-  return _mm_xor_si128(_mm_clmulepi64_si128(x, k, 0x00), _mm_clmulepi64_si128(x, k, 0x11));
+// Fold512(x, k) ^ y in one logic instruction.
+__attribute__((target("avx512f,vpclmulqdq,pclmul,sse4.2"))) inline __m512i Fold512Xor(__m512i x,
+                                                                                      __m512i k,
+                                                                                      __m512i y) {
+  return _mm512_ternarylogic_epi64(_mm512_clmulepi64_epi128(x, k, 0x00),
+                                   _mm512_clmulepi64_epi128(x, k, 0x11), y, 0x96);
 }
 
 __attribute__((target("avx512f"))) inline __m512i Broadcast(const FoldPair& f) {
@@ -214,11 +236,11 @@ __attribute__((target("avx512f"))) inline __m512i Broadcast(const FoldPair& f) {
   return _mm512_set_epi64(hi, lo, hi, lo, hi, lo, hi, lo);
 }
 
-constexpr size_t kFoldMin = 512;
+// Below this the crc32 instruction alone is as fast.
+constexpr size_t kFoldMin = 256 + kFinishMin;
 
-__attribute__((target("avx512f,vpclmulqdq,pclmul,sse4.2"))) uint32_t FoldingRaw(uint32_t crc,
-                                                                                const uint8_t* p,
-                                                                                size_t n) {
+__attribute__((target("avx512f,avx2,vpclmulqdq,pclmul,sse4.2"))) uint32_t FoldingRaw(
+    uint32_t crc, const uint8_t* p, size_t n) {
   if (n < kFoldMin) return HardwareRaw(crc, p, n);
   const FoldConstants& f = Folds();
   __m512i x0 = _mm512_loadu_si512(p), x1 = _mm512_loadu_si512(p + 64);
@@ -227,35 +249,38 @@ __attribute__((target("avx512f,vpclmulqdq,pclmul,sse4.2"))) uint32_t FoldingRaw(
   p += 256;
   n -= 256;
   const __m512i k256 = Broadcast(f.by256);
-  while (n >= 256) {
-    x0 = _mm512_ternarylogic_epi64(_mm512_clmulepi64_epi128(x0, k256, 0x00),
-                                   _mm512_clmulepi64_epi128(x0, k256, 0x11),
-                                   _mm512_loadu_si512(p), 0x96);
-    x1 = _mm512_ternarylogic_epi64(_mm512_clmulepi64_epi128(x1, k256, 0x00),
-                                   _mm512_clmulepi64_epi128(x1, k256, 0x11),
-                                   _mm512_loadu_si512(p + 64), 0x96);
-    x2 = _mm512_ternarylogic_epi64(_mm512_clmulepi64_epi128(x2, k256, 0x00),
-                                   _mm512_clmulepi64_epi128(x2, k256, 0x11),
-                                   _mm512_loadu_si512(p + 128), 0x96);
-    x3 = _mm512_ternarylogic_epi64(_mm512_clmulepi64_epi128(x3, k256, 0x00),
-                                   _mm512_clmulepi64_epi128(x3, k256, 0x11),
-                                   _mm512_loadu_si512(p + 192), 0x96);
+  while (n >= 256 + kFinishMin) {
+    x0 = Fold512Xor(x0, k256, _mm512_loadu_si512(p));
+    x1 = Fold512Xor(x1, k256, _mm512_loadu_si512(p + 64));
+    x2 = Fold512Xor(x2, k256, _mm512_loadu_si512(p + 128));
+    x3 = Fold512Xor(x3, k256, _mm512_loadu_si512(p + 192));
     p += 256;
     n -= 256;
   }
-  // Four accumulators into x3, then x3's four 16-byte lanes into one.
-  x3 = _mm512_ternarylogic_epi64(Fold512(x0, Broadcast(f.by192)),
-                                 Fold512(x1, Broadcast(f.by128)), x3, 0x96);
-  x3 = _mm512_xor_si512(x3, Fold512(x2, Broadcast(f.by64)));
-  alignas(64) __m128i lanes[4];
-  _mm512_store_si512(lanes, x3);
-  __m128i a = lanes[3];
-  a = _mm_xor_si128(a, Fold128(lanes[0], f.by48));
-  a = _mm_xor_si128(a, Fold128(lanes[1], f.by32));
-  a = _mm_xor_si128(a, Fold128(lanes[2], f.by16));
-  uint64_t c = _mm_crc32_u64(0, static_cast<uint64_t>(_mm_cvtsi128_si64(a)));
-  c = _mm_crc32_u64(c, static_cast<uint64_t>(_mm_extract_epi64(a, 1)));
-  return HardwareRaw(static_cast<uint32_t>(c), p, n);
+  // Four accumulators into x3, which then takes 64 bytes per step.
+  x3 = _mm512_ternarylogic_epi64(Fold512(x0, Broadcast(f.by192)), Fold512(x1, Broadcast(f.by128)),
+                                 x3, 0x96);
+  x3 = Fold512Xor(x2, Broadcast(f.by64), x3);
+  const __m512i k64 = Broadcast(f.by64);
+  while (n >= kFinishMax) {
+    x3 = Fold512Xor(x3, k64, _mm512_loadu_si512(p));
+    p += 64;
+    n -= 64;
+  }
+  // n in [16, 80): the bytes before the last 16 go through crc32 from zero while x3's lanes fold
+  // onto the last 16.
+  const uint32_t between = HardwareOneLane(0, p, n - 16);
+  const __m512i folded =
+      Fold512(x3, _mm512_load_si512(reinterpret_cast<const __m512i*>(f.finish[n])));
+  const __m256i half =
+      _mm256_xor_si256(_mm512_castsi512_si256(folded), _mm512_extracti64x4_epi64(folded, 1));
+  const __m128i lanes =
+      _mm_xor_si128(_mm256_castsi256_si128(half), _mm256_extracti128_si256(half, 1));
+  const __m128i last =
+      _mm_xor_si128(lanes, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + n - 16)));
+  uint64_t c = _mm_crc32_u64(between, static_cast<uint64_t>(_mm_cvtsi128_si64(last)));
+  c = _mm_crc32_u64(c, static_cast<uint64_t>(_mm_extract_epi64(last, 1)));
+  return static_cast<uint32_t>(c);
 }
 
 bool HasFolding() {
