@@ -73,6 +73,41 @@ void Ratio(const std::string& what, double raw, double hvx) {
   g_lines.push_back(absl::StrFormat("%-62s %9.2fx", what, raw / hvx));
 }
 
+// Ways of doing the same work, run in interleaved rounds so that load changes hit all of them
+// alike; each run is timed from a barrier, and the slowest rank's time counts.
+struct Variant {
+  std::string name;
+  std::function<void()> fn;
+  bool second_thread = true;  // as hvx's background thread would run it
+  std::vector<double> ms;
+  long faults = 0;
+};
+
+void RunInterleaved(const std::string& label, std::vector<Variant>& variants, int reps) {
+  for (int round = 0; round < reps; ++round) {
+    for (Variant& v : variants) {
+      MPI_Barrier(MPI_COMM_WORLD);
+      const absl::Time start = absl::Now();
+      const long f0 = MinorFaults();
+      if (v.second_thread) {
+        std::thread t(v.fn);
+        t.join();
+      } else {
+        v.fn();
+      }
+      v.faults += MinorFaults() - f0;
+      double ms = absl::ToDoubleMilliseconds(absl::Now() - start);
+      MPI_Allreduce(MPI_IN_PLACE, &ms, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+      v.ms.push_back(ms);
+    }
+  }
+  for (Variant& v : variants) {
+    std::sort(v.ms.begin(), v.ms.end());
+    g_lines.push_back(absl::StrFormat("    %s: %-40s %9.3f ms (min %.3f) %6ld faults", label, v.name,
+                                      v.ms[v.ms.size() / 2], v.ms[0], v.faults / reps));
+  }
+}
+
 // The shapes of torchvision ResNet-50's parameters, in order: 161 tensors, 25,557,032 elements.
 std::vector<int64_t> ResNet50Sizes() {
   std::vector<int64_t> s = {64 * 3 * 7 * 7, 64, 64};
@@ -165,6 +200,10 @@ int main(int argc, char** argv) {
   std::vector<std::vector<float>> grads;
   for (int64_t n : sizes) grads.emplace_back(n, 1.0f);
   std::vector<float> packed(total, 0.0f);
+  // The set as spans in place, for the bare ring runs of the diagnostics and --compare.
+  std::vector<hvx::Span> set_spans;
+  for (auto& g : grads) set_spans.push_back(hvx::Span{reinterpret_cast<char*>(g.data()), static_cast<int64_t>(g.size())});
+  hvx::HostBuffer ring_scratch;
   float tiny = 1.0f;
   auto per_tensor = [&] {
     for (auto& g : grads) {
@@ -214,11 +253,9 @@ int main(int argc, char** argv) {
 
     // The ResNet-50 set through the ring, as one call over all tensors in place (what hvx runs for a
     // fused response) and as one call per tensor.
-    std::vector<hvx::Span> spans;
-    for (auto& g : grads) spans.push_back(hvx::Span{reinterpret_cast<char*>(g.data()), static_cast<int64_t>(g.size())});
     Measure("    ring over the ResNet-50 set in place, one call, second thread", std::min(reps, 5), [&] {
       std::thread t([&] {
-        (void)hvx::RingAllreduce(MPI_COMM_WORLD, spans, hvx::DataType::kFloat32, hvx::ReduceOp::kSum, 0.5,
+        (void)hvx::RingAllreduce(MPI_COMM_WORLD, set_spans, hvx::DataType::kFloat32, hvx::ReduceOp::kSum, 0.5,
                                  hvx::kRingPieceBytes, &scratch);
       });
       t.join();
@@ -256,51 +293,23 @@ int main(int argc, char** argv) {
   if (compare) {
     // Execution strategies for one fused response holding the whole ResNet-50 set (average), each
     // from a second thread as in hvx, interleaved so that load changes hit all of them alike.
-    std::vector<hvx::Span> set_spans;
-    for (auto& g : grads) set_spans.push_back(hvx::Span{reinterpret_cast<char*>(g.data()), static_cast<int64_t>(g.size())});
-    hvx::HostBuffer ring_scratch;
-    struct Variant {
-      std::string name;
-      std::function<void()> fn;
-      std::vector<double> ms;
-      long faults = 0;
-    };
     std::vector<Variant> variants;
-    variants.push_back({"ring 16 MiB pieces", [&] {
-      (void)hvx::RingAllreduce(MPI_COMM_WORLD, set_spans, hvx::DataType::kFloat32, hvx::ReduceOp::kSum, 0.5,
-                               hvx::kRingPieceBytes, &ring_scratch);
-    }, {}});
-    variants.push_back({"raw per tensor (sum, no scale)", per_tensor, {}});
-    variants.push_back({"ring 4 MiB pieces", [&] {
-      (void)hvx::RingAllreduce(MPI_COMM_WORLD, set_spans, hvx::DataType::kFloat32, hvx::ReduceOp::kSum, 0.5,
-                               int64_t{4} << 20, &ring_scratch);
-    }, {}});
+    variants.push_back({"raw per tensor (sum, no scale)", per_tensor});
+    for (int64_t kib : {16384, 4096, 1024, 256}) {
+      variants.push_back({absl::StrCat("ring ", kib, " KiB pieces"), [&, kib] {
+        (void)hvx::RingAllreduce(MPI_COMM_WORLD, set_spans, hvx::DataType::kFloat32, hvx::ReduceOp::kSum, 0.5,
+                                 kib << 10, &ring_scratch);
+      }});
+    }
     for (int64_t piece : {int64_t{1} << 20, int64_t{4} << 20}) {
       for (int inflight : {1, 4}) {
         variants.push_back({absl::StrCat("piecewise ", piece >> 20, " MiB x", inflight), [&, piece, inflight] {
           (void)PiecewiseAllreduce(MPI_COMM_WORLD, set_spans, hvx::DataType::kFloat32, hvx::ReduceOp::kSum,
                                         0.5, piece, inflight);
-        }, {}});
+        }});
       }
     }
-    for (int round = 0; round < reps; ++round) {
-      for (Variant& v : variants) {
-        MPI_Barrier(MPI_COMM_WORLD);
-        const absl::Time start = absl::Now();
-        const long f0 = MinorFaults();
-        std::thread t(v.fn);
-        t.join();
-        v.faults += MinorFaults() - f0;
-        double ms = absl::ToDoubleMilliseconds(absl::Now() - start);
-        MPI_Allreduce(MPI_IN_PLACE, &ms, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-        v.ms.push_back(ms);
-      }
-    }
-    for (Variant& v : variants) {
-      std::sort(v.ms.begin(), v.ms.end());
-      g_lines.push_back(absl::StrFormat("    set strategy: %-40s %9.3f ms (min %.3f) %6ld faults", v.name,
-                                        v.ms[v.ms.size() / 2], v.ms[0], v.faults / reps));
-    }
+    RunInterleaved("set strategy", variants, reps);
   }
 
   // The default environment: knobs only if the user set HVX_* variables.
@@ -324,6 +333,25 @@ int main(int argc, char** argv) {
     }
     (void)hvx::WaitAll(handles);
   });
+  if (compare) {
+    // What the engine adds to the bare ring: the same set through hvx (main thread, as a training
+    // loop calls it) and through RingAllreduce directly (second thread), interleaved.
+    std::vector<Variant> variants;
+    variants.push_back({"hvx, 161 async Allreduce (average)", [&] {
+      std::vector<hvx::Handle> handles;
+      for (size_t i = 0; i < grads.size(); ++i) {
+        hvx::TensorRef t(hvx::DataType::kFloat32, {static_cast<int64_t>(grads[i].size())}, grads[i].data());
+        handles.push_back(hvx::Allreduce(absl::StrCat("grad.", i), t, t, avg));
+      }
+      (void)hvx::WaitAll(handles);
+    }, false});
+    variants.push_back({"bare RingAllreduce, default pieces", [&] {
+      (void)hvx::RingAllreduce(MPI_COMM_WORLD, set_spans, hvx::DataType::kFloat32, hvx::ReduceOp::kSum, 0.5,
+                               hvx::kRingPieceBytes, &ring_scratch);
+    }});
+    variants.push_back({"raw MPI, one MPI_Allreduce per tensor", per_tensor, false});
+    RunInterleaved("engine", variants, reps);
+  }
   const double hvx_tiny = Measure("(c) hvx Allreduce 4 B + Wait, per op", std::min(reps, 5), [&] {
     hvx::TensorRef t(hvx::DataType::kFloat32, {1}, &tiny);
     for (int i = 0; i < tiny_reps; ++i) (void)hvx::Wait(hvx::Allreduce("tiny", t, t, sum));

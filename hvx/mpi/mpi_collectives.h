@@ -116,7 +116,9 @@ absl::Status Allreduce(MPI_Comm comm, void* data, int64_t count, DataType dtype,
                        HostBuffer* scratch);
 
 inline constexpr int64_t kRingMinBytes = int64_t{256} << 10;
-inline constexpr int64_t kRingPieceBytes = int64_t{16} << 20;
+// Ring piece: the scratch a received piece lands in is re-read from cache at this size (16 MiB
+// was 1-4 ms slower on the ResNet-50 set, 256 KiB slower again; see README, Benchmark).
+inline constexpr int64_t kRingPieceBytes = int64_t{4} << 20;
 // Tensors of a fused response smaller than this are packed into one span before the ring: each
 // contiguous part costs one message per ring step.
 inline constexpr int64_t kRingPackBytes = int64_t{64} << 10;
