@@ -2,7 +2,9 @@
 
 #include <c10/core/CPUAllocator.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <new>
 
@@ -25,6 +27,8 @@ struct CachingHostAllocator::Header {
   const CachingHostAllocator* owner;
   size_t capacity;  // bytes of the whole block, header included
   uint64_t magic;
+  Header* older;  // neighbours in the freed order while cached
+  Header* newer;
 };
 
 CachingHostAllocator::CachingHostAllocator(HostAllocatorOptions options) : options_(options) {
@@ -42,7 +46,7 @@ c10::DataPtr CachingHostAllocator::allocate(size_t n) const {
   if (n + kHeaderBytes < options_.min_cached_bytes) {
     void* p = nullptr;
     if (posix_memalign(&p, kHeaderBytes, n + kHeaderBytes) != 0) throw std::bad_alloc();
-    new (p) Header{this, n + kHeaderBytes, kMagicHeap};
+    new (p) Header{this, n + kHeaderBytes, kMagicHeap, nullptr, nullptr};
     char* data = static_cast<char*>(p) + kHeaderBytes;
     return c10::DataPtr(data, data, &Free, cpu);
   }
@@ -53,6 +57,7 @@ c10::DataPtr CachingHostAllocator::allocate(size_t n) const {
     if (it != free_.end() && !it->second.empty()) {
       Header* h = it->second.back();
       it->second.pop_back();
+      Unlink(h);
       stats_.hits++;
       stats_.cached_bytes -= capacity;
       stats_.live_bytes += capacity;
@@ -62,7 +67,7 @@ c10::DataPtr CachingHostAllocator::allocate(size_t n) const {
   }
   char* aligned = MapHugePages(capacity);
   if (aligned == nullptr) throw std::bad_alloc();
-  new (aligned) Header{this, capacity, kMagicMap};
+  new (aligned) Header{this, capacity, kMagicMap, nullptr, nullptr};
   {
     std::lock_guard<std::mutex> lock(mu_);
     stats_.maps++;
@@ -84,19 +89,45 @@ void CachingHostAllocator::Free(void* data) {
   h->owner->Release(h);
 }
 
+void CachingHostAllocator::LinkNewest(Header* h) const {
+  h->older = newest_;
+  h->newer = nullptr;
+  (newest_ != nullptr ? newest_->newer : oldest_) = h;
+  newest_ = h;
+}
+
+void CachingHostAllocator::Unlink(Header* h) const {
+  (h->older != nullptr ? h->older->newer : oldest_) = h->newer;
+  (h->newer != nullptr ? h->newer->older : newest_) = h->older;
+  h->older = h->newer = nullptr;
+}
+
 void CachingHostAllocator::Release(Header* h) const {
   const size_t capacity = h->capacity;
+  std::vector<Header*> unmap;
   {
     std::lock_guard<std::mutex> lock(mu_);
     stats_.live_bytes -= capacity;
-    if (static_cast<size_t>(stats_.cached_bytes) + capacity <= options_.max_cached_bytes) {
+    if (capacity > options_.max_cached_bytes) {
+      unmap.push_back(h);
+    } else {
+      // Make room by dropping the blocks freed longest ago.
+      while (static_cast<size_t>(stats_.cached_bytes) + capacity > options_.max_cached_bytes) {
+        Header* victim = oldest_;
+        Unlink(victim);
+        std::vector<Header*>& same = free_[victim->capacity];
+        same.erase(std::find(same.begin(), same.end(), victim));
+        stats_.cached_bytes -= victim->capacity;
+        stats_.evictions++;
+        unmap.push_back(victim);
+      }
       free_[capacity].push_back(h);
+      LinkNewest(h);
       stats_.cached_bytes += capacity;
-      return;
     }
-    stats_.unmaps++;
+    stats_.unmaps += static_cast<int64_t>(unmap.size());
   }
-  munmap(h, capacity);
+  for (Header* u : unmap) munmap(u, u->capacity);
 }
 
 HostAllocatorStats CachingHostAllocator::stats() const {
@@ -104,8 +135,14 @@ HostAllocatorStats CachingHostAllocator::stats() const {
   return stats_;
 }
 
+size_t DefaultHostCacheBytes(uint64_t physical_bytes, int local_processes) {
+  const uint64_t share = physical_bytes / 4 / static_cast<uint64_t>(std::max(local_processes, 1));
+  return static_cast<size_t>(std::clamp<uint64_t>(share, uint64_t{64} << 20, uint64_t{4} << 30));
+}
+
 namespace {
 const CachingHostAllocator* g_installed = nullptr;
+std::string* const g_installed_line = new std::string;
 std::once_flag g_install_once;
 }  // namespace
 
@@ -114,6 +151,7 @@ absl::StatusOr<std::string> UseCachingHostAllocator(const Environment& env) {
     return "host tensors: LibTorch's allocator (HVX_HOST_ALLOCATOR=0)";
   }
   HostAllocatorOptions options;
+  std::string why;
   if (auto v = env.GetNonEmpty("HVX_HOST_CACHE_MAX_BYTES")) {
     uint64_t bytes = 0;
     if (!absl::SimpleAtoi(*v, &bytes)) {
@@ -121,15 +159,32 @@ absl::StatusOr<std::string> UseCachingHostAllocator(const Environment& env) {
           absl::StrCat("HVX_HOST_CACHE_MAX_BYTES=", *v, " is not a byte count (e.g. 4294967296 for 4 GiB)"));
     }
     options.max_cached_bytes = bytes;
+    why = "HVX_HOST_CACHE_MAX_BYTES";
+  } else {
+    int local = 1;
+    for (const char* var : {"HVX_LOCAL_SIZE", "MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE"}) {
+      int n = 0;
+      if (auto v = env.GetNonEmpty(var); v && absl::SimpleAtoi(*v, &n) && n > 0) {
+        local = n;
+        break;
+      }
+    }
+    const uint64_t physical =
+        static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+    options.max_cached_bytes = DefaultHostCacheBytes(physical, local);
+    why = absl::StrCat("a quarter of ", physical >> 30, " GiB over ", local, " local process", local == 1 ? "" : "es",
+                       ", at most 4 GiB");
   }
   std::call_once(g_install_once, [&] {
     // Never destroyed: tensors may outlive main().
     auto* allocator = new CachingHostAllocator(options);
     c10::SetCPUAllocator(allocator, /*priority=*/1);
     g_installed = allocator;
+    *g_installed_line = absl::StrCat("host tensors: blocks of 1 MiB and more cached for reuse (up to ",
+                                     options.max_cached_bytes >> 20, " MiB: ", why, ")");
   });
-  return absl::StrCat("host tensors: blocks of 1 MiB and more cached for reuse (up to ", options.max_cached_bytes >> 20,
-                      " MiB)");
+  // Later calls change nothing: they report what the first one installed.
+  return *g_installed_line;
 }
 
 absl::StatusOr<std::string> KeepHostMemoryForReuse(const Environment& env) {

@@ -32,14 +32,21 @@ namespace hvx {
 struct HostAllocatorOptions {
   // Allocations from this size up are mapped and cached; smaller ones use the heap.
   size_t min_cached_bytes = size_t{1} << 20;
-  // Freed blocks beyond this many bytes are unmapped instead of cached.
+  // Bytes of freed blocks kept at most. A freed block that would exceed it makes room by
+  // unmapping the blocks freed longest ago (of any size): sizes a program stopped using (say, an
+  // evaluation batch's) give way to the ones it uses now.
   size_t max_cached_bytes = size_t{4} << 30;
 };
+
+// The default bound: a quarter of physical memory shared by the processes on the host, at most
+// 4 GiB and at least 64 MiB.
+size_t DefaultHostCacheBytes(uint64_t physical_bytes, int local_processes);
 
 struct HostAllocatorStats {
   int64_t hits = 0;          // allocations served by a cached block
   int64_t maps = 0;          // allocations that mapped a new block
   int64_t unmaps = 0;        // freed blocks returned to the kernel (cache full)
+  int64_t evictions = 0;     // of those, cached blocks unmapped to make room for a newer one
   int64_t cached_bytes = 0;  // bytes in freed blocks kept for reuse
   int64_t live_bytes = 0;    // bytes in mapped blocks that tensors hold now
 };
@@ -58,17 +65,25 @@ class CachingHostAllocator final : public c10::Allocator {
   struct Header;
   static void Free(void* data);
   void Release(Header* header) const;
+  // Least recently freed order of the cached blocks; mu_ held.
+  void LinkNewest(Header* h) const;
+  void Unlink(Header* h) const;
 
   const HostAllocatorOptions options_;
   mutable std::mutex mu_;
-  // Freed mapped blocks by capacity (a multiple of 2 MiB).
+  // Freed mapped blocks by capacity (a multiple of 2 MiB), most recently freed last.
   mutable std::map<size_t, std::vector<Header*>> free_;
+  // The same blocks in the order they were freed, through their headers.
+  mutable Header* oldest_ = nullptr;
+  mutable Header* newest_ = nullptr;
   mutable HostAllocatorStats stats_;
 };
 
 // Installs one process-wide CachingHostAllocator as LibTorch's CPU allocator (first call only) and
 // returns a line for the log. HVX_HOST_ALLOCATOR=0 leaves LibTorch's own allocator in place;
-// HVX_HOST_CACHE_MAX_BYTES bounds the cache (default 4 GiB; InvalidArgument if not a byte count).
+// HVX_HOST_CACHE_MAX_BYTES bounds the cache (InvalidArgument if not a byte count); by default
+// DefaultHostCacheBytes of this machine's memory and the local process count the launcher set
+// (HVX_LOCAL_SIZE, MPI_LOCALNRANKS or OMPI_COMM_WORLD_LOCAL_SIZE; 1 without one).
 absl::StatusOr<std::string> UseCachingHostAllocator(const Environment& env);
 
 // What a CPU training program calls first, before LibTorch allocates: RetainFreedHeapMemory

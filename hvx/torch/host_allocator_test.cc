@@ -68,6 +68,47 @@ TEST(CachingHostAllocatorTest, CacheBeyondItsBoundIsReturnedToTheKernel) {
   EXPECT_LE(s.cached_bytes, int64_t{64} << 20);
 }
 
+TEST(CachingHostAllocatorTest, AFullCacheDropsTheBlocksFreedLongestAgo) {
+  HostAllocatorOptions o;
+  o.max_cached_bytes = size_t{64} << 20;
+  CachingHostAllocator a(o);
+  constexpr size_t kA = size_t{20} << 20;  // a 22 MiB block with its header
+  constexpr size_t kB = size_t{30} << 20;  // a 32 MiB block
+  void* second_a;
+  {
+    c10::DataPtr a1 = a.allocate(kA);
+    c10::DataPtr a2 = a.allocate(kA);
+    second_a = a2.get();
+    a1.clear();  // freed first: the oldest in the cache
+  }
+  EXPECT_EQ(a.stats().cached_bytes, int64_t{44} << 20);
+  { c10::DataPtr b = a.allocate(kB); }  // 44 + 32 > 64: the first A block makes room
+  HostAllocatorStats s = a.stats();
+  EXPECT_EQ(s.evictions, 1);
+  EXPECT_EQ(s.unmaps, 1);
+  EXPECT_EQ(s.cached_bytes, int64_t{54} << 20);
+  const int64_t maps = s.maps;
+  c10::DataPtr b = a.allocate(kB);
+  c10::DataPtr a3 = a.allocate(kA);
+  EXPECT_EQ(a3.get(), second_a) << "the block freed last stays";
+  s = a.stats();
+  EXPECT_EQ(s.maps, maps) << "both sizes served from the cache";
+  EXPECT_EQ(s.cached_bytes, 0);
+  // A block larger than the whole bound is never cached, and evicts nothing.
+  { c10::DataPtr huge = a.allocate(size_t{80} << 20); }
+  EXPECT_EQ(a.stats().evictions, 1);
+  EXPECT_EQ(a.stats().unmaps, 2);
+}
+
+TEST(CachingHostAllocatorTest, DefaultBoundSharesAQuarterOfMemoryAmongLocalProcesses) {
+  constexpr uint64_t kGiB = uint64_t{1} << 30;
+  EXPECT_EQ(DefaultHostCacheBytes(24 * kGiB, 1), 4 * kGiB);  // capped
+  EXPECT_EQ(DefaultHostCacheBytes(24 * kGiB, 4), 1536u << 20);
+  EXPECT_EQ(DefaultHostCacheBytes(1024 * kGiB, 8), 4 * kGiB);
+  EXPECT_EQ(DefaultHostCacheBytes(kGiB, 8), size_t{64} << 20);  // floor
+  EXPECT_EQ(DefaultHostCacheBytes(0, 0), size_t{64} << 20);
+}
+
 TEST(CachingHostAllocatorTest, InstalledItServesTorchTensors) {
   MapEnvironment bad({{"HVX_HOST_CACHE_MAX_BYTES", "lots"}});
   auto refused = UseCachingHostAllocator(bad);
@@ -75,8 +116,12 @@ TEST(CachingHostAllocatorTest, InstalledItServesTorchTensors) {
   EXPECT_TRUE(absl::StrContains(refused.status().message(), "HVX_HOST_CACHE_MAX_BYTES=lots"));
   EXPECT_EQ(InstalledHostAllocator(), nullptr);
 
-  auto line = UseCachingHostAllocator(MapEnvironment({}));
+  auto line = UseCachingHostAllocator(MapEnvironment({{"MPI_LOCALNRANKS", "2"}}));
   ASSERT_TRUE(line.ok()) << line.status();
+  EXPECT_TRUE(absl::StrContains(*line, " GiB over 2 local processes, at most 4 GiB)")) << *line;
+  auto again = UseCachingHostAllocator(MapEnvironment({{"HVX_HOST_CACHE_MAX_BYTES", "1"}}));
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, *line) << "a second call reports what is installed";
   const CachingHostAllocator* a = InstalledHostAllocator();
   ASSERT_NE(a, nullptr);
   const int64_t maps = a->stats().maps, hits = a->stats().hits;
