@@ -64,6 +64,7 @@ absl::StatusOr<InitOptions> InitOptions::FromEnv(const Environment& env) {
   knobs.Read("HVX_STALL_SHUTDOWN_TIME_S", &o.stall_shutdown_time_s, 0.0);
   knobs.Read("HVX_LOG_LEVEL", &o.log_level);
   knobs.Read("HVX_ALLOW_SINGLETON", &o.allow_singleton);
+  knobs.Read("HVX_FIXED_REDUCTION_ORDER", &o.fixed_reduction_order);
   knobs.Read("HVX_SHUTDOWN_TIMEOUT_S", &o.shutdown_timeout_s, 0.0);
   HVX_RETURN_IF_ERROR(knobs.status());
   if (auto sev = ParseLogSeverity(o.log_level); !sev.ok()) {

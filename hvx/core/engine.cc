@@ -754,6 +754,7 @@ absl::Status Engine::ExecuteAllreduce(SetState& set, const Response& r, const st
   work.prescale_factor = r.prescale;
   work.postscale_factor = r.postscale / (r.reduce_op == ReduceOp::kAverage ? set.size() : 1);
   work.fusion_buffer_bytes = std::max(options_.fusion_threshold_bytes, r.TotalBytes());
+  work.fixed_order = options_.fixed_reduction_order;
   for (size_t i = 0; i < r.names.size(); ++i) {
     Entry* e = entries[i];
     if (e != nullptr) {

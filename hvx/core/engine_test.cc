@@ -172,6 +172,19 @@ TEST(EngineTest, TopologyOfSimulatedHosts) {
       Options(), {"a", "a", "b", "b"});
 }
 
+TEST(EngineTest, KnobsFromTheEnvironment) {
+  auto defaults = InitOptions::FromEnv(MapEnvironment({}));
+  ASSERT_TRUE(defaults.ok()) << defaults.status();
+  EXPECT_TRUE(defaults->fixed_reduction_order);
+  auto off = InitOptions::FromEnv(MapEnvironment({{"HVX_FIXED_REDUCTION_ORDER", "0"}, {"HVX_CACHE_CAPACITY", "7"}}));
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_FALSE(off->fixed_reduction_order);
+  EXPECT_EQ(off->cache_capacity, 7);
+  auto bad = InitOptions::FromEnv(MapEnvironment({{"HVX_FIXED_REDUCTION_ORDER", "sometimes"}}));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_TRUE(absl::StrContains(bad.status().message(), "HVX_FIXED_REDUCTION_ORDER")) << bad.status();
+}
+
 TEST(EngineTest, SingletonWithClusterEvidenceFailsUnlessAllowed) {
   MapEnvironment env{{"PMI_SIZE", "4"}};
   InitOptions o = Options();

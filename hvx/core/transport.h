@@ -75,6 +75,9 @@ struct AllreduceWork {
   double postscale_factor = 1.0;
   // Bytes the fused buffer may use (the fusion threshold, at least the largest tensor).
   int64_t fusion_buffer_bytes = 0;
+  // Reduce each element in an order that does not depend on what else is fused
+  // (InitOptions::fixed_reduction_order); planes whose order never depends on it may ignore it.
+  bool fixed_order = true;
   ActivityRecorder* activity = nullptr;
 };
 

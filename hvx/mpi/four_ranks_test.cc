@@ -1,9 +1,13 @@
-// Four ranks (more than this machine's cores: kept short): averages, uneven gathers and
-// scatters, even/odd process sets, Adasum's recursive doubling, join and a mismatch that must
-// reach all four ranks.
+// Four ranks (more than this machine's cores: kept short): averages, float sums that do not depend
+// on fusion, uneven gathers and scatters, even/odd process sets, Adasum's recursive doubling, join
+// and a mismatch that must reach all four ranks.
+#include <cmath>
+#include <cstring>
 #include <vector>
 
+#include "absl/base/casts.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "hvx/common/half.h"
 #include "hvx/core/api.h"
@@ -50,6 +54,89 @@ TEST(FourRanksTest, LargeRingAllreduceFloat16) {
   std::vector<TensorRef> refs = {TensorRef(DataType::kFloat16, {n}, x.data()), TensorRef(DataType::kFloat16, {7}, y.data())};
   ASSERT_TRUE(Wait(GroupedAllreduce("ring16", refs, refs, o)).ok());
   for (int64_t i = 0; i < n; ++i) ASSERT_EQ(HalfToFloat(x[i]), 4.0f * (i % 5) + 6.0f) << i;
+}
+
+// Rank r's values for tensor t: signs and magnitudes (1e-3 to 1e3) mixed so that a float sum of
+// four rounds differently in different orders.
+std::vector<float> Values(int rank, size_t t, int64_t n) {
+  std::vector<float> v(n);
+  uint64_t state = 0x9E3779B97F4A7C15ull * (rank + 1) + 7919 * (t + 1);
+  const float scale[7] = {1e-3f, 1e-2f, 0.1f, 1.0f, 10.0f, 100.0f, 1000.0f};
+  for (int64_t i = 0; i < n; ++i) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    const float u = static_cast<float>(static_cast<int64_t>(state >> 40) - (int64_t{1} << 23)) / (1 << 23);
+    v[i] = u * scale[(i * 3 + t + rank) % 7];
+  }
+  return v;
+}
+
+// With more than two ranks a float sum's bits depend on the order of the additions. The engine
+// keeps one order per element, so the result does not depend on what a cycle fused with the
+// tensor: alone, grouped, grouped in another order and submitted together all agree bit for bit,
+// on every rank (small tensors, packed ones and ring-sized ones; float32 and bfloat16).
+TEST(FourRanksTest, FloatSumsAreTheSameBitsHoweverTheTensorsAreFused) {
+  const std::vector<int64_t> sizes = {3, 1000, 20000, 70001, 5, 30000, 90000};  // 845 KB in all
+  const size_t n = sizes.size();
+  AllreduceOptions sum;
+  sum.op = ReduceOp::kSum;
+  auto inputs = [&] {
+    std::vector<std::vector<float>> x;
+    for (size_t t = 0; t < n; ++t) x.push_back(Values(Rank(), t, sizes[t]));
+    return x;
+  };
+  auto refs = [](std::vector<std::vector<float>>& x, const std::vector<size_t>& order) {
+    std::vector<TensorRef> r;
+    for (size_t t : order) r.emplace_back(DataType::kFloat32, TensorShape({static_cast<int64_t>(x[t].size())}), x[t].data());
+    return r;
+  };
+  std::vector<size_t> forward(n), backward(n);
+  for (size_t t = 0; t < n; ++t) forward[t] = t, backward[t] = n - 1 - t;
+
+  std::vector<std::vector<float>> alone = inputs();
+  for (size_t t = 0; t < n; ++t) {
+    TensorRef r = refs(alone, {t})[0];
+    ASSERT_TRUE(Wait(Allreduce(absl::StrCat("alone.", t), r, r, sum)).ok());
+  }
+  std::vector<std::vector<float>> grouped = inputs(), reversed = inputs(), together = inputs();
+  ASSERT_TRUE(Wait(GroupedAllreduce("grouped", refs(grouped, forward), refs(grouped, forward), sum)).ok());
+  ASSERT_TRUE(Wait(GroupedAllreduce("reversed", refs(reversed, backward), refs(reversed, backward), sum)).ok());
+  std::vector<Handle> handles;
+  for (size_t t : backward) {
+    TensorRef r = refs(together, {t})[0];
+    handles.push_back(Allreduce(absl::StrCat("together.", t), r, r, sum));
+  }
+  ASSERT_TRUE(WaitAll(handles).ok());
+  for (size_t t = 0; t < n; ++t) {
+    for (int64_t i = 0; i < sizes[t]; ++i) {
+      ASSERT_EQ(absl::bit_cast<uint32_t>(grouped[t][i]), absl::bit_cast<uint32_t>(alone[t][i])) << t << " " << i;
+      ASSERT_EQ(absl::bit_cast<uint32_t>(reversed[t][i]), absl::bit_cast<uint32_t>(alone[t][i])) << t << " " << i;
+      ASSERT_EQ(absl::bit_cast<uint32_t>(together[t][i]), absl::bit_cast<uint32_t>(alone[t][i])) << t << " " << i;
+    }
+  }
+  // The same bits on every rank, and the sum itself is right.
+  for (size_t t = 0; t < n; ++t) {
+    std::vector<float> root = alone[t];
+    TensorRef r(DataType::kFloat32, {sizes[t]}, root.data());
+    ASSERT_TRUE(Wait(Broadcast(absl::StrCat("check.", t), r, 0)).ok());
+    EXPECT_EQ(std::memcmp(root.data(), alone[t].data(), root.size() * 4), 0) << "tensor " << t;
+    std::vector<double> exact(sizes[t], 0.0), magnitude(sizes[t], 0.0);
+    for (int rank = 0; rank < 4; ++rank) {
+      const std::vector<float> v = Values(rank, t, sizes[t]);
+      for (int64_t i = 0; i < sizes[t]; ++i) exact[i] += v[i], magnitude[i] += std::abs(v[i]);
+    }
+    for (int64_t i = 0; i < sizes[t]; ++i) ASSERT_NEAR(alone[t][i], exact[i], 1e-6 * magnitude[i]) << t << " " << i;
+  }
+
+  // bfloat16 rounds after every addition: the order shows in most elements.
+  std::vector<uint16_t> b_alone(50000), b_grouped(50000), small(10);
+  const std::vector<float> b_values = Values(Rank(), 99, 50000);
+  for (int64_t i = 0; i < 50000; ++i) b_alone[i] = b_grouped[i] = FloatToBfloat16(b_values[i]);
+  TensorRef ba(DataType::kBfloat16, {50000}, b_alone.data());
+  ASSERT_TRUE(Wait(Allreduce("bf16.alone", ba, ba, sum)).ok());
+  std::vector<TensorRef> bg = {TensorRef(DataType::kBfloat16, {10}, small.data()),
+                               TensorRef(DataType::kBfloat16, {50000}, b_grouped.data())};
+  ASSERT_TRUE(Wait(GroupedAllreduce("bf16.grouped", bg, bg, sum)).ok());
+  EXPECT_EQ(b_grouped, b_alone);
 }
 
 TEST(FourRanksTest, AllgatherAndReduceScatterUneven) {

@@ -172,7 +172,7 @@ namespace {
 // The concatenation of spans seen as one array of elements.
 class VirtualBuffer {
  public:
-  VirtualBuffer(const std::vector<Span>& spans, int64_t esize) : spans_(spans), esize_(esize) {
+  VirtualBuffer(std::vector<Span> spans, int64_t esize) : spans_(std::move(spans)), esize_(esize) {
     int64_t total = 0;
     for (const Span& sp : spans_) {
       starts_.push_back(total);
@@ -186,6 +186,7 @@ class VirtualBuffer {
   // [begin, begin + n).
   template <typename Fn>
   void ForEachPart(int64_t begin, int64_t n, Fn fn) const {
+    if (n <= 0) return;
     size_t i = std::upper_bound(starts_.begin(), starts_.end(), begin) - starts_.begin() - 1;
     int64_t done = 0;
     while (done < n && i < spans_.size()) {
@@ -197,78 +198,121 @@ class VirtualBuffer {
     }
   }
 
-  // Sends elements [send_begin, send_begin + send_n) to `right` and receives recv_n elements from
-  // `left`, into `into` when it is not null, else in place at [recv_begin, recv_begin + recv_n).
-  // One message per contiguous part: MPICH over UCX moves a contiguous message with one
-  // cross-process copy, but a derived datatype through its packing path (a copy into shared
-  // memory and another out, in small fragments). Both neighbours cut the range at the same
-  // tensor boundaries, so the parts match one to one in order.
-  absl::Status Exchange(MPI_Comm comm, int right, int left, int tag, int64_t send_begin, int64_t send_n,
-                        int64_t recv_begin, int64_t recv_n, char* into, std::vector<MPI_Request>* requests) const {
-    requests->clear();
-    absl::Status status;
-    auto recv_part = [&](char* p, int64_t k) {
-      requests->push_back(MPI_REQUEST_NULL);
-      const int code = MPI_Irecv(p, static_cast<int>(k * esize_), MPI_BYTE, left, tag, comm, &requests->back());
-      if (code != MPI_SUCCESS && status.ok()) status = MpiStatus(code, "ring MPI_Irecv");
-    };
-    if (into != nullptr) {
-      // Same cuts as the sender's in-place parts of this range.
-      ForEachPart(recv_begin, recv_n, [&](char*, int64_t k, int64_t at) { recv_part(into + at * esize_, k); });
-    } else {
-      ForEachPart(recv_begin, recv_n, [&](char* p, int64_t k, int64_t) { recv_part(p, k); });
-    }
-    ForEachPart(send_begin, send_n, [&](char* p, int64_t k, int64_t) {
-      requests->push_back(MPI_REQUEST_NULL);
-      const int code = MPI_Isend(p, static_cast<int>(k * esize_), MPI_BYTE, right, tag, comm, &requests->back());
-      if (code != MPI_SUCCESS && status.ok()) status = MpiStatus(code, "ring MPI_Isend");
-    });
-    const absl::Status wait =
-        WaitPolitely(static_cast<int>(requests->size()), requests->data(), "ring MPI_Testall", kDataWait);
-    return status.ok() ? wait : status;
-  }
-
  private:
-  const std::vector<Span>& spans_;
-  const int64_t esize_;
+  std::vector<Span> spans_;
+  int64_t esize_;
   std::vector<int64_t> starts_;
   int64_t total_ = 0;
 };
 
+// Sends elements [send_begin, send_begin + send_n) of `send` to `right` and receives recv_n
+// elements from `left`, into `into` when it is not null, else in place at [recv_begin, recv_begin
+// + recv_n) of `recv`. One message per contiguous part: MPICH over UCX moves a contiguous message
+// with one cross-process copy, but a derived datatype through its packing path (a copy into shared
+// memory and another out, in small fragments). A rank's `send` is its right neighbour's `recv`
+// (the same segment, cut at the same tensor boundaries), so the parts match one to one in order.
+absl::Status Exchange(MPI_Comm comm, int right, int left, int tag, const VirtualBuffer& send, int64_t send_begin,
+                      int64_t send_n, const VirtualBuffer& recv, int64_t recv_begin, int64_t recv_n, char* into,
+                      int64_t esize, std::vector<MPI_Request>* requests) {
+  requests->clear();
+  absl::Status status;
+  auto recv_part = [&](char* p, int64_t k) {
+    requests->push_back(MPI_REQUEST_NULL);
+    const int code = MPI_Irecv(p, static_cast<int>(k * esize), MPI_BYTE, left, tag, comm, &requests->back());
+    if (code != MPI_SUCCESS && status.ok()) status = MpiStatus(code, "ring MPI_Irecv");
+  };
+  if (into != nullptr) {
+    // Same cuts as the sender's in-place parts of this range.
+    recv.ForEachPart(recv_begin, recv_n, [&](char*, int64_t k, int64_t at) { recv_part(into + at * esize, k); });
+  } else {
+    recv.ForEachPart(recv_begin, recv_n, [&](char* p, int64_t k, int64_t) { recv_part(p, k); });
+  }
+  send.ForEachPart(send_begin, send_n, [&](char* p, int64_t k, int64_t) {
+    requests->push_back(MPI_REQUEST_NULL);
+    const int code = MPI_Isend(p, static_cast<int>(k * esize), MPI_BYTE, right, tag, comm, &requests->back());
+    if (code != MPI_SUCCESS && status.ok()) status = MpiStatus(code, "ring MPI_Isend");
+  });
+  const absl::Status wait =
+      WaitPolitely(static_cast<int>(requests->size()), requests->data(), "ring MPI_Testall", kDataWait);
+  return status.ok() ? wait : status;
+}
+
 }  // namespace
 
-absl::Status RingAllreduce(MPI_Comm comm, const std::vector<Span>& spans, DataType dtype, ReduceOp op,
+RingSegments PositionalSegments(const std::vector<Span>& spans, int size, int64_t esize) {
+  int64_t count = 0;
+  for (const Span& sp : spans) count += sp.count;
+  RingSegments segments(size);
+  size_t i = 0;
+  int64_t within = 0;  // elements of spans[i] already placed
+  for (int s = 0; s < size; ++s) {
+    int64_t want = PartBegin(count, s + 1, size) - PartBegin(count, s, size);
+    while (want > 0 && i < spans.size()) {
+      const int64_t take = std::min(want, spans[i].count - within);
+      if (take > 0) segments[s].push_back(Span{spans[i].data + within * esize, take});
+      within += take;
+      want -= take;
+      if (within == spans[i].count) {
+        ++i;
+        within = 0;
+      }
+    }
+  }
+  return segments;
+}
+
+RingSegments PerSpanSegments(const std::vector<Span>& spans, int size, int64_t esize) {
+  RingSegments segments(size);
+  for (const Span& sp : spans) {
+    for (int s = 0; s < size; ++s) {
+      const int64_t b = PartBegin(sp.count, s, size), e = PartBegin(sp.count, s + 1, size);
+      if (e > b) segments[s].push_back(Span{sp.data + b * esize, e - b});
+    }
+  }
+  return segments;
+}
+
+absl::Status RingAllreduce(MPI_Comm comm, const RingSegments& segments, DataType dtype, ReduceOp op,
                            double postscale, int64_t piece_bytes, HostBuffer* scratch) {
   int rank = 0, size = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
+  if (static_cast<int>(segments.size()) != size) {
+    return absl::InternalError(
+        absl::StrCat("RingAllreduce: ", segments.size(), " segments for a communicator of ", size));
+  }
   const int64_t esize = static_cast<int64_t>(DataTypeSize(dtype));
-  const VirtualBuffer vb(spans, esize);
-  const int64_t count = vb.total();
+  std::vector<VirtualBuffer> vbs;
+  int64_t count = 0;
+  for (const std::vector<Span>& seg : segments) {
+    vbs.emplace_back(seg, esize);
+    count += vbs.back().total();
+  }
   if (size == 1 || count == 0) {
-    for (const Span& sp : spans) ScaleInPlace(dtype, sp.data, sp.count, postscale);
+    for (const std::vector<Span>& seg : segments) {
+      for (const Span& sp : seg) ScaleInPlace(dtype, sp.data, sp.count, postscale);
+    }
     return absl::OkStatus();
   }
   const int64_t piece = std::max<int64_t>(1, std::min<int64_t>(piece_bytes, INT_MAX) / esize);
   HVX_ASSIGN_OR_RETURN(char* tmp, scratch->Get(piece * esize));
-  auto begin = [&](int seg) { return count * seg / size; };
   const int right = (rank + 1) % size, left = (rank + size - 1) % size;
   auto mod = [size](int x) { return ((x % size) + size) % size; };
   std::vector<MPI_Request> requests;
-  // Reduce-scatter: after size-1 steps this rank holds the full result of segment rank+1.
+  // Reduce-scatter: after size-1 steps this rank holds the full result of segment rank+1. The
+  // elements of segment k are reduced in one order, x[k] then x[k+1], ... x[k-1] (ranks mod size),
+  // whatever else is in the segment.
   for (int s = 0; s < size - 1; ++s) {
-    const int send_seg = mod(rank - s), recv_seg = mod(rank - s - 1);
-    const int64_t send_n = begin(send_seg + 1) - begin(send_seg);
-    const int64_t recv_n = begin(recv_seg + 1) - begin(recv_seg);
-    for (int64_t off = 0; off < std::max(send_n, recv_n); off += piece) {
-      const int64_t sn = std::max<int64_t>(0, std::min(piece, send_n - off));
-      const int64_t rn = std::max<int64_t>(0, std::min(piece, recv_n - off));
-      HVX_RETURN_IF_ERROR(
-          vb.Exchange(comm, right, left, 11, begin(send_seg) + off, sn, begin(recv_seg) + off, rn, tmp, &requests));
+    const VirtualBuffer& send = vbs[mod(rank - s)];
+    const VirtualBuffer& recv = vbs[mod(rank - s - 1)];
+    for (int64_t off = 0; off < std::max(send.total(), recv.total()); off += piece) {
+      const int64_t sn = std::max<int64_t>(0, std::min(piece, send.total() - off));
+      const int64_t rn = std::max<int64_t>(0, std::min(piece, recv.total() - off));
+      HVX_RETURN_IF_ERROR(Exchange(comm, right, left, 11, send, off, sn, recv, off, rn, tmp, esize, &requests));
       // The last step completes this rank's segment: scale it block by block while the block is
       // still in cache, instead of in another pass over memory.
       const double scale = s == size - 2 ? postscale : 1.0;
-      vb.ForEachPart(begin(recv_seg) + off, rn, [&](char* p, int64_t k, int64_t at) {
+      recv.ForEachPart(off, rn, [&](char* p, int64_t k, int64_t at) {
         constexpr int64_t kBlock = 8192;
         for (int64_t b = 0; b < k; b += kBlock) {
           const int64_t m = std::min(kBlock, k - b);
@@ -280,22 +324,55 @@ absl::Status RingAllreduce(MPI_Comm comm, const std::vector<Span>& spans, DataTy
   }
   // Allgather: pass the finished segments around, straight into place.
   for (int s = 0; s < size - 1; ++s) {
-    const int send_seg = mod(rank + 1 - s), recv_seg = mod(rank - s);
-    const int64_t send_n = begin(send_seg + 1) - begin(send_seg);
-    const int64_t recv_n = begin(recv_seg + 1) - begin(recv_seg);
-    for (int64_t off = 0; off < std::max(send_n, recv_n); off += piece) {
-      const int64_t sn = std::max<int64_t>(0, std::min(piece, send_n - off));
-      const int64_t rn = std::max<int64_t>(0, std::min(piece, recv_n - off));
-      HVX_RETURN_IF_ERROR(vb.Exchange(comm, right, left, 12, begin(send_seg) + off, sn, begin(recv_seg) + off, rn,
-                                      nullptr, &requests));
+    const VirtualBuffer& send = vbs[mod(rank + 1 - s)];
+    const VirtualBuffer& recv = vbs[mod(rank - s)];
+    for (int64_t off = 0; off < std::max(send.total(), recv.total()); off += piece) {
+      const int64_t sn = std::max<int64_t>(0, std::min(piece, send.total() - off));
+      const int64_t rn = std::max<int64_t>(0, std::min(piece, recv.total() - off));
+      HVX_RETURN_IF_ERROR(Exchange(comm, right, left, 12, send, off, sn, recv, off, rn, nullptr, esize, &requests));
     }
   }
   return absl::OkStatus();
 }
 
+absl::Status RingAllreduce(MPI_Comm comm, const std::vector<Span>& spans, DataType dtype, ReduceOp op,
+                           double postscale, int64_t piece_bytes, HostBuffer* scratch) {
+  int size = 1;
+  MPI_Comm_size(comm, &size);
+  return RingAllreduce(comm, PositionalSegments(spans, size, static_cast<int64_t>(DataTypeSize(dtype))), dtype, op,
+                       postscale, piece_bytes, scratch);
+}
+
 absl::Status RingAllreduce(MPI_Comm comm, void* data, int64_t count, DataType dtype, ReduceOp op,
                            double postscale, int64_t piece_bytes, HostBuffer* scratch) {
   return RingAllreduce(comm, {Span{static_cast<char*>(data), count}}, dtype, op, postscale, piece_bytes, scratch);
+}
+
+absl::Status GatherAllreduce(MPI_Comm comm, char* data, const std::vector<int64_t>& bounds, DataType dtype,
+                             ReduceOp op, double postscale, HostBuffer* gathered) {
+  int size = 1;
+  MPI_Comm_size(comm, &size);
+  if (static_cast<int>(bounds.size()) != size + 1 || bounds.front() != 0) {
+    return absl::InternalError(absl::StrCat("GatherAllreduce: ", bounds.size(), " bounds for ", size, " ranks"));
+  }
+  const int64_t esize = static_cast<int64_t>(DataTypeSize(dtype));
+  const int64_t bytes = bounds.back() * esize;
+  if (bytes > INT_MAX) {
+    return absl::InvalidArgumentError(absl::StrCat("GatherAllreduce: ", bytes, " bytes exceed MPI's int count"));
+  }
+  HVX_ASSIGN_OR_RETURN(char* all, gathered->Get(std::max<int64_t>(1, bytes * size)));
+  HVX_RETURN_IF_ERROR(MpiStatus(
+      MPI_Allgather(data, static_cast<int>(bytes), MPI_BYTE, all, static_cast<int>(bytes), MPI_BYTE, comm),
+      "MPI_Allgather"));
+  // Segment k as the ring reduces it: x[k], then x[k+1] ... x[k-1] folded in one at a time.
+  for (int k = 0; k < size; ++k) {
+    const int64_t b = bounds[k] * esize, n = bounds[k + 1] - bounds[k];
+    if (n <= 0) continue;
+    std::memcpy(data + b, all + k * bytes + b, n * esize);
+    for (int j = 1; j < size; ++j) ReduceInto(dtype, op, data + b, all + ((k + j) % size) * bytes + b, n);
+    ScaleInPlace(dtype, data + b, n, postscale);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Allreduce(MPI_Comm comm, void* data, int64_t count, DataType dtype, ReduceOp op, double postscale,

@@ -100,10 +100,40 @@ struct Span {
   int64_t count;
 };
 
-// The same over the concatenation of `spans`, in order, without packing them: each message
-// describes its parts with an MPI derived datatype and results land in place.
+// The data of a ring allreduce by segment: segments[k] (a concatenation of spans) is what rank
+// k - 1 finishes in the reduce-scatter. Every rank passes the same structure (the same span
+// lengths). The ring reduces each element of segment k in one order: x[k] (rank k's value), then
+// x[k+1], ..., x[k-1] (ranks mod size), whatever else the segment holds.
+using RingSegments = std::vector<std::vector<Span>>;
+
+// Part s of n elements split `size` ways is [PartBegin(n, s, size), PartBegin(n, s + 1, size)).
+inline int64_t PartBegin(int64_t n, int s, int size) { return n * s / size; }
+
+// The concatenation of `spans` cut into `size` equal runs. Fewest messages, but an element's
+// segment (and so, with more than 2 ranks, the rounding of a float sum) depends on what else was
+// fused with it.
+RingSegments PositionalSegments(const std::vector<Span>& spans, int size, int64_t esize);
+// Each span cut into `size` parts by its own length, segment k holding part k of every span: an
+// element's segment depends only on its place in its own span, so the result of a float sum is
+// the same bits however tensors are fused.
+RingSegments PerSpanSegments(const std::vector<Span>& spans, int size, int64_t esize);
+
+// Reduce-scatter then allgather over the segments, in pieces of `piece_bytes` per segment, results
+// in place. Each message is one contiguous part (no derived datatypes).
+absl::Status RingAllreduce(MPI_Comm comm, const RingSegments& segments, DataType dtype, ReduceOp op,
+                           double postscale, int64_t piece_bytes, HostBuffer* scratch);
+
+// The same over the concatenation of `spans`, PositionalSegments, results in place.
 absl::Status RingAllreduce(MPI_Comm comm, const std::vector<Span>& spans, DataType dtype, ReduceOp op,
                            double postscale, int64_t piece_bytes, HostBuffer* scratch);
+
+// A small allreduce with the ring's order and one collective: `data` holds the segments back to
+// back (segment k is elements [bounds[k], bounds[k+1]), bounds has size + 1 entries from 0). Every
+// rank's data is gathered (into `gathered`, size times the bytes) and each segment reduced on every
+// rank in RingAllreduce's order, so the bits equal RingAllreduce over the same segments; then
+// multiplied by `postscale`.
+absl::Status GatherAllreduce(MPI_Comm comm, char* data, const std::vector<int64_t>& bounds, DataType dtype,
+                             ReduceOp op, double postscale, HostBuffer* gathered);
 
 // The result is multiplied by `postscale`; each rank scales only the segment it finished, before
 // the allgather, so scaling costs 1/size of a pass over the data.
@@ -119,6 +149,9 @@ inline constexpr int64_t kRingMinBytes = int64_t{256} << 10;
 // Ring piece: the scratch a received piece lands in is re-read from cache at this size (16 MiB
 // was 1-4 ms slower on the ResNet-50 set, 256 KiB slower again; see README, Benchmark).
 inline constexpr int64_t kRingPieceBytes = int64_t{4} << 20;
+// Largest size x bytes of a small response's GatherAllreduce (with a fixed reduction order); over
+// it the ring runs instead.
+inline constexpr int64_t kGatherMaxBytes = int64_t{8} << 20;
 // Tensors of a fused response smaller than this are packed into one span before the ring: each
 // contiguous part costs one message per ring step.
 inline constexpr int64_t kRingPackBytes = int64_t{64} << 10;

@@ -33,21 +33,34 @@ class MpiCpuPlane : public DataPlane {
   // ones run the ring over the tensors where they lie (outputs, after copying inputs that are not
   // in place), so no large tensor is copied through a fusion buffer and no per-call memory is
   // allocated; only tensors under kRingPackBytes are packed, into the first span of the ring.
+  //
+  // With more than two ranks, a float sum's rounding depends on the order of the additions, and
+  // which tensors a cycle fuses depends on timing. So float sums and products then keep one order
+  // per element whatever is fused with it (FixedOrder): the ring cuts each tensor into its own
+  // segments (PerSpanSegments), small tensors are packed segment by segment, and small responses
+  // use GatherAllreduce, which reduces in the ring's order. Runs are then reproducible bit for bit.
+  // Two ranks need none of this: a + b is exact in either order. HVX_FIXED_REDUCTION_ORDER=0
+  // (AllreduceWork::fixed_order) trades it for fewer messages.
   absl::Status Allreduce(const AllreduceWork& w) override {
     if (w.op == ReduceOp::kAdasum) return FusedAdasum(w);
     const size_t esize = DataTypeSize(w.dtype);
+    const bool fixed = FixedOrder(w);
+    const int parts = fixed ? size_ : 1;
     int64_t total = 0, joined = 0;
     for (const TensorRef& t : w.inputs) {
       total += t.num_elements();
       if (t.data() == nullptr) joined += t.num_elements();
     }
-    if (total * static_cast<int64_t>(esize) < kRingMinBytes) return PackedAllreduce(w, total);
-    // Tensors under kRingPackBytes (biases, norms) travel packed together as the first span: one
-    // message per ring step for all of them instead of one each.
-    int64_t packed = 0;
-    for (const TensorRef& t : w.inputs) {
-      if (static_cast<int64_t>(t.num_bytes()) < kRingPackBytes) packed += t.num_elements();
+    std::vector<size_t> all(w.inputs.size()), small;
+    for (size_t i = 0; i < w.inputs.size(); ++i) {
+      all[i] = i;
+      if (static_cast<int64_t>(w.inputs[i].num_bytes()) < kRingPackBytes) small.push_back(i);
     }
+    if (total * static_cast<int64_t>(esize) < kRingMinBytes) return PackedAllreduce(w, all, total, parts);
+    // Tensors under kRingPackBytes (biases, norms) travel packed together: one message per ring
+    // step (and segment) for all of them instead of one each.
+    int64_t packed = 0;
+    for (size_t i : small) packed += w.inputs[i].num_elements();
     char* pack = nullptr;
     if (packed > 0) {
       HVX_ASSIGN_OR_RETURN(pack, fusion_.Get(packed * esize));
@@ -57,24 +70,16 @@ class MpiCpuPlane : public DataPlane {
       HVX_ASSIGN_OR_RETURN(zeros, zeros_.Get(joined * esize));
       std::memset(zeros, 0, joined * esize);
     }
-    std::vector<Span> spans;
-    if (packed > 0) spans.push_back(Span{pack, packed});
+    std::vector<Span> large;
+    std::vector<int64_t> bounds;
     {
       ScopedActivity a(w.activity, "MEMCPY_IN_OUTPUT");
-      char* p = pack;
+      if (packed > 0) bounds = PackInputs(w, small, parts, pack);
       for (size_t i = 0; i < w.inputs.size(); ++i) {
         const TensorRef& in = w.inputs[i];
+        if (static_cast<int64_t>(in.num_bytes()) < kRingPackBytes) continue;
         const int64_t n = in.num_elements();
         char* out = static_cast<char*>(w.outputs[i].data());
-        if (static_cast<int64_t>(in.num_bytes()) < kRingPackBytes) {
-          if (in.data() == nullptr) {
-            std::memset(p, 0, n * esize);
-          } else {
-            std::memcpy(p, in.data(), n * esize);
-          }
-          p += n * esize;
-          continue;
-        }
         if (in.data() == nullptr) {  // joined: contribute zeros, keep nothing
           out = zeros;
           zeros += n * esize;
@@ -82,65 +87,108 @@ class MpiCpuPlane : public DataPlane {
           std::memcpy(out, in.data(), n * esize);
         }
         ScaleInPlace(w.dtype, out, n, w.prescale_factor);
-        spans.push_back(Span{out, n});
+        large.push_back(Span{out, n});
       }
-      if (packed > 0) ScaleInPlace(w.dtype, pack, packed, w.prescale_factor);
     }
     {
       ScopedActivity a(w.activity, "MPI_RING_ALLREDUCE");
-      HVX_RETURN_IF_ERROR(RingAllreduce(comm_, spans, w.dtype, w.op, w.postscale_factor, kRingPieceBytes, &scratch_));
+      RingSegments segments;
+      if (fixed) {
+        segments = PerSpanSegments(large, size_, static_cast<int64_t>(esize));
+        for (int k = 0; k < size_ && packed > 0; ++k) {
+          if (bounds[k + 1] > bounds[k]) {
+            segments[k].insert(segments[k].begin(), Span{pack + bounds[k] * esize, bounds[k + 1] - bounds[k]});
+          }
+        }
+      } else {
+        if (packed > 0) large.insert(large.begin(), Span{pack, packed});
+        segments = PositionalSegments(large, size_, static_cast<int64_t>(esize));
+      }
+      HVX_RETURN_IF_ERROR(
+          RingAllreduce(comm_, segments, w.dtype, w.op, w.postscale_factor, kRingPieceBytes, &scratch_));
     }
     if (packed == 0) return absl::OkStatus();
     ScopedActivity a(w.activity, "MEMCPY_OUT_FUSION_BUFFER");
-    const char* p = pack;
-    for (size_t i = 0; i < w.inputs.size(); ++i) {
-      const int64_t bytes = static_cast<int64_t>(w.inputs[i].num_bytes());
-      if (bytes >= kRingPackBytes) continue;
-      if (w.outputs[i].data() != nullptr) std::memcpy(w.outputs[i].data(), p, bytes);
-      p += bytes;
-    }
+    UnpackOutputs(w, small, parts, pack);
     return absl::OkStatus();
   }
 
-  // Copies the inputs back to back into `buf` (zeros for a joined rank's missing inputs) and applies
-  // the prescale factor to all `total` elements.
-  static void PackInputs(const AllreduceWork& w, char* buf, int64_t total) {
+  // Whether the order of the reduction changes the result's bits (see Allreduce).
+  bool FixedOrder(const AllreduceWork& w) const {
+    return w.fixed_order && size_ > 2 && IsFloatingPoint(w.dtype) &&
+           (w.op == ReduceOp::kSum || w.op == ReduceOp::kProduct);
+  }
+
+  // Copies inputs `which` into `buf` (zeros for a joined rank's missing inputs) and applies the
+  // prescale factor. With parts > 1 segment by segment: part k of each input (PartBegin), for k in
+  // 0..parts-1. Returns the segment bounds in elements (parts + 1 entries).
+  static std::vector<int64_t> PackInputs(const AllreduceWork& w, const std::vector<size_t>& which, int parts,
+                                         char* buf) {
+    const int64_t esize = static_cast<int64_t>(DataTypeSize(w.dtype));
+    std::vector<int64_t> bounds = {0};
     char* p = buf;
-    for (const TensorRef& t : w.inputs) {
-      if (t.data() == nullptr) {
-        std::memset(p, 0, t.num_bytes());
-      } else {
-        std::memcpy(p, t.data(), t.num_bytes());
+    for (int k = 0; k < parts; ++k) {
+      for (size_t i : which) {
+        const TensorRef& t = w.inputs[i];
+        const int64_t b = PartBegin(t.num_elements(), k, parts), n = PartBegin(t.num_elements(), k + 1, parts) - b;
+        if (t.data() == nullptr) {
+          std::memset(p, 0, n * esize);
+        } else {
+          std::memcpy(p, static_cast<const char*>(t.data()) + b * esize, n * esize);
+        }
+        p += n * esize;
       }
-      p += t.num_bytes();
+      bounds.push_back((p - buf) / esize);
     }
-    ScaleInPlace(w.dtype, buf, total, w.prescale_factor);
+    ScaleInPlace(w.dtype, buf, bounds.back(), w.prescale_factor);
+    return bounds;
   }
 
-  // Applies the postscale factor to `buf` and copies each tensor's part to its output (a joined
-  // rank's missing outputs are skipped).
-  static void UnpackOutputs(const AllreduceWork& w, char* buf, int64_t total) {
-    ScaleInPlace(w.dtype, buf, total, w.postscale_factor);
+  // The inverse of PackInputs: each output's parts back from `buf` (a joined rank's missing
+  // outputs are skipped).
+  static void UnpackOutputs(const AllreduceWork& w, const std::vector<size_t>& which, int parts, const char* buf) {
+    const int64_t esize = static_cast<int64_t>(DataTypeSize(w.dtype));
     const char* p = buf;
-    for (size_t i = 0; i < w.inputs.size(); ++i) {
-      if (w.outputs[i].data() != nullptr) std::memcpy(w.outputs[i].data(), p, w.inputs[i].num_bytes());
-      p += w.inputs[i].num_bytes();
+    for (int k = 0; k < parts; ++k) {
+      for (size_t i : which) {
+        const int64_t count = w.inputs[i].num_elements();
+        const int64_t b = PartBegin(count, k, parts), n = PartBegin(count, k + 1, parts) - b;
+        if (w.outputs[i].data() != nullptr) {
+          std::memcpy(static_cast<char*>(w.outputs[i].data()) + b * esize, p, n * esize);
+        }
+        p += n * esize;
+      }
     }
   }
 
-  absl::Status PackedAllreduce(const AllreduceWork& w, int64_t total) {
+  // Through the fusion buffer. In one MPI_Allreduce, or with a fixed order (parts > 1) in one
+  // GatherAllreduce while every rank's copy is small, else through the ring.
+  absl::Status PackedAllreduce(const AllreduceWork& w, const std::vector<size_t>& which, int64_t total, int parts) {
     const size_t esize = DataTypeSize(w.dtype);
     HVX_ASSIGN_OR_RETURN(char* buf, fusion_.Get(std::max<int64_t>(1, total * esize)));
+    std::vector<int64_t> bounds;
     {
       ScopedActivity a(w.activity, "MEMCPY_IN_FUSION_BUFFER");
-      PackInputs(w, buf, total);
+      bounds = PackInputs(w, which, parts, buf);
     }
-    {
+    if (parts == 1) {
       ScopedActivity a(w.activity, "MPI_ALLREDUCE");
       HVX_RETURN_IF_ERROR(ChunkedAllreduce(comm_, buf, total, w.dtype, w.op, INT_MAX));
+      ScaleInPlace(w.dtype, buf, total, w.postscale_factor);
+    } else if (total * static_cast<int64_t>(esize) * size_ <= kGatherMaxBytes) {
+      ScopedActivity a(w.activity, "MPI_ALLGATHER_REDUCE");
+      HVX_RETURN_IF_ERROR(GatherAllreduce(comm_, buf, bounds, w.dtype, w.op, w.postscale_factor, &gathered_));
+    } else {
+      ScopedActivity a(w.activity, "MPI_RING_ALLREDUCE");
+      RingSegments segments(size_);
+      for (int k = 0; k < size_; ++k) {
+        if (bounds[k + 1] > bounds[k]) segments[k].push_back(Span{buf + bounds[k] * esize, bounds[k + 1] - bounds[k]});
+      }
+      HVX_RETURN_IF_ERROR(
+          RingAllreduce(comm_, segments, w.dtype, w.op, w.postscale_factor, kRingPieceBytes, &scratch_));
     }
     ScopedActivity a(w.activity, "MEMCPY_OUT_FUSION_BUFFER");
-    UnpackOutputs(w, buf, total);
+    UnpackOutputs(w, which, parts, buf);
     return absl::OkStatus();
   }
 
@@ -224,12 +272,15 @@ class MpiCpuPlane : public DataPlane {
     int64_t total = 0;
     for (const TensorRef& t : w.inputs) total += t.num_elements();
     HVX_ASSIGN_OR_RETURN(char* buf, fusion_.Get(total * esize));
-    PackInputs(w, buf, total);
+    std::vector<size_t> all(w.inputs.size());
+    for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+    PackInputs(w, all, 1, buf);
     {
       ScopedActivity a(w.activity, "MPI_ADASUM");
       HVX_RETURN_IF_ERROR(Adasum(w, buf, total));
     }
-    UnpackOutputs(w, buf, total);
+    ScaleInPlace(w.dtype, buf, total, w.postscale_factor);
+    UnpackOutputs(w, all, 1, buf);
     return absl::OkStatus();
   }
 
@@ -269,6 +320,7 @@ class MpiCpuPlane : public DataPlane {
   int size_ = 1;
   HostBuffer fusion_;
   HostBuffer scratch_;
+  HostBuffer gathered_;  // every rank's copy for GatherAllreduce
   HostBuffer zeros_;
 };
 

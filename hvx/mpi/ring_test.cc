@@ -75,5 +75,55 @@ TEST(RingTest, ManyPiecesPerStepFloat64AndHalf) {
   }
 }
 
+// Values whose float sums round differently in different orders.
+float Rough(int rank, int64_t i) {
+  const float scale[5] = {1e-3f, 0.37f, 1.0f, 29.0f, 1e3f};
+  return scale[(i + rank) % 5] * (static_cast<float>((i * 7919 + rank * 104729) % 2001) - 1000.0f) / 997.0f;
+}
+
+// The documented order, element by element: part k of a span is x[k], then x[k+1], ..., x[k-1]
+// (ranks mod size) added one at a time. RingAllreduce over PerSpanSegments and GatherAllreduce over
+// the same data packed segment by segment must both produce exactly these bits.
+TEST(RingTest, PerSpanRingAndGatherFollowTheDocumentedOrder) {
+  const int size = Size();
+  std::vector<std::vector<float>> tensors;
+  std::vector<Span> spans;
+  for (int64_t n : kSizes) {
+    tensors.emplace_back(n);
+    for (int64_t i = 0; i < n; ++i) tensors.back()[i] = Rough(Rank(), i + n);
+  }
+  for (auto& t : tensors) spans.push_back(Span{reinterpret_cast<char*>(t.data()), static_cast<int64_t>(t.size())});
+  // Segment by segment: part k of every tensor, in tensor order.
+  std::vector<float> packed;
+  std::vector<int64_t> bounds = {0};
+  for (int k = 0; k < size; ++k) {
+    for (const auto& t : tensors) {
+      const int64_t n = static_cast<int64_t>(t.size());
+      packed.insert(packed.end(), t.begin() + PartBegin(n, k, size), t.begin() + PartBegin(n, k + 1, size));
+    }
+    bounds.push_back(static_cast<int64_t>(packed.size()));
+  }
+  HostBuffer scratch, gathered;
+  ASSERT_TRUE(RingAllreduce(MPI_COMM_WORLD, PerSpanSegments(spans, size, 4), DataType::kFloat32, ReduceOp::kSum, 0.5,
+                            4096, &scratch)
+                  .ok());
+  ASSERT_TRUE(GatherAllreduce(MPI_COMM_WORLD, reinterpret_cast<char*>(packed.data()), bounds, DataType::kFloat32,
+                              ReduceOp::kSum, 0.5, &gathered)
+                  .ok());
+  int64_t at = 0;
+  for (int k = 0; k < size; ++k) {
+    for (size_t t = 0; t < kSizes.size(); ++t) {
+      const int64_t n = kSizes[t];
+      for (int64_t i = PartBegin(n, k, size); i < PartBegin(n, k + 1, size); ++i, ++at) {
+        float want = Rough(k, i + n);
+        for (int j = 1; j < size; ++j) want = want + Rough((k + j) % size, i + n);
+        want = static_cast<float>(want * 0.5);
+        ASSERT_EQ(tensors[t][i], want) << "ring: tensor " << t << " element " << i << " (part " << k << ")";
+        ASSERT_EQ(packed[at], want) << "gather: tensor " << t << " element " << i << " (part " << k << ")";
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace hvx
