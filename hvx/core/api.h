@@ -75,8 +75,8 @@ struct InitOptions {
   // A process that finds itself alone (size 1) while the environment shows a multi-process job
   // (launcher variables, several hosts or GPUs) fails Init; true only warns (HVX_ALLOW_SINGLETON).
   bool allow_singleton = false;
-  // With more than two ranks, reduce each floating-point element in one order whatever a cycle
-  // fuses with it, so float sums are the same bits from run to run and resumed runs repeat
+  // CPU tensors, more than two ranks: reduce each floating-point element in one order whatever a
+  // cycle fuses with it, so float sums are the same bits from run to run and resumed runs repeat
   // uninterrupted ones exactly (HVX_FIXED_REDUCTION_ORDER). false: the CPU ring cuts the fused
   // buffer instead of each tensor, fewer messages per step (the ResNet-50 set on 4 ranks sharing 2
   // cores: 160-191 ms instead of 220-228 ms), but the rounding then follows the fusion, which

@@ -76,7 +76,8 @@ struct AllreduceWork {
   // Bytes the fused buffer may use (the fusion threshold, at least the largest tensor).
   int64_t fusion_buffer_bytes = 0;
   // Reduce each element in an order that does not depend on what else is fused
-  // (InitOptions::fixed_reduction_order); planes whose order never depends on it may ignore it.
+  // (InitOptions::fixed_reduction_order). The MPI CPU plane does; the NCCL plane ignores it (NCCL
+  // chooses its algorithm, and so the order, by message size).
   bool fixed_order = true;
   ActivityRecorder* activity = nullptr;
 };
