@@ -2,7 +2,8 @@
 # Resume equivalence on CPU: a run stopped after 17 of 24 steps (mid-epoch) and resumed from its
 # checkpoint prints exactly the per-step losses and learning rates of an uninterrupted run, and the
 # same evaluation at the end (each rank's BatchNorm statistics survive the checkpoint).
-# Two processes (self-launched), the CNN (BatchNorm, dropout), SGD with momentum, cosine schedule.
+# Two processes (self-launched), the CNN (BatchNorm, dropout), SGD with momentum, cosine schedule;
+# then the same with four processes, whose float sums depend on the reduction order.
 # Then: re-running the finished config says the run is complete and trains nothing; --fresh
 # moves the old checkpoints aside and starts over from step 1.
 #   resume_test.sh TRAIN MAKE_IDX LIB
@@ -63,6 +64,20 @@ ls "$T"/ck_resume/replaced-*/ckpt-24.pt >/dev/null 2>&1; check "the finished run
 [[ -f $T/ck_resume/ckpt-3.pt && ! -f $T/ck_resume/ckpt-24.pt ]]; check "the fresh run checkpointed at step 3" $?
 diff <(losses "$T/full.out" | head -3) <(losses "$T/fresh.out") >/dev/null
 check "the fresh run's 3 steps equal the uninterrupted run's first 3" $?
+
+# Four processes: with more than two ranks a float sum's rounding depends on the order of the
+# additions, and the engine keeps one order per element whatever it fuses (before, each run of
+# these 12 steps printed different losses). Stopped after 7 steps and resumed, the losses are
+# the uninterrupted run's.
+four='launch { num_processes: "4" }'
+run full4 --override="$four checkpoint { dir: \"$T/ck_full4\" }"
+run first4 --override="$four checkpoint { dir: \"$T/ck_resume4\" }" --max_steps=7
+run second4 --override="$four checkpoint { dir: \"$T/ck_resume4\" }"
+[[ $(losses "$T/full4.out" | wc -l) == 12 && $(losses "$T/first4.out" | wc -l) == 7 &&
+    $(losses "$T/second4.out" | wc -l) == 5 ]]
+check "4 processes: 12 steps uninterrupted, 7 + 5 resumed" $?
+diff <(losses "$T/full4.out") <(losses "$T/first4.out" "$T/second4.out")
+check "4 processes: losses and learning rates identical step by step" $?
 
 echo "failures: $failures"
 [[ $failures == 0 ]]
