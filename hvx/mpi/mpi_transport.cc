@@ -94,12 +94,10 @@ class MpiCpuPlane : public DataPlane {
       ScopedActivity a(w.activity, "MPI_RING_ALLREDUCE");
       RingSegments segments;
       if (fixed) {
-        segments = PerSpanSegments(large, size_, static_cast<int64_t>(esize));
-        for (int k = 0; k < size_ && packed > 0; ++k) {
-          if (bounds[k + 1] > bounds[k]) {
-            segments[k].insert(segments[k].begin(), Span{pack + bounds[k] * esize, bounds[k + 1] - bounds[k]});
-          }
-        }
+        // Segment k: the packed small tensors' part k, then each large tensor's part k.
+        segments = PackedSegments(pack, bounds, size_, esize);
+        const RingSegments parts = PerSpanSegments(large, size_, static_cast<int64_t>(esize));
+        for (int k = 0; k < size_; ++k) segments[k].insert(segments[k].end(), parts[k].begin(), parts[k].end());
       } else {
         if (packed > 0) large.insert(large.begin(), Span{pack, packed});
         segments = PositionalSegments(large, size_, static_cast<int64_t>(esize));
@@ -144,6 +142,16 @@ class MpiCpuPlane : public DataPlane {
     return bounds;
   }
 
+  // The ring segments of a buffer PackInputs filled with `parts` = size segments (none when the
+  // buffer is null: nothing was packed).
+  static RingSegments PackedSegments(char* buf, const std::vector<int64_t>& bounds, int size, size_t esize) {
+    RingSegments segments(size);
+    for (int k = 0; k < size && buf != nullptr; ++k) {
+      if (bounds[k + 1] > bounds[k]) segments[k].push_back(Span{buf + bounds[k] * esize, bounds[k + 1] - bounds[k]});
+    }
+    return segments;
+  }
+
   // The inverse of PackInputs: each output's parts back from `buf` (a joined rank's missing
   // outputs are skipped).
   static void UnpackOutputs(const AllreduceWork& w, const std::vector<size_t>& which, int parts, const char* buf) {
@@ -180,12 +188,8 @@ class MpiCpuPlane : public DataPlane {
       HVX_RETURN_IF_ERROR(GatherAllreduce(comm_, buf, bounds, w.dtype, w.op, w.postscale_factor, &gathered_));
     } else {
       ScopedActivity a(w.activity, "MPI_RING_ALLREDUCE");
-      RingSegments segments(size_);
-      for (int k = 0; k < size_; ++k) {
-        if (bounds[k + 1] > bounds[k]) segments[k].push_back(Span{buf + bounds[k] * esize, bounds[k + 1] - bounds[k]});
-      }
-      HVX_RETURN_IF_ERROR(
-          RingAllreduce(comm_, segments, w.dtype, w.op, w.postscale_factor, kRingPieceBytes, &scratch_));
+      HVX_RETURN_IF_ERROR(RingAllreduce(comm_, PackedSegments(buf, bounds, size_, esize), w.dtype, w.op,
+                                        w.postscale_factor, kRingPieceBytes, &scratch_));
     }
     ScopedActivity a(w.activity, "MEMCPY_OUT_FUSION_BUFFER");
     UnpackOutputs(w, which, parts, buf);
