@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "hvx/common/logging.h"
+#include "hvx/common/memory.h"
 #include "hvx/common/status.h"
 #include "hvx/data/crc32c.h"
 #include "hvx/data/index.h"
@@ -57,12 +58,6 @@ constexpr size_t kPage = 4096;
 
 size_t RoundUpToPage(size_t n) { return (n + kPage - 1) / kPage * kPage; }
 
-constexpr size_t kHugePage = size_t{2} << 20;
-
-// Page-aligned memory for RecordReader (freed with std::free); nullptr when out of memory.
-// *capacity is `n` rounded up. From 256 KiB on the block is backed by transparent huge pages:
-// fresh 4 KiB pages cost a fault each (about 1 ms for the 64 of a 256 KiB window on a VM), a huge
-// page one fault.
 // One huge-page buffer given back by a RecordReader of this thread, kept for the next one: a pass
 // over many files opens a reader per file, and a fresh huge page costs a fault and 2 MiB of zeroing
 // each time (0.3-0.5 ms per Open on this VM, as much as reading a 4 MiB file). Only buffers of up
@@ -78,17 +73,21 @@ struct SpareBuffer {
   }
 };
 thread_local SpareBuffer spare_buffer;
-constexpr size_t kMaxSpare = 2 * kHugePage;
+constexpr size_t kMaxSpare = 2 * kHugePageBytes;
 
+// Page-aligned memory for RecordReader (freed with std::free); nullptr when out of memory.
+// *capacity is `n` rounded up. From 256 KiB on the block is backed by transparent huge pages:
+// fresh 4 KiB pages cost a fault each (about 1 ms for the 64 of a 256 KiB window on a VM), a huge
+// page one fault.
 char* AllocatePages(size_t n, size_t* capacity) {
-  if (n >= kHugePage / 8) {
-    *capacity = (n + kHugePage - 1) / kHugePage * kHugePage;
+  if (n >= kHugePageBytes / 8) {
+    *capacity = RoundUpToHugePages(n);
     if (spare_buffer.data != nullptr && spare_buffer.capacity >= *capacity) {
       *capacity = spare_buffer.capacity;
       spare_buffer.capacity = 0;
       return std::exchange(spare_buffer.data, nullptr);
     }
-    void* p = std::aligned_alloc(kHugePage, *capacity);
+    void* p = std::aligned_alloc(kHugePageBytes, *capacity);
     if (p != nullptr) ::madvise(p, *capacity, MADV_HUGEPAGE);
     return static_cast<char*>(p);
   }
@@ -100,7 +99,7 @@ char* AllocatePages(size_t n, size_t* capacity) {
 // Frees `p` (from AllocatePages), or keeps it as this thread's spare buffer.
 void ReleasePages(char* p, size_t capacity) {
   if (p == nullptr) return;
-  if (capacity >= kHugePage && capacity <= kMaxSpare && capacity > spare_buffer.capacity) {
+  if (capacity >= kHugePageBytes && capacity <= kMaxSpare && capacity > spare_buffer.capacity) {
     std::swap(p, spare_buffer.data);
     spare_buffer.capacity = capacity;
   }
