@@ -152,8 +152,9 @@ inline constexpr int64_t kRingPieceBytes = int64_t{4} << 20;
 // Largest size x bytes of a small response's GatherAllreduce (with a fixed reduction order); over
 // it the ring runs instead.
 inline constexpr int64_t kGatherMaxBytes = int64_t{8} << 20;
-// Tensors of a fused response smaller than this are packed into one span before the ring: each
-// contiguous part costs one message per ring step.
+// Tensors of a fused response smaller than this are packed together before the ring (one span,
+// or one per segment with a fixed reduction order): each contiguous part costs one message per
+// ring step.
 inline constexpr int64_t kRingPackBytes = int64_t{64} << 10;
 
 // Bytes of one piece that ChunkedAllreduce uses by default (measured by //hvx/mpi:allreduce_bench).

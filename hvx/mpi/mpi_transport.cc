@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <numeric>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -51,16 +52,19 @@ class MpiCpuPlane : public DataPlane {
       total += t.num_elements();
       if (t.data() == nullptr) joined += t.num_elements();
     }
-    std::vector<size_t> all(w.inputs.size()), small;
-    for (size_t i = 0; i < w.inputs.size(); ++i) {
-      all[i] = i;
-      if (static_cast<int64_t>(w.inputs[i].num_bytes()) < kRingPackBytes) small.push_back(i);
-    }
-    if (total * static_cast<int64_t>(esize) < kRingMinBytes) return PackedAllreduce(w, all, total, parts);
+    if (total * static_cast<int64_t>(esize) < kRingMinBytes) return PackedAllreduce(w, AllInputs(w), total, parts);
     // Tensors under kRingPackBytes (biases, norms) travel packed together: one message per ring
     // step (and segment) for all of them instead of one each.
+    std::vector<size_t> small, big;
     int64_t packed = 0;
-    for (size_t i : small) packed += w.inputs[i].num_elements();
+    for (size_t i = 0; i < w.inputs.size(); ++i) {
+      if (static_cast<int64_t>(w.inputs[i].num_bytes()) < kRingPackBytes) {
+        small.push_back(i);
+        packed += w.inputs[i].num_elements();
+      } else {
+        big.push_back(i);
+      }
+    }
     char* pack = nullptr;
     if (packed > 0) {
       HVX_ASSIGN_OR_RETURN(pack, fusion_.Get(packed * esize));
@@ -75,9 +79,8 @@ class MpiCpuPlane : public DataPlane {
     {
       ScopedActivity a(w.activity, "MEMCPY_IN_OUTPUT");
       if (packed > 0) bounds = PackInputs(w, small, parts, pack);
-      for (size_t i = 0; i < w.inputs.size(); ++i) {
+      for (size_t i : big) {
         const TensorRef& in = w.inputs[i];
-        if (static_cast<int64_t>(in.num_bytes()) < kRingPackBytes) continue;
         const int64_t n = in.num_elements();
         char* out = static_cast<char*>(w.outputs[i].data());
         if (in.data() == nullptr) {  // joined: contribute zeros, keep nothing
@@ -115,6 +118,13 @@ class MpiCpuPlane : public DataPlane {
   bool FixedOrder(const AllreduceWork& w) const {
     return w.fixed_order && size_ > 2 && IsFloatingPoint(w.dtype) &&
            (w.op == ReduceOp::kSum || w.op == ReduceOp::kProduct);
+  }
+
+  // Indices of every input, for PackInputs/UnpackOutputs over the whole response.
+  static std::vector<size_t> AllInputs(const AllreduceWork& w) {
+    std::vector<size_t> all(w.inputs.size());
+    std::iota(all.begin(), all.end(), size_t{0});
+    return all;
   }
 
   // Copies inputs `which` into `buf` (zeros for a joined rank's missing inputs) and applies the
@@ -276,8 +286,7 @@ class MpiCpuPlane : public DataPlane {
     int64_t total = 0;
     for (const TensorRef& t : w.inputs) total += t.num_elements();
     HVX_ASSIGN_OR_RETURN(char* buf, fusion_.Get(total * esize));
-    std::vector<size_t> all(w.inputs.size());
-    for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+    const std::vector<size_t> all = AllInputs(w);
     PackInputs(w, all, 1, buf);
     {
       ScopedActivity a(w.activity, "MPI_ADASUM");
