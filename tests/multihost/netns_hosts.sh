@@ -10,6 +10,9 @@
 #                               in a fresh login-like environment, as sshd would
 #   netns_hosts.sh down        kill what runs in those namespaces (by PID) and delete them
 # `up` makes $STATE/fakessh, a link to this script that behaves as `fakessh`.
+# HVX_SEPARATE_BOOT_ID=1 gives each host its own /proc/sys/kernel/random/boot_id. UCX decides from
+# the boot id whether two processes share a machine: with one id (the default) it moves data between
+# these hosts through shared memory; with separate ids over TCP on eth0, as between real hosts.
 # Needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN), iproute2 and util-linux.
 set -euo pipefail
 STATE=${HVX_NETNS_STATE:-/tmp/hvx-netns-test}
@@ -33,6 +36,7 @@ up() {
     mkdir -p "$STATE"
     echo "$n" >"$STATE/count"
     ln -sf "$SELF" "$STATE/fakessh"
+    for ((i = 1; i <= n; i++)); do cat /proc/sys/kernel/random/uuid >"$STATE/boot_id.${NSP}$i"; done
     { echo "127.0.0.1 localhost"; for ((i = 1; i <= n; i++)); do echo "$NET.$i ${NSP}$i"; done; } \
         >"$STATE/hosts"
     trap 'down >/dev/null 2>&1' EXIT
@@ -83,8 +87,10 @@ run_on() {
     shift
     # `ip netns exec` gives a private mount namespace, so the bind mount stays inside it.
     exec ip netns exec "$ns" unshare --uts -- /bin/sh -c \
-        'hostname "$1" && mount --bind "$2" /etc/hosts || exit 125; shift 2; exec "$@"' \
-        hvx-host "$ns" "$STATE/hosts" "$@"
+        'hostname "$1" && mount --bind "$2" /etc/hosts || exit 125
+         if [ "$3" = 1 ]; then mount --bind "$4" /proc/sys/kernel/random/boot_id || exit 125; fi
+         shift 4; exec "$@"' \
+        hvx-host "$ns" "$STATE/hosts" "${HVX_SEPARATE_BOOT_ID:-0}" "$STATE/boot_id.$ns" "$@"
 }
 
 fakessh() {
@@ -95,7 +101,8 @@ fakessh() {
     shift
     run_on "$host" /usr/bin/env -i HOME=/root USER=root LOGNAME=root SHELL=/bin/sh \
         PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-        HVX_NETNS_STATE="$STATE" HVX_NETNS_NET="$NET" HVX_NETNS_PREFIX="$NSP" /bin/sh -c "$*"
+        HVX_NETNS_STATE="$STATE" HVX_NETNS_NET="$NET" HVX_NETNS_PREFIX="$NSP" \
+        HVX_SEPARATE_BOOT_ID="${HVX_SEPARATE_BOOT_ID:-0}" /bin/sh -c "$*"
 }
 
 if [[ $(basename "$0") == fakessh ]]; then fakessh "$@"; fi
@@ -106,5 +113,5 @@ case $cmd in
     down) down ;;
     exec) run_on "$@" ;;
     fakessh) fakessh "$@" ;;
-    *) sed -n '2,13p' "$SELF"; exit 2 ;;
+    *) sed -n '2,17p' "$SELF"; exit 2 ;;
 esac
