@@ -1,6 +1,10 @@
 // The free-function facade over one process-wide Engine.
 #include "hvx/core/api.h"
 
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 
@@ -31,7 +35,24 @@ Handle NotInitialized(const std::string& name) {
   return Handle(st);
 }
 
-void ShutdownAtExit() { Shutdown().IgnoreError(); }
+// Registered with on_exit, which passes the status the program is exiting with: a shutdown that
+// fails here must not let the process report success.
+void ShutdownAtExit(int exit_status, void*) {
+  Engine* engine;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (g_engine == nullptr || g_shut_down) return;
+    g_shut_down = true;
+    engine = g_engine;
+  }
+  absl::Status s = engine->Shutdown(exit_status != 0 ? exit_status : kShutdownTimeoutExitCode);
+  if (!s.ok() && exit_status == 0) {
+    HVX_LOG(ERROR) << "hvx shutdown at exit failed: " << s << "; exiting with status " << kShutdownTimeoutExitCode
+                   << " instead of 0";
+    std::fflush(nullptr);
+    _exit(kShutdownTimeoutExitCode);
+  }
+}
 
 }  // namespace
 
@@ -67,6 +88,10 @@ absl::StatusOr<InitOptions> InitOptions::FromEnv(const Environment& env) {
   knobs.Read("HVX_FIXED_REDUCTION_ORDER", &o.fixed_reduction_order);
   knobs.Read("HVX_SHUTDOWN_TIMEOUT_S", &o.shutdown_timeout_s, 0.0);
   HVX_RETURN_IF_ERROR(knobs.status());
+  if (!(o.shutdown_timeout_s > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("HVX_SHUTDOWN_TIMEOUT_S='", env.Get("HVX_SHUTDOWN_TIMEOUT_S").value_or(""),
+                                                   "': must be more than 0 seconds"));
+  }
   if (auto sev = ParseLogSeverity(o.log_level); !sev.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("HVX_LOG_LEVEL='", o.log_level, "': ", sev.status().message()));
   }
@@ -107,7 +132,7 @@ absl::Status Init(const InitOptions& options) {
   static bool registered_exit = false;
   if (!registered_exit) {
     registered_exit = true;
-    std::atexit(ShutdownAtExit);
+    on_exit(ShutdownAtExit, nullptr);
   }
   return absl::OkStatus();
 }
@@ -120,7 +145,7 @@ absl::Status Shutdown() {
     g_shut_down = true;
     engine = g_engine;
   }
-  return engine->Shutdown();
+  return engine->Shutdown(kShutdownTimeoutExitCode);
 }
 
 bool IsInitialized() { return Live() != nullptr; }

@@ -82,9 +82,12 @@ struct InitOptions {
   // cores: 160-191 ms instead of 220-228 ms), but the rounding then follows the fusion, which
   // follows timing.
   bool fixed_reduction_order = true;
-  // Upper bound on the transport's finalization in Shutdown (HVX_SHUTDOWN_TIMEOUT_S). Past it the
-  // process exits with status 0 after flushing output, since a finalize that never returns would
-  // otherwise hang a job whose work is complete.
+  // Upper bound, in seconds (> 0), on the transport's finalization in Shutdown
+  // (HVX_SHUTDOWN_TIMEOUT_S): it includes waiting for every other rank to reach the end of the job.
+  // A transport that gives up in time makes Shutdown return its error; one that does not return
+  // at all ends the process, after flushing output, with the status the program was exiting with
+  // or, when that was 0 or Shutdown was called directly, kShutdownTimeoutExitCode: a rank whose
+  // job did not end cleanly never reports success.
   double shutdown_timeout_s = 30.0;
   // Process sets created during Init, in this order, on every rank (ids 1, 2, ...).
   std::vector<std::vector<int>> process_sets;
@@ -115,10 +118,17 @@ absl::Status Init();
 
 // Stops the background thread and finalizes the transport. Ops still pending fail with
 // FailedPrecondition ("hvx has been shut down"). When one rank shuts down, the others' pending and
-// later ops fail too. Returns within InitOptions::shutdown_timeout_s plus one cycle; if the
-// transport does not finalize in time the process exits (see InitOptions::shutdown_timeout_s).
-// A second call, or a call before Init, returns OK. hvx cannot be initialized again afterwards.
+// later ops fail too. Returns within InitOptions::shutdown_timeout_s (plus at most a second);
+// the transport's error (e.g. DeadlineExceeded: another rank never reached the end of the job)
+// when its finalization failed; if the transport does not return at all the process exits (see
+// InitOptions::shutdown_timeout_s). A second call, or a call before Init, returns OK. hvx cannot
+// be initialized again afterwards. Called at exit when the program did not call it; a failure
+// there turns an exit status of 0 into kShutdownTimeoutExitCode.
 absl::Status Shutdown();
+
+// The exit status of a process whose hvx shutdown failed or hung while it was exiting with 0
+// (the one coreutils' timeout uses).
+inline constexpr int kShutdownTimeoutExitCode = 124;
 
 bool IsInitialized();
 

@@ -296,9 +296,10 @@ void Engine::ThreadMain() {
     world_.reset();
   }
   stopped_.store(true);
-  absl::Status fin = transport_->Finalize();
-  if (!fin.ok()) HVX_LOG(WARNING) << "transport finalization: " << fin;
+  absl::Status fin = transport_->Finalize(absl::Now() + absl::Seconds(options_.shutdown_timeout_s));
+  if (!fin.ok()) HVX_LOG(ERROR) << "transport finalization: " << fin;
   std::lock_guard<std::mutex> lock(mu_);
+  finalize_status_ = fin;
   finalized_ = true;
   cv_.notify_all();
 }
@@ -319,27 +320,32 @@ void Engine::FailEverything(absl::Status status) {
   for (auto& st : states) st->Complete(status);
 }
 
-absl::Status Engine::Shutdown() {
+absl::Status Engine::Shutdown(int exit_status_if_hung) {
+  absl::Status status;
   {
     std::unique_lock<std::mutex> lock(mu_);
     if (!setup_done_ || !setup_status_.ok()) return absl::OkStatus();
     shutdown_requested_ = true;
     cv_.notify_all();
-    const absl::Duration bound = absl::Seconds(options_.shutdown_timeout_s) + absl::Milliseconds(options_.cycle_time_ms);
-    if (!cv_.wait_for(lock, absl::ToChronoSeconds(bound) + std::chrono::milliseconds(1),
+    // The transport gives up at shutdown_timeout_s itself; the margin lets its error arrive.
+    const absl::Duration timeout = absl::Seconds(options_.shutdown_timeout_s);
+    const absl::Duration bound = timeout + std::min(timeout, absl::Seconds(1)) +
+                                 absl::Milliseconds(options_.cycle_time_ms);
+    if (!cv_.wait_for(lock, absl::ToChronoMilliseconds(bound) + std::chrono::milliseconds(1),
                       [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return finalized_; })) {
       HVX_LOG(ERROR) << "hvx::Shutdown: the transport did not finish within " << options_.shutdown_timeout_s
                      << " s (HVX_SHUTDOWN_TIMEOUT_S)";
       if (engine_options_.exit_on_finalize_timeout) {
-        HVX_LOG(ERROR) << "exiting with status 0: this rank's work completed, only finalization hung";
+        HVX_LOG(ERROR) << "exiting with status " << exit_status_if_hung;
         std::fflush(nullptr);
-        _exit(0);
+        _exit(exit_status_if_hung);
       }
       return absl::DeadlineExceededError("hvx::Shutdown: transport finalization timed out");
     }
+    status = finalize_status_;
   }
   if (thread_.joinable()) thread_.join();
-  return absl::OkStatus();
+  return status;
 }
 
 std::shared_ptr<internal::OpState> Engine::NewState(const std::string& name, int parts) {

@@ -71,8 +71,8 @@ struct EngineOptions {
   std::string hostname;
   // Command line shown in the singleton error; empty = /proc/self/cmdline.
   std::string command_line;
-  // Exit the process when the transport's finalization overruns shutdown_timeout_s (true in
-  // production; tests of several in-process engines turn it off).
+  // Exit the process when the transport's finalization does not return within shutdown_timeout_s
+  // (true in production; tests of several in-process engines turn it off).
   bool exit_on_finalize_timeout = true;
 };
 
@@ -87,7 +87,10 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  absl::Status Shutdown();
+  // Stops the engine and finalizes the transport; returns the transport's finalization error.
+  // When finalization does not return in time, exits the process with `exit_status_if_hung`
+  // (EngineOptions::exit_on_finalize_timeout) or returns DeadlineExceeded.
+  absl::Status Shutdown(int exit_status_if_hung = kShutdownTimeoutExitCode);
   bool running() const { return !stopped_.load(); }
 
   const Topology& topology() const { return topology_; }
@@ -155,6 +158,7 @@ class Engine {
   bool setup_done_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status setup_status_ ABSL_GUARDED_BY(mu_);
   bool finalized_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status finalize_status_ ABSL_GUARDED_BY(mu_);
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   std::atomic<bool> stopped_{false};
 

@@ -281,7 +281,7 @@ TEST(EngineTest, ShutdownIsBoundedWhenFinalizationHangs) {
   InitOptions o = Options();
   o.shutdown_timeout_s = 0.2;
   EngineOptions eo;
-  eo.exit_on_finalize_timeout = false;  // production exits with status 0 here instead
+  eo.exit_on_finalize_timeout = false;  // production exits with kShutdownTimeoutExitCode here instead
   auto e = Engine::Start(o, std::move(transport), eo);
   ASSERT_TRUE(e.ok()) << e.status();
   const absl::Time start = absl::Now();

@@ -83,12 +83,14 @@ class FakeTransport : public Transport {
   FakeTransport(std::shared_ptr<FakeHub> hub, int rank) : hub_(std::move(hub)), rank_(rank) {}
   // Makes Finalize take this long, like an MPI_Finalize that hangs.
   void set_finalize_delay(absl::Duration d) { finalize_delay_ = d; }
+  // Makes Finalize fail with this, like a transport that gave up waiting for its peers.
+  void set_finalize_status(absl::Status s) { finalize_status_ = std::move(s); }
   absl::StatusOr<std::unique_ptr<Communicator>> Start() override {
     return std::unique_ptr<Communicator>(new FakeCommunicator(hub_, rank_));
   }
-  absl::Status Finalize() override {
+  absl::Status Finalize(absl::Time) override {
     absl::SleepFor(finalize_delay_);
-    return absl::OkStatus();
+    return finalize_status_;
   }
   std::string Describe() const override { return "fake (in-process)"; }
 
@@ -96,6 +98,7 @@ class FakeTransport : public Transport {
   std::shared_ptr<FakeHub> hub_;
   const int rank_;
   absl::Duration finalize_delay_ = absl::ZeroDuration();
+  absl::Status finalize_status_;
 };
 
 }  // namespace hvx

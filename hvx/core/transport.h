@@ -32,6 +32,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "hvx/common/env.h"
 #include "hvx/common/types.h"
 #include "hvx/core/api.h"
@@ -172,9 +173,10 @@ class Transport {
   // Starts the transport (MPI_Init and friends) and returns the world communicator. Called once, on
   // the engine's background thread.
   virtual absl::StatusOr<std::unique_ptr<Communicator>> Start() = 0;
-  // Releases the transport after every communicator has been destroyed. May block; the engine
-  // bounds the wait (InitOptions::shutdown_timeout_s).
-  virtual absl::Status Finalize() = 0;
+  // Releases the transport after every communicator has been destroyed; every rank calls it at
+  // the same point of the job. Should give up with an error at `deadline` (now +
+  // InitOptions::shutdown_timeout_s); the engine also bounds the wait in case it cannot.
+  virtual absl::Status Finalize(absl::Time deadline) = 0;
   // Short description for the Init banner, e.g. "mpi (MPICH 4.0.2)".
   virtual std::string Describe() const = 0;
 };

@@ -8,7 +8,12 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "hvx/common/env.h"
 #include "hvx/common/status.h"
 #include "hvx/core/cpu_ops.h"
 #include "hvx/mpi/mpi_collectives.h"
@@ -465,19 +470,48 @@ absl::StatusOr<std::unique_ptr<Communicator>> MpiTransport::Start() {
   char version[MPI_MAX_LIBRARY_VERSION_STRING] = {};
   int len = 0;
   MPI_Get_library_version(version, &len);
-  std::string first_line = std::vector<std::string>(absl::StrSplit(absl::string_view(version, len), '\n'))[0];
+  const absl::string_view library(version, len);
+  std::string first_line = std::vector<std::string>(absl::StrSplit(library, '\n'))[0];
   description_ = absl::StrCat("mpi (", absl::StripAsciiWhitespace(first_line), ")");
+  if (initialized_here_ && MpichFinalizeMayDeadlock(library)) {
+    hydra_ = HydraPmi::FromEnvironment(Environment::Process());
+  }
   MPI_Comm world;
   HVX_RETURN_IF_ERROR(MpiStatus(MPI_Comm_dup(MPI_COMM_WORLD, &world), "MPI_Comm_dup"));
   return MakeMpiCommunicator(world);
 }
 
-absl::Status MpiTransport::Finalize() {
+bool MpichFinalizeMayDeadlock(absl::string_view library_version) {
+  constexpr absl::string_view kPrefix = "MPICH Version:";
+  if (!absl::StartsWith(library_version, kPrefix)) return false;
+  const std::vector<absl::string_view> numbers = absl::StrSplit(
+      absl::StripAsciiWhitespace(library_version.substr(kPrefix.size(), 32)), absl::MaxSplits('.', 2));
+  int major = 0, minor = 0;
+  if (numbers.size() < 2 || !absl::SimpleAtoi(numbers[0], &major)) return false;
+  // "0", "2a1", "2rc1": the leading digits are the minor version.
+  const absl::string_view m = numbers[1];
+  size_t digits = 0;
+  while (digits < m.size() && absl::ascii_isdigit(m[digits])) ++digits;
+  if (digits == 0 || !absl::SimpleAtoi(m.substr(0, digits), &minor)) return false;
+  return major < 4 || (major == 4 && minor < 2);
+}
+
+absl::Status MpiTransport::Finalize(absl::Time deadline) {
   MpiOps::Get().Free();
   if (!initialized_here_) return absl::OkStatus();
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return absl::OkStatus();
+  if (hydra_) {
+    // Progress lets messages still travelling to or from this rank arrive while it waits.
+    return Annotate(hydra_->Leave(deadline,
+                                  [] {
+                                    int flag = 0;
+                                    MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag,
+                                               MPI_STATUS_IGNORE);
+                                  }),
+                    "ending MPI through hydra's PMI instead of MPI_Finalize");
+  }
   return MpiStatus(MPI_Finalize(), "MPI_Finalize");
 }
 

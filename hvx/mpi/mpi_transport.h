@@ -1,5 +1,7 @@
 // The MPICH transport: control plane on a duplicated MPI_COMM_WORLD, CPU collectives on a
 // persistent pre-touched fusion buffer, process sets as sub-communicators, Adasum on CPU.
+// When it initialized MPI it also ends it: with MPI_Finalize, or, under hydra with an MPICH whose
+// finalize can deadlock over TCP, through hydra's PMI (hydra_pmi.h, README.md).
 //
 //   // Linking //hvx/mpi:hvx registers it as "mpi"; hvx::Init() then uses it.
 //   HVX_RETURN_IF_ERROR(hvx::Init());
@@ -11,9 +13,14 @@
 #include <mpi.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+
 #include "hvx/core/transport.h"
+#include "hvx/mpi/hydra_pmi.h"
 #include "hvx/mpi/mpi_collectives.h"
 
 namespace hvx {
@@ -22,13 +29,20 @@ class MpiTransport : public Transport {
  public:
   MpiTransport() = default;
   absl::StatusOr<std::unique_ptr<Communicator>> Start() override;
-  absl::Status Finalize() override;
+  absl::Status Finalize(absl::Time deadline) override;
   std::string Describe() const override { return description_; }
 
  private:
   bool initialized_here_ = false;
+  // Set when this transport initialized MPI, hydra started the process and MPICH's finalize may
+  // deadlock: Finalize then ends MPI through hydra's PMI (see hydra_pmi.h) instead.
+  std::optional<HydraPmi> hydra_;
   std::string description_ = "mpi";
 };
+
+// True for MPICH before 4.2.0 (from MPI_Get_library_version's text), whose ch4/ucx MPI_Finalize
+// can deadlock when ranks are connected over TCP.
+bool MpichFinalizeMayDeadlock(absl::string_view library_version);
 
 // Wraps a communicator this object owns (MPI_Comm_free on destruction).
 std::unique_ptr<Communicator> MakeMpiCommunicator(MPI_Comm comm);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "hvx/common/logging.h"
 #include "hvx/common/status.h"
 
@@ -30,7 +31,7 @@ absl::StatusOr<std::unique_ptr<TestWorld>> TestWorld::Start() {
 TestWorld::~TestWorld() {
   comm_.reset();
   if (transport_ != nullptr) {
-    absl::Status s = transport_->Finalize();
+    absl::Status s = transport_->Finalize(absl::Now() + absl::Seconds(30));
     if (!s.ok()) HVX_LOG(ERROR) << "finalizing the transport: " << s;
   }
 }

@@ -1,0 +1,125 @@
+// How a process ends when hvx's shutdown fails or hangs: never with status 0 unless the shutdown
+// succeeded, and with the program's own status when it was exiting with one. Each case runs in a
+// child process (death tests) over the in-process transport, registered as "fake".
+#include <cstdlib>
+
+#include "absl/strings/match.h"
+#include "absl/time/time.h"
+#include "gtest/gtest.h"
+#include "hvx/core/api.h"
+#include "hvx/core/engine.h"
+#include "hvx/core/fake_transport.h"
+
+namespace hvx {
+namespace {
+
+const MapEnvironment* const kNoEnv = new MapEnvironment();
+
+// What the next "fake" transport does in Finalize.
+absl::Duration g_finalize_delay;
+absl::Status g_finalize_status;
+
+const bool kRegistered = RegisterTransport("fake", [] {
+  auto t = std::make_unique<FakeTransport>(std::make_shared<FakeHub>(1), 0);
+  t->set_finalize_delay(g_finalize_delay);
+  t->set_finalize_status(g_finalize_status);
+  return std::unique_ptr<Transport>(std::move(t));
+});
+
+void InitFake(absl::Duration finalize_delay, absl::Status finalize_status = absl::OkStatus()) {
+  g_finalize_delay = finalize_delay;
+  g_finalize_status = std::move(finalize_status);
+  InitOptions o;
+  o.transport = "fake";
+  o.stall_check_time_s = 0;
+  o.shutdown_timeout_s = 0.2;
+  o.environment = kNoEnv;
+  o.nvidia_gpus_dir = "/nonexistent";
+  if (!Init(o).ok()) std::_Exit(99);
+}
+
+class ShutdownDeathTest : public testing::Test {
+ protected:
+  void SetUp() override { GTEST_FLAG_SET(death_test_style, "threadsafe"); }
+};
+
+TEST_F(ShutdownDeathTest, CleanShutdownKeepsTheProgramsStatus) {
+  EXPECT_EXIT(
+      {
+        InitFake(absl::ZeroDuration());
+        if (!Shutdown().ok()) std::_Exit(98);
+        std::exit(3);
+      },
+      testing::ExitedWithCode(3), "");
+  EXPECT_EXIT(
+      {
+        InitFake(absl::ZeroDuration());
+        std::exit(0);  // shut down at exit
+      },
+      testing::ExitedWithCode(0), "");
+}
+
+TEST_F(ShutdownDeathTest, HungFinalizationInShutdownExitsNonZero) {
+  EXPECT_EXIT(
+      {
+        InitFake(absl::Seconds(30));
+        Shutdown().IgnoreError();
+        std::exit(0);
+      },
+      testing::ExitedWithCode(kShutdownTimeoutExitCode), "did not finish within 0.2 s");
+}
+
+TEST_F(ShutdownDeathTest, HungFinalizationAtExitKeepsAFailingStatus) {
+  EXPECT_EXIT(
+      {
+        InitFake(absl::Seconds(30));
+        std::exit(3);
+      },
+      testing::ExitedWithCode(3), "exiting with status 3");
+  EXPECT_EXIT(
+      {
+        InitFake(absl::Seconds(30));
+        std::exit(0);
+      },
+      testing::ExitedWithCode(kShutdownTimeoutExitCode), "did not finish");
+}
+
+TEST_F(ShutdownDeathTest, FailedFinalizationAtExitIsNotSuccess) {
+  EXPECT_EXIT(
+      {
+        InitFake(absl::ZeroDuration(), absl::DeadlineExceededError("rank 2 never came"));
+        std::exit(0);
+      },
+      testing::ExitedWithCode(kShutdownTimeoutExitCode), "rank 2 never came");
+}
+
+TEST(ShutdownTest, FailedFinalizationIsShutdownsError) {
+  auto transport = std::make_unique<FakeTransport>(std::make_shared<FakeHub>(1), 0);
+  transport->set_finalize_status(absl::DeadlineExceededError("rank 2 never came"));
+  InitOptions o;
+  o.stall_check_time_s = 0;
+  o.environment = kNoEnv;
+  o.nvidia_gpus_dir = "/nonexistent";
+  EngineOptions eo;
+  eo.exit_on_finalize_timeout = false;
+  auto e = Engine::Start(o, std::move(transport), eo);
+  ASSERT_TRUE(e.ok()) << e.status();
+  absl::Status s = (*e)->Shutdown();
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+  EXPECT_EQ(s.message(), "rank 2 never came");
+}
+
+TEST(ShutdownTest, TimeoutMustBePositive) {
+  auto zero = InitOptions::FromEnv(MapEnvironment({{"HVX_SHUTDOWN_TIMEOUT_S", "0"}}));
+  ASSERT_FALSE(zero.ok());
+  EXPECT_EQ(zero.status().message(), "HVX_SHUTDOWN_TIMEOUT_S='0': must be more than 0 seconds");
+  auto negative = InitOptions::FromEnv(MapEnvironment({{"HVX_SHUTDOWN_TIMEOUT_S", "-1"}}));
+  ASSERT_FALSE(negative.ok());
+  EXPECT_TRUE(absl::StrContains(negative.status().message(), "HVX_SHUTDOWN_TIMEOUT_S='-1'")) << negative.status();
+  auto ok = InitOptions::FromEnv(MapEnvironment({{"HVX_SHUTDOWN_TIMEOUT_S", "0.5"}}));
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->shutdown_timeout_s, 0.5);
+}
+
+}  // namespace
+}  // namespace hvx
