@@ -15,13 +15,8 @@ INFO=$(readlink -f "$2")
 PROBE=$(readlink -f "$3")
 MPIEXEC=$(readlink -f "$4")
 NETNS=$(readlink -f "$5")
-export HVX_NETNS_STATE=${TEST_TMPDIR:-/tmp}/hvx-netns-$$
 export HVX_NETNS_PREFIX=hvxt
-failures=0
-
-check() {  # check NAME STATUS (0 = ok)
-    if [[ $2 == 0 ]]; then echo "ok: $1"; else echo "FAIL: $1"; failures=$((failures + 1)); fi
-}
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # ---- without root: which per-rank wrapper hvxrun starts. hvxrun_rank beside hvxrun; a copy of
 # hvxrun alone falls back to running itself as the wrapper, and still tags and reports exits.
@@ -41,38 +36,7 @@ rc=$?
 check "a lone hvxrun runs, tags and reports rank 1's exit 1 (rc=$rc)" $?
 rm -rf "$alone"
 
-skip() { echo "SKIPPED: $* (checks without root: $failures failures)"; exit $((failures != 0)); }
-[[ $(id -u) == 0 ]] || skip "needs root to create network namespaces (uid $(id -u))"
-command -v ip >/dev/null || skip "iproute2 (ip) is not installed"
-if ! reason=$(ip netns add hvxtprobe$$ 2>&1); then
-    skip "cannot create a network namespace: $reason"
-fi
-ip netns del hvxtprobe$$
-ip netns list | grep -qE '^hvxt[0-9]' && "$NETNS" down
-trap '"$NETNS" down' EXIT
-"$NETNS" up 3 || { echo "FAIL: could not build the namespace hosts"; exit 1; }
-
-# The remote shell starts ranks in a clean login environment: forward what a sanitizer build needs
-# (MPICH leaks in MPI_Finalize; ASAN_OPTIONS is ignored by builds without ASan).
-extra=(-x "ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0")
-if [[ -n ${UCX_MEM_EVENTS+x} ]]; then extra+=(-x "UCX_MEM_EVENTS=$UCX_MEM_EVENTS"); fi
-
-show() { echo "--- stdout"; echo "$out"; echo "--- stderr"; echo "$err"; }
-
-# Runs hvxrun on host hvxt1; stdout, stderr and rc land in $out, $err, $rc. hvxrun bounds the job
-# (--timeout) and `timeout` bounds hvxrun.
-launch() {
-    local t0=$(date +%s%N)
-    timeout -k 5 90 "$NETNS" exec hvxt1 "$HVXRUN" --mpiexec "$MPIEXEC" \
-        --launcher-exec "$HVX_NETNS_STATE/fakessh" --timeout 60 --start-timeout 20 "${extra[@]}" "$@" \
-        >"$HVX_NETNS_STATE/out" 2>"$HVX_NETNS_STATE/err" </dev/null
-    rc=$?
-    elapsed_ms=$((($(date +%s%N) - t0) / 1000000))
-    out=$(cat "$HVX_NETNS_STATE/out")
-    err=$(cat "$HVX_NETNS_STATE/err")
-}
-
-count_lines() { grep -cE -- "$2" <<<"$1"; }
+hosts_up 3
 
 # expect_info PREFIX RANK LOCAL_RANK LOCAL_SIZE CROSS_RANK CROSS_SIZE HOMOGENEOUS HOST
 # Exactly one stdout line is that rank's hvx_info JSON behind PREFIX, with the check passed, and
@@ -173,9 +137,6 @@ grep -qF "ranks did not start within 5 s (--start-timeout) on host nosuchhost (r
 check "message names the host and its ranks" $?
 [[ $rc == 1 ]] || show
 
-for h in hvxt1 hvxt2; do
-    left=$(ip netns pids $h 2>/dev/null | tr '\n' ' ')
-    [[ -z $left ]]; check "no processes left on $h ($left)" $?
-done
+no_processes_left hvxt1 hvxt2
 echo "failures: $failures"
 [[ $failures == 0 ]]

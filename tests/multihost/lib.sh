@@ -1,0 +1,55 @@
+# Helpers for the multi-host tests, sourced after setting HVXRUN, MPIEXEC and NETNS (the paths of
+# hvxrun, mpiexec and netns_hosts.sh) and exporting HVX_NETNS_PREFIX.
+export HVX_NETNS_STATE=${TEST_TMPDIR:-/tmp}/hvx-netns-$$
+failures=0
+
+check() {  # check NAME STATUS (0 = ok)
+    if [[ $2 == 0 ]]; then echo "ok: $1"; else echo "FAIL: $1"; failures=$((failures + 1)); fi
+}
+
+skip() { echo "SKIPPED: $* (checks without root: $failures failures)"; exit $((failures != 0)); }
+
+# hosts_up N: N namespace hosts ${HVX_NETNS_PREFIX}1.., torn down at exit; skips without root.
+hosts_up() {
+    [[ $(id -u) == 0 ]] || skip "needs root to create network namespaces (uid $(id -u))"
+    command -v ip >/dev/null || skip "iproute2 (ip) is not installed"
+    local reason
+    if ! reason=$(ip netns add "${HVX_NETNS_PREFIX}probe$$" 2>&1); then
+        skip "cannot create a network namespace: $reason"
+    fi
+    ip netns del "${HVX_NETNS_PREFIX}probe$$"
+    ip netns list | grep -qE "^${HVX_NETNS_PREFIX}[0-9]" && "$NETNS" down
+    trap '"$NETNS" down' EXIT
+    "$NETNS" up "$1" || { echo "FAIL: could not build the namespace hosts"; exit 1; }
+}
+
+# The remote shell starts ranks in a clean login environment: forward what a sanitizer build needs
+# (MPICH leaks in MPI_Finalize; ASAN_OPTIONS is ignored by builds without ASan).
+extra=(-x "ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0")
+if [[ -n ${UCX_MEM_EVENTS+x} ]]; then extra+=(-x "UCX_MEM_EVENTS=$UCX_MEM_EVENTS"); fi
+
+show() { echo "--- stdout"; echo "$out"; echo "--- stderr"; echo "$err"; }
+
+# Runs hvxrun on host ${HVX_NETNS_PREFIX}1; stdout, stderr, rc and elapsed_ms land in $out, $err,
+# $rc and $elapsed_ms. hvxrun bounds the job (--timeout) and `timeout` bounds hvxrun.
+launch() {
+    local t0=$(date +%s%N)
+    timeout -k 5 90 "$NETNS" exec "${HVX_NETNS_PREFIX}1" "$HVXRUN" --mpiexec "$MPIEXEC" \
+        --launcher-exec "$HVX_NETNS_STATE/fakessh" --timeout 60 --start-timeout 20 "${extra[@]}" "$@" \
+        >"$HVX_NETNS_STATE/out" 2>"$HVX_NETNS_STATE/err" </dev/null
+    rc=$?
+    elapsed_ms=$((($(date +%s%N) - t0) / 1000000))
+    out=$(cat "$HVX_NETNS_STATE/out")
+    err=$(cat "$HVX_NETNS_STATE/err")
+}
+
+count_lines() { grep -cE -- "$2" <<<"$1"; }
+
+# no_processes_left HOST...: nothing runs in those namespaces any more.
+no_processes_left() {
+    local h left
+    for h in "$@"; do
+        left=$(ip netns pids "$h" 2>/dev/null | tr '\n' ' ')
+        [[ -z $left ]]; check "no processes left on $h ($left)" $?
+    done
+}
