@@ -35,8 +35,11 @@ Handle NotInitialized(const std::string& name) {
   return Handle(st);
 }
 
-// Registered with on_exit, which passes the status the program is exiting with: a shutdown that
-// fails here must not let the process report success.
+// Registered with on_exit, which passes the status the program is exiting with. A failing exit
+// ends the process at once with that status: a shutdown would end the job for every rank as if all
+// was well (their pending ops fail "hvx has been shut down" and they may report that first), while
+// this way the launcher sees this rank's status first and stops the others. A successful exit
+// shuts down, and a shutdown that fails there must not let the process report success.
 void ShutdownAtExit(int exit_status, void*) {
   Engine* engine;
   {
@@ -45,8 +48,12 @@ void ShutdownAtExit(int exit_status, void*) {
     g_shut_down = true;
     engine = g_engine;
   }
-  absl::Status s = engine->Shutdown(exit_status != 0 ? exit_status : kShutdownTimeoutExitCode);
-  if (!s.ok() && exit_status == 0) {
+  if (exit_status != 0) {
+    std::fflush(nullptr);
+    _exit(exit_status);
+  }
+  absl::Status s = engine->Shutdown();
+  if (!s.ok()) {
     HVX_LOG(ERROR) << "hvx shutdown at exit failed: " << s << "; exiting with status " << kShutdownTimeoutExitCode
                    << " instead of 0";
     std::fflush(nullptr);
@@ -145,7 +152,7 @@ absl::Status Shutdown() {
     g_shut_down = true;
     engine = g_engine;
   }
-  return engine->Shutdown(kShutdownTimeoutExitCode);
+  return engine->Shutdown();
 }
 
 bool IsInitialized() { return Live() != nullptr; }

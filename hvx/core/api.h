@@ -85,8 +85,7 @@ struct InitOptions {
   // Upper bound, in seconds (> 0), on the transport's finalization in Shutdown
   // (HVX_SHUTDOWN_TIMEOUT_S): it includes waiting for every other rank to reach the end of the job.
   // A transport that gives up in time makes Shutdown return its error; one that does not return
-  // at all ends the process, after flushing output, with the status the program was exiting with
-  // or, when that was 0 or Shutdown was called directly, kShutdownTimeoutExitCode: a rank whose
+  // at all ends the process, after flushing output, with kShutdownTimeoutExitCode: a rank whose
   // job did not end cleanly never reports success.
   double shutdown_timeout_s = 30.0;
   // Process sets created during Init, in this order, on every rank (ids 1, 2, ...).
@@ -122,8 +121,10 @@ absl::Status Init();
 // the transport's error (e.g. DeadlineExceeded: another rank never reached the end of the job)
 // when its finalization failed; if the transport does not return at all the process exits (see
 // InitOptions::shutdown_timeout_s). A second call, or a call before Init, returns OK. hvx cannot
-// be initialized again afterwards. Called at exit when the program did not call it; a failure
-// there turns an exit status of 0 into kShutdownTimeoutExitCode.
+// be initialized again afterwards. Called at exit when the program did not call it: a failure
+// there turns an exit status of 0 into kShutdownTimeoutExitCode, and a program exiting with a
+// non-zero status ends at once with it (stdio flushed, later exit handlers skipped) without
+// shutting down, so the launcher names this rank as the job's failure.
 absl::Status Shutdown();
 
 // The exit status of a process whose hvx shutdown failed or hung while it was exiting with 0
