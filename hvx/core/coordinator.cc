@@ -12,7 +12,7 @@ namespace {
 
 bool Fusible(const Response& a, const Response& b) {
   return a.type == OpType::kAllreduce && b.type == OpType::kAllreduce && a.dtype == b.dtype &&
-         a.device == b.device && a.reduce_op == b.reduce_op && a.prescale == b.prescale &&
+         a.device_type == b.device_type && a.reduce_op == b.reduce_op && a.prescale == b.prescale &&
          a.postscale == b.postscale;
 }
 
@@ -47,7 +47,8 @@ std::vector<Response> FuseResponses(std::vector<Response> responses, int64_t thr
   return out;
 }
 
-Coordinator::Coordinator(int size, CoordinatorOptions options) : size_(size), options_(std::move(options)) {}
+Coordinator::Coordinator(int size, CoordinatorOptions options)
+    : size_(size), options_(std::move(options)), device_of_rank_(size) {}
 
 std::string Coordinator::Who(int set_rank) const {
   if (set_rank < static_cast<int>(options_.global_ranks.size()) &&
@@ -55,6 +56,11 @@ std::string Coordinator::Who(int set_rank) const {
     return absl::StrCat("rank ", options_.global_ranks[set_rank], " (set rank ", set_rank, ")");
   }
   return absl::StrCat("rank ", set_rank);
+}
+
+std::string Coordinator::WhoOnHost(int set_rank) const {
+  if (set_rank >= static_cast<int>(options_.hosts.size())) return Who(set_rank);
+  return absl::StrCat(Who(set_rank), " (host ", options_.hosts[set_rank], ")");
 }
 
 void Coordinator::Add(int rank, const RequestList& list, absl::Time now) {
@@ -73,6 +79,7 @@ void Coordinator::Add(int rank, const RequestList& list, absl::Time now) {
       if (options_.observer) options_.observer->NegotiationStart(req.name, req.type);
     }
     if (options_.observer) options_.observer->RankReady(req.name, rank);
+    if (!req.device.is_cpu()) device_of_rank_[rank].emplace(req.device.type, req.device);
     p.by_rank[rank] = req;
   }
 }
@@ -104,6 +111,15 @@ Response Coordinator::Validate(const std::string& name, const Pending& p) const 
   auto error = [&](std::string what) {
     return ErrorResponse(name, absl::StrCat("tensor '", name, "': ", what));
   };
+  for (int r = 0; r < size_; ++r) {
+    if (!p.by_rank[r].has_value() || p.by_rank[r]->device.is_cpu()) continue;
+    const Device& d = p.by_rank[r]->device;
+    const Device& own = device_of_rank_[r].at(d.type);
+    if (d != own) {
+      return error(absl::StrCat(WhoOnHost(r), " put it on ", d.ToString(), " but its earlier tensors on ",
+                                own.ToString(), "; each rank keeps all its GPU tensors on one device, its own"));
+    }
+  }
   for (int r = first + 1; r < size_; ++r) {
     if (!p.by_rank[r].has_value()) continue;
     const Request& b = *p.by_rank[r];
@@ -116,8 +132,8 @@ Response Coordinator::Validate(const std::string& name, const Pending& p) const 
                                 Who(r), " sent ", DataTypeName(b.dtype)));
     }
     if (b.device.type != a.device.type) {
-      return error(absl::StrCat("mismatched devices: ", Who(first), " used ", a.device.ToString(), ", ", Who(r),
-                                " used ", b.device.ToString()));
+      return error(absl::StrCat("mismatched devices: ", WhoOnHost(first), " used ", a.device.ToString(), ", ",
+                                WhoOnHost(r), " used ", b.device.ToString()));
     }
     switch (a.type) {
       case OpType::kAllreduce:
@@ -165,7 +181,7 @@ Response Coordinator::Validate(const std::string& name, const Pending& p) const 
   resp.type = a.type;
   resp.names = {name};
   resp.dtype = a.dtype;
-  resp.device = a.device;
+  resp.device_type = a.device.type;
   resp.reduce_op = a.reduce_op;
   resp.prescale = a.prescale;
   resp.postscale = a.postscale;

@@ -39,6 +39,8 @@ struct CoordinatorOptions {
   // Global rank of each set rank, for messages.
   std::vector<int> global_ranks;
   NegotiationObserver* observer = nullptr;
+  // Host of each set rank, for messages.
+  std::vector<std::string> hosts;
 };
 
 // Merges consecutive-compatible allreduce responses (same dtype, device, op, scales) up to
@@ -79,11 +81,15 @@ class Coordinator {
   Response ErrorResponse(const std::string& name, std::string message) const;
   void MaybeWarnStall(absl::Time now, std::vector<Response>* errors);
   std::string Who(int set_rank) const;
+  // Who(set_rank) with its host when known: "rank 5 (host h1)".
+  std::string WhoOnHost(int set_rank) const;
 
   const int size_;
   const CoordinatorOptions options_;
   std::map<std::string, Pending> table_;
   int64_t next_arrival_ = 0;
+  // Each rank's device of each non-CPU type: the first one its requests named.
+  std::vector<std::map<DeviceType, Device>> device_of_rank_;
   std::set<int> joined_;
   int last_joined_ = -1;
   bool shutdown_ = false;

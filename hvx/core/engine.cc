@@ -72,6 +72,8 @@ struct Engine::SetState {
   std::unique_ptr<ResponseCache> cache;
   std::unique_ptr<Coordinator> coordinator;
   std::map<DeviceType, std::unique_ptr<DataPlane>> device_planes;
+  // This rank's device of each non-CPU type: the one its first tensor of that type was on.
+  std::map<DeviceType, Device> own_device;
 
   // Guarded by Engine::mu_.
   std::deque<Entry> incoming;
@@ -143,9 +145,8 @@ absl::Status Engine::Setup() {
     gethostname(buf, sizeof(buf) - 1);
     host = buf;
   }
-  std::vector<std::string> hosts;
-  HVX_RETURN_IF_ERROR(world_->Allgather(host, &hosts));
-  topology_ = ComputeTopology(world_->rank(), hosts);
+  HVX_RETURN_IF_ERROR(world_->Allgather(host, &hosts_));
+  topology_ = ComputeTopology(world_->rank(), hosts_);
   SetLogRank(topology_.rank);
 
   // Local checks, then agreement: if any rank fails, every rank fails with that rank's message.
@@ -196,7 +197,8 @@ absl::Status Engine::Setup() {
     if (topology_.rank == 0) {
       world->coordinator = std::make_unique<Coordinator>(
           topology_.size, CoordinatorOptions{options_.fusion_threshold_bytes, options_.stall_check_time_s,
-                                             options_.stall_shutdown_time_s, world->global_ranks, timeline_.get()});
+                                             options_.stall_shutdown_time_s, world->global_ranks, timeline_.get(),
+                                             hosts_});
     }
     std::lock_guard<std::mutex> lock(mu_);
     sets_.push_back(std::move(world));
@@ -211,6 +213,12 @@ absl::Status Engine::Setup() {
                 << (gpus > 0 ? absl::StrCat("cpu + ", gpus, " visible GPU(s)") : std::string("cpu")) << ", "
                 << transport_->Describe();
   return absl::OkStatus();
+}
+
+std::vector<std::string> Engine::HostsOf(const std::vector<int>& ranks) const {
+  std::vector<std::string> hosts;
+  for (int r : ranks) hosts.push_back(hosts_[r]);
+  return hosts;
 }
 
 absl::Status Engine::AddSet(std::vector<int> ranks, int* id) {
@@ -232,7 +240,7 @@ absl::Status Engine::AddSet(std::vector<int> ranks, int* id) {
   if (set->comm != nullptr && set->comm->rank() == 0) {
     set->coordinator = std::make_unique<Coordinator>(
         set->size(), CoordinatorOptions{options_.fusion_threshold_bytes, options_.stall_check_time_s,
-                                        options_.stall_shutdown_time_s, ranks, nullptr});
+                                        options_.stall_shutdown_time_s, ranks, nullptr, HostsOf(ranks)});
   }
   std::lock_guard<std::mutex> lock(mu_);
   set->id = static_cast<int>(sets_.size());
@@ -320,7 +328,7 @@ void Engine::FailEverything(absl::Status status) {
   for (auto& st : states) st->Complete(status);
 }
 
-absl::Status Engine::Shutdown(int exit_status_if_hung) {
+absl::Status Engine::Shutdown() {
   absl::Status status;
   {
     std::unique_lock<std::mutex> lock(mu_);
@@ -336,9 +344,9 @@ absl::Status Engine::Shutdown(int exit_status_if_hung) {
       HVX_LOG(ERROR) << "hvx::Shutdown: the transport did not finish within " << options_.shutdown_timeout_s
                      << " s (HVX_SHUTDOWN_TIMEOUT_S)";
       if (engine_options_.exit_on_finalize_timeout) {
-        HVX_LOG(ERROR) << "exiting with status " << exit_status_if_hung;
+        HVX_LOG(ERROR) << "exiting with status " << kShutdownTimeoutExitCode;
         std::fflush(nullptr);
-        _exit(exit_status_if_hung);
+        _exit(kShutdownTimeoutExitCode);
       }
       return absl::DeadlineExceededError("hvx::Shutdown: transport finalization timed out");
     }
@@ -559,6 +567,7 @@ bool Engine::RunCycle(SetState& set) {
       Entry e = std::move(set.incoming.front());
       set.incoming.pop_front();
       set.order.push_back(e.request.name);
+      if (!e.request.device.is_cpu()) set.own_device.emplace(e.request.device.type, e.request.device);
       std::string name = e.request.name;
       set.pending.emplace(std::move(name), std::move(e));
     }
@@ -586,7 +595,10 @@ bool Engine::RunCycle(SetState& set) {
       Entry& e = set.pending.at(name);
       if (e.sent) continue;
       int bit = -1;
-      const auto lookup = cache.Find(e.request, &bit);
+      auto lookup = cache.Find(e.request, &bit);
+      // A tensor on another device than this rank's own must reach the coordinator, which fails it
+      // on every rank: invalidate its entry so that every rank sends it.
+      if (lookup == ResponseCache::Lookup::kHit && !OnOwnDevice(set, e.request)) lookup = ResponseCache::Lookup::kInvalid;
       if (lookup == ResponseCache::Lookup::kHit) {
         const bool stalled =
             options_.stall_check_time_s > 0 && now - e.submitted > absl::Seconds(options_.stall_check_time_s);
@@ -690,6 +702,22 @@ absl::StatusOr<ResponseList> Engine::SlowPath(SetState& set, const std::vector<s
   return DecodeResponseList(out);
 }
 
+bool Engine::OnOwnDevice(const SetState& set, const Request& request) {
+  if (request.device.is_cpu()) return true;
+  auto it = set.own_device.find(request.device.type);
+  return it == set.own_device.end() || it->second == request.device;
+}
+
+Device Engine::LocalDevice(const SetState& set, const Response& r, const std::vector<Entry*>& entries) const {
+  if (r.device_type == DeviceType::kCpu) return Device::Cpu();
+  for (const Entry* e : entries) {
+    if (e != nullptr) return e->request.device;
+  }
+  // Joined: no tensor of this rank in the response.
+  auto it = set.own_device.find(r.device_type);
+  return it != set.own_device.end() ? it->second : Device{r.device_type, topology_.local_rank};
+}
+
 absl::StatusOr<DataPlane*> Engine::PlaneFor(SetState& set, const Device& device) {
   if (device.is_cpu()) return &set.comm->cpu();
   auto it = set.device_planes.find(device.type);
@@ -755,7 +783,7 @@ absl::Status Engine::ExecuteAllreduce(SetState& set, const Response& r, const st
   AllreduceWork work;
   work.names = r.names;
   work.dtype = r.dtype;
-  work.device = r.device;
+  work.device = LocalDevice(set, r, entries);
   work.op = r.reduce_op == ReduceOp::kAverage ? ReduceOp::kSum : r.reduce_op;
   work.prescale_factor = r.prescale;
   work.postscale_factor = r.postscale / (r.reduce_op == ReduceOp::kAverage ? set.size() : 1);
@@ -767,13 +795,13 @@ absl::Status Engine::ExecuteAllreduce(SetState& set, const Response& r, const st
       work.inputs.push_back(e->input);
       work.outputs.push_back(e->output);
     } else {
-      work.inputs.push_back(TensorRef(r.dtype, TensorShape(std::vector<int64_t>(r.shapes[i])), nullptr, r.device));
+      work.inputs.push_back(TensorRef(r.dtype, TensorShape(std::vector<int64_t>(r.shapes[i])), nullptr, work.device));
       work.outputs.push_back(work.inputs.back());
     }
   }
   Recorder recorder(set.id == 0 ? timeline_.get() : nullptr, &work.names);
   work.activity = &recorder;
-  HVX_ASSIGN_OR_RETURN(DataPlane * plane, PlaneFor(set, r.device));
+  HVX_ASSIGN_OR_RETURN(DataPlane * plane, PlaneFor(set, work.device));
   return plane->Allreduce(work);
 }
 
@@ -800,7 +828,7 @@ void Engine::Execute(SetState& set, const Response& r) {
         Response single;  // r without its list of names: copying that per name is quadratic
         single.type = r.type;
         single.dtype = r.dtype;
-        single.device = r.device;
+        single.device_type = r.device_type;
         single.reduce_op = r.reduce_op;
         single.prescale = r.prescale;
         single.postscale = r.postscale;
@@ -836,7 +864,7 @@ void Engine::Execute(SetState& set, const Response& r) {
       w.row_elements = e->input.shape().row_elements();
       Recorder rec(timeline, &r.names);
       w.activity = &rec;
-      auto plane = PlaneFor(set, r.device);
+      auto plane = PlaneFor(set, e->request.device);
       status = plane.ok() ? (*plane)->Allgather(w) : plane.status();
       break;
     }
@@ -848,7 +876,7 @@ void Engine::Execute(SetState& set, const Response& r) {
       w.root = r.root;
       Recorder rec(timeline, &r.names);
       w.activity = &rec;
-      auto plane = PlaneFor(set, r.device);
+      auto plane = PlaneFor(set, e->request.device);
       status = plane.ok() ? (*plane)->Broadcast(w) : plane.status();
       break;
     }
@@ -876,7 +904,7 @@ void Engine::Execute(SetState& set, const Response& r) {
       e->state->received_splits = w.recv_rows;
       Recorder rec(timeline, &r.names);
       w.activity = &rec;
-      auto plane = PlaneFor(set, r.device);
+      auto plane = PlaneFor(set, e->request.device);
       status = plane.ok() ? (*plane)->Alltoall(w) : plane.status();
       break;
     }
@@ -900,7 +928,7 @@ void Engine::Execute(SetState& set, const Response& r) {
       w.output = *out;
       Recorder rec(timeline, &r.names);
       w.activity = &rec;
-      auto plane = PlaneFor(set, r.device);
+      auto plane = PlaneFor(set, e->request.device);
       status = plane.ok() ? (*plane)->ReduceScatter(w) : plane.status();
       break;
     }

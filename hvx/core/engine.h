@@ -88,9 +88,9 @@ class Engine {
   Engine& operator=(const Engine&) = delete;
 
   // Stops the engine and finalizes the transport; returns the transport's finalization error.
-  // When finalization does not return in time, exits the process with `exit_status_if_hung`
+  // When finalization does not return in time, exits the process with kShutdownTimeoutExitCode
   // (EngineOptions::exit_on_finalize_timeout) or returns DeadlineExceeded.
-  absl::Status Shutdown(int exit_status_if_hung = kShutdownTimeoutExitCode);
+  absl::Status Shutdown();
   bool running() const { return !stopped_.load(); }
 
   const Topology& topology() const { return topology_; }
@@ -140,7 +140,13 @@ class Engine {
   absl::StatusOr<ResponseList> SlowPath(SetState& set, const std::vector<std::string>& to_send, bool joined);
   void Execute(SetState& set, const Response& response);
   absl::Status ExecuteAllreduce(SetState& set, const Response& response, const std::vector<Entry*>& entries);
+  // The data plane of `device` (this rank's own device of its type) in `set`, made on first use.
   absl::StatusOr<DataPlane*> PlaneFor(SetState& set, const Device& device);
+  std::vector<std::string> HostsOf(const std::vector<int>& ranks) const;
+  // False when `request` is on another device of its type than this rank's earlier tensors.
+  static bool OnOwnDevice(const SetState& set, const Request& request);
+  // The device this rank runs response `r` on: its own tensors', whatever other ranks use.
+  Device LocalDevice(const SetState& set, const Response& r, const std::vector<Entry*>& entries) const;
   absl::StatusOr<TensorRef> AllocateOutput(Entry& entry, const std::vector<int64_t>& shape);
   void CompleteEntry(SetState& set, const std::string& name, absl::Status status);
   void FailEverything(absl::Status status);
@@ -149,6 +155,7 @@ class Engine {
   const EngineOptions engine_options_;
   std::unique_ptr<Transport> transport_;
   Topology topology_;
+  std::vector<std::string> hosts_;  // of every rank, from Setup on
   std::unique_ptr<Timeline> timeline_;
 
   mutable std::mutex mu_;

@@ -13,39 +13,16 @@
 #include "hvx/common/half.h"
 #include "hvx/common/status.h"
 #include "hvx/core/fake_transport.h"
+#include "hvx/core/in_process_ranks.h"
 
 namespace hvx {
 namespace {
 
-// Hermetic: no launcher variables and no GPUs, whatever machine runs the test.
-const MapEnvironment* const kNoEnv = new MapEnvironment();
+InitOptions Options() { return InProcessOptions(); }
 
-InitOptions Options() {
-  InitOptions o;
-  o.stall_check_time_s = 0;
-  o.environment = kNoEnv;
-  o.nvidia_gpus_dir = "/nonexistent";
-  return o;
-}
-
-// Runs fn(engine, rank) on n in-process ranks and shuts all down.
 void RunRanks(int n, const std::function<void(Engine&, int)>& fn, InitOptions options = Options(),
               std::vector<std::string> hosts = {}, std::shared_ptr<FakeHub> hub = nullptr) {
-  if (!hub) hub = std::make_shared<FakeHub>(n);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      EngineOptions eo;
-      eo.hostname = hosts.empty() ? "host" : hosts[r];
-      eo.command_line = "prog";
-      eo.exit_on_finalize_timeout = false;
-      auto engine = Engine::Start(options, std::make_unique<FakeTransport>(hub, r), eo);
-      ASSERT_TRUE(engine.ok()) << engine.status();
-      fn(**engine, r);
-      EXPECT_TRUE((*engine)->Shutdown().ok());
-    });
-  }
-  for (auto& t : threads) t.join();
+  RunInProcessRanks(n, fn, std::move(options), std::move(hosts), std::move(hub));
 }
 
 TEST(EngineTest, AllreduceAverageFloat16OverThreeRanks) {

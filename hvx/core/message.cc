@@ -188,7 +188,7 @@ std::string EncodeResponseList(const ResponseList& list) {
     for (const auto& name : r.names) w.PutString(name);
     w.PutString(r.error);
     w.Put(static_cast<uint8_t>(r.dtype));
-    w.PutDevice(r.device);
+    w.Put(static_cast<uint8_t>(r.device_type));
     w.Put(static_cast<uint8_t>(r.reduce_op));
     w.Put(r.prescale);
     w.Put(r.postscale);
@@ -204,7 +204,7 @@ std::string EncodeResponseList(const ResponseList& list) {
 absl::StatusOr<ResponseList> DecodeResponseList(absl::string_view bytes) {
   Reader rd(bytes);
   ResponseList list;
-  uint8_t shutdown = 0, type = 0, dtype = 0, op = 0;
+  uint8_t shutdown = 0, type = 0, dtype = 0, op = 0, device_type = 0;
   uint64_t n = 0;
   rd.Get(&shutdown);
   rd.Get(&n);
@@ -221,7 +221,8 @@ absl::StatusOr<ResponseList> DecodeResponseList(absl::string_view bytes) {
     }
     rd.GetString(&r.error);
     rd.Get(&dtype);
-    rd.GetDevice(&r.device);
+    rd.Get(&device_type);
+    r.device_type = static_cast<DeviceType>(device_type);
     rd.Get(&op);
     rd.Get(&r.prescale);
     rd.Get(&r.postscale);

@@ -61,7 +61,9 @@ struct Response {
   std::vector<std::string> names;
   std::string error;  // kError
   DataType dtype = DataType::kFloat32;
-  Device device;
+  // Every rank runs the response on its own device of this type (its tensors'; each rank uses one
+  // device per type), never on the device of the rank whose request the coordinator read first.
+  DeviceType device_type = DeviceType::kCpu;
   ReduceOp reduce_op = ReduceOp::kSum;
   double prescale = 1.0;
   double postscale = 1.0;

@@ -9,7 +9,7 @@ namespace hvx {
 bool RequestMatchesResponse(const Request& request, const Response& response) {
   return request.type == OpType::kAllreduce && response.type == OpType::kAllreduce &&
          response.names.size() == 1 && request.dtype == response.dtype &&
-         request.device == response.device && request.reduce_op == response.reduce_op &&
+         request.device.type == response.device_type && request.reduce_op == response.reduce_op &&
          request.prescale == response.prescale && request.postscale == response.postscale &&
          response.shapes.size() == 1 && request.shape == response.shapes[0];
 }
