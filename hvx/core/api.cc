@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "hvx/common/logging.h"
 #include "hvx/common/status.h"
+#include "hvx/core/agreement.h"
 #include "hvx/core/engine.h"
 
 namespace hvx {
@@ -93,6 +94,8 @@ absl::StatusOr<InitOptions> InitOptions::FromEnv(const Environment& env) {
   knobs.Read("HVX_LOG_LEVEL", &o.log_level);
   knobs.Read("HVX_ALLOW_SINGLETON", &o.allow_singleton);
   knobs.Read("HVX_FIXED_REDUCTION_ORDER", &o.fixed_reduction_order);
+  knobs.Read("HVX_HIERARCHICAL_ALLREDUCE", &o.hierarchical_allreduce);
+  knobs.Read("HVX_NCCL_HALF_IN_FLOAT32", &o.nccl_half_in_float32);
   knobs.Read("HVX_SHUTDOWN_TIMEOUT_S", &o.shutdown_timeout_s, 0.0);
   HVX_RETURN_IF_ERROR(knobs.status());
   if (!(o.shutdown_timeout_s > 0)) {
@@ -260,6 +263,22 @@ Handle Alltoall(std::string name, TensorRef input, std::vector<int64_t> splits, 
 Handle ReduceScatter(std::string name, TensorRef input, const ReduceScatterOptions& options) {
   Engine* e = Live();
   return e ? e->ReduceScatter(std::move(name), input, options) : NotInitialized(name);
+}
+
+absl::Status CheckSameOnEveryRank(const std::string& name,
+                                  const std::vector<std::pair<std::string, std::string>>& settings) {
+  std::string mine = EncodeSettings(settings);
+  int64_t length = static_cast<int64_t>(mine.size());
+  Handle lengths = Allgather(absl::StrCat(name, ".lengths"), TensorRef(DataType::kInt64, {1}, &length));
+  HVX_RETURN_IF_ERROR(Wait(lengths));
+  Handle bytes = Allgather(absl::StrCat(name, ".settings"),
+                           TensorRef(DataType::kUint8, {length}, mine.data()));
+  HVX_RETURN_IF_ERROR(Wait(bytes));
+  const int64_t* each = lengths.output().data_as<int64_t>();
+  const char* all = static_cast<const char*>(bytes.output().data());
+  std::vector<std::string> by_rank;
+  for (int r = 0, off = 0; r < Size(); off += each[r], ++r) by_rank.emplace_back(all + off, each[r]);
+  return CompareSettings(by_rank);
 }
 
 int64_t ReduceScatterRows(int64_t rows, int size, int rank) {

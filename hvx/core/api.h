@@ -82,6 +82,11 @@ struct InitOptions {
   // cores: 160-191 ms instead of 220-228 ms), but the rounding then follows the fusion, which
   // follows timing.
   bool fixed_reduction_order = true;
+  // GPU tensors (the NCCL data plane): reduce-scatter inside each host, the transport across hosts,
+  // allgather inside the host, on several homogeneous hosts (HVX_HIERARCHICAL_ALLREDUCE).
+  bool hierarchical_allreduce = false;
+  // GPU tensors: reduce float16/bfloat16 in float32, as the CPU path does (HVX_NCCL_HALF_IN_FLOAT32).
+  bool nccl_half_in_float32 = false;
   // Upper bound, in seconds (> 0), on the transport's finalization in Shutdown
   // (HVX_SHUTDOWN_TIMEOUT_S): it includes waiting for every other rank to reach the end of the job.
   // A transport that gives up in time makes Shutdown return its error; one that does not return
@@ -248,6 +253,13 @@ struct CollectiveOptions {
 // may differ between ranks; the other dimensions must agree. Rank-0 (scalar) inputs are rejected.
 // Output shape: [sum of first dims, rest...].
 Handle Allgather(std::string name, TensorRef input, const CollectiveOptions& options = {});
+
+// Collective over every rank: OK when every rank passed the same (name, value) pairs; otherwise
+// FailedPrecondition on every rank naming each setting that differs, its distinct values and the
+// ranks holding them ("dataset samples: ranks 0-5,7 have 60000, rank 6 has 59999"). For what a
+// program must agree on beyond hvx's own knobs (which Init compares): a dataset's size and files,
+// a config. `name` names the two allgathers it runs.
+absl::Status CheckSameOnEveryRank(const std::string& name, const std::vector<std::pair<std::string, std::string>>& settings);
 
 // Copies `tensor` from `root_rank` (a rank within the process set) to every rank, in place. Shape,
 // dtype and root must agree on every rank.

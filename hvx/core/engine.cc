@@ -13,6 +13,7 @@
 #include "hvx/common/cluster.h"
 #include "hvx/common/logging.h"
 #include "hvx/common/status.h"
+#include "hvx/core/agreement.h"
 
 namespace hvx {
 namespace internal {
@@ -178,15 +179,22 @@ absl::Status Engine::Setup() {
       local = t.status();
     }
   }
-  std::vector<std::string> verdicts;
+  // One exchange carries each rank's verdict and the settings every rank must share.
+  std::vector<std::string> exchanged;
   HVX_RETURN_IF_ERROR(world_->Allgather(
-      local.ok() ? std::string() : absl::StrCat(static_cast<int>(local.code()), ":", local.message()), &verdicts));
-  for (int r = 0; r < static_cast<int>(verdicts.size()); ++r) {
-    if (verdicts[r].empty()) continue;
+      EncodeSettings({{"verdict", local.ok() ? std::string() : std::string(local.message())},
+                      {"settings", EncodeSettings(SettingsThatMustAgree())}}),
+      &exchanged));
+  std::vector<std::string> settings;
+  for (int r = 0; r < static_cast<int>(exchanged.size()); ++r) {
+    HVX_ASSIGN_OR_RETURN(Settings got, DecodeSettings(exchanged[r]));
+    if (got.size() != 2) return absl::InternalError("Init's exchange is corrupt");
+    settings.push_back(got[1].second);
+    if (got[0].second.empty()) continue;
     if (r == topology_.rank) return local;
-    return absl::FailedPreconditionError(
-        absl::StrCat("hvx::Init failed on rank ", r, ": ", verdicts[r].substr(verdicts[r].find(':') + 1)));
+    return absl::FailedPreconditionError(absl::StrCat("hvx::Init failed on rank ", r, ": ", got[0].second));
   }
+  HVX_RETURN_IF_ERROR(Annotate(CompareSettings(settings), "hvx::Init"));
 
   {
     auto world = std::make_unique<SetState>();
@@ -219,6 +227,22 @@ std::vector<std::string> Engine::HostsOf(const std::vector<int>& ranks) const {
   std::vector<std::string> hosts;
   for (int r : ranks) hosts.push_back(hosts_[r]);
   return hosts;
+}
+
+Settings Engine::SettingsThatMustAgree() const {
+  std::vector<std::string> sets;
+  for (const auto& ranks : options_.process_sets) sets.push_back(absl::StrCat("[", absl::StrJoin(ranks, ","), "]"));
+  return {
+      {"hvx build", absl::StrCat("wire format ", kWireFormatVersion, ", compiler ", __VERSION__, ", GPU data plane ",
+                                 FindDataPlane(DeviceType::kCuda) ? "linked" : "not linked")},
+      {"transport", transport_->Describe()},
+      {"HVX_FUSION_THRESHOLD", FormatBytes(options_.fusion_threshold_bytes)},
+      {"HVX_CACHE_CAPACITY", absl::StrCat(options_.cache_capacity)},
+      {"HVX_FIXED_REDUCTION_ORDER", options_.fixed_reduction_order ? "1" : "0"},
+      {"HVX_HIERARCHICAL_ALLREDUCE", options_.hierarchical_allreduce ? "1" : "0"},
+      {"HVX_NCCL_HALF_IN_FLOAT32", options_.nccl_half_in_float32 ? "1" : "0"},
+      {"process sets", absl::StrJoin(sets, " ")},
+  };
 }
 
 absl::Status Engine::AddSet(std::vector<int> ranks, int* id) {
@@ -737,6 +761,7 @@ absl::StatusOr<DataPlane*> Engine::PlaneFor(SetState& set, const Device& device)
   ctx.cross_rank = topology_.cross_rank;
   ctx.cross_size = topology_.cross_size;
   ctx.device = device;
+  ctx.options = &options_;
   HVX_ASSIGN_OR_RETURN(std::unique_ptr<DataPlane> plane, factory(ctx));
   DataPlane* raw = plane.get();
   set.device_planes[device.type] = std::move(plane);

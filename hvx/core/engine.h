@@ -26,6 +26,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "hvx/core/agreement.h"
 #include "hvx/core/api.h"
 #include "hvx/core/coordinator.h"
 #include "hvx/core/message.h"
@@ -143,6 +144,9 @@ class Engine {
   // The data plane of `device` (this rank's own device of its type) in `set`, made on first use.
   absl::StatusOr<DataPlane*> PlaneFor(SetState& set, const Device& device);
   std::vector<std::string> HostsOf(const std::vector<int>& ranks) const;
+  // What Init compares across ranks: knobs whose difference would hang or corrupt collectives,
+  // the build and the transport.
+  Settings SettingsThatMustAgree() const;
   // False when `request` is on another device of its type than this rank's earlier tensors.
   static bool OnOwnDevice(const SetState& set, const Request& request);
   // The device this rank runs response `r` on: its own tensors', whatever other ranks use.

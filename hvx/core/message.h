@@ -3,8 +3,9 @@
 //   std::string bytes = EncodeRequestList(list);
 //   HVX_ASSIGN_OR_RETURN(RequestList back, DecodeRequestList(bytes));
 //
-// The encoding is private to one job (every rank runs the same binary): little-endian fixed-width
-// integers, length-prefixed strings and vectors, no versioning.
+// The encoding is private to one job: little-endian fixed-width integers, length-prefixed strings
+// and vectors. Init checks that every rank has the same kWireFormatVersion (in the build identity
+// it compares), so a job never mixes builds that encode differently.
 #ifndef HVX_CORE_MESSAGE_H_
 #define HVX_CORE_MESSAGE_H_
 
@@ -18,6 +19,9 @@
 #include "hvx/core/api.h"
 
 namespace hvx {
+
+// Raised whenever the encoding below changes.
+inline constexpr int kWireFormatVersion = 2;
 
 enum class OpType : uint8_t {
   kAllreduce = 0,

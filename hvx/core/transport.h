@@ -201,7 +201,8 @@ struct DataPlaneContext {
   int local_size = 1;
   int cross_rank = 0;
   int cross_size = 1;
-  Device device;  // of the tensor that triggered creation
+  Device device;  // this rank's own device of the type (that of its tensors)
+  const InitOptions* options = nullptr;  // what Init was given (GPU knobs); lives as long as the plane
 };
 
 using DataPlaneFactory = std::function<absl::StatusOr<std::unique_ptr<DataPlane>>(const DataPlaneContext&)>;

@@ -135,6 +135,18 @@ TEST(CollectivesTest, AllreduceEveryDtypeAndOp) {
   }
 }
 
+TEST(CollectivesTest, CheckSameOnEveryRank) {
+  EXPECT_TRUE(CheckSameOnEveryRank("agree.same", {{"dataset samples", "60000"}, {"config", "abc"}}).ok());
+  absl::Status s = CheckSameOnEveryRank(
+      "agree.differ", {{"dataset samples", Rank() == 0 ? "60000" : "59999"}, {"config", "abc"}});
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "dataset samples: rank 0 has 60000, rank 1 has 59999")) << s;
+  // Lengths differ between ranks, one of them empty.
+  s = CheckSameOnEveryRank("agree.empty", Rank() == 0 ? std::vector<std::pair<std::string, std::string>>{}
+                                                      : std::vector<std::pair<std::string, std::string>>{{"x", "1"}});
+  EXPECT_TRUE(absl::StrContains(s.message(), "x: rank 1 has 1, the other ranks do not set it")) << s;
+}
+
 TEST(CollectivesTest, PrescaleAndPostscale) {
   std::vector<float> x(10, 1.0f + Rank());
   AllreduceOptions o;

@@ -460,11 +460,26 @@ std::unique_ptr<Communicator> MakeMpiCommunicator(MPI_Comm comm) {
 absl::StatusOr<std::unique_ptr<Communicator>> MpiTransport::Start() {
   int already = 0;
   MPI_Initialized(&already);
+  int provided = 0;
   if (!already) {
-    int provided = 0;
     HVX_RETURN_IF_ERROR(
         MpiStatus(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread"));
     initialized_here_ = true;
+    if (provided < MPI_THREAD_FUNNELED) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "MPI_Init_thread provided thread level ", ThreadLevelName(provided),
+          "; hvx calls MPI from its background thread and needs at least MPI_THREAD_FUNNELED"));
+    }
+  } else {
+    MPI_Query_thread(&provided);
+    // The program's MPI_Init thread is not hvx's background thread, which makes every hvx MPI call.
+    if (provided < MPI_THREAD_SERIALIZED) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the program initialized MPI with thread level ", ThreadLevelName(provided),
+          ", but hvx calls MPI from its own background thread, which needs MPI_THREAD_SERIALIZED or "
+          "MPI_THREAD_MULTIPLE: initialize with MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided), "
+          "or let hvx::Init initialize MPI"));
+    }
   }
   HVX_RETURN_IF_ERROR(MpiOps::Get().Init());
   char version[MPI_MAX_LIBRARY_VERSION_STRING] = {};
@@ -472,13 +487,27 @@ absl::StatusOr<std::unique_ptr<Communicator>> MpiTransport::Start() {
   MPI_Get_library_version(version, &len);
   const absl::string_view library(version, len);
   std::string first_line = std::vector<std::string>(absl::StrSplit(library, '\n'))[0];
-  description_ = absl::StrCat("mpi (", absl::StripAsciiWhitespace(first_line), ")");
+  description_ = absl::StrCat("mpi (", absl::StripAsciiWhitespace(first_line), ", ", ThreadLevelName(provided), ")");
   if (initialized_here_ && MpichFinalizeMayDeadlock(library)) {
     hydra_ = HydraPmi::FromEnvironment(Environment::Process());
   }
   MPI_Comm world;
   HVX_RETURN_IF_ERROR(MpiStatus(MPI_Comm_dup(MPI_COMM_WORLD, &world), "MPI_Comm_dup"));
   return MakeMpiCommunicator(world);
+}
+
+std::string ThreadLevelName(int level) {
+  switch (level) {
+    case MPI_THREAD_SINGLE:
+      return "MPI_THREAD_SINGLE";
+    case MPI_THREAD_FUNNELED:
+      return "MPI_THREAD_FUNNELED";
+    case MPI_THREAD_SERIALIZED:
+      return "MPI_THREAD_SERIALIZED";
+    case MPI_THREAD_MULTIPLE:
+      return "MPI_THREAD_MULTIPLE";
+  }
+  return absl::StrCat("thread level ", level);
 }
 
 bool MpichFinalizeMayDeadlock(absl::string_view library_version) {

@@ -44,6 +44,9 @@ class MpiTransport : public Transport {
 // can deadlock when ranks are connected over TCP.
 bool MpichFinalizeMayDeadlock(absl::string_view library_version);
 
+// "MPI_THREAD_FUNNELED" for MPI_THREAD_FUNNELED, and so on.
+std::string ThreadLevelName(int level);
+
 // Wraps a communicator this object owns (MPI_Comm_free on destruction).
 std::unique_ptr<Communicator> MakeMpiCommunicator(MPI_Comm comm);
 

@@ -65,7 +65,7 @@ int Run(int argc, char** argv) {
     return 1;
   }
   ctx.device = Device::Cuda(*device);
-  auto plane = CreateNcclDataPlane(ctx, NcclOptions::FromEnv(Environment::Process()).value_or(NcclOptions{}));
+  auto plane = CreateNcclDataPlane(ctx, NcclOptions::From(InitOptions::FromEnv(Environment::Process()).value_or(InitOptions{})));
   if (!plane.ok()) {
     std::fprintf(stderr, "rank %d: %s\n", world.rank(), std::string(plane.status().message()).c_str());
     return 1;

@@ -716,9 +716,8 @@ absl::StatusOr<std::unique_ptr<DataPlane>> CreateNcclDataPlane(const DataPlaneCo
   return std::unique_ptr<DataPlane>(std::move(plane));
 }
 
-absl::StatusOr<std::unique_ptr<DataPlane>> CreateNcclDataPlaneFromEnv(const DataPlaneContext& ctx) {
-  HVX_ASSIGN_OR_RETURN(NcclOptions options, NcclOptions::FromEnv(Environment::Process()));
-  return CreateNcclDataPlane(ctx, options);
+absl::StatusOr<std::unique_ptr<DataPlane>> CreateNcclDataPlaneForEngine(const DataPlaneContext& ctx) {
+  return CreateNcclDataPlane(ctx, ctx.options != nullptr ? NcclOptions::From(*ctx.options) : NcclOptions{});
 }
 
 int LoadedNcclVersion() {

@@ -36,8 +36,9 @@ namespace nccl {
 absl::StatusOr<std::unique_ptr<DataPlane>> CreateNcclDataPlane(const DataPlaneContext& ctx,
                                                                const NcclOptions& options);
 
-// CreateNcclDataPlane with NcclOptions::FromEnv(process environment): the registered factory.
-absl::StatusOr<std::unique_ptr<DataPlane>> CreateNcclDataPlaneFromEnv(const DataPlaneContext& ctx);
+// CreateNcclDataPlane with the knobs hvx::Init read (DataPlaneContext::options): the registered
+// factory.
+absl::StatusOr<std::unique_ptr<DataPlane>> CreateNcclDataPlaneForEngine(const DataPlaneContext& ctx);
 
 // NCCL_VERSION_CODE of the loaded library (ncclGetVersion), e.g. 22809; 0 if it cannot say.
 int LoadedNcclVersion();

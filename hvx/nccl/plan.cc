@@ -12,12 +12,10 @@
 namespace hvx {
 namespace nccl {
 
-absl::StatusOr<NcclOptions> NcclOptions::FromEnv(const Environment& env) {
+NcclOptions NcclOptions::From(const InitOptions& options) {
   NcclOptions o;
-  KnobReader knobs(env);
-  knobs.Read("HVX_HIERARCHICAL_ALLREDUCE", &o.hierarchical_allreduce);
-  knobs.Read("HVX_NCCL_HALF_IN_FLOAT32", &o.half_in_float32);
-  if (!knobs.status().ok()) return knobs.status();
+  o.hierarchical_allreduce = options.hierarchical_allreduce;
+  o.half_in_float32 = options.nccl_half_in_float32;
   return o;
 }
 

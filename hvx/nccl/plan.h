@@ -20,7 +20,7 @@
 namespace hvx {
 namespace nccl {
 
-// The GPU backend's knobs, read once when a GPU data plane is created.
+// The GPU backend's knobs, read by hvx::Init (InitOptions) and compared across ranks there.
 struct NcclOptions {
   // HVX_HIERARCHICAL_ALLREDUCE: reduce-scatter inside each host with NCCL, allreduce across hosts
   // over the MPI control plane's transport, allgather inside each host. Applies only to process
@@ -30,7 +30,7 @@ struct NcclOptions {
   // round back once), the precision the CPU plane gives, at twice the bytes on the wire.
   bool half_in_float32 = false;
 
-  static absl::StatusOr<NcclOptions> FromEnv(const Environment& env);
+  static NcclOptions From(const InitOptions& options);
 };
 
 // The GPU ordinal a rank uses: the one of its local rank. When the host shows a single GPU to a

@@ -10,20 +10,20 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-TEST(NcclOptionsTest, ReadsKnobsAndRejectsBadValues) {
+TEST(NcclOptionsTest, KnobsComeFromInitOptions) {
   MapEnvironment env;
-  auto defaults = NcclOptions::FromEnv(env);
+  auto defaults = InitOptions::FromEnv(env);
   ASSERT_TRUE(defaults.ok());
-  EXPECT_FALSE(defaults->hierarchical_allreduce);
-  EXPECT_FALSE(defaults->half_in_float32);
+  EXPECT_FALSE(NcclOptions::From(*defaults).hierarchical_allreduce);
+  EXPECT_FALSE(NcclOptions::From(*defaults).half_in_float32);
   env.Set("HVX_HIERARCHICAL_ALLREDUCE", "1");
   env.Set("HVX_NCCL_HALF_IN_FLOAT32", "true");
-  auto set = NcclOptions::FromEnv(env);
+  auto set = InitOptions::FromEnv(env);
   ASSERT_TRUE(set.ok());
-  EXPECT_TRUE(set->hierarchical_allreduce);
-  EXPECT_TRUE(set->half_in_float32);
+  EXPECT_TRUE(NcclOptions::From(*set).hierarchical_allreduce);
+  EXPECT_TRUE(NcclOptions::From(*set).half_in_float32);
   env.Set("HVX_HIERARCHICAL_ALLREDUCE", "maybe");
-  auto bad = NcclOptions::FromEnv(env);
+  auto bad = InitOptions::FromEnv(env);
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(std::string(bad.status().message()), HasSubstr("HVX_HIERARCHICAL_ALLREDUCE"));
 }

@@ -57,5 +57,5 @@ absl::Status CheckDeviceBinding(const InitCheckContext& ctx) {
 }  // namespace nccl
 }  // namespace hvx
 
-HVX_REGISTER_DATA_PLANE(nccl, ::hvx::DeviceType::kCuda, &::hvx::nccl::CreateNcclDataPlaneFromEnv);
+HVX_REGISTER_DATA_PLANE(nccl, ::hvx::DeviceType::kCuda, &::hvx::nccl::CreateNcclDataPlaneForEngine);
 HVX_REGISTER_INIT_CHECK(cuda_device_binding, &::hvx::nccl::CheckDeviceBinding);

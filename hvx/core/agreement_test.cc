@@ -1,0 +1,96 @@
+// Settings that must match on every rank: the comparison and its message, and hvx::Init failing on
+// every rank (in-process engines) when one knob differs.
+#include "hvx/core/agreement.h"
+
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "gtest/gtest.h"
+#include "hvx/core/in_process_ranks.h"
+
+namespace hvx {
+namespace {
+
+TEST(AgreementTest, RankRangesAndBytes) {
+  EXPECT_EQ(RankRanges({0, 1, 2, 3, 5, 7, 8}), "0-3,5,7-8");
+  EXPECT_EQ(RankRanges({4}), "4");
+  EXPECT_EQ(FormatBytes(int64_t{128} << 20), "128MiB");
+  EXPECT_EQ(FormatBytes(int64_t{2} << 30), "2GiB");
+  EXPECT_EQ(FormatBytes(65536), "64KiB");
+  EXPECT_EQ(FormatBytes(1000), "1000");
+  EXPECT_EQ(FormatBytes(0), "0");
+}
+
+TEST(AgreementTest, EqualSettingsAgree) {
+  const std::string s = EncodeSettings({{"a", "1"}, {"b", ""}});
+  EXPECT_TRUE(CompareSettings({s, s, s}).ok());
+  auto back = DecodeSettings(s);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(*back, (Settings{{"a", "1"}, {"b", ""}}));
+  EXPECT_FALSE(DecodeSettings("3:ab").ok());
+}
+
+TEST(AgreementTest, DifferencesNameEveryValueAndItsRanks) {
+  std::vector<std::string> all;
+  for (int r = 0; r < 8; ++r) {
+    all.push_back(EncodeSettings({{"HVX_FUSION_THRESHOLD", r < 4 ? "128MiB" : "64MiB"},
+                                  {"HVX_CACHE_CAPACITY", "1024"},
+                                  {"dataset samples", r == 6 ? "59999" : "60000"}}));
+  }
+  absl::Status s = CompareSettings(all);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.message(),
+            "settings that must be the same on every rank differ: HVX_FUSION_THRESHOLD: ranks 0-3 have 128MiB, "
+            "ranks 4-7 have 64MiB; dataset samples: ranks 0-5,7 have 60000, rank 6 has 59999");
+}
+
+TEST(AgreementTest, InitFailsOnEveryRankWhenAKnobDiffers) {
+  constexpr int kRanks = 4;
+  auto hub = std::make_shared<FakeHub>(kRanks);
+  std::vector<absl::Status> results(kRanks);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kRanks; ++r) {
+    threads.emplace_back([&, r] {
+      InitOptions o = InProcessOptions();
+      if (r >= 2) o.fusion_threshold_bytes = int64_t{64} << 20;
+      if (r == 3) o.cache_capacity = 0;
+      EngineOptions eo;
+      eo.command_line = "prog";
+      eo.exit_on_finalize_timeout = false;
+      results[r] = Engine::Start(o, std::make_unique<FakeTransport>(hub, r), eo).status();
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < kRanks; ++r) {
+    EXPECT_EQ(results[r].code(), absl::StatusCode::kFailedPrecondition) << "rank " << r;
+    EXPECT_TRUE(absl::StrContains(results[r].message(),
+                                  "HVX_FUSION_THRESHOLD: ranks 0-1 have 128MiB, ranks 2-3 have 64MiB; "
+                                  "HVX_CACHE_CAPACITY: ranks 0-2 have 1024, rank 3 has 0"))
+        << "rank " << r << ": " << results[r];
+  }
+}
+
+TEST(AgreementTest, ProcessSetsMustAgree) {
+  constexpr int kRanks = 2;
+  auto hub = std::make_shared<FakeHub>(kRanks);
+  std::vector<absl::Status> results(kRanks);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kRanks; ++r) {
+    threads.emplace_back([&, r] {
+      InitOptions o = InProcessOptions();
+      o.process_sets = {{0, 1}};
+      if (r == 1) o.process_sets = {{1}};
+      EngineOptions eo;
+      eo.exit_on_finalize_timeout = false;
+      results[r] = Engine::Start(o, std::make_unique<FakeTransport>(hub, r), eo).status();
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < kRanks; ++r) {
+    EXPECT_TRUE(absl::StrContains(results[r].message(), "process sets: rank 0 has [0,1], rank 1 has [1]"))
+        << results[r];
+  }
+}
+
+}  // namespace
+}  // namespace hvx
