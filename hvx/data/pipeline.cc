@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 
@@ -108,6 +109,7 @@ Pipeline::Pipeline(std::shared_ptr<const Dataset> dataset, const PipelineOptions
   const int64_t n = static_cast<int64_t>(plan_.sample_ids.size());
   const int64_t b = options_.batch_size;
   num_batches_ = options_.drop_last_batch ? n / b : (n + b - 1) / b;
+  if (options_.max_batches > 0) num_batches_ = std::min(num_batches_, options_.max_batches);
   num_positions_ = std::min(n, num_batches_ * b);
   first_padded_position_ = n - plan_.num_padded;
   queue_capacity_ = static_cast<size_t>(std::max(4, 2 * options_.decode_threads));
@@ -127,6 +129,10 @@ absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Create(std::shared_ptr<const
         "), decode_threads (", options.decode_threads, "), prefetch_batches (",
         options.prefetch_batches, ") and samples_per_task (", options.samples_per_task,
         ") must be at least 1"));
+  }
+  if (options.max_batches < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pipeline: max_batches (", options.max_batches, ") must not be negative"));
   }
   if (dataset->num_samples() == 0) {
     return absl::FailedPreconditionError("pipeline: the dataset has no records");

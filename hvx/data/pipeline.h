@@ -47,6 +47,9 @@ struct PipelineOptions {
   int64_t batch_size = 32;
   // A last batch smaller than batch_size is dropped instead of returned (same on every rank).
   bool drop_last_batch = false;
+  // > 0: the epoch ends after this many batches, and nothing past them is read or decoded (the
+  // same on every rank, since every rank has the same number of batches). 0: every batch.
+  int64_t max_batches = 0;
   int reader_threads = 1;
   int decode_threads = 2;
   // Batches that may be read and decoded ahead of the consumer.

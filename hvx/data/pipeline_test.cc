@@ -72,6 +72,24 @@ std::vector<Seen> RunEpoch(std::shared_ptr<const Dataset> dataset, const Pipelin
   return out;
 }
 
+// Flips a payload bit of record `record` of `file`; returns where the record is.
+RecordLocation CorruptPayload(const std::string& file, size_t record) {
+  std::string bytes;
+  {
+    std::ifstream in(file, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    bytes = ss.str();
+  }
+  auto index = LoadOrBuildIndex(file);
+  EXPECT_TRUE(index.ok()) << index.status();
+  const RecordLocation bad = (*index)[record];
+  bytes[bad.offset + 12 + 3] ^= 0x40;
+  std::ofstream out(file, std::ios::binary | std::ios::trunc);
+  out << bytes;
+  return bad;
+}
+
 class PipelineTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -219,6 +237,41 @@ TEST_F(PipelineTest, DropLastBatch) {
   for (const Seen& s : run) EXPECT_EQ(s.ids.size(), 8u);
 }
 
+// A limited evaluation: the epoch ends after max_batches, and nothing past them is read, however
+// deep the prefetch (a corrupt record there goes unnoticed).
+TEST_F(PipelineTest, MaxBatchesEndsTheEpochAndReadsNothingPastIt) {
+  PipelineOptions o = Options(0, 2, 0);
+  o.shuffle = false;  // rank 0 reads samples 0, 2, 4, ...; its first 2 batches end at sample 30
+  o.prefetch_batches = 8;
+  const std::vector<Seen> full = RunEpoch(dataset_, o);
+  ASSERT_EQ(full.size(), 7u);
+  CorruptPayload(files_[1], 7);  // sample 40: rank 0's third batch
+
+  o.max_batches = 2;
+  auto p = Pipeline::Create(dataset_, o);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ((*p)->num_batches(), 2);
+  for (size_t i = 0; i < 2; ++i) {
+    auto batch = (*p)->Next();
+    ASSERT_TRUE(batch.ok()) << batch.status();
+    EXPECT_EQ((*batch)->sample_ids(), full[i].ids);
+  }
+  EXPECT_EQ((*p)->Next().status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ((*p)->stats().samples, 16);
+
+  o.max_batches = 0;
+  p = Pipeline::Create(dataset_, o);
+  ASSERT_TRUE(p.ok()) << p.status();
+  absl::Status status;
+  while (status.ok()) status = (*p)->Next().status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
+  EXPECT_NE(status.message().find("rank 0 reading sample 40"), std::string::npos) << status;
+
+  o.max_batches = -1;
+  EXPECT_EQ(Pipeline::Create(dataset_, o).status().message(),
+            "pipeline: max_batches (-1) must not be negative");
+}
+
 TEST_F(PipelineTest, FloatOutputIsNormalised) {
   RawImageDecoderOptions d;
   d.height = 2;
@@ -240,21 +293,7 @@ TEST_F(PipelineTest, FloatOutputIsNormalised) {
 }
 
 TEST_F(PipelineTest, CorruptRecordReachesTheConsumerWithFileAndOffset) {
-  std::string bytes;
-  {
-    std::ifstream in(files_[1], std::ios::binary);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    bytes = ss.str();
-  }
-  auto index = LoadOrBuildIndex(files_[1]);
-  ASSERT_TRUE(index.ok());
-  const RecordLocation bad = (*index)[5];
-  bytes[bad.offset + 12 + 3] ^= 0x40;
-  {
-    std::ofstream out(files_[1], std::ios::binary | std::ios::trunc);
-    out << bytes;
-  }
+  const RecordLocation bad = CorruptPayload(files_[1], 5);
   PipelineOptions o = Options(0, 1, 0);
   o.decode_threads = 3;
   auto p = Pipeline::Create(dataset_, o);
