@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -185,7 +186,10 @@ struct RecordWriter::Deflater {
 };
 
 RecordWriter::RecordWriter(std::string path, const RecordWriterOptions& options, int fd)
-    : path_(std::move(path)), options_(options), fd_(fd) {}
+    : path_(std::move(path)),
+      options_(options),
+      fd_(fd),
+      deflate_piece_(std::numeric_limits<uInt>::max()) {}
 
 absl::StatusOr<std::unique_ptr<RecordWriter>> RecordWriter::Open(
     const std::string& path, const RecordWriterOptions& options) {
@@ -239,17 +243,22 @@ absl::Status RecordWriter::Write(absl::string_view payload) {
 absl::Status RecordWriter::WriteToFile(const char* data, size_t n) {
   if (!deflater_) return FullWrite(fd_, data, n, path_);
   z_stream& z = deflater_->z;
-  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data));
-  z.avail_in = static_cast<uInt>(n);
-  do {
-    z.next_out = reinterpret_cast<Bytef*>(&deflater_->out[0]);
-    z.avail_out = static_cast<uInt>(deflater_->out.size());
-    if (deflate(&z, Z_NO_FLUSH) == Z_STREAM_ERROR) {
-      return absl::InternalError(absl::StrCat(path_, ": deflate failed"));
-    }
-    HVX_RETURN_IF_ERROR(
-        FullWrite(fd_, deflater_->out.data(), deflater_->out.size() - z.avail_out, path_));
-  } while (z.avail_in > 0);
+  while (n > 0) {
+    const size_t piece = std::min(n, deflate_piece_);
+    z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data));
+    z.avail_in = static_cast<uInt>(piece);
+    do {
+      z.next_out = reinterpret_cast<Bytef*>(&deflater_->out[0]);
+      z.avail_out = static_cast<uInt>(deflater_->out.size());
+      if (deflate(&z, Z_NO_FLUSH) == Z_STREAM_ERROR) {
+        return absl::InternalError(absl::StrCat(path_, ": deflate failed"));
+      }
+      HVX_RETURN_IF_ERROR(
+          FullWrite(fd_, deflater_->out.data(), deflater_->out.size() - z.avail_out, path_));
+    } while (z.avail_in > 0);
+    data += piece;
+    n -= piece;
+  }
   return absl::OkStatus();
 }
 

@@ -82,7 +82,10 @@ class RecordWriter {
   uint64_t bytes_written() const { return offset_; }
 
  private:
+  friend class RecordWriterTestPeer;  // record_test.cc lowers deflate_piece_
+
   RecordWriter(std::string path, const RecordWriterOptions& options, int fd);
+  // Writes n bytes (any size) of the framed stream, compressing them if asked.
   absl::Status WriteToFile(const char* data, size_t n);
   absl::Status Drain(int zlib_flush);
 
@@ -96,6 +99,8 @@ class RecordWriter {
   int64_t num_records_ = 0;
   std::vector<uint64_t> index_offsets_;
   std::vector<uint64_t> index_lengths_;
+  // Most bytes handed to one deflate() call: zlib counts its input in a 32-bit uInt.
+  size_t deflate_piece_;
 };
 
 enum class CorruptionPolicy {

@@ -19,6 +19,15 @@
 
 namespace hvx {
 namespace data {
+
+class RecordWriterTestPeer {
+ public:
+  // Writes of 4 GiB and more reach zlib in pieces; a small piece lets a test write several.
+  static void SetDeflatePiece(RecordWriter* writer, size_t bytes) {
+    writer->deflate_piece_ = bytes;
+  }
+};
+
 namespace {
 
 std::string TempPath(const std::string& name) {
@@ -264,6 +273,62 @@ TEST(RecordTest, ReadsGzipAndZlibFromZlibItself) {
   ro.compression = Compression::kGzip;
   got.clear();
   EXPECT_EQ(ReadAll(gz, &got, ro).code(), absl::StatusCode::kDataLoss);
+}
+
+// zlib takes at most 4 GiB - 1 bytes per deflate() call, so the writer hands larger writes over
+// in pieces (a 4 GiB record used to be cut to its size modulo 4 GiB). With 1000-byte pieces,
+// records and buffer drains of many pieces must come back exactly, through our reader and zlib's.
+TEST(RecordTest, CompressedWritesLargerThanOneDeflatePieceRoundTrip) {
+  std::string noise;  // incompressible, so every piece produces output
+  uint64_t x = 88172645463325252u;
+  for (int i = 0; i < 25013; ++i) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    noise.push_back(static_cast<char>(x & 0xff));
+  }
+  // Small records fill the 4 KiB buffer (drained as one write of > 4 pieces); the large ones go
+  // to the file directly (one write of 10 and 25 pieces).
+  std::vector<std::string> payloads;
+  for (int i = 0; i < 40; ++i) payloads.push_back(noise.substr(i * 7, 300 + i));
+  payloads.push_back(noise.substr(0, 10007));
+  payloads.push_back(noise);
+  payloads.push_back("tail");
+  std::string plain;
+  for (const std::string& p : payloads) AppendFramedRecord(p, &plain);
+  for (Compression c : {Compression::kGzip, Compression::kZlib}) {
+    SCOPED_TRACE(CompressionName(c));
+    const std::string path = TempPath(absl::StrCat("pieces.", CompressionName(c)));
+    RecordWriterOptions wo;
+    wo.compression = c;
+    wo.buffer_size = 4096;
+    auto writer = RecordWriter::Open(path, wo);
+    ASSERT_TRUE(writer.ok()) << writer.status();
+    RecordWriterTestPeer::SetDeflatePiece(writer->get(), 1000);
+    for (const std::string& p : payloads) ASSERT_TRUE((*writer)->Write(p).ok());
+    ASSERT_TRUE((*writer)->Close().ok());
+    RecordReaderOptions ro;
+    ro.compression = c;
+    std::vector<std::string> got;
+    absl::Status read = ReadAll(path, &got, ro);
+    EXPECT_TRUE(read.ok()) << read;
+    EXPECT_EQ(got.size(), payloads.size());
+    EXPECT_TRUE(got == payloads) << "payloads differ";
+    // zlib itself inflates the file to exactly the framed records.
+    const std::string compressed = ReadBytes(path);
+    z_stream z{};
+    ASSERT_EQ(inflateInit2(&z, c == Compression::kGzip ? 15 + 16 : 15), Z_OK);
+    std::string inflated(plain.size() + 100, '\0');
+    z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(compressed.data()));
+    z.avail_in = static_cast<uInt>(compressed.size());
+    z.next_out = reinterpret_cast<Bytef*>(&inflated[0]);
+    z.avail_out = static_cast<uInt>(inflated.size());
+    EXPECT_EQ(inflate(&z, Z_FINISH), Z_STREAM_END);
+    inflated.resize(inflated.size() - z.avail_out);
+    inflateEnd(&z);
+    EXPECT_TRUE(inflated == plain)
+        << "inflated " << inflated.size() << " bytes, wrote " << plain.size();
+  }
 }
 
 TEST(RecordTest, SkipPolicyReportsExactlyWhatWasSkipped) {

@@ -370,18 +370,18 @@ absl::StatusOr<EvalResult> Evaluate(Run& run, int64_t epoch) {
   po.decode_threads = config.data().decode_threads();
   po.prefetch_batches = config.data().prefetch_batches();
   po.decoder = run.eval_decoder;
+  // Every rank has as many evaluation batches as the others (kPad), so every rank stops after the
+  // same number and reaches the one collective below, SumMetrics, together.
+  po.max_batches = config.logging().max_eval_batches();
   HVX_ASSIGN_OR_RETURN(auto pipeline, data::Pipeline::Create(run.eval_data, po));
   run.model->eval();
   torch::NoGradGuard no_grad;
   // correct, loss sum, samples: summed over ranks at the end, so each sample counts once.
   std::vector<double> sums = {0, 0, 0};
-  int64_t batches = 0;
   for (;;) {
     auto batch = pipeline->Next();
     if (absl::IsOutOfRange(batch.status())) break;
     HVX_RETURN_IF_ERROR(batch.status());
-    if (config.logging().max_eval_batches() > 0 && batches >= config.logging().max_eval_batches()) continue;
-    ++batches;
     const int64_t real = (*batch)->size() - (*batch)->num_padded();
     HVX_ASSIGN_OR_RETURN(torch::Tensor labels, LabelsOf(**batch, config));
     labels = labels.to(run.device);
