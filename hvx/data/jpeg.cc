@@ -1,5 +1,12 @@
 #include "hvx/data/jpeg.h"
 
+#include <csetjmp>
+// jpeglib.h uses FILE and size_t without declaring them; jerror.h needs jpeglib.h.
+#include <cstdio>
+// clang-format off
+#include <jpeglib.h>
+#include <jerror.h>
+// clang-format on
 #include <turbojpeg.h>
 
 #include <algorithm>
@@ -13,39 +20,176 @@ namespace hvx {
 namespace data {
 namespace {
 
-// One decompressor per thread: TurboJPEG handles are not thread-safe, and creating one per image
-// costs more than a small image's decode.
-class Handles {
+// One TurboJPEG compressor per thread: handles are not thread-safe, and creating one per image
+// costs more than a small image's encode.
+class Compressor {
  public:
-  ~Handles() {
-    if (decompress_) tjDestroy(decompress_);
-    if (compress_) tjDestroy(compress_);
+  ~Compressor() {
+    if (handle_) tjDestroy(handle_);
   }
-  tjhandle decompress() {
-    if (!decompress_) decompress_ = tjInitDecompress();
-    return decompress_;
-  }
-  tjhandle compress() {
-    if (!compress_) compress_ = tjInitCompress();
-    return compress_;
+  tjhandle get() {
+    if (!handle_) handle_ = tjInitCompress();
+    return handle_;
   }
 
  private:
-  tjhandle decompress_ = nullptr;
-  tjhandle compress_ = nullptr;
+  tjhandle handle_ = nullptr;
 };
 
-Handles& ThreadHandles() {
-  thread_local Handles handles;
-  return handles;
+// Decoding uses libjpeg itself rather than TurboJPEG, because only libjpeg says which warning it
+// raised: TurboJPEG either ignores every warning (and so accepts truncated images, their missing
+// rows gray) or fails on every one (and so refuses images with a few stray bytes between
+// segments, which cameras write and TensorFlow and PIL accept). One per thread, reused.
+//
+// libjpeg reports errors by calling error_exit, which must not return; here it longjmps back into
+// the method that called libjpeg. Those methods keep no objects with destructors alive across the
+// libjpeg calls, so the jump skips none.
+class Decompressor {
+ public:
+  Decompressor() {
+    cinfo_.err = jpeg_std_error(&errors_.pub);
+    errors_.pub.error_exit = &ErrorExit;
+    errors_.pub.emit_message = &EmitMessage;
+    if (setjmp(errors_.jump)) return;  // out of memory: every ReadHeader() fails
+    jpeg_create_decompress(&cinfo_);
+    created_ = true;
+  }
+  ~Decompressor() {
+    if (created_) jpeg_destroy_decompress(&cinfo_);
+  }
+  Decompressor(const Decompressor&) = delete;
+  Decompressor& operator=(const Decompressor&) = delete;
+
+  // Reads the header of `jpeg`, which must stay alive until Decode() or Abort(). False on failure
+  // (see failure()), after which the decompressor is ready for the next image.
+  bool ReadHeader(absl::string_view jpeg) {
+    if (!created_) return false;
+    errors_.failure = Failure::kNone;
+    if (setjmp(errors_.jump)) {
+      jpeg_abort_decompress(&cinfo_);
+      return false;
+    }
+    jpeg_mem_src(&cinfo_, reinterpret_cast<const unsigned char*>(jpeg.data()),
+                 static_cast<unsigned long>(jpeg.size()));
+    jpeg_read_header(&cinfo_, TRUE);
+    return true;
+  }
+  int width() const { return static_cast<int>(cinfo_.image_width); }
+  int height() const { return static_cast<int>(cinfo_.image_height); }
+
+  // After ReadHeader(): decodes to RGB at 1/denominator into *image and ends the image. False on
+  // failure (see failure()).
+  bool Decode(int denominator, RgbImage* image) {
+    errors_.failure = Failure::kNone;
+    if (setjmp(errors_.jump)) {
+      jpeg_abort_decompress(&cinfo_);
+      return false;
+    }
+    cinfo_.out_color_space = JCS_RGB;
+    cinfo_.scale_num = 1;
+    cinfo_.scale_denom = static_cast<unsigned int>(denominator);
+    jpeg_calc_output_dimensions(&cinfo_);
+    image->width = static_cast<int>(cinfo_.output_width);
+    image->height = static_cast<int>(cinfo_.output_height);
+    const size_t stride = static_cast<size_t>(image->width) * 3;
+    image->pixels.resize(stride * static_cast<size_t>(image->height));
+    jpeg_start_decompress(&cinfo_);
+    while (cinfo_.output_scanline < cinfo_.output_height) {
+      JSAMPROW row = image->pixels.data() + stride * cinfo_.output_scanline;
+      jpeg_read_scanlines(&cinfo_, &row, 1);
+    }
+    // Reads on to the end-of-image marker: a file cut after its last scan is truncated too.
+    jpeg_finish_decompress(&cinfo_);
+    return true;
+  }
+
+  // Ends the image after ReadHeader() when Decode() is not called.
+  void Abort() { jpeg_abort_decompress(&cinfo_); }
+
+  // Why the last ReadHeader() or Decode() failed, in a sentence naming the problem; `what` names
+  // a failure that is not a truncated or corrupt image.
+  absl::Status failure(absl::string_view what, size_t bytes) const {
+    switch (errors_.failure) {
+      case Failure::kTruncated:
+        return absl::InvalidArgumentError(
+            absl::StrCat("truncated JPEG (", bytes, "-byte image, cut short?): ", errors_.message));
+      case Failure::kCorrupt:
+        return absl::InvalidArgumentError(absl::StrCat(
+            "corrupt JPEG (", bytes, "-byte image, damaged record?): ", errors_.message));
+      default:
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, " (", bytes, "-byte image): ", errors_.message));
+    }
+  }
+
+ private:
+  enum class Failure { kNone, kError, kCorrupt, kTruncated };
+  struct ErrorManager {
+    jpeg_error_mgr pub;  // first: libjpeg's callbacks get &pub
+    jmp_buf jump;
+    Failure failure = Failure::kNone;
+    char message[JMSG_LENGTH_MAX] = "";
+  };
+
+  // libjpeg's warnings that pixels are missing or made up (it zeroes the rest of a scan, or fills
+  // the rest of the image with gray, and carries on).
+  static bool DamagesPixels(int code) {
+    switch (code) {
+      case JWRN_JPEG_EOF:
+      case JWRN_HIT_MARKER:
+      case JWRN_HUFF_BAD_CODE:
+      case JWRN_ARITH_BAD_CODE:
+      case JWRN_MUST_RESYNC:
+      case JWRN_BOGUS_PROGRESSION:
+      case JWRN_NOT_SEQUENTIAL:
+        return true;
+      default:
+        return false;
+    }
+  }
+  [[noreturn]] static void Fail(j_common_ptr cinfo, Failure failure) {
+    auto* errors = reinterpret_cast<ErrorManager*>(cinfo->err);
+    errors->failure = failure;
+    (*cinfo->err->format_message)(cinfo, errors->message);
+    longjmp(errors->jump, 1);
+  }
+  [[noreturn]] static void ErrorExit(j_common_ptr cinfo) { Fail(cinfo, Failure::kError); }
+  // Level -1 is a warning, 0 and up trace messages; none is printed.
+  static void EmitMessage(j_common_ptr cinfo, int level) {
+    if (level >= 0) return;
+    ++cinfo->err->num_warnings;
+    const int code = cinfo->err->msg_code;
+    if (DamagesPixels(code)) {
+      Fail(cinfo, code == JWRN_JPEG_EOF ? Failure::kTruncated : Failure::kCorrupt);
+    }
+  }
+
+  ErrorManager errors_;
+  jpeg_decompress_struct cinfo_;
+  bool created_ = false;
+};
+
+Decompressor& ThreadDecompressor() {
+  thread_local Decompressor decompressor;
+  return decompressor;
 }
 
-absl::Status JpegError(tjhandle h, absl::string_view what, size_t bytes) {
-  return absl::InvalidArgumentError(
-      absl::StrCat(what, " (", bytes, "-byte image): ", h ? tjGetErrorStr2(h) : "no handle"));
+absl::Status CheckJpegSize(int width, int height, size_t bytes, const JpegLimits& limits) {
+  const int64_t pixels = static_cast<int64_t>(width) * height;
+  if (pixels > limits.max_pixels) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("JPEG header claims ", width, "x", height, " pixels, more than the limit of ",
+                     limits.max_pixels, " (corrupt record? else raise JpegLimits::max_pixels)"));
+  }
+  if (limits.max_pixels_per_byte > 0 &&
+      pixels / limits.max_pixels_per_byte > static_cast<int64_t>(bytes)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("JPEG header claims ", width, "x", height, " pixels but the image has only ",
+                     bytes, " bytes, under 1 per ", limits.max_pixels_per_byte,
+                     " pixels (corrupt record? else see JpegLimits::max_pixels_per_byte)"));
+  }
+  return absl::OkStatus();
 }
-
-int ScaledSize(int size, int denominator) { return (size + denominator - 1) / denominator; }
 
 // Bilinear resampling of window (x0, y0, w, h) of `img` (window in img's pixels) to out x out,
 // optionally mirrored, written channels-first through `store(channel, y, x, value)`.
@@ -89,39 +233,34 @@ void ResampleWindow(const RgbImage& img, double x0, double y0, double w, double 
 }  // namespace
 
 absl::StatusOr<JpegInfo> ReadJpegHeader(absl::string_view jpeg) {
-  tjhandle h = ThreadHandles().decompress();
-  int w = 0, ht = 0, subsamp = 0, colorspace = 0;
-  if (h == nullptr ||
-      tjDecompressHeader3(h, reinterpret_cast<const unsigned char*>(jpeg.data()),
-                          static_cast<unsigned long>(jpeg.size()), &w, &ht, &subsamp,
-                          &colorspace) != 0) {
-    return JpegError(h, "not a readable JPEG", jpeg.size());
-  }
-  return JpegInfo{w, ht};
+  Decompressor& d = ThreadDecompressor();
+  if (!d.ReadHeader(jpeg)) return d.failure("not a readable JPEG", jpeg.size());
+  const JpegInfo info{d.width(), d.height()};
+  d.Abort();
+  return info;
 }
 
-absl::Status DecodeJpeg(absl::string_view jpeg, int scale_denominator, RgbImage* image) {
+absl::Status DecodeJpeg(absl::string_view jpeg, int scale_denominator, const JpegLimits& limits,
+                        RgbImage* image) {
   if (scale_denominator != 1 && scale_denominator != 2 && scale_denominator != 4 &&
       scale_denominator != 8) {
     return absl::InvalidArgumentError(
         absl::StrCat("JPEG scale denominator ", scale_denominator, " is not 1, 2, 4 or 8"));
   }
-  HVX_ASSIGN_OR_RETURN(JpegInfo info, ReadJpegHeader(jpeg));
-  image->width = ScaledSize(info.width, scale_denominator);
-  image->height = ScaledSize(info.height, scale_denominator);
-  image->pixels.resize(static_cast<size_t>(image->width) * image->height * 3);
-  tjhandle h = ThreadHandles().decompress();
-  if (tjDecompress2(h, reinterpret_cast<const unsigned char*>(jpeg.data()),
-                    static_cast<unsigned long>(jpeg.size()), image->pixels.data(), image->width,
-                    image->width * 3, image->height, TJPF_RGB, 0) != 0) {
-    // Warnings (e.g. premature end of data in a still-displayable image) are not fatal.
-    if (tjGetErrorCode(h) != TJERR_WARNING) return JpegError(h, "JPEG decode failed", jpeg.size());
+  Decompressor& d = ThreadDecompressor();
+  if (!d.ReadHeader(jpeg)) return d.failure("not a readable JPEG", jpeg.size());
+  absl::Status size = CheckJpegSize(d.width(), d.height(), jpeg.size(), limits);
+  if (!size.ok()) {
+    d.Abort();
+    return size;
   }
+  if (!d.Decode(scale_denominator, image)) return d.failure("JPEG decode failed", jpeg.size());
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> EncodeJpeg(const RgbImage& image, int quality) {
-  tjhandle h = ThreadHandles().compress();
+  thread_local Compressor compressor;
+  tjhandle h = compressor.get();
   unsigned char* buf = nullptr;
   unsigned long size = 0;
   if (h == nullptr || tjCompress2(h, image.pixels.data(), image.width, image.width * 3,
@@ -199,7 +338,7 @@ absl::Status ImageNetDecoder::DecodeImage(absl::string_view jpeg, const SampleCo
     }
   }
   thread_local RgbImage image;  // reused: avoids a large allocation per sample
-  HVX_RETURN_IF_ERROR(DecodeJpeg(jpeg, denominator, &image));
+  HVX_RETURN_IF_ERROR(DecodeJpeg(jpeg, denominator, options_.limits, &image));
   const double fx = static_cast<double>(image.width) / info.width;
   const double fy = static_cast<double>(image.height) / info.height;
   const int n = options_.out_size;

@@ -39,10 +39,31 @@ struct JpegInfo {
   int height = 0;
 };
 
-// InvalidArgument when the bytes are not a JPEG libjpeg-turbo can read.
+// What DecodeJpeg accepts from a header, checked before anything is allocated for the pixels: a
+// corrupt record must not make each decode thread allocate gigabytes. Breaking either limit is
+// reported like any other corrupt image.
+struct JpegLimits {
+  // Width x height of the full-size image. 2^26 (8192 x 8192) is 192 MiB of RGB per decode thread
+  // (libjpeg holds about as much again for a progressive image); raise it for larger photos.
+  int64_t max_pixels = int64_t{1} << 26;
+  // Pixels the header may claim per byte of JPEG data; 0 turns the check off. A Huffman-coded
+  // image spends at least one bit on every 8x8 block (one byte per 512 pixels), so a header
+  // claiming more than this describes data that is not there. Arithmetic-coded images of one
+  // flat colour can be smaller; turn the check off for those.
+  int64_t max_pixels_per_byte = 1024;
+};
+
+// The size from the header. InvalidArgument when the bytes are not a JPEG libjpeg-turbo can read
+// or end inside the header.
 absl::StatusOr<JpegInfo> ReadJpegHeader(absl::string_view jpeg);
-// Decodes to RGB at 1/scale_denominator of the size (1, 2, 4 or 8; sizes round up).
-absl::Status DecodeJpeg(absl::string_view jpeg, int scale_denominator, RgbImage* image);
+// Decodes to RGB at 1/scale_denominator of the size (1, 2, 4 or 8; sizes round up), reusing
+// image->pixels. InvalidArgument, naming the problem, when the header breaks `limits`, when the
+// data is truncated or corrupt (libjpeg's warnings that pixels are missing or invented: premature
+// end of the file or of a scan, bad Huffman or arithmetic codes, restart markers out of order,
+// bad progression), or when libjpeg cannot decode it. Harmless warnings (bytes between marker
+// segments, unknown metadata) are ignored, as TensorFlow and PIL do.
+absl::Status DecodeJpeg(absl::string_view jpeg, int scale_denominator, const JpegLimits& limits,
+                        RgbImage* image);
 // Encodes RGB pixels (for tests and synthetic datasets).
 absl::StatusOr<std::string> EncodeJpeg(const RgbImage& image, int quality);
 
@@ -77,6 +98,8 @@ struct ImageNetDecoderOptions {
   int64_t label_offset = -1;
   // Use libjpeg's scaled decoding when the crop is at least twice out_size.
   bool scaled_decode = true;
+  // Images whose header claims more pixels are refused as corrupt.
+  JpegLimits limits;
   std::string image_key = "image/encoded";
   std::string label_key = "image/class/label";
 

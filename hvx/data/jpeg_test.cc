@@ -5,8 +5,13 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "hvx/data/dataset.h"
 #include "hvx/data/example.h"
+#include "hvx/data/pipeline.h"
+#include "hvx/data/record.h"
+#include "hvx/data/test_util.h"
 
 namespace hvx {
 namespace data {
@@ -36,6 +41,36 @@ std::string Record(const std::string& jpeg, int64_t label) {
   return e.SerializeAsString();
 }
 
+// Offset of the first marker `code` (0xC0: SOF0, 0xDA: SOS) in `jpeg`, walking the marker
+// segments from SOI; npos when absent.
+size_t FindMarker(const std::string& jpeg, uint8_t code) {
+  size_t pos = 2;
+  while (pos + 4 <= jpeg.size() && static_cast<uint8_t>(jpeg[pos]) == 0xff) {
+    if (static_cast<uint8_t>(jpeg[pos + 1]) == code) return pos;
+    const size_t length =
+        static_cast<uint8_t>(jpeg[pos + 2]) << 8 | static_cast<uint8_t>(jpeg[pos + 3]);
+    pos += 2 + length;
+  }
+  return std::string::npos;
+}
+
+// `jpeg` with its SOF0 header edited to claim width x height (the entropy-coded data unchanged).
+std::string ClaimSize(std::string jpeg, int width, int height) {
+  const size_t sof = FindMarker(jpeg, 0xc0);
+  EXPECT_NE(sof, std::string::npos);
+  if (sof == std::string::npos) return jpeg;
+  // FF C0, length (2), precision (1), height (2), width (2), all big-endian.
+  jpeg[sof + 5] = static_cast<char>(height >> 8);
+  jpeg[sof + 6] = static_cast<char>(height & 0xff);
+  jpeg[sof + 7] = static_cast<char>(width >> 8);
+  jpeg[sof + 8] = static_cast<char>(width & 0xff);
+  return jpeg;
+}
+
+bool Contains(const absl::Status& s, const std::string& text) {
+  return s.message().find(text) != absl::string_view::npos;
+}
+
 TEST(JpegTest, DecodesAtFullAndReducedScale) {
   RgbImage src = Gradient(500, 375);
   auto jpeg = EncodeJpeg(src, 95);
@@ -45,16 +80,17 @@ TEST(JpegTest, DecodesAtFullAndReducedScale) {
   EXPECT_EQ(info->width, 500);
   EXPECT_EQ(info->height, 375);
   RgbImage full;
-  ASSERT_TRUE(DecodeJpeg(*jpeg, 1, &full).ok());
+  ASSERT_TRUE(DecodeJpeg(*jpeg, 1, JpegLimits(), &full).ok());
   ASSERT_EQ(full.pixels.size(), 500u * 375 * 3);
   double err = 0;
   for (size_t i = 0; i < full.pixels.size(); ++i) err += std::abs(full.pixels[i] - src.pixels[i]);
   EXPECT_LT(err / full.pixels.size(), 3.0);
   RgbImage quarter;
-  ASSERT_TRUE(DecodeJpeg(*jpeg, 4, &quarter).ok());
+  ASSERT_TRUE(DecodeJpeg(*jpeg, 4, JpegLimits(), &quarter).ok());
   EXPECT_EQ(quarter.width, 125);
   EXPECT_EQ(quarter.height, 94);
-  EXPECT_EQ(DecodeJpeg(*jpeg, 3, &quarter).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(DecodeJpeg(*jpeg, 3, JpegLimits(), &quarter).code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(JpegTest, NotAJpegIsAnErrorNamingTheProblem) {
@@ -71,6 +107,183 @@ TEST(JpegTest, NotAJpegIsAnErrorNamingTheProblem) {
   s = decoder.Decode(no_image.SerializeAsString(), {}, out.data(), &label);
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
   EXPECT_NE(s.message().find("feature 'image/encoded' is missing"), std::string::npos) << s;
+}
+
+// A header edited to claim 60000x60000 over the data of a 64x48 image used to be decoded as a gray
+// 7500x7500 image (at 1/8 scale), after allocating for it.
+TEST(JpegTest, HeaderClaimingMorePixelsThanTheLimitIsRefusedBeforeAllocating) {
+  auto small = EncodeJpeg(Gradient(64, 48), 90);
+  ASSERT_TRUE(small.ok());
+  const std::string forged = ClaimSize(*small, 60000, 60000);
+  auto info = ReadJpegHeader(forged);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->width, 60000);
+  RgbImage image;
+  absl::Status s = DecodeJpeg(forged, 8, JpegLimits(), &image);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_TRUE(Contains(s, "JPEG header claims 60000x60000 pixels, more than the limit of 67108864"))
+      << s;
+  EXPECT_EQ(image.pixels.capacity(), 0u) << "nothing may be allocated for a refused image";
+
+  ImageNetDecoder train(ImageNetDecoderOptions::Train());
+  std::vector<float> out(3 * 224 * 224);
+  int64_t label;
+  s = train.Decode(Record(forged, 1), {1, 0, 0}, out.data(), &label);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_TRUE(Contains(s, "claims 60000x60000 pixels")) << s;
+
+  // The limit is a knob: an image over it is refused with the limit named.
+  JpegLimits tight;
+  tight.max_pixels = 64 * 48 - 1;
+  s = DecodeJpeg(*small, 1, tight, &image);
+  EXPECT_TRUE(Contains(s, "JPEG header claims 64x48 pixels, more than the limit of 3071")) << s;
+  tight.max_pixels = 64 * 48;
+  EXPECT_TRUE(DecodeJpeg(*small, 1, tight, &image).ok());
+}
+
+// Under the pixel limit, a header can still claim far more pixels than its data can hold.
+TEST(JpegTest, HeaderClaimingMorePixelsThanTheDataCanHoldIsRefused) {
+  auto small = EncodeJpeg(Gradient(64, 48), 90);
+  ASSERT_TRUE(small.ok());
+  const std::string forged = ClaimSize(*small, 4000, 3000);
+  RgbImage image;
+  absl::Status s = DecodeJpeg(forged, 1, JpegLimits(), &image);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_TRUE(
+      Contains(s, absl::StrCat("JPEG header claims 4000x3000 pixels but the image has only ",
+                               forged.size(), " bytes")))
+      << s;
+  EXPECT_EQ(image.pixels.capacity(), 0u);
+  // The flattest real image, one colour everywhere, is far above the bound.
+  RgbImage flat;
+  flat.width = 2048;
+  flat.height = 2048;
+  flat.pixels.assign(size_t{2048} * 2048 * 3, 128);
+  auto flat_jpeg = EncodeJpeg(flat, 50);
+  ASSERT_TRUE(flat_jpeg.ok());
+  EXPECT_LT(flat_jpeg->size(), size_t{2048} * 2048 / 32) << "the test needs a very flat image";
+  s = DecodeJpeg(*flat_jpeg, 1, JpegLimits(), &image);
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ(image.width, 2048);
+}
+
+// libjpeg reports a truncated image as a warning and fills the missing rows with gray.
+TEST(JpegTest, TruncatedJpegIsAnError) {
+  auto jpeg = EncodeJpeg(Gradient(500, 375), 90);
+  ASSERT_TRUE(jpeg.ok());
+  const size_t scan = FindMarker(*jpeg, 0xda);
+  ASSERT_NE(scan, std::string::npos);
+  for (size_t cut : {scan + 20, jpeg->size() / 2, jpeg->size() - 100, jpeg->size() - 2}) {
+    SCOPED_TRACE(cut);
+    const std::string truncated = jpeg->substr(0, cut);
+    RgbImage image;
+    absl::Status s = DecodeJpeg(truncated, 1, JpegLimits(), &image);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_TRUE(Contains(s, absl::StrCat("truncated JPEG (", cut, "-byte image"))) << s;
+    ImageNetDecoder eval(ImageNetDecoderOptions::Eval());
+    std::vector<float> out(3 * 224 * 224);
+    int64_t label;
+    s = eval.Decode(Record(truncated, 1), {}, out.data(), &label);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_TRUE(Contains(s, "truncated JPEG")) << s;
+  }
+  // Cut inside the header: not even the size can be read.
+  EXPECT_TRUE(Contains(ReadJpegHeader(jpeg->substr(0, scan / 2)).status(), "truncated JPEG"));
+}
+
+// Damaged entropy-coded data is an error; harmless oddities (bytes between marker segments, which
+// many cameras write) are not.
+TEST(JpegTest, CorruptJpegDataIsAnErrorButExtraneousBytesAreNot) {
+  auto jpeg = EncodeJpeg(Gradient(500, 375), 90);
+  ASSERT_TRUE(jpeg.ok());
+  const size_t scan = FindMarker(*jpeg, 0xda);
+  ASSERT_NE(scan, std::string::npos);
+  // An end-of-image marker in the middle of the scan: the rest of the image is missing.
+  std::string cut_scan = *jpeg;
+  cut_scan[cut_scan.size() / 2] = static_cast<char>(0xff);
+  cut_scan[cut_scan.size() / 2 + 1] = static_cast<char>(0xd9);
+  RgbImage image;
+  absl::Status s = DecodeJpeg(cut_scan, 1, JpegLimits(), &image);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_TRUE(Contains(s, "corrupt JPEG")) << s;
+  EXPECT_TRUE(Contains(s, "premature end of data segment")) << s;
+
+  // Sixteen 1 bits are no Huffman code, and 48 (six stuffed 0xFF bytes) hold sixteen after the
+  // start of whatever code they interrupt (a code and its extra bits take at most 27). libjpeg-
+  // turbo's fast path decodes a bad code as 0 without a word, so what it reports is the scan data
+  // ending before the scan, the decoder having lost its place.
+  std::string bad_code = *jpeg;
+  size_t at = (scan + bad_code.size()) / 2;
+  while (static_cast<uint8_t>(bad_code[at - 1]) == 0xff) ++at;
+  bad_code.replace(at, 12,
+                   std::string("\xff\x00", 2) + std::string("\xff\x00", 2) +
+                       std::string("\xff\x00", 2) + std::string("\xff\x00", 2) +
+                       std::string("\xff\x00", 2) + std::string("\xff\x00", 2));
+  s = DecodeJpeg(bad_code, 1, JpegLimits(), &image);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_TRUE(Contains(s, "corrupt JPEG (")) << s;
+
+  RgbImage clean;
+  ASSERT_TRUE(DecodeJpeg(*jpeg, 1, JpegLimits(), &clean).ok());
+  std::string extraneous = *jpeg;
+  extraneous.insert(scan, "\x01\x02\x03");
+  s = DecodeJpeg(extraneous, 1, JpegLimits(), &image);
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ(image.pixels, clean.pixels);
+}
+
+// A bad image in a training set goes the way of any decode error: Next() returns it, naming the
+// rank, the file, the record's offset and the sample.
+TEST(JpegTest, BadImagesReachTheConsumerNamingFileAndOffset) {
+  auto good = EncodeJpeg(Gradient(300, 200), 90);
+  ASSERT_TRUE(good.ok());
+  auto small = EncodeJpeg(Gradient(64, 48), 90);
+  ASSERT_TRUE(small.ok());
+  std::string cut_scan = *good;
+  cut_scan[cut_scan.size() / 2] = static_cast<char>(0xff);
+  cut_scan[cut_scan.size() / 2 + 1] = static_cast<char>(0xd9);
+  const struct {
+    const char* name;
+    std::string jpeg;
+    const char* reason;
+  } cases[] = {
+      {"forged", ClaimSize(*small, 60000, 60000), "JPEG header claims 60000x60000 pixels"},
+      {"truncated", good->substr(0, good->size() / 2), "truncated JPEG"},
+      {"corrupt", cut_scan, "corrupt JPEG"},
+  };
+  const std::string dir = TempDir("jpeg_pipeline");
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    const std::string path = absl::StrCat(dir, "/", c.name, "-00000-of-00001");
+    {
+      RecordWriterOptions options;
+      options.write_index = true;
+      auto writer = RecordWriter::Open(path, options);
+      ASSERT_TRUE(writer.ok()) << writer.status();
+      for (int i = 0; i < 6; ++i) {
+        ASSERT_TRUE((*writer)->Write(Record(i == 3 ? c.jpeg : *good, i + 1)).ok());
+      }
+      ASSERT_TRUE((*writer)->Close().ok());
+    }
+    auto dataset = Dataset::Open({path}, {});
+    ASSERT_TRUE(dataset.ok()) << dataset.status();
+    std::shared_ptr<const Dataset> shared = std::move(*dataset);
+    PipelineOptions o;
+    o.shuffle = false;
+    o.batch_size = 2;
+    o.decode_threads = 2;
+    o.decoder = std::make_shared<ImageNetDecoder>(ImageNetDecoderOptions::Train());
+    auto p = Pipeline::Create(shared, o);
+    ASSERT_TRUE(p.ok()) << p.status();
+    // The batches before the bad record may or may not arrive first: an error stops the pipeline.
+    absl::Status s;
+    for (int batch = 0; batch < 3 && s.ok(); ++batch) s = (*p)->Next().status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_TRUE(Contains(
+        s, absl::StrCat("rank 0: ", path, ":", shared->LocationOf(3).offset, " (sample 3)")))
+        << s;
+    EXPECT_TRUE(Contains(s, c.reason)) << s;
+  }
 }
 
 TEST(JpegTest, RandomResizedCropStaysInRange) {
