@@ -97,10 +97,14 @@ absl::StatusOr<InitOptions> InitOptions::FromEnv(const Environment& env) {
   knobs.Read("HVX_HIERARCHICAL_ALLREDUCE", &o.hierarchical_allreduce);
   knobs.Read("HVX_NCCL_HALF_IN_FLOAT32", &o.nccl_half_in_float32);
   knobs.Read("HVX_SHUTDOWN_TIMEOUT_S", &o.shutdown_timeout_s, 0.0);
+  knobs.Read("HVX_COLLECTIVE_TIMEOUT_S", &o.collective_timeout_s, 0.0);
   HVX_RETURN_IF_ERROR(knobs.status());
-  if (!(o.shutdown_timeout_s > 0)) {
-    return absl::InvalidArgumentError(absl::StrCat("HVX_SHUTDOWN_TIMEOUT_S='", env.Get("HVX_SHUTDOWN_TIMEOUT_S").value_or(""),
-                                                   "': must be more than 0 seconds"));
+  for (const auto& [name, value] : {std::pair<const char*, double>{"HVX_SHUTDOWN_TIMEOUT_S", o.shutdown_timeout_s},
+                                    {"HVX_COLLECTIVE_TIMEOUT_S", o.collective_timeout_s}}) {
+    if (!(value > 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, "='", env.Get(name).value_or(""), "': must be more than 0 seconds"));
+    }
   }
   if (auto sev = ParseLogSeverity(o.log_level); !sev.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("HVX_LOG_LEVEL='", o.log_level, "': ", sev.status().message()));

@@ -93,6 +93,12 @@ struct InitOptions {
   // at all ends the process, after flushing output, with kShutdownTimeoutExitCode: a rank whose
   // job did not end cleanly never reports success.
   double shutdown_timeout_s = 30.0;
+  // Seconds (> 0) any wait for other ranks may last, in negotiation and in a data-plane collective
+  // (HVX_COLLECTIVE_TIMEOUT_S). Past it the op fails on this rank with DeadlineExceeded naming the
+  // peers it waited for, hvx stops (every pending and later op fails with that error) and the
+  // program's failing exit ends the job, instead of hanging behind a rank that died or froze.
+  // Generous, because a peer may legitimately be slow: starting late, or in a long evaluation.
+  double collective_timeout_s = 300.0;
   // Process sets created during Init, in this order, on every rank (ids 1, 2, ...).
   std::vector<std::vector<int>> process_sets;
   // Name of the registered transport; empty = the only one registered ("mpi" with //hvx/mpi).

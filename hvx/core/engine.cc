@@ -139,7 +139,7 @@ Engine::~Engine() {
 }
 
 absl::Status Engine::Setup() {
-  HVX_ASSIGN_OR_RETURN(world_, transport_->Start());
+  HVX_ASSIGN_OR_RETURN(world_, transport_->Start(options_));
   std::string host = engine_options_.hostname;
   if (host.empty()) {
     char buf[256] = {};
@@ -239,6 +239,7 @@ Settings Engine::SettingsThatMustAgree() const {
       {"HVX_FUSION_THRESHOLD", FormatBytes(options_.fusion_threshold_bytes)},
       {"HVX_CACHE_CAPACITY", absl::StrCat(options_.cache_capacity)},
       {"HVX_FIXED_REDUCTION_ORDER", options_.fixed_reduction_order ? "1" : "0"},
+      {"HVX_COLLECTIVE_TIMEOUT_S", absl::StrCat(options_.collective_timeout_s)},
       {"HVX_HIERARCHICAL_ALLREDUCE", options_.hierarchical_allreduce ? "1" : "0"},
       {"HVX_NCCL_HALF_IN_FLOAT32", options_.nccl_half_in_float32 ? "1" : "0"},
       {"process sets", absl::StrJoin(sets, " ")},
@@ -313,7 +314,7 @@ void Engine::ThreadMain() {
       }
     }
     stopped_.store(true);
-    FailEverything(ShutDownError());
+    FailEverything(StopReason());
     {
       std::lock_guard<std::mutex> lock(mu_);
       for (auto& s : sets_) {
@@ -413,7 +414,7 @@ Handle Engine::Submit(int set_id, std::vector<Entry> entries, std::shared_ptr<in
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (shutdown_requested_ || stopped_.load()) {
-      error = ShutDownError();
+      error = StopReasonLocked();
     } else if (set_id < 0 || set_id >= static_cast<int>(sets_.size())) {
       error = absl::InvalidArgumentError(absl::StrCat("tensor '", state->name, "': unknown process set id ", set_id));
     } else {
@@ -641,10 +642,7 @@ bool Engine::RunCycle(SetState& set) {
     if (shutdown_local && global) flags |= kFlagShutdown;
     bits[2 * words] = ~flags;
     absl::Status s = set.comm->BitwiseAnd(&bits);
-    if (!s.ok()) {
-      HVX_LOG(ERROR) << "negotiation failed on process set " << set.id << ": " << s;
-      return false;
-    }
+    if (!s.ok()) return Stop(Annotate(s, absl::StrCat("negotiation on process set ", set.id)));
     const uint64_t all_flags = ~bits[2 * words];
     any_joined = (all_flags & kFlagJoined) != 0;
     bool any_invalid = false;
@@ -686,17 +684,36 @@ bool Engine::RunCycle(SetState& set) {
       to_send.push_back(name);
     }
     auto list = SlowPath(set, to_send, joined_here);
-    if (!list.ok()) {
-      HVX_LOG(ERROR) << "negotiation failed on process set " << set.id << ": " << list.status();
-      return false;
-    }
+    if (!list.ok()) return Stop(Annotate(list.status(), absl::StrCat("negotiation on process set ", set.id)));
     slow_list = std::move(*list);
   }
 
-  for (const Response& r : FuseResponses(std::move(cached), options_.fusion_threshold_bytes)) Execute(set, r);
-  for (const Response& r : slow_list.responses) Execute(set, r);
+  for (const Response& r : FuseResponses(std::move(cached), options_.fusion_threshold_bytes)) {
+    if (absl::Status s = Execute(set, r); !s.ok()) return Stop(s);
+  }
+  for (const Response& r : slow_list.responses) {
+    if (absl::Status s = Execute(set, r); !s.ok()) return Stop(s);
+  }
   if (slow_list.shutdown) return false;
   return true;
+}
+
+bool Engine::Stop(absl::Status cause) {
+  HVX_LOG(ERROR) << "hvx stops: " << cause;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stop_cause_.ok()) stop_cause_ = std::move(cause);
+  return false;
+}
+
+absl::Status Engine::StopReason() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return StopReasonLocked();
+}
+
+absl::Status Engine::StopReasonLocked() const {
+  if (stop_cause_.ok()) return ShutDownError();
+  return absl::Status(stop_cause_.code(), absl::StrCat("hvx has stopped, so collectives can no longer run: ",
+                                                       stop_cause_.message()));
 }
 
 absl::StatusOr<ResponseList> Engine::SlowPath(SetState& set, const std::vector<std::string>& to_send, bool joined) {
@@ -791,6 +808,22 @@ absl::StatusOr<TensorRef> Engine::AllocateOutput(Entry& entry, const std::vector
   return entry.state->output;
 }
 
+absl::Status Engine::AgreeBeforeDataPlane(SetState& set, const std::string& name, const absl::Status& local) {
+  std::vector<uint64_t> ok = {local.ok() ? ~uint64_t{0} : 0};
+  HVX_RETURN_IF_ERROR(set.comm->BitwiseAnd(&ok));
+  if (ok[0] != 0) return absl::OkStatus();
+  std::vector<std::string> why;
+  HVX_RETURN_IF_ERROR(set.comm->Allgather(local.ok() ? std::string() : std::string(local.message()), &why));
+  for (int r = 0; r < static_cast<int>(why.size()); ++r) {
+    if (why[r].empty()) continue;
+    if (r == set.rank()) return local;
+    const int global = set.global_ranks[r];
+    return absl::FailedPreconditionError(absl::StrCat("tensor '", name, "': rank ", global, " (host ", hosts_[global],
+                                                      ") could not take part: ", why[r]));
+  }
+  return absl::InternalError("AgreeBeforeDataPlane: no rank failed");
+}
+
 void Engine::CompleteEntry(SetState& set, const std::string& name, absl::Status status) {
   auto it = set.pending.find(name);
   if (it == set.pending.end()) return;
@@ -830,7 +863,7 @@ absl::Status Engine::ExecuteAllreduce(SetState& set, const Response& r, const st
   return plane->Allreduce(work);
 }
 
-void Engine::Execute(SetState& set, const Response& r) {
+absl::Status Engine::Execute(SetState& set, const Response& r) {
   Timeline* timeline = set.id == 0 ? timeline_.get() : nullptr;
   std::vector<Entry*> entries;
   for (const std::string& n : r.names) {
@@ -876,11 +909,10 @@ void Engine::Execute(SetState& set, const Response& r) {
       int64_t total = 0;
       for (int64_t rows : r.rows) total += rows;
       shape[0] = total;
+      auto plane = PlaneFor(set, e->request.device);
       auto out = AllocateOutput(*e, shape);
-      if (!out.ok()) {
-        status = out.status();
-        break;
-      }
+      status = AgreeBeforeDataPlane(set, r.names[0], plane.ok() ? out.status() : plane.status());
+      if (!status.ok()) break;
       AllgatherWork w;
       w.name = r.names[0];
       w.input = e->input;
@@ -889,8 +921,7 @@ void Engine::Execute(SetState& set, const Response& r) {
       w.row_elements = e->input.shape().row_elements();
       Recorder rec(timeline, &r.names);
       w.activity = &rec;
-      auto plane = PlaneFor(set, e->request.device);
-      status = plane.ok() ? (*plane)->Allgather(w) : plane.status();
+      status = (*plane)->Allgather(w);
       break;
     }
     case OpType::kBroadcast: {
@@ -920,17 +951,15 @@ void Engine::Execute(SetState& set, const Response& r) {
       }
       std::vector<int64_t> shape = e->request.shape;
       shape[0] = total;
+      auto plane = PlaneFor(set, e->request.device);
       auto out = AllocateOutput(*e, shape);
-      if (!out.ok()) {
-        status = out.status();
-        break;
-      }
+      status = AgreeBeforeDataPlane(set, r.names[0], plane.ok() ? out.status() : plane.status());
+      if (!status.ok()) break;
       w.output = *out;
       e->state->received_splits = w.recv_rows;
       Recorder rec(timeline, &r.names);
       w.activity = &rec;
-      auto plane = PlaneFor(set, e->request.device);
-      status = plane.ok() ? (*plane)->Alltoall(w) : plane.status();
+      status = (*plane)->Alltoall(w);
       break;
     }
     case OpType::kReduceScatter: {
@@ -945,16 +974,14 @@ void Engine::Execute(SetState& set, const Response& r) {
       w.postscale_factor = r.postscale / (r.reduce_op == ReduceOp::kAverage ? n : 1);
       std::vector<int64_t> shape = r.shapes[0];
       shape[0] = w.recv_rows[me];
+      auto plane = PlaneFor(set, e->request.device);
       auto out = AllocateOutput(*e, shape);
-      if (!out.ok()) {
-        status = out.status();
-        break;
-      }
+      status = AgreeBeforeDataPlane(set, r.names[0], plane.ok() ? out.status() : plane.status());
+      if (!status.ok()) break;
       w.output = *out;
       Recorder rec(timeline, &r.names);
       w.activity = &rec;
-      auto plane = PlaneFor(set, e->request.device);
-      status = plane.ok() ? (*plane)->ReduceScatter(w) : plane.status();
+      status = (*plane)->ReduceScatter(w);
       break;
     }
     case OpType::kBarrier:
@@ -979,6 +1006,9 @@ void Engine::Execute(SetState& set, const Response& r) {
     HVX_LOG(DEBUG) << OpTypeName(r.type) << " failed: " << status;
   }
   for (const std::string& n : r.names) CompleteEntry(set, n, status);
+  // A collective whose peers never answered leaves requests pending in the transport: nothing
+  // more can run on it.
+  return absl::IsDeadlineExceeded(status) ? status : absl::OkStatus();
 }
 
 }  // namespace hvx

@@ -139,7 +139,18 @@ class Engine {
   // One negotiation+execution cycle of one set. Returns false when the job shuts down.
   bool RunCycle(SetState& set);
   absl::StatusOr<ResponseList> SlowPath(SetState& set, const std::vector<std::string>& to_send, bool joined);
-  void Execute(SetState& set, const Response& response);
+  // Runs `response` and completes its handles; returns an error only when the engine must stop
+  // (a collective timed out).
+  absl::Status Execute(SetState& set, const Response& response);
+  // Collective over `set`: OK when `local` (this rank's preparation of tensor `name` for the data
+  // plane) is OK on every member; else every member fails, the others with the failing rank's
+  // message, so that no rank enters the data-plane collective alone.
+  absl::Status AgreeBeforeDataPlane(SetState& set, const std::string& name, const absl::Status& local);
+  // Records why the engine stops (the first cause wins); returns false for RunCycle.
+  bool Stop(absl::Status cause);
+  // The error pending and later ops fail with: the stop's cause, or "shut down".
+  absl::Status StopReason() const;
+  absl::Status StopReasonLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status ExecuteAllreduce(SetState& set, const Response& response, const std::vector<Entry*>& entries);
   // The data plane of `device` (this rank's own device of its type) in `set`, made on first use.
   absl::StatusOr<DataPlane*> PlaneFor(SetState& set, const Device& device);
@@ -170,6 +181,7 @@ class Engine {
   absl::Status setup_status_ ABSL_GUARDED_BY(mu_);
   bool finalized_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status finalize_status_ ABSL_GUARDED_BY(mu_);
+  absl::Status stop_cause_ ABSL_GUARDED_BY(mu_);  // why the engine stopped, when not a shutdown
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   std::atomic<bool> stopped_{false};
 

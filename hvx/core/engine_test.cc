@@ -267,5 +267,30 @@ TEST(EngineTest, ShutdownIsBoundedWhenFinalizationHangs) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(1.5));
 }
 
+TEST(EngineTest, OutputThatOneRankCannotAllocateFailsEveryRankBeforeTheCollective) {
+  RunRanks(3, [](Engine& e, int rank) {
+    std::vector<float> x(4, static_cast<float>(rank));
+    CollectiveOptions o;
+    std::vector<float> out(12);
+    o.allocator = [&, rank](DataType dtype, const TensorShape& shape, const Device&) -> absl::StatusOr<TensorRef> {
+      if (rank == 1) return absl::ResourceExhaustedError("no memory for 12 floats on purpose");
+      return TensorRef(dtype, shape, out.data());
+    };
+    absl::Status s = Wait(e.Allgather("gathered", TensorRef(DataType::kFloat32, {4}, x.data()), o));
+    if (rank == 1) {
+      EXPECT_EQ(s.message(), "no memory for 12 floats on purpose");
+    } else {
+      EXPECT_EQ(s.message(), "tensor 'gathered': rank 1 (host host) could not take part: no memory for 12 floats on purpose");
+    }
+    // The job goes on: the next collective works on every rank.
+    std::vector<float> y(2, 1.0f);
+    TensorRef t(DataType::kFloat32, {2}, y.data());
+    AllreduceOptions sum;
+    sum.op = ReduceOp::kSum;
+    EXPECT_TRUE(Wait(e.Allreduce("after", t, t, sum)).ok());
+    EXPECT_EQ(y[0], 3.0f);
+  });
+}
+
 }  // namespace
 }  // namespace hvx

@@ -85,7 +85,7 @@ class FakeTransport : public Transport {
   void set_finalize_delay(absl::Duration d) { finalize_delay_ = d; }
   // Makes Finalize fail with this, like a transport that gave up waiting for its peers.
   void set_finalize_status(absl::Status s) { finalize_status_ = std::move(s); }
-  absl::StatusOr<std::unique_ptr<Communicator>> Start() override {
+  absl::StatusOr<std::unique_ptr<Communicator>> Start(const InitOptions&) override {
     return std::unique_ptr<Communicator>(new FakeCommunicator(hub_, rank_));
   }
   absl::Status Finalize(absl::Time) override {

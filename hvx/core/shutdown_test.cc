@@ -121,9 +121,12 @@ TEST(ShutdownTest, TimeoutMustBePositive) {
   auto negative = InitOptions::FromEnv(MapEnvironment({{"HVX_SHUTDOWN_TIMEOUT_S", "-1"}}));
   ASSERT_FALSE(negative.ok());
   EXPECT_TRUE(absl::StrContains(negative.status().message(), "HVX_SHUTDOWN_TIMEOUT_S='-1'")) << negative.status();
-  auto ok = InitOptions::FromEnv(MapEnvironment({{"HVX_SHUTDOWN_TIMEOUT_S", "0.5"}}));
+  auto ok = InitOptions::FromEnv(MapEnvironment({{"HVX_SHUTDOWN_TIMEOUT_S", "0.5"}, {"HVX_COLLECTIVE_TIMEOUT_S", "7"}}));
   ASSERT_TRUE(ok.ok()) << ok.status();
   EXPECT_EQ(ok->shutdown_timeout_s, 0.5);
+  EXPECT_EQ(ok->collective_timeout_s, 7);
+  auto no_collective = InitOptions::FromEnv(MapEnvironment({{"HVX_COLLECTIVE_TIMEOUT_S", "0"}}));
+  EXPECT_EQ(no_collective.status().message(), "HVX_COLLECTIVE_TIMEOUT_S='0': must be more than 0 seconds");
 }
 
 }  // namespace

@@ -171,8 +171,9 @@ class Transport {
  public:
   virtual ~Transport() = default;
   // Starts the transport (MPI_Init and friends) and returns the world communicator. Called once, on
-  // the engine's background thread.
-  virtual absl::StatusOr<std::unique_ptr<Communicator>> Start() = 0;
+  // the engine's background thread. Every wait of its communicators for peers (control and data
+  // plane) fails with DeadlineExceeded after options.collective_timeout_s.
+  virtual absl::StatusOr<std::unique_ptr<Communicator>> Start(const InitOptions& options) = 0;
   // Releases the transport after every communicator has been destroyed; every rank calls it at
   // the same point of the job. Should give up with an error at `deadline` (now +
   // InitOptions::shutdown_timeout_s); the engine also bounds the wait in case it cannot.

@@ -10,6 +10,8 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/time.h"
 #include "hvx/common/memory.h"
 #include "hvx/common/status.h"
 #include "hvx/core/cpu_ops.h"
@@ -80,16 +82,93 @@ absl::Status MpiStatus(int code, absl::string_view what) {
   return absl::InternalError(absl::StrCat(what, ": ", absl::string_view(text, len)));
 }
 
-absl::Status WaitPolitely(int count, MPI_Request* requests, absl::string_view what, WaitPolicy policy) {
+namespace {
+
+int TimeoutKeyval() {
+  static int keyval = [] {
+    int k = MPI_KEYVAL_INVALID;
+    MPI_Comm_create_keyval(
+        [](MPI_Comm, int, void*, void* value, void* copy, int* flag) {
+          *static_cast<void**>(copy) = new absl::Duration(*static_cast<absl::Duration*>(value));
+          *flag = 1;
+          return MPI_SUCCESS;
+        },
+        [](MPI_Comm, int, void* value, void*) {
+          delete static_cast<absl::Duration*>(value);
+          return MPI_SUCCESS;
+        },
+        &k, nullptr);
+    return k;
+  }();
+  return keyval;
+}
+
+std::vector<int> GlobalRanksOf(MPI_Comm comm) {
+  MPI_Group group, world;
+  MPI_Comm_group(comm, &group);
+  MPI_Comm_group(MPI_COMM_WORLD, &world);
+  int n = 0;
+  MPI_Group_size(group, &n);
+  std::vector<int> local(n), global(n);
+  for (int i = 0; i < n; ++i) local[i] = i;
+  MPI_Group_translate_ranks(group, n, local.data(), world, global.data());
+  MPI_Group_free(&group);
+  MPI_Group_free(&world);
+  return global;
+}
+
+}  // namespace
+
+void SetCollectiveTimeout(MPI_Comm comm, absl::Duration timeout) {
+  MPI_Comm_set_attr(comm, TimeoutKeyval(), new absl::Duration(timeout));
+}
+
+absl::Duration CollectiveTimeout(MPI_Comm comm) {
+  void* value = nullptr;
+  int found = 0;
+  MPI_Comm_get_attr(comm, TimeoutKeyval(), &value, &found);
+  return found ? *static_cast<absl::Duration*>(value) : absl::InfiniteDuration();
+}
+
+std::string GlobalRank(MPI_Comm comm, int rank) {
+  const std::vector<int> all = GlobalRanksOf(comm);
+  return absl::StrCat("global rank ", rank >= 0 && rank < static_cast<int>(all.size()) ? all[rank] : rank);
+}
+
+std::string GlobalRanks(MPI_Comm comm) {
+  const std::vector<int> all = GlobalRanksOf(comm);
+  std::vector<std::string> parts;
+  for (size_t i = 0; i < all.size();) {
+    size_t j = i;
+    while (j + 1 < all.size() && all[j + 1] == all[j] + 1) ++j;
+    parts.push_back(j == i ? absl::StrCat(all[i]) : absl::StrCat(all[i], "-", all[j]));
+    i = j + 1;
+  }
+  return absl::StrCat(all.size() == 1 ? "global rank " : "global ranks ", absl::StrJoin(parts, ","));
+}
+
+absl::Status WaitPolitely(MPI_Comm comm, int count, MPI_Request* requests, absl::string_view what, WaitPolicy policy,
+                          absl::string_view waiting_on) {
   const auto start = std::chrono::steady_clock::now();
   const auto spin = std::chrono::microseconds(policy.spin_micros);
   const auto max_pause = std::chrono::microseconds(policy.max_pause_micros);
+  const absl::Duration timeout = CollectiveTimeout(comm);
+  const auto limit = timeout == absl::InfiniteDuration() ? std::chrono::steady_clock::duration::max()
+                                                         : absl::ToChronoNanoseconds(timeout);
   std::chrono::microseconds pause(10);
   for (;;) {
     int done = 0;
     absl::Status s = MpiStatus(MPI_Testall(count, requests, &done, MPI_STATUSES_IGNORE), what);
     if (!s.ok() || done) return s;
-    if (std::chrono::steady_clock::now() - start < spin) continue;
+    const auto waited = std::chrono::steady_clock::now() - start;
+    if (waited >= limit) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          what, " did not complete within ", absl::FormatDuration(timeout), " (HVX_COLLECTIVE_TIMEOUT_S): ",
+          waiting_on.empty() ? absl::StrCat("not every one of ", GlobalRanks(comm), " took part")
+                             : absl::StrCat(waiting_on, " did not answer"),
+          "; a rank failed, froze or is waiting in another collective"));
+    }
+    if (waited < spin) continue;
     if (policy.max_pause_micros == 0) {
       std::this_thread::yield();
       continue;
@@ -140,9 +219,10 @@ absl::Status ChunkedAllreduce(MPI_Comm comm, void* data, int64_t count, DataType
   char* p = static_cast<char*>(data);
   for (int64_t done = 0; done < count; done += per) {
     const int n = static_cast<int>(std::min(per, count - done));
-    absl::Status s =
-        MpiStatus(MPI_Allreduce(MPI_IN_PLACE, p + done * esize, n, t.type, t.op, comm), "MPI_Allreduce");
-    if (!s.ok()) return s;
+    MPI_Request request = MPI_REQUEST_NULL;
+    HVX_RETURN_IF_ERROR(
+        MpiStatus(MPI_Iallreduce(MPI_IN_PLACE, p + done * esize, n, t.type, t.op, comm, &request), "MPI_Iallreduce"));
+    HVX_RETURN_IF_ERROR(WaitPolitely(comm, 1, &request, "MPI_Iallreduce", kDataWait));
   }
   return absl::OkStatus();
 }
@@ -165,6 +245,35 @@ absl::StatusOr<char*> HostBuffer::Get(size_t bytes) {
   data_ = aligned;
   size_ = size;
   return data_;
+}
+
+absl::StatusOr<char*> HostBuffer::GetOnEveryRank(size_t bytes, MPI_Comm comm) {
+  if (bytes <= size_ && data_ != nullptr) return data_;
+  absl::StatusOr<char*> got = Get(bytes);
+  HVX_RETURN_IF_ERROR(AgreeOnEveryRank(comm, got.status()));
+  return got;
+}
+
+absl::Status AgreeOnEveryRank(MPI_Comm comm, const absl::Status& local) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  int failing = local.ok() ? size : rank;
+  MPI_Request q = MPI_REQUEST_NULL;
+  HVX_RETURN_IF_ERROR(MpiStatus(MPI_Iallreduce(MPI_IN_PLACE, &failing, 1, MPI_INT, MPI_MIN, comm, &q),
+                                "MPI_Iallreduce (agreeing on a local step)"));
+  HVX_RETURN_IF_ERROR(WaitPolitely(comm, 1, &q, "agreeing on a local step", kDataWait));
+  if (failing == size) return absl::OkStatus();
+  std::string message(local.message());
+  int64_t len = static_cast<int64_t>(message.size());
+  HVX_RETURN_IF_ERROR(MpiStatus(MPI_Ibcast(&len, 1, MPI_INT64_T, failing, comm, &q), "MPI_Ibcast"));
+  HVX_RETURN_IF_ERROR(WaitPolitely(comm, 1, &q, "MPI_Ibcast (a rank's error)", kDataWait));
+  message.resize(static_cast<size_t>(len));
+  HVX_RETURN_IF_ERROR(
+      MpiStatus(MPI_Ibcast(message.data(), static_cast<int>(len), MPI_BYTE, failing, comm, &q), "MPI_Ibcast"));
+  HVX_RETURN_IF_ERROR(WaitPolitely(comm, 1, &q, "MPI_Ibcast (a rank's error)", kDataWait));
+  if (!local.ok()) return local;
+  return absl::FailedPreconditionError(absl::StrCat(GlobalRank(comm, failing), " failed: ", message));
 }
 
 namespace {
@@ -233,7 +342,8 @@ absl::Status Exchange(MPI_Comm comm, int right, int left, int tag, const Virtual
     if (code != MPI_SUCCESS && status.ok()) status = MpiStatus(code, "ring MPI_Isend");
   });
   const absl::Status wait =
-      WaitPolitely(static_cast<int>(requests->size()), requests->data(), "ring MPI_Testall", kDataWait);
+      WaitPolitely(comm, static_cast<int>(requests->size()), requests->data(), "ring allreduce step", kDataWait,
+                   absl::StrCat(GlobalRank(comm, left), " (receiving) or ", GlobalRank(comm, right), " (sending)"));
   return status.ok() ? wait : status;
 }
 
@@ -295,7 +405,7 @@ absl::Status RingAllreduce(MPI_Comm comm, const RingSegments& segments, DataType
     return absl::OkStatus();
   }
   const int64_t piece = std::max<int64_t>(1, std::min<int64_t>(piece_bytes, INT_MAX) / esize);
-  HVX_ASSIGN_OR_RETURN(char* tmp, scratch->Get(piece * esize));
+  HVX_ASSIGN_OR_RETURN(char* tmp, scratch->GetOnEveryRank(piece * esize, comm));
   const int right = (rank + 1) % size, left = (rank + size - 1) % size;
   auto mod = [size](int x) { return ((x % size) + size) % size; };
   std::vector<MPI_Request> requests;
@@ -360,10 +470,12 @@ absl::Status GatherAllreduce(MPI_Comm comm, char* data, const std::vector<int64_
   if (bytes > INT_MAX) {
     return absl::InvalidArgumentError(absl::StrCat("GatherAllreduce: ", bytes, " bytes exceed MPI's int count"));
   }
-  HVX_ASSIGN_OR_RETURN(char* all, gathered->Get(std::max<int64_t>(1, bytes * size)));
+  HVX_ASSIGN_OR_RETURN(char* all, gathered->GetOnEveryRank(std::max<int64_t>(1, bytes * size), comm));
+  MPI_Request request = MPI_REQUEST_NULL;
   HVX_RETURN_IF_ERROR(MpiStatus(
-      MPI_Allgather(data, static_cast<int>(bytes), MPI_BYTE, all, static_cast<int>(bytes), MPI_BYTE, comm),
-      "MPI_Allgather"));
+      MPI_Iallgather(data, static_cast<int>(bytes), MPI_BYTE, all, static_cast<int>(bytes), MPI_BYTE, comm, &request),
+      "MPI_Iallgather"));
+  HVX_RETURN_IF_ERROR(WaitPolitely(comm, 1, &request, "MPI_Iallgather", kDataWait));
   // Segment k as the ring reduces it: x[k], then x[k+1] ... x[k-1] folded in one at a time.
   for (int k = 0; k < size; ++k) {
     const int64_t b = bounds[k] * esize, n = bounds[k + 1] - bounds[k];

@@ -20,6 +20,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "hvx/common/types.h"
 #include "hvx/core/api.h"
 
@@ -45,7 +46,27 @@ inline constexpr WaitPolicy kControlWait = {50, 500};
 // the core between tests (to a descheduled peer when ranks outnumber cores; an immediate return
 // otherwise). Sleeping even 10-100 us between tests made the 64 MiB allreduce 1.8x slower.
 inline constexpr WaitPolicy kDataWait = {1000, 0};
-absl::Status WaitPolitely(int count, MPI_Request* requests, absl::string_view what, WaitPolicy policy);
+// Fails with DeadlineExceeded once the wait has lasted CollectiveTimeout(comm): the message names
+// `what`, `waiting_on` (the peers it waits for, when the caller knows them) or else the global
+// ranks of `comm`, and HVX_COLLECTIVE_TIMEOUT_S. The requests are left pending: the caller's
+// communicator is unusable afterwards.
+absl::Status WaitPolitely(MPI_Comm comm, int count, MPI_Request* requests, absl::string_view what, WaitPolicy policy,
+                          absl::string_view waiting_on = "");
+
+// The longest a wait for the peers on `comm` may last (InitOptions::collective_timeout_s), kept on
+// the communicator as an MPI attribute (MPI_Comm_dup copies it; give a split communicator its own).
+// Infinite until set.
+void SetCollectiveTimeout(MPI_Comm comm, absl::Duration timeout);
+absl::Duration CollectiveTimeout(MPI_Comm comm);
+
+// "global ranks 0-3" for the members of `comm`, or "global rank 5" for rank `rank` of it.
+std::string GlobalRanks(MPI_Comm comm);
+std::string GlobalRank(MPI_Comm comm, int rank);
+
+// Collective over `comm`: OK when `local` is OK on every rank. Otherwise every rank returns an
+// error: the failing rank its own, the others FailedPrecondition with the lowest failing rank's
+// global rank and message. For a step that may fail on one rank only, before a collective.
+absl::Status AgreeOnEveryRank(MPI_Comm comm, const absl::Status& local);
 
 // The MPI_Datatype and MPI_Op pair used to reduce `dtype` with `op` (kSum, kMin, kMax, kProduct).
 struct MpiReduceType {
@@ -82,6 +103,10 @@ class HostBuffer {
   HostBuffer& operator=(const HostBuffer&) = delete;
   // At least `bytes` bytes; contents are not preserved across growth.
   absl::StatusOr<char*> Get(size_t bytes);
+  // Get where every rank of `comm` asks for the same size at the same point (sizes the negotiation
+  // agreed): when the buffer grows, the ranks agree on the outcome (AgreeOnEveryRank), so a mapping
+  // that fails on one rank fails the call on all instead of leaving the others in a collective.
+  absl::StatusOr<char*> GetOnEveryRank(size_t bytes, MPI_Comm comm);
 
  private:
   char* data_ = nullptr;

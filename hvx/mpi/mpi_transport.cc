@@ -72,7 +72,7 @@ class MpiCpuPlane : public DataPlane {
     }
     char* pack = nullptr;
     if (packed > 0) {
-      HVX_ASSIGN_OR_RETURN(pack, fusion_.Get(packed * esize));
+      HVX_ASSIGN_OR_RETURN(pack, fusion_.GetOnEveryRank(packed * esize, comm_));
     }
     char* zeros = nullptr;
     if (joined > 0) {
@@ -188,7 +188,7 @@ class MpiCpuPlane : public DataPlane {
   // GatherAllreduce while every rank's copy is small, else through the ring.
   absl::Status PackedAllreduce(const AllreduceWork& w, const std::vector<size_t>& which, int64_t total, int parts) {
     const size_t esize = DataTypeSize(w.dtype);
-    HVX_ASSIGN_OR_RETURN(char* buf, fusion_.Get(std::max<int64_t>(1, total * esize)));
+    HVX_ASSIGN_OR_RETURN(char* buf, fusion_.GetOnEveryRank(std::max<int64_t>(1, total * esize), comm_));
     std::vector<int64_t> bounds;
     {
       ScopedActivity a(w.activity, "MEMCPY_IN_FUSION_BUFFER");
@@ -222,9 +222,10 @@ class MpiCpuPlane : public DataPlane {
       off += counts[r];
     }
     ScopedActivity a(w.activity, "MPI_ALLGATHER");
-    return MpiStatus(MPI_Allgatherv(w.input.data(), counts[rank_], MPI_BYTE, w.output.data(), counts.data(),
-                                    displs.data(), MPI_BYTE, comm_),
-                     absl::StrCat("MPI_Allgatherv of '", w.name, "'"));
+    return Complete(absl::StrCat("MPI_Iallgatherv of '", w.name, "'"), [&](MPI_Request* q) {
+      return MPI_Iallgatherv(w.input.data(), counts[rank_], MPI_BYTE, w.output.data(), counts.data(), displs.data(),
+                             MPI_BYTE, comm_, q);
+    });
   }
 
   absl::Status Broadcast(const BroadcastWork& w) override {
@@ -233,8 +234,9 @@ class MpiCpuPlane : public DataPlane {
     int64_t left = static_cast<int64_t>(w.tensor.num_bytes());
     while (left > 0) {
       const int n = static_cast<int>(std::min<int64_t>(left, INT_MAX));
-      HVX_RETURN_IF_ERROR(
-          MpiStatus(MPI_Bcast(p, n, MPI_BYTE, w.root, comm_), absl::StrCat("MPI_Bcast of '", w.name, "'")));
+      HVX_RETURN_IF_ERROR(Complete(absl::StrCat("MPI_Ibcast of '", w.name, "'"), [&](MPI_Request* q) {
+        return MPI_Ibcast(p, n, MPI_BYTE, w.root, comm_, q);
+      }));
       p += n;
       left -= n;
     }
@@ -245,8 +247,16 @@ class MpiCpuPlane : public DataPlane {
     const int64_t row_bytes = w.row_elements * static_cast<int64_t>(DataTypeSize(w.input.dtype()));
     std::vector<int> sc(size_), sd(size_), rc(size_), rd(size_);
     int64_t so = 0, ro = 0;
+    // This rank's counts are its own: if they overflow here, every rank must fail, not just this one.
+    absl::Status fits;
+    for (int r = 0; r < size_ && fits.ok(); ++r) {
+      fits = CheckInt(std::max(so + w.send_rows[r] * row_bytes, ro + w.recv_rows[r] * row_bytes), w.name);
+      so += w.send_rows[r] * row_bytes;
+      ro += w.recv_rows[r] * row_bytes;
+    }
+    HVX_RETURN_IF_ERROR(AgreeOnEveryRank(comm_, fits));
+    so = ro = 0;
     for (int r = 0; r < size_; ++r) {
-      HVX_RETURN_IF_ERROR(CheckInt(std::max(so + w.send_rows[r] * row_bytes, ro + w.recv_rows[r] * row_bytes), w.name));
       sc[r] = static_cast<int>(w.send_rows[r] * row_bytes);
       sd[r] = static_cast<int>(so);
       so += sc[r];
@@ -255,16 +265,17 @@ class MpiCpuPlane : public DataPlane {
       ro += rc[r];
     }
     ScopedActivity a(w.activity, "MPI_ALLTOALLV");
-    return MpiStatus(MPI_Alltoallv(w.input.data(), sc.data(), sd.data(), MPI_BYTE, w.output.data(), rc.data(),
-                                   rd.data(), MPI_BYTE, comm_),
-                     absl::StrCat("MPI_Alltoallv of '", w.name, "'"));
+    return Complete(absl::StrCat("MPI_Ialltoallv of '", w.name, "'"), [&](MPI_Request* q) {
+      return MPI_Ialltoallv(w.input.data(), sc.data(), sd.data(), MPI_BYTE, w.output.data(), rc.data(), rd.data(),
+                            MPI_BYTE, comm_, q);
+    });
   }
 
   absl::Status ReduceScatter(const ReduceScatterWork& w) override {
     const DataType dt = w.input.dtype();
     const size_t esize = DataTypeSize(dt);
     const int64_t n = w.input.num_elements();
-    HVX_ASSIGN_OR_RETURN(char* buf, fusion_.Get(n * esize));
+    HVX_ASSIGN_OR_RETURN(char* buf, fusion_.GetOnEveryRank(n * esize, comm_));
     {
       ScopedActivity a(w.activity, "MEMCPY_IN_FUSION_BUFFER");
       std::memcpy(buf, w.input.data(), n * esize);
@@ -278,19 +289,29 @@ class MpiCpuPlane : public DataPlane {
     const MpiReduceType t = MpiOps::Get().For(dt, ReduceOp::kSum);
     {
       ScopedActivity a(w.activity, "MPI_REDUCE_SCATTER");
-      HVX_RETURN_IF_ERROR(MpiStatus(MPI_Reduce_scatter(buf, w.output.data(), counts.data(), t.type, t.op, comm_),
-                                    absl::StrCat("MPI_Reduce_scatter of '", w.name, "'")));
+      HVX_RETURN_IF_ERROR(Complete(absl::StrCat("MPI_Ireduce_scatter of '", w.name, "'"), [&](MPI_Request* q) {
+        return MPI_Ireduce_scatter(buf, w.output.data(), counts.data(), t.type, t.op, comm_, q);
+      }));
     }
     ScaleInPlace(dt, w.output.data(), counts[rank_], w.postscale_factor);
     return absl::OkStatus();
   }
 
  private:
+  // Starts a nonblocking collective with `start` and waits for it like the ring does, within the
+  // communicator's collective timeout.
+  template <typename Start>
+  absl::Status Complete(const std::string& what, Start start) {
+    MPI_Request request = MPI_REQUEST_NULL;
+    HVX_RETURN_IF_ERROR(MpiStatus(start(&request), what));
+    return WaitPolitely(comm_, 1, &request, what, kDataWait);
+  }
+
   absl::Status FusedAdasum(const AllreduceWork& w) {
     const size_t esize = DataTypeSize(w.dtype);
     int64_t total = 0;
     for (const TensorRef& t : w.inputs) total += t.num_elements();
-    HVX_ASSIGN_OR_RETURN(char* buf, fusion_.Get(total * esize));
+    HVX_ASSIGN_OR_RETURN(char* buf, fusion_.GetOnEveryRank(total * esize, comm_));
     const std::vector<size_t> all = AllInputs(w);
     PackInputs(w, all, 1, buf);
     {
@@ -307,14 +328,17 @@ class MpiCpuPlane : public DataPlane {
   absl::Status Adasum(const AllreduceWork& w, char* buf, int64_t total) {
     const size_t esize = DataTypeSize(w.dtype);
     const int64_t bytes = total * static_cast<int64_t>(esize);
-    HVX_ASSIGN_OR_RETURN(char* other, scratch_.Get(bytes));
+    HVX_ASSIGN_OR_RETURN(char* other, scratch_.GetOnEveryRank(bytes, comm_));
     for (int d = 1; d < size_; d <<= 1) {
       const int partner = rank_ ^ d;
       for (int64_t off = 0; off < bytes; off += INT_MAX) {
         const int n = static_cast<int>(std::min<int64_t>(INT_MAX, bytes - off));
-        HVX_RETURN_IF_ERROR(MpiStatus(MPI_Sendrecv(buf + off, n, MPI_BYTE, partner, 7, other + off, n, MPI_BYTE,
-                                                   partner, 7, comm_, MPI_STATUS_IGNORE),
-                                      "Adasum MPI_Sendrecv"));
+        MPI_Request q[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+        HVX_RETURN_IF_ERROR(
+            MpiStatus(MPI_Irecv(other + off, n, MPI_BYTE, partner, 7, comm_, &q[0]), "Adasum MPI_Irecv"));
+        HVX_RETURN_IF_ERROR(MpiStatus(MPI_Isend(buf + off, n, MPI_BYTE, partner, 7, comm_, &q[1]), "Adasum MPI_Isend"));
+        HVX_RETURN_IF_ERROR(
+            WaitPolitely(comm_, 2, q, "Adasum exchange", kDataWait, GlobalRank(comm_, partner)));
       }
       int64_t off = 0;
       for (const TensorRef& t : w.inputs) {
@@ -428,10 +452,10 @@ class MpiCommunicator : public Communicator {
   // Starts a nonblocking collective with `start` and completes it with WaitPolitely: the control
   // plane runs every cycle, and a rank whose peers are still computing must not spin meanwhile.
   template <typename Start>
-  static absl::Status Politely(absl::string_view what, Start start) {
+  absl::Status Politely(absl::string_view what, Start start) {
     MPI_Request request = MPI_REQUEST_NULL;
     HVX_RETURN_IF_ERROR(MpiStatus(start(&request), what));
-    return WaitPolitely(1, &request, what, kControlWait);
+    return WaitPolitely(comm_, 1, &request, what, kControlWait);
   }
 
   absl::StatusOr<std::unique_ptr<Communicator>> Subset(const std::vector<int>& ranks) override {
@@ -441,6 +465,7 @@ class MpiCommunicator : public Communicator {
     HVX_RETURN_IF_ERROR(
         MpiStatus(MPI_Comm_split(comm_, member ? 0 : MPI_UNDEFINED, key, &sub), "MPI_Comm_split (process set)"));
     if (!member) return std::unique_ptr<Communicator>();
+    SetCollectiveTimeout(sub, CollectiveTimeout(comm_));
     return std::unique_ptr<Communicator>(new MpiCommunicator(sub));
   }
 
@@ -457,7 +482,7 @@ std::unique_ptr<Communicator> MakeMpiCommunicator(MPI_Comm comm) {
   return std::unique_ptr<Communicator>(new MpiCommunicator(comm));
 }
 
-absl::StatusOr<std::unique_ptr<Communicator>> MpiTransport::Start() {
+absl::StatusOr<std::unique_ptr<Communicator>> MpiTransport::Start(const InitOptions& options) {
   int already = 0;
   MPI_Initialized(&already);
   int provided = 0;
@@ -493,6 +518,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> MpiTransport::Start() {
   }
   MPI_Comm world;
   HVX_RETURN_IF_ERROR(MpiStatus(MPI_Comm_dup(MPI_COMM_WORLD, &world), "MPI_Comm_dup"));
+  SetCollectiveTimeout(world, absl::Seconds(options.collective_timeout_s));
   return MakeMpiCommunicator(world);
 }
 

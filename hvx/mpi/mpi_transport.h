@@ -28,7 +28,7 @@ namespace hvx {
 class MpiTransport : public Transport {
  public:
   MpiTransport() = default;
-  absl::StatusOr<std::unique_ptr<Communicator>> Start() override;
+  absl::StatusOr<std::unique_ptr<Communicator>> Start(const InitOptions& options) override;
   absl::Status Finalize(absl::Time deadline) override;
   std::string Describe() const override { return description_; }
 

@@ -19,7 +19,7 @@ absl::StatusOr<std::unique_ptr<TestWorld>> TestWorld::Start() {
   if (!factory) return absl::FailedPreconditionError("no \"mpi\" transport linked (depend on //hvx/mpi:hvx)");
   std::unique_ptr<TestWorld> world(new TestWorld());
   world->transport_ = factory();
-  HVX_ASSIGN_OR_RETURN(world->comm_, world->transport_->Start());
+  HVX_ASSIGN_OR_RETURN(world->comm_, world->transport_->Start(InitOptions{}));
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
   std::vector<std::string> hosts;
