@@ -33,6 +33,7 @@
 #include "hvx/train/config.h"
 #include "hvx/train/dataset_setup.h"
 #include "hvx/train/device.h"
+#include "hvx/train/epoch_position.h"
 #include "hvx/train/lr_schedule.h"
 #include "hvx/train/models.h"
 #include "hvx/train/summary_writer.h"
@@ -84,15 +85,6 @@ std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const OptimizerConfig& o,
 void SetLr(torch::optim::Optimizer& optimizer, double lr) {
   for (auto& group : optimizer.param_groups()) group.options().set_lr(lr);
 }
-
-// Where training stands: what a checkpoint records besides model and optimizer.
-struct Position {
-  int64_t epoch = 0;           // epoch in progress
-  int64_t steps_in_epoch = 0;  // batches of that epoch already trained on
-  int64_t global_step = 0;
-  int64_t world_size = 1;      // of the run that wrote it (the data position depends on it)
-  int64_t batch_size = 0;
-};
 
 // ---------------------------------------------------------------------------------- checkpoints
 
@@ -153,7 +145,7 @@ absl::StatusOr<std::vector<torch::Tensor>> GatherBuffers(Classifier& model) {
 // averaged over ranks (what evaluation uses: the checkpoint alone is a usable model);
 // "rank_buffers" holds each rank's own. The live buffers are left as they were.
 absl::Status WriteCheckpoint(const CheckpointConfig& c, Classifier& model, torch::optim::Optimizer& optimizer,
-                             const Position& p, const std::vector<torch::Tensor>& rank_buffers) {
+                             const TrainingPosition& p, const std::vector<torch::Tensor>& rank_buffers) {
   HVX_RETURN_IF_ERROR(MakeDirs(c.dir()));
   const std::string final_path = absl::StrCat(c.dir(), "/", kCheckpointPrefix, p.global_step, kCheckpointSuffix);
   const std::string tmp_path = absl::StrCat(final_path, ".tmp.", getpid());
@@ -173,8 +165,7 @@ absl::Status WriteCheckpoint(const CheckpointConfig& c, Classifier& model, torch
     archive.write("model", model_archive);
     archive.write("optimizer", optimizer_archive);
     archive.write("rank_buffers", buffer_archive);
-    archive.write("position", torch::tensor({p.epoch, p.steps_in_epoch, p.global_step, p.world_size, p.batch_size},
-                                            torch::kInt64));
+    archive.write("position", torch::tensor(EncodePosition(p), torch::kInt64));
     archive.save_to(tmp_path);
   } catch (const c10::Error& e) {
     status = absl::InternalError(absl::StrCat("writing checkpoint ", tmp_path, ": ", e.what_without_backtrace()));
@@ -192,9 +183,11 @@ absl::Status WriteCheckpoint(const CheckpointConfig& c, Classifier& model, torch
 }
 
 // Loads onto `device`. *rank_buffers gets the per-rank buffers when the file has them for every
-// floating-point buffer of `model` (checkpoints from before they were recorded have not).
+// floating-point buffer of `model` (checkpoints from before they were recorded have not). Reads
+// positions of either stored form (see DecodePosition).
 absl::Status LoadCheckpoint(const std::string& path, const torch::Device& device, Classifier& model,
-                            torch::optim::Optimizer& optimizer, Position* p, std::vector<torch::Tensor>* rank_buffers) {
+                            torch::optim::Optimizer& optimizer, TrainingPosition* p,
+                            std::vector<torch::Tensor>* rank_buffers) {
   rank_buffers->clear();
   try {
     torch::serialize::InputArchive archive, model_archive, optimizer_archive, buffer_archive;
@@ -205,9 +198,10 @@ absl::Status LoadCheckpoint(const std::string& path, const torch::Device& device
     optimizer.load(optimizer_archive);
     torch::Tensor position;
     archive.read("position", position);
-    position = position.cpu();
-    auto v = position.accessor<int64_t, 1>();
-    *p = Position{v[0], v[1], v[2], v[3], v[4]};
+    position = position.cpu().to(torch::kInt64).contiguous().reshape({-1});
+    auto decoded = DecodePosition({position.data_ptr<int64_t>(), static_cast<size_t>(position.numel())});
+    if (!decoded.ok()) return Annotate(decoded.status(), absl::StrCat("checkpoint ", path));
+    *p = *decoded;
     if (archive.try_read("rank_buffers", buffer_archive)) {
       const size_t n = FloatBuffers(model).size();
       for (size_t i = 0; i < n; ++i) {
@@ -242,10 +236,11 @@ absl::StatusOr<std::string> MoveCheckpointsAside(const std::string& dir) {
 // BatchNorm statistics. Returns false when there is none. Works without a file system shared
 // between hosts.
 absl::StatusOr<bool> Resume(const CheckpointConfig& c, bool fresh, const torch::Device& device, Classifier& model,
-                            torch::optim::Optimizer& optimizer, Position* p) {
-  // epoch (-1: none, -2: error on rank 0), steps_in_epoch, global_step, world_size, batch_size,
-  // whether per-rank buffers follow.
-  int64_t meta[6] = {-1, 0, 0, 0, 0, 0};
+                            torch::optim::Optimizer& optimizer, TrainingPosition* p) {
+  // EncodePosition's values with epoch -1 (none) or -2 (error on rank 0), then whether per-rank
+  // buffers follow.
+  constexpr int kPositionSize = static_cast<int>(kEncodedPositionSize);
+  int64_t meta[kPositionSize + 1] = {-1, 0, 0, 0, 0, 0, 0};
   absl::Status rank0_status;
   std::vector<torch::Tensor> rank_buffers;
   if (Rank() == 0) {
@@ -259,24 +254,25 @@ absl::StatusOr<bool> Resume(const CheckpointConfig& c, bool fresh, const torch::
       rank0_status = LoadCheckpoint(all.back().second, device, model, optimizer, p, &rank_buffers);
       if (rank0_status.ok()) {
         const bool own_buffers = !rank_buffers.empty() && p->world_size == Size();
-        meta[0] = p->epoch, meta[1] = p->steps_in_epoch, meta[2] = p->global_step, meta[3] = p->world_size,
-        meta[4] = p->batch_size, meta[5] = own_buffers ? 1 : 0;
+        const std::vector<int64_t> stored = EncodePosition(*p);
+        std::copy(stored.begin(), stored.end(), meta);
+        meta[kPositionSize] = own_buffers ? 1 : 0;
         HVX_LOG(INFO) << "resuming from " << all.back().second << " (epoch " << p->epoch + 1 << ", step "
                       << p->global_step << ")";
       }
     }
     if (!rank0_status.ok()) meta[0] = -2;
   }
-  TensorRef ref(DataType::kInt64, TensorShape({6}), meta);
+  TensorRef ref(DataType::kInt64, TensorShape({kPositionSize + 1}), meta);
   HVX_RETURN_IF_ERROR(Wait(Broadcast("resume.position", ref, 0)));
   if (meta[0] == -2) {
     return !rank0_status.ok() ? rank0_status : absl::DataLossError("rank 0 could not load the newest checkpoint");
   }
   if (meta[0] < 0) return false;
-  *p = Position{meta[0], meta[1], meta[2], meta[3], meta[4]};
+  HVX_ASSIGN_OR_RETURN(*p, DecodePosition(absl::MakeConstSpan(meta, kPositionSize)));
   HVX_RETURN_IF_ERROR(BroadcastParameters(model, 0));
   HVX_RETURN_IF_ERROR(BroadcastOptimizerState(optimizer, 0));
-  if (meta[5] == 0) return true;
+  if (meta[kPositionSize] == 0) return true;
   torch::NoGradGuard no_grad;
   const auto buffers = FloatBuffers(model);
   for (size_t i = 0; i < buffers.size(); ++i) {
@@ -303,7 +299,7 @@ absl::Status AverageBuffers(Classifier& model) {
 
 // Every rank takes part (the buffers are gathered); rank 0 writes.
 absl::Status SaveCheckpoint(const CheckpointConfig& c, Classifier& model, torch::optim::Optimizer& optimizer,
-                            const Position& p) {
+                            const TrainingPosition& p) {
   HVX_ASSIGN_OR_RETURN(std::vector<torch::Tensor> rank_buffers, GatherBuffers(model));
   if (Rank() != 0) return absl::OkStatus();
   return WriteCheckpoint(c, model, optimizer, p, rank_buffers);
@@ -349,11 +345,14 @@ struct Run {
   int64_t steps_per_epoch = 0;
 };
 
-int64_t StepsPerEpoch(const TrainConfig& config, int64_t num_samples, int size) {
-  const int64_t per_rank = config.data().remainder() == PAD ? (num_samples + size - 1) / size : num_samples / size;
-  int64_t steps = per_rank / config.data().batch_size();
-  if (config.logging().max_steps_per_epoch() > 0) steps = std::min<int64_t>(steps, config.logging().max_steps_per_epoch());
-  return steps;
+data::RemainderPolicy TrainRemainder(const TrainConfig& config) {
+  return config.data().remainder() == PAD ? data::RemainderPolicy::kPad : data::RemainderPolicy::kDrop;
+}
+
+// How this run's epochs fall into steps.
+EpochShape TrainShape(const TrainConfig& config, int64_t num_samples, int size) {
+  return EpochShape{num_samples, size, config.data().batch_size(), TrainRemainder(config),
+                    config.logging().max_steps_per_epoch()};
 }
 
 absl::StatusOr<EvalResult> Evaluate(Run& run, int64_t epoch) {
@@ -448,12 +447,34 @@ absl::Status MaybeSummarize(Run& run, absl::string_view tag, double value, int64
   return run.summaries->AddScalar(tag, value, step);
 }
 
+// The training pipeline of `epoch` from `consumed` samples on, for `steps` batches.
+data::PipelineOptions TrainPipelineOptions(const Run& run, int64_t epoch, int64_t consumed, int64_t steps) {
+  const TrainConfig& config = run.config;
+  data::PipelineOptions po;
+  po.rank = Rank();
+  po.size = Size();
+  po.epoch = epoch;
+  po.seed = config.data().shuffle_seed();
+  po.remainder = TrainRemainder(config);
+  po.consumed = consumed;
+  po.batch_size = config.data().batch_size();
+  po.drop_last_batch = true;
+  po.max_batches = steps;
+  po.reader_threads = config.data().reader_threads();
+  po.decode_threads = config.data().decode_threads();
+  po.prefetch_batches = config.data().prefetch_batches();
+  po.decoder = run.train_decoder;
+  return po;
+}
+
 absl::StatusOr<TrainResult> Train(Run& run) {
   const TrainConfig& config = run.config;
   const int rank = Rank(), size = Size();
   const Clock::time_point run_start = Clock::now();
   TrainResult result;
-  run.steps_per_epoch = StepsPerEpoch(config, run.train_data->num_samples(), size);
+  const EpochShape shape = TrainShape(config, run.train_data->num_samples(), size);
+  const int64_t global_batch = int64_t{size} * config.data().batch_size();
+  run.steps_per_epoch = StepsPerEpoch(shape);
   if (run.steps_per_epoch <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "data.batch_size: ", config.data().batch_size(), " per rank x ", size, " ranks is more than the ",
@@ -465,7 +486,7 @@ absl::StatusOr<TrainResult> Train(Run& run) {
                       << config.data().batch_size() << ", " << run.steps_per_epoch << " steps per epoch";
   const LrSchedule schedule(config.optimizer(), size, config.data().batch_size(), run.steps_per_epoch, config.epochs());
 
-  Position pos;
+  TrainingPosition pos;
   pos.world_size = size;
   pos.batch_size = config.data().batch_size();
   if (!config.checkpoint().dir().empty() && (config.checkpoint().resume() || run.options.fresh)) {
@@ -480,30 +501,31 @@ absl::StatusOr<TrainResult> Train(Run& run) {
     result.global_step = pos.global_step;
     return result;
   }
-  // Samples of the resumed epoch already consumed, over all ranks of the run that wrote it.
-  int64_t consumed = pos.steps_in_epoch * pos.batch_size * pos.world_size;
+  // Samples of the resumed epoch already trained on, over all ranks of the runs before: the data
+  // position whatever their world size and batch size (see hvx/train/epoch_position.h).
+  int64_t consumed = pos.samples_in_epoch;
   if (result.resumed_from_step >= 0 && (pos.world_size != size || pos.batch_size != config.data().batch_size())) {
-    HVX_LOG_RANK0(INFO) << "world size or batch size changed since the checkpoint; the epoch continues with the "
-                        << "samples not yet seen";
+    HVX_LOG_RANK0(INFO) << "world size or batch size changed since the checkpoint: "
+                        << DescribeGlobalBatch(pos.world_size, pos.batch_size) << ", now "
+                        << DescribeGlobalBatch(size, config.data().batch_size());
   }
   pos.world_size = size;
   pos.batch_size = config.data().batch_size();
   SampleLog sample_log;
   for (int64_t epoch = pos.epoch; epoch < config.epochs(); ++epoch) {
-    data::PipelineOptions po;
-    po.rank = rank;
-    po.size = size;
-    po.epoch = epoch;
-    po.seed = config.data().shuffle_seed();
-    po.remainder = config.data().remainder() == PAD ? data::RemainderPolicy::kPad : data::RemainderPolicy::kDrop;
-    po.consumed = consumed;
-    po.batch_size = config.data().batch_size();
-    po.drop_last_batch = true;
-    po.reader_threads = config.data().reader_threads();
-    po.decode_threads = config.data().decode_threads();
-    po.prefetch_batches = config.data().prefetch_batches();
-    po.decoder = run.train_decoder;
-    HVX_ASSIGN_OR_RETURN(auto pipeline, data::Pipeline::Create(run.train_data, po));
+    const EpochContinuation rest = ContinueEpoch(shape, consumed);
+    if (consumed > 0) HVX_LOG_RANK0(INFO) << DescribeContinuation(shape, epoch, rest);
+    pos.steps_in_epoch = rest.first_step;
+    pos.samples_in_epoch = consumed;
+    std::unique_ptr<data::Pipeline> pipeline;
+    if (rest.steps > 0) {
+      HVX_ASSIGN_OR_RETURN(
+          pipeline, data::Pipeline::Create(run.train_data, TrainPipelineOptions(run, epoch, consumed, rest.steps)));
+      if (pipeline->num_batches() != rest.steps) {
+        return absl::InternalError(absl::StrCat("rank ", rank, ": epoch ", epoch + 1, " from sample ", consumed,
+                                                " has ", pipeline->num_batches(), " batches, expected ", rest.steps));
+      }
+    }
     HVX_RETURN_IF_ERROR(sample_log.Open(run.options.sample_log_dir, epoch, /*append=*/consumed > 0));
     const int64_t epoch_steps = run.steps_per_epoch;
     run.model->train();
@@ -520,7 +542,6 @@ absl::StatusOr<TrainResult> Train(Run& run) {
       const double waited = Seconds(Clock::now() - wait_start);
       window_wait += waited;
       epoch_wait += waited;
-      if (absl::IsOutOfRange(batch.status())) break;
       HVX_RETURN_IF_ERROR(batch.status());
       sample_log.Add((*batch)->sample_ids(), (*batch)->num_padded());
       const int64_t batch_rows = (*batch)->size();
@@ -530,7 +551,9 @@ absl::StatusOr<TrainResult> Train(Run& run) {
       // The random stream (dropout) depends only on where training stands, so a resumed run
       // draws exactly what the uninterrupted run drew.
       torch::manual_seed(config.seed() * 1000003 + static_cast<uint64_t>(pos.global_step) * 131 + rank);
-      const double lr = schedule.At(pos.global_step);
+      // The schedule at this run's size, where an uninterrupted run at this size stands at this
+      // point of the epoch: the global step itself unless a resume changed the size.
+      const double lr = schedule.At(epoch * epoch_steps + pos.steps_in_epoch);
       SetLr(*run.optimizer, lr);
       HVX_RETURN_IF_ERROR(run.distributed->ZeroGrad());
       torch::Tensor loss = torch::nn::functional::cross_entropy(run.model->forward(images), labels);
@@ -543,6 +566,7 @@ absl::StatusOr<TrainResult> Train(Run& run) {
       epoch_samples += batch_rows;
       ++pos.steps_in_epoch;
       ++pos.global_step;
+      pos.samples_in_epoch += global_batch;
       const bool last_step = pos.steps_in_epoch == epoch_steps;
       const bool stop = run.options.max_steps > 0 && pos.global_step >= run.options.max_steps;
       if (pos.global_step % config.logging().log_every_steps() == 0 || last_step || stop) {
@@ -587,6 +611,7 @@ absl::StatusOr<TrainResult> Train(Run& run) {
     result.data_wait_fraction = epoch_wait / std::max(epoch_s, 1e-9);
     pos.epoch = epoch + 1;
     pos.steps_in_epoch = 0;
+    pos.samples_in_epoch = 0;
     consumed = 0;
     const bool last_epoch = epoch + 1 == config.epochs();
     const bool stop = run.options.max_steps > 0 && pos.global_step >= run.options.max_steps;

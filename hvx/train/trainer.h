@@ -10,9 +10,12 @@
 // progress, writes summaries and writes checkpoints atomically. With checkpoint.resume, the run
 // continues from the newest checkpoint exactly where it stopped: model, optimizer state, epoch,
 // data position, each rank's BatchNorm statistics (same world size), and the random stream
-// (reseeded from (seed, rank, epoch, step) at every step). Checkpoints never change the live
-// model: evaluation averages the BatchNorm statistics over ranks, at the same points whether or
-// not the run was interrupted, so resumed and uninterrupted runs also evaluate identically.
+// (reseeded from (seed, rank, epoch, step) at every step). At another world size or batch size
+// the interrupted epoch trains the samples not yet seen, each once, with the step counters and
+// learning rates of an uninterrupted run at the new size (hvx/train/epoch_position.h).
+// Checkpoints never change the live model: evaluation averages the BatchNorm statistics over
+// ranks, at the same points whether or not the run was interrupted, so resumed and uninterrupted
+// runs also evaluate identically.
 #ifndef HVX_TRAIN_TRAINER_H_
 #define HVX_TRAIN_TRAINER_H_
 
@@ -30,8 +33,8 @@ struct RunOptions {
   // Writes "<dir>/rank<R>-epoch<E>.txt", one global sample id per line, for every sample this
   // rank trained on in epoch E (padding duplicates included, marked with a trailing " pad").
   std::string sample_log_dir;
-  // Stop after this many global steps (0 = run every epoch), writing a checkpoint first when
-  // checkpoints are on: what a preempted job leaves behind.
+  // Stop after this many global steps (optimizer steps of all runs together; 0 = run every
+  // epoch), writing a checkpoint first when checkpoints are on: what a preempted job leaves behind.
   int64_t max_steps = 0;
   // Start over even when checkpoint.dir holds checkpoints: rank 0 first moves them into
   // "<dir>/replaced-<unix seconds>/".
