@@ -99,13 +99,7 @@ absl::StatusOr<InitOptions> InitOptions::FromEnv(const Environment& env) {
   knobs.Read("HVX_SHUTDOWN_TIMEOUT_S", &o.shutdown_timeout_s, 0.0);
   knobs.Read("HVX_COLLECTIVE_TIMEOUT_S", &o.collective_timeout_s, 0.0);
   HVX_RETURN_IF_ERROR(knobs.status());
-  for (const auto& [name, value] : {std::pair<const char*, double>{"HVX_SHUTDOWN_TIMEOUT_S", o.shutdown_timeout_s},
-                                    {"HVX_COLLECTIVE_TIMEOUT_S", o.collective_timeout_s}}) {
-    if (!(value > 0)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(name, "='", env.Get(name).value_or(""), "': must be more than 0 seconds"));
-    }
-  }
+  HVX_RETURN_IF_ERROR(o.Validate());
   if (auto sev = ParseLogSeverity(o.log_level); !sev.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("HVX_LOG_LEVEL='", o.log_level, "': ", sev.status().message()));
   }
@@ -117,7 +111,21 @@ absl::Status Init() {
   return Init(options);
 }
 
+absl::Status InitOptions::Validate() const {
+  for (const auto& [name, value] : {std::pair<const char*, double>{"HVX_SHUTDOWN_TIMEOUT_S", shutdown_timeout_s},
+                                    {"HVX_COLLECTIVE_TIMEOUT_S", collective_timeout_s}}) {
+    if (!(value > 0)) return absl::InvalidArgumentError(absl::StrCat(name, "='", value, "': must be more than 0 seconds"));
+  }
+  if (stall_shutdown_time_s > 0 && (stall_check_time_s <= 0 || stall_shutdown_time_s <= stall_check_time_s)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "HVX_STALL_SHUTDOWN_TIME_S=", stall_shutdown_time_s, " needs the stall check on and must exceed it (HVX_STALL_CHECK_TIME_S=",
+        stall_check_time_s, "): stalled ops fail only after they have been reported; raise it or set it to 0"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Init(const InitOptions& options) {
+  HVX_RETURN_IF_ERROR(options.Validate());
   std::lock_guard<std::mutex> lock(g_mu);
   if (g_engine != nullptr) {
     return absl::FailedPreconditionError(g_shut_down ? "hvx::Init: hvx was shut down and cannot start again"

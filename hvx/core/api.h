@@ -68,7 +68,7 @@ struct InitOptions {
   // logs which ranks are missing which tensors (HVX_STALL_CHECK_TIME_S); 0 disables the check.
   double stall_check_time_s = 60.0;
   // If > 0, pending ops that stalled this long fail on every rank with the stall report
-  // (HVX_STALL_SHUTDOWN_TIME_S). Must exceed stall_check_time_s to take effect.
+  // (HVX_STALL_SHUTDOWN_TIME_S). Must exceed an enabled stall_check_time_s (Validate).
   double stall_shutdown_time_s = 0.0;
   // Severity threshold of hvx's log lines (HVX_LOG_LEVEL): trace|debug|info|warning|error|fatal.
   std::string log_level = "info";
@@ -111,8 +111,11 @@ struct InitOptions {
   std::string nvidia_gpus_dir = "/proc/driver/nvidia/gpus";
 
   // Defaults overridden by the knobs named above that are set in `env`. InvalidArgument names the
-  // variable and its value when one does not parse.
+  // variable and its value when one does not parse or Validate fails.
   static absl::StatusOr<InitOptions> FromEnv(const Environment& env);
+  // InvalidArgument, naming the knob, for a value hvx cannot honour: a timeout that is not > 0, a
+  // stall shutdown time that would never apply (not above an enabled stall check). Init checks it.
+  absl::Status Validate() const;
 };
 
 // Starts hvx on this rank: the transport, topology discovery, the background thread, the banner

@@ -118,6 +118,9 @@ TEST(ShutdownTest, TimeoutMustBePositive) {
   auto zero = InitOptions::FromEnv(MapEnvironment({{"HVX_SHUTDOWN_TIMEOUT_S", "0"}}));
   ASSERT_FALSE(zero.ok());
   EXPECT_EQ(zero.status().message(), "HVX_SHUTDOWN_TIMEOUT_S='0': must be more than 0 seconds");
+  InitOptions in_code;
+  in_code.shutdown_timeout_s = 0;
+  EXPECT_EQ(Init(in_code).message(), "HVX_SHUTDOWN_TIMEOUT_S='0': must be more than 0 seconds");
   auto negative = InitOptions::FromEnv(MapEnvironment({{"HVX_SHUTDOWN_TIMEOUT_S", "-1"}}));
   ASSERT_FALSE(negative.ok());
   EXPECT_TRUE(absl::StrContains(negative.status().message(), "HVX_SHUTDOWN_TIMEOUT_S='-1'")) << negative.status();
@@ -127,6 +130,21 @@ TEST(ShutdownTest, TimeoutMustBePositive) {
   EXPECT_EQ(ok->collective_timeout_s, 7);
   auto no_collective = InitOptions::FromEnv(MapEnvironment({{"HVX_COLLECTIVE_TIMEOUT_S", "0"}}));
   EXPECT_EQ(no_collective.status().message(), "HVX_COLLECTIVE_TIMEOUT_S='0': must be more than 0 seconds");
+}
+
+TEST(InitOptionsTest, StallShutdownThatWouldNeverApplyIsRefused) {
+  auto below = InitOptions::FromEnv(
+      MapEnvironment({{"HVX_STALL_CHECK_TIME_S", "60"}, {"HVX_STALL_SHUTDOWN_TIME_S", "30"}}));
+  ASSERT_FALSE(below.ok());
+  EXPECT_TRUE(absl::StrContains(below.status().message(), "HVX_STALL_SHUTDOWN_TIME_S=30 needs the stall check on and "
+                                                          "must exceed it (HVX_STALL_CHECK_TIME_S=60)"))
+      << below.status();
+  auto check_off = InitOptions::FromEnv(
+      MapEnvironment({{"HVX_STALL_CHECK_TIME_S", "0"}, {"HVX_STALL_SHUTDOWN_TIME_S", "30"}}));
+  EXPECT_FALSE(check_off.ok());
+  auto fine = InitOptions::FromEnv(
+      MapEnvironment({{"HVX_STALL_CHECK_TIME_S", "10"}, {"HVX_STALL_SHUTDOWN_TIME_S", "30"}}));
+  EXPECT_TRUE(fine.ok()) << fine.status();
 }
 
 }  // namespace
