@@ -11,10 +11,12 @@
 
 namespace hvx {
 
-std::string RetainFreedHeapMemory(const Environment& env) {
-  if (env.Get("HVX_RETAIN_FREED_MEMORY").value_or("1") == "0") {
-    return "heap: glibc defaults (HVX_RETAIN_FREED_MEMORY=0)";
-  }
+absl::StatusOr<std::string> RetainFreedHeapMemory(const Environment& env) {
+  bool retain = true;
+  KnobReader knobs(env);
+  knobs.Read("HVX_RETAIN_FREED_MEMORY", &retain);
+  if (!knobs.status().ok()) return knobs.status();
+  if (!retain) return std::string("heap: glibc defaults (HVX_RETAIN_FREED_MEMORY=0)");
   const std::string tunables = env.Get("GLIBC_TUNABLES").value_or("");
   if (absl::StrContains(tunables, "glibc.malloc.")) {
     return absl::StrCat("heap: as GLIBC_TUNABLES sets it (", tunables, ")");
@@ -24,8 +26,8 @@ std::string RetainFreedHeapMemory(const Environment& env) {
   // mallopt returns 1 on success; a glibc that rejects a value keeps its default for it.
   const bool trim = mallopt(M_TRIM_THRESHOLD, kTrim) == 1;
   const bool mmap = mallopt(M_MMAP_THRESHOLD, kMmap) == 1;
-  if (!trim || !mmap) return "heap: glibc defaults (this allocator does not take mallopt settings)";
-  return "heap: freed memory kept for reuse (trim threshold 1 GiB, blocks up to 32 MiB from the heap)";
+  if (!trim || !mmap) return std::string("heap: glibc defaults (this allocator does not take mallopt settings)");
+  return std::string("heap: freed memory kept for reuse (trim threshold 1 GiB, blocks up to 32 MiB from the heap)");
 }
 
 char* MapHugePages(size_t bytes) {

@@ -1,7 +1,7 @@
 // Process-wide heap settings for training processes.
 //
 //   // First thing in main(), before the framework allocates:
-//   HVX_LOG(INFO) << hvx::RetainFreedHeapMemory(hvx::Environment::Process());
+//   HVX_ASSIGN_OR_RETURN(std::string line, hvx::RetainFreedHeapMemory(hvx::Environment::Process()));
 //
 // Why: on the VMs hvx is measured on, the first touch of a fresh 4 KiB page costs about 3.3 ms
 // per MiB (hvx/mpi/README.md has the measurements). A training step allocates its activations and
@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <string>
 
+#include "absl/status/statusor.h"
 #include "hvx/common/env.h"
 
 namespace hvx {
@@ -24,8 +25,9 @@ namespace hvx {
 // Sets glibc's trim threshold to 1 GiB and its mmap threshold to its maximum (32 MiB on 64-bit
 // Linux), so blocks up to 32 MiB come from the heap and freed memory stays there for reuse. Does
 // nothing when GLIBC_TUNABLES names a glibc.malloc setting (the user's choice wins) or when
-// HVX_RETAIN_FREED_MEMORY=0. Returns one line saying what it did, for the log.
-std::string RetainFreedHeapMemory(const Environment& env);
+// HVX_RETAIN_FREED_MEMORY=0 (a boolean knob: 1/0, true/false, yes/no, on/off). Returns one line
+// saying what it did, for the log, or InvalidArgument for a value that is not a boolean.
+absl::StatusOr<std::string> RetainFreedHeapMemory(const Environment& env);
 
 inline constexpr size_t kHugePageBytes = size_t{2} << 20;
 

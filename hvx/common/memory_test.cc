@@ -29,7 +29,7 @@ TEST(MemoryTest, LaterStepsReuseFreedMemoryWithoutPageFaults) {
   GTEST_SKIP() << "sanitizer allocators do not take mallopt settings";
 #endif
   // With glibc's defaults every step of this pattern faults in ~7000 pages (28 MiB) again.
-  const std::string what = RetainFreedHeapMemory(MapEnvironment({}));
+  const std::string what = RetainFreedHeapMemory(MapEnvironment({})).value();
   EXPECT_TRUE(absl::StrContains(what, "kept for reuse")) << what;
   for (int warmup = 0; warmup < 3; ++warmup) OneStep();
   long faults = 0;
@@ -38,10 +38,19 @@ TEST(MemoryTest, LaterStepsReuseFreedMemoryWithoutPageFaults) {
 }
 
 TEST(MemoryTest, UserSettingsWin) {
-  EXPECT_TRUE(absl::StrContains(RetainFreedHeapMemory(MapEnvironment({{"GLIBC_TUNABLES", "glibc.malloc.hugetlb=1"}})),
-                                "GLIBC_TUNABLES"));
-  EXPECT_TRUE(
-      absl::StrContains(RetainFreedHeapMemory(MapEnvironment({{"HVX_RETAIN_FREED_MEMORY", "0"}})), "glibc defaults"));
+  EXPECT_TRUE(absl::StrContains(
+      RetainFreedHeapMemory(MapEnvironment({{"GLIBC_TUNABLES", "glibc.malloc.hugetlb=1"}})).value(), "GLIBC_TUNABLES"));
+  for (const char* off : {"0", "off", "false", "no"}) {
+    EXPECT_TRUE(absl::StrContains(RetainFreedHeapMemory(MapEnvironment({{"HVX_RETAIN_FREED_MEMORY", off}})).value(),
+                                  "glibc defaults"))
+        << off;
+  }
+}
+
+TEST(MemoryTest, ANonBooleanKnobIsAnError) {
+  auto bad = RetainFreedHeapMemory(MapEnvironment({{"HVX_RETAIN_FREED_MEMORY", "sometimes"}}));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_TRUE(absl::StrContains(bad.status().message(), "HVX_RETAIN_FREED_MEMORY='sometimes'")) << bad.status();
 }
 
 }  // namespace

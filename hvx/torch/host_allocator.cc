@@ -147,18 +147,17 @@ std::once_flag g_install_once;
 }  // namespace
 
 absl::StatusOr<std::string> UseCachingHostAllocator(const Environment& env) {
-  if (env.Get("HVX_HOST_ALLOCATOR").value_or("1") == "0") {
-    return "host tensors: LibTorch's allocator (HVX_HOST_ALLOCATOR=0)";
-  }
+  bool enabled = true;
+  int64_t max_bytes = -1;
+  KnobReader knobs(env);
+  knobs.Read("HVX_HOST_ALLOCATOR", &enabled);
+  knobs.ReadBytes("HVX_HOST_CACHE_MAX_BYTES", &max_bytes);
+  if (!knobs.status().ok()) return knobs.status();
+  if (!enabled) return std::string("host tensors: LibTorch's allocator (HVX_HOST_ALLOCATOR=0)");
   HostAllocatorOptions options;
   std::string why;
-  if (auto v = env.GetNonEmpty("HVX_HOST_CACHE_MAX_BYTES")) {
-    uint64_t bytes = 0;
-    if (!absl::SimpleAtoi(*v, &bytes)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("HVX_HOST_CACHE_MAX_BYTES=", *v, " is not a byte count (e.g. 4294967296 for 4 GiB)"));
-    }
-    options.max_cached_bytes = bytes;
+  if (max_bytes >= 0) {
+    options.max_cached_bytes = static_cast<uint64_t>(max_bytes);
     why = "HVX_HOST_CACHE_MAX_BYTES";
   } else {
     int local = 1;
@@ -188,7 +187,7 @@ absl::StatusOr<std::string> UseCachingHostAllocator(const Environment& env) {
 }
 
 absl::StatusOr<std::string> KeepHostMemoryForReuse(const Environment& env) {
-  const std::string heap = RetainFreedHeapMemory(env);
+  HVX_ASSIGN_OR_RETURN(const std::string heap, RetainFreedHeapMemory(env));
   HVX_ASSIGN_OR_RETURN(const std::string tensors, UseCachingHostAllocator(env));
   return absl::StrCat(heap, "; ", tensors);
 }

@@ -113,14 +113,21 @@ TEST(CachingHostAllocatorTest, InstalledItServesTorchTensors) {
   MapEnvironment bad({{"HVX_HOST_CACHE_MAX_BYTES", "lots"}});
   auto refused = UseCachingHostAllocator(bad);
   ASSERT_FALSE(refused.ok());
-  EXPECT_TRUE(absl::StrContains(refused.status().message(), "HVX_HOST_CACHE_MAX_BYTES=lots"));
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "HVX_HOST_CACHE_MAX_BYTES='lots'")) << refused.status();
+  EXPECT_FALSE(UseCachingHostAllocator(MapEnvironment({{"HVX_HOST_ALLOCATOR", "perhaps"}})).ok());
+  // Booleans are booleans: "off" and "no" turn it off like "0" (they used to leave it on).
+  for (const char* off : {"0", "off", "no", "false"}) {
+    auto kept = UseCachingHostAllocator(MapEnvironment({{"HVX_HOST_ALLOCATOR", off}}));
+    ASSERT_TRUE(kept.ok()) << kept.status();
+    EXPECT_TRUE(absl::StrContains(*kept, "LibTorch's allocator")) << off << ": " << *kept;
+  }
   EXPECT_EQ(InstalledHostAllocator(), nullptr);
 
   auto line = UseCachingHostAllocator(MapEnvironment({{"MPI_LOCALNRANKS", "2"}}));
   ASSERT_TRUE(line.ok()) << line.status();
   EXPECT_TRUE(absl::StrContains(*line, " GiB over 2 local processes, at most 4 GiB)")) << *line;
-  auto again = UseCachingHostAllocator(MapEnvironment({{"HVX_HOST_CACHE_MAX_BYTES", "1"}}));
-  ASSERT_TRUE(again.ok());
+  auto again = UseCachingHostAllocator(MapEnvironment({{"HVX_HOST_CACHE_MAX_BYTES", "4GiB"}}));
+  ASSERT_TRUE(again.ok()) << again.status();  // a byte knob like the others
   EXPECT_EQ(*again, *line) << "a second call reports what is installed";
   const CachingHostAllocator* a = InstalledHostAllocator();
   ASSERT_NE(a, nullptr);
