@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "hvx/common/cluster.h"
+#include "hvx/common/failpoint.h"
 #include "hvx/common/logging.h"
 #include "hvx/common/status.h"
 #include "hvx/core/agreement.h"
@@ -121,7 +122,18 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(const InitOptions& options
   absl::Status status;
   {
     std::unique_lock<std::mutex> lock(engine->mu_);
-    engine->cv_.wait(lock, [e = engine.get()]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return e->setup_done_; });
+    // The transport's start (MPI_Init) waits for every rank and has no deadline of its own.
+    const auto started = [e = engine.get()]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return e->setup_done_; };
+    if (!engine->cv_.wait_for(lock, absl::ToChronoMilliseconds(absl::Seconds(options.collective_timeout_s)), started)) {
+      lock.unlock();
+      // The background thread is still inside the transport's start and keeps the engine: both are
+      // left to the process's exit.
+      engine->thread_.detach();
+      engine.release();
+      return absl::DeadlineExceededError(absl::StrCat(
+          "hvx::Init: the transport did not start within ", options.collective_timeout_s,
+          " s (HVX_COLLECTIVE_TIMEOUT_S): a rank of the job did not join it (failed, froze or never started)"));
+    }
     status = engine->setup_status_.ok() ? absl::OkStatus()
                                         : absl::Status(engine->setup_status_.code(),
                                                        std::string(engine->setup_status_.message()));
@@ -140,6 +152,7 @@ Engine::~Engine() {
 
 absl::Status Engine::Setup() {
   HVX_ASSIGN_OR_RETURN(world_, transport_->Start(options_));
+  Failpoint("init");
   std::string host = engine_options_.hostname;
   if (host.empty()) {
     char buf[256] = {};
@@ -329,6 +342,7 @@ void Engine::ThreadMain() {
     world_.reset();
   }
   stopped_.store(true);
+  Failpoint("shutdown");
   absl::Status fin = transport_->Finalize(absl::Now() + absl::Seconds(options_.shutdown_timeout_s));
   if (!fin.ok()) HVX_LOG(ERROR) << "transport finalization: " << fin;
   std::lock_guard<std::mutex> lock(mu_);
@@ -728,6 +742,7 @@ absl::StatusOr<ResponseList> Engine::SlowPath(SetState& set, const std::vector<s
     mine.requests.push_back(r);
   }
   mine.joined = joined || joined_;
+  Failpoint("negotiation");
   std::vector<std::string> all;
   HVX_RETURN_IF_ERROR(set.comm->Gather(EncodeRequestList(mine), &all));
   std::string out;

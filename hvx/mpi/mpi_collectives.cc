@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "hvx/common/failpoint.h"
 #include "hvx/common/memory.h"
 #include "hvx/common/status.h"
 #include "hvx/core/cpu_ops.h"
@@ -432,6 +433,7 @@ absl::Status RingAllreduce(MPI_Comm comm, const RingSegments& segments, DataType
       });
     }
   }
+  Failpoint("allreduce");
   // Allgather: pass the finished segments around, straight into place.
   for (int s = 0; s < size - 1; ++s) {
     const VirtualBuffer& send = vbs[mod(rank + 1 - s)];

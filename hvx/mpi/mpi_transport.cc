@@ -14,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "hvx/common/env.h"
+#include "hvx/common/failpoint.h"
 #include "hvx/common/status.h"
 #include "hvx/core/cpu_ops.h"
 #include "hvx/mpi/mpi_collectives.h"
@@ -571,5 +572,11 @@ absl::Status MpiTransport::Finalize(absl::Time deadline) {
 }
 
 HVX_REGISTER_TRANSPORT(mpi, [] { return std::unique_ptr<Transport>(new MpiTransport()); });
+
+// HVX_FAILPOINT=POINT:RANK:mpi_abort, for the fault matrix (tests/faults).
+[[maybe_unused]] const bool kMpiAbortFailpoint = RegisterFailpointAction("mpi_abort", [] {
+  std::fflush(nullptr);
+  MPI_Abort(MPI_COMM_WORLD, 3);
+});
 
 }  // namespace hvx

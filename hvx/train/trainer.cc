@@ -21,6 +21,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/match.h"
 #include "absl/strings/strip.h"
+#include "hvx/common/failpoint.h"
 #include "hvx/common/logging.h"
 #include "hvx/common/status.h"
 #include "hvx/core/api.h"
@@ -173,6 +174,7 @@ absl::Status WriteCheckpoint(const CheckpointConfig& c, Classifier& model, torch
   for (size_t i = 0; i < buffers.size(); ++i) buffers[i].second.copy_(live[i]);
   HVX_RETURN_IF_ERROR(status);
   HVX_RETURN_IF_ERROR(FsyncPath(tmp_path));
+  Failpoint("checkpoint");
   if (rename(tmp_path.c_str(), final_path.c_str()) != 0) {
     return ErrnoToStatus(errno, absl::StrCat("rename ", tmp_path, " -> ", final_path));
   }
@@ -400,6 +402,36 @@ absl::StatusOr<EvalResult> Evaluate(Run& run, int64_t epoch) {
   result.accuracy = sums[2] > 0 ? sums[0] / sums[2] : 0;
   result.loss = sums[2] > 0 ? sums[1] / sums[2] : 0;
   return result;
+}
+
+// FNV-1a: a fingerprint that is the same on every rank of one build.
+uint64_t Fingerprint(absl::string_view text) {
+  uint64_t h = 14695981039346656037ull;
+  for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+// The dataset's files as this rank sees them: names and sizes.
+std::string FilesFingerprint(const data::Dataset& d) {
+  std::string text;
+  for (const std::string& path : d.files()) {
+    struct stat st {};
+    absl::StrAppend(&text, path, " ", stat(path.c_str(), &st) == 0 ? static_cast<int64_t>(st.st_size) : -1, "\n");
+  }
+  return absl::StrCat(d.files().size(), " files, fingerprint ", absl::Hex(Fingerprint(text), absl::kZeroPad16));
+}
+
+// What every rank must share: each rank's number of samples decides its steps per epoch, so a
+// rank that sees another dataset or config would wait in a collective the others never run.
+std::vector<std::pair<std::string, std::string>> SettingsEveryRankShares(const Run& run) {
+  return {
+      {"training config (hash of the effective config)",
+       absl::StrCat(absl::Hex(Fingerprint(run.config.DebugString()), absl::kZeroPad16))},
+      {"training samples", absl::StrCat(run.train_data->num_samples())},
+      {"training files", FilesFingerprint(*run.train_data)},
+      {"evaluation samples", absl::StrCat(run.eval_data->num_samples())},
+      {"evaluation files", FilesFingerprint(*run.eval_data)},
+  };
 }
 
 absl::Status OpenData(Run& run) {
@@ -650,6 +682,8 @@ absl::StatusOr<TrainResult> RunTraining(const TrainConfig& config, const RunOpti
                           : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, LocalSize()));
   torch::set_num_threads(threads);
   HVX_RETURN_IF_ERROR(OpenData(run));
+  HVX_RETURN_IF_ERROR(Annotate(CheckSameOnEveryRank("trainer.settings", SettingsEveryRankShares(run)),
+                               "the trainer's ranks disagree"));
   torch::manual_seed(config.seed());
   HVX_ASSIGN_OR_RETURN(run.model, CreateModel(config.model()));
   run.model->to(run.device);

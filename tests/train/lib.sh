@@ -50,6 +50,9 @@ audit() {
     return $bad
 }
 
+# losses FILE...: rank 0's progress lines, "epoch E/N step S/M loss L lr R", in order.
+losses() { sed -nE 's/^\[0\] (epoch [0-9]+\/[0-9]+ step [0-9]+\/[0-9]+ loss [0-9.e-]+ lr [0-9.e-]+).*/\1/p' "$@"; }
+
 check() {  # check NAME STATUS
     if [[ $2 == 0 ]]; then echo "ok: $1"; else echo "FAIL: $1"; failures=$((failures + 1)); fi
 }

@@ -22,7 +22,6 @@ run() {  # run NAME ARGS...
     check "$name exits 0 (rc=$rc)" $rc
     [[ $rc == 0 ]] || tail -n 20 "$T/$name.out" "$T/$name.err"
 }
-losses() { sed -nE 's/^\[0\] (epoch [0-9]+\/[0-9]+ step [0-9]+\/[0-9]+ loss [0-9.e-]+ lr [0-9.e-]+).*/\1/p' "$@"; }
 
 run full --override="checkpoint { dir: \"$T/ck_full\" }"
 run first --override="checkpoint { dir: \"$T/ck_resume\" }" --max_steps=17

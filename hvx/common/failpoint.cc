@@ -1,0 +1,85 @@
+#include "hvx/common/failpoint.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+
+namespace hvx {
+namespace {
+
+struct Armed {
+  std::string point;
+  std::string action;
+  int rank = -1;
+  int pass = 1;  // fire on this pass
+};
+
+// Parsed once; nullptr when no failpoint applies to this process.
+const Armed* ArmedHere() {
+  static const Armed* armed = []() -> const Armed* {
+    const char* spec = std::getenv("HVX_FAILPOINT");
+    if (spec == nullptr || *spec == '\0') return nullptr;
+    const std::vector<std::string> parts = absl::StrSplit(spec, ':');
+    int rank = -1, mine = -1, pass = 1;
+    const char* my_rank = std::getenv("HVX_RANK");
+    if (my_rank == nullptr) my_rank = std::getenv("PMI_RANK");
+    if (parts.size() < 3 || parts.size() > 4 || !absl::SimpleAtoi(parts[1], &rank) || my_rank == nullptr ||
+        !absl::SimpleAtoi(my_rank, &mine) || rank != mine ||
+        (parts.size() == 4 && (!absl::SimpleAtoi(parts[3], &pass) || pass < 1))) {
+      return nullptr;
+    }
+    return new Armed{parts[0], parts[2], rank, pass};
+  }();
+  return armed;
+}
+
+struct Action {
+  const char* name;
+  void (*fire)();
+};
+// Written by static initializers only, before any failpoint can fire.
+std::vector<Action>& Actions() {
+  static auto* actions = new std::vector<Action>();
+  return *actions;
+}
+
+}  // namespace
+
+bool RegisterFailpointAction(const char* action, void (*fire)()) {
+  Actions().push_back({action, fire});
+  return true;
+}
+
+void Failpoint(const char* point) {
+  const Armed* armed = ArmedHere();
+  if (armed == nullptr || armed->point != point) return;
+  static std::atomic<int> passes{0};
+  if (passes.fetch_add(1) + 1 != armed->pass) return;
+  const std::string line = "hvx failpoint " + armed->point + ": rank " + std::to_string(armed->rank) + " " +
+                           armed->action + "\n";
+  [[maybe_unused]] const ssize_t written = write(2, line.data(), line.size());
+  if (armed->action == "exit") {
+    std::fflush(nullptr);
+    std::exit(3);
+  } else if (armed->action == "kill") {
+    raise(SIGKILL);
+  } else if (armed->action == "stop") {
+    raise(SIGSTOP);
+  } else if (armed->action == "abort") {
+    std::abort();
+  }
+  for (const Action& a : Actions()) {
+    if (armed->action == a.name) a.fire();
+  }
+}
+
+}  // namespace hvx

@@ -1,0 +1,30 @@
+// Named points where a test can make one rank fail on purpose, to prove that every fault at every
+// phase of a job ends it cleanly (tests/faults). Off unless HVX_FAILPOINT is set; then one
+// comparison per call.
+//
+//   HVX_FAILPOINT=negotiation:2:kill   rank 2 kills itself with SIGKILL the first time it
+//                                      reaches hvx::Failpoint("negotiation")
+//
+// HVX_FAILPOINT is "POINT:RANK:ACTION[:N]" (fire on the Nth pass, default the first), RANK the
+// global rank (HVX_RANK, else PMI_RANK) and
+// ACTION one of exit (exit(3)), kill (SIGKILL), stop (SIGSTOP: a frozen rank), abort (abort(),
+// as an uncaught exception or a failed check ends a program), or one a backend registered
+// (hvx/mpi: mpi_abort, MPI_Abort(MPI_COMM_WORLD, 3)). It fires once per process, after
+// writing "hvx failpoint POINT: rank R ACTION" to stderr. The points: "init" (hvx::Init, after
+// the transport started), "negotiation" (a cycle that gathers requests), "allreduce" (between the
+// steps of a ring allreduce), "shutdown" (before the transport's finalization), "checkpoint" (the
+// trainer's checkpoint file written but not yet renamed into place).
+#ifndef HVX_COMMON_FAILPOINT_H_
+#define HVX_COMMON_FAILPOINT_H_
+
+namespace hvx {
+
+// Fires the failpoint `point` when HVX_FAILPOINT names it and this rank; otherwise returns.
+void Failpoint(const char* point);
+
+// Makes `action` available to HVX_FAILPOINT. Returns true (for static registration).
+bool RegisterFailpointAction(const char* action, void (*fire)());
+
+}  // namespace hvx
+
+#endif  // HVX_COMMON_FAILPOINT_H_

@@ -1,0 +1,55 @@
+// A job for the fault matrix: hvx::Init, then steps of one 16 MiB allreduce (the ring) and a few
+// small ones, each checked, then hvx::Shutdown. Faults come from HVX_FAILPOINT (hvx/common/
+// failpoint.h); this program adds the point "before_init".
+//
+//   fault_probe [--steps N]        prints "rank R done" after the last step
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "hvx/common/failpoint.h"
+#include "hvx/core/api.h"
+
+int main(int argc, char** argv) {
+  int steps = 5;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--steps") && i + 1 < argc) {
+      steps = std::atoi(argv[++i]);
+    } else {
+      std::fprintf(stderr, "usage: fault_probe [--steps N]\n");
+      return 2;
+    }
+  }
+  hvx::Failpoint("before_init");
+  absl::Status s = hvx::Init();
+  if (!s.ok()) {
+    std::fprintf(stderr, "Init: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  const int rank = hvx::Rank();
+  const float n = static_cast<float>(hvx::Size());
+  std::vector<float> big(4 << 20), small(64);
+  for (int step = 0; step < steps; ++step) {
+    std::fill(big.begin(), big.end(), static_cast<float>(rank + 1));
+    std::fill(small.begin(), small.end(), 1.0f);
+    hvx::AllreduceOptions sum;
+    sum.op = hvx::ReduceOp::kSum;
+    hvx::TensorRef b(hvx::DataType::kFloat32, {static_cast<int64_t>(big.size())}, big.data());
+    hvx::TensorRef t(hvx::DataType::kFloat32, {static_cast<int64_t>(small.size())}, small.data());
+    s = hvx::WaitAll({hvx::Allreduce("big", b, b, sum), hvx::Allreduce("small", t, t, sum)});
+    if (!s.ok() || big[0] != n * (n + 1) / 2 || small[0] != n) {
+      std::fprintf(stderr, "rank %d step %d: %s\n", rank, step, s.ToString().c_str());
+      return 1;
+    }
+  }
+  std::printf("rank %d done\n", rank);
+  std::fflush(stdout);
+  s = hvx::Shutdown();
+  if (!s.ok()) {
+    std::fprintf(stderr, "rank %d: Shutdown: %s\n", rank, s.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}
