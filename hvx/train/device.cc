@@ -1,10 +1,13 @@
 #include "hvx/train/device.h"
 
+#include <unistd.h>
+
 #include <torch/cuda.h>
 
 #include "absl/strings/str_cat.h"
 #include "hvx/common/status.h"
 #include "hvx/core/api.h"
+#include "hvx/nccl/plan.h"
 #ifdef HVX_TRAIN_GPU_BACKEND
 #include "hvx/nccl/nccl_data_plane.h"
 #endif
@@ -20,31 +23,56 @@ bool HasGpuBackend() {
 #endif
 }
 
-absl::StatusOr<torch::Device> SelectTrainingDevice(const std::string& device) {
+absl::StatusOr<torch::Device> ChooseTrainingDevice(const std::string& device, const DeviceFacts& facts) {
   if (device == "cpu") return torch::Device(torch::kCPU);
   if (device != "cuda" && device != "auto") {
     return absl::InvalidArgumentError(absl::StrCat("device: must be \"cpu\", \"cuda\" or \"auto\", got \"", device, "\""));
   }
-#ifdef HVX_TRAIN_GPU_BACKEND
-  // "auto" without a GPU LibTorch can use (none visible, or a CPU-only LibTorch) is the CPU. Counting
-  // devices creates no CUDA context.
-  if (device == "auto" && !torch::cuda::is_available()) return torch::Device(torch::kCPU);
-  // Bound before torch does any CUDA work of its own, so that its context and allocations land on
-  // this rank's GPU rather than on GPU 0.
-  auto ordinal = nccl::BindLocalDevice(LocalRank(), LocalSize());
-  if (!ordinal.ok()) return Annotate(ordinal.status(), absl::StrCat("device: \"", device, "\" on rank ", Rank()));
-  if (!torch::cuda::is_available()) {
+  if (!facts.gpu_backend) {
+    if (device == "auto") return torch::Device(torch::kCPU);
+    return absl::FailedPreconditionError(
+        "device: \"cuda\" needs the NCCL backend, which this binary was built without; build it with "
+        "`bazel build --config=cuda //tools:train`, or set device: \"cpu\"");
+  }
+  // "auto" without a GPU LibTorch can use (none visible, or a CPU-only LibTorch) is the CPU.
+  if (device == "auto" && !facts.torch_cuda) return torch::Device(torch::kCPU);
+  auto ordinal = nccl::SelectDevice(facts.local_rank, facts.local_size, facts.visible_gpus, facts.host);
+  if (!ordinal.ok()) return Annotate(ordinal.status(), absl::StrCat("device: \"", device, "\" on rank ", facts.rank));
+  if (!facts.torch_cuda) {
     return absl::FailedPreconditionError(
         "device: \"cuda\": this LibTorch has no CUDA support (torch::cuda::is_available() is false); build "
         "with HVX_TORCH_PATH pointing at a CUDA LibTorch");
   }
   return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(*ordinal));
-#else
-  if (device == "auto") return torch::Device(torch::kCPU);
-  return absl::FailedPreconditionError(
-      "device: \"cuda\" needs the NCCL backend, which this binary was built without; build it with "
-      "`bazel build --config=cuda //tools:train`, or set device: \"cpu\"");
+}
+
+absl::StatusOr<torch::Device> SelectTrainingDevice(const std::string& device) {
+  DeviceFacts facts;
+  facts.gpu_backend = HasGpuBackend();
+  facts.rank = Rank();
+  facts.local_rank = LocalRank();
+  facts.local_size = LocalSize();
+#ifdef HVX_TRAIN_GPU_BACKEND
+  // Counting devices creates no CUDA context.
+  facts.torch_cuda = torch::cuda::is_available();
+  facts.visible_gpus = static_cast<int>(torch::cuda::device_count());
 #endif
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  facts.host = host;
+  HVX_ASSIGN_OR_RETURN(torch::Device chosen, ChooseTrainingDevice(device, facts));
+#ifdef HVX_TRAIN_GPU_BACKEND
+  if (chosen.is_cuda()) {
+    // Bound before torch does any CUDA work of its own, so that its context and allocations land on
+    // this rank's GPU rather than on GPU 0.
+    auto bound = nccl::BindLocalDevice(facts.local_rank, facts.local_size);
+    if (!bound.ok()) return Annotate(bound.status(), absl::StrCat("device: \"", device, "\" on rank ", facts.rank));
+    if (*bound != chosen.index()) {
+      return absl::InternalError(absl::StrCat("device: bound cuda:", *bound, " but chose ", chosen.str()));
+    }
+  }
+#endif
+  return chosen;
 }
 
 }  // namespace train

@@ -23,6 +23,21 @@ namespace train {
 
 absl::StatusOr<torch::Device> SelectTrainingDevice(const std::string& device);
 
+// What the choice depends on, gathered by SelectTrainingDevice.
+struct DeviceFacts {
+  bool gpu_backend = false;  // HasGpuBackend()
+  bool torch_cuda = false;   // torch::cuda::is_available()
+  int visible_gpus = 0;      // this host's GPUs as this process sees them
+  int rank = 0;
+  int local_rank = 0;
+  int local_size = 1;
+  std::string host;
+};
+
+// The pure part of SelectTrainingDevice: "cuda" is cuda:<local rank> (hvx::nccl::SelectDevice),
+// with the reason when the build, the host's GPUs or LibTorch cannot give it; it binds nothing.
+absl::StatusOr<torch::Device> ChooseTrainingDevice(const std::string& device, const DeviceFacts& facts);
+
 // Whether this binary links the NCCL data plane (built with --config=cuda).
 bool HasGpuBackend();
 
