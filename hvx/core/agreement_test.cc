@@ -44,16 +44,15 @@ TEST(AgreementTest, DifferencesNameEveryValueAndItsRanks) {
             "ranks 4-7 have 64MiB; dataset samples: ranks 0-5,7 have 60000, rank 6 has 59999");
 }
 
-TEST(AgreementTest, InitFailsOnEveryRankWhenAKnobDiffers) {
-  constexpr int kRanks = 4;
-  auto hub = std::make_shared<FakeHub>(kRanks);
-  std::vector<absl::Status> results(kRanks);
+// Starts n in-process engines whose options `adjust` changes per rank; returns what each Init said.
+std::vector<absl::Status> StartRanks(int n, const std::function<void(int rank, InitOptions*)>& adjust) {
+  auto hub = std::make_shared<FakeHub>(n);
+  std::vector<absl::Status> results(n);
   std::vector<std::thread> threads;
-  for (int r = 0; r < kRanks; ++r) {
+  for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
       InitOptions o = InProcessOptions();
-      if (r >= 2) o.fusion_threshold_bytes = int64_t{64} << 20;
-      if (r == 3) o.cache_capacity = 0;
+      adjust(r, &o);
       EngineOptions eo;
       eo.command_line = "prog";
       eo.exit_on_finalize_timeout = false;
@@ -61,6 +60,15 @@ TEST(AgreementTest, InitFailsOnEveryRankWhenAKnobDiffers) {
     });
   }
   for (auto& t : threads) t.join();
+  return results;
+}
+
+TEST(AgreementTest, InitFailsOnEveryRankWhenAKnobDiffers) {
+  constexpr int kRanks = 4;
+  const std::vector<absl::Status> results = StartRanks(kRanks, [](int r, InitOptions* o) {
+    if (r >= 2) o->fusion_threshold_bytes = int64_t{64} << 20;
+    if (r == 3) o->cache_capacity = 0;
+  });
   for (int r = 0; r < kRanks; ++r) {
     EXPECT_EQ(results[r].code(), absl::StatusCode::kFailedPrecondition) << "rank " << r;
     EXPECT_TRUE(absl::StrContains(results[r].message(),
@@ -72,20 +80,9 @@ TEST(AgreementTest, InitFailsOnEveryRankWhenAKnobDiffers) {
 
 TEST(AgreementTest, ProcessSetsMustAgree) {
   constexpr int kRanks = 2;
-  auto hub = std::make_shared<FakeHub>(kRanks);
-  std::vector<absl::Status> results(kRanks);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < kRanks; ++r) {
-    threads.emplace_back([&, r] {
-      InitOptions o = InProcessOptions();
-      o.process_sets = {{0, 1}};
-      if (r == 1) o.process_sets = {{1}};
-      EngineOptions eo;
-      eo.exit_on_finalize_timeout = false;
-      results[r] = Engine::Start(o, std::make_unique<FakeTransport>(hub, r), eo).status();
-    });
-  }
-  for (auto& t : threads) t.join();
+  const std::vector<absl::Status> results =
+      StartRanks(kRanks, [](int r, InitOptions* o) { o->process_sets = r == 1 ? std::vector<std::vector<int>>{{1}}
+                                                                             : std::vector<std::vector<int>>{{0, 1}}; });
   for (int r = 0; r < kRanks; ++r) {
     EXPECT_TRUE(absl::StrContains(results[r].message(), "process sets: rank 0 has [0,1], rank 1 has [1]"))
         << results[r];

@@ -10,11 +10,11 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "hvx/common/failpoint.h"
 #include "hvx/common/memory.h"
 #include "hvx/common/status.h"
+#include "hvx/core/agreement.h"
 #include "hvx/core/cpu_ops.h"
 
 namespace hvx {
@@ -138,14 +138,7 @@ std::string GlobalRank(MPI_Comm comm, int rank) {
 
 std::string GlobalRanks(MPI_Comm comm) {
   const std::vector<int> all = GlobalRanksOf(comm);
-  std::vector<std::string> parts;
-  for (size_t i = 0; i < all.size();) {
-    size_t j = i;
-    while (j + 1 < all.size() && all[j + 1] == all[j] + 1) ++j;
-    parts.push_back(j == i ? absl::StrCat(all[i]) : absl::StrCat(all[i], "-", all[j]));
-    i = j + 1;
-  }
-  return absl::StrCat(all.size() == 1 ? "global rank " : "global ranks ", absl::StrJoin(parts, ","));
+  return absl::StrCat(all.size() == 1 ? "global rank " : "global ranks ", RankRanges(all));
 }
 
 absl::Status WaitPolitely(MPI_Comm comm, int count, MPI_Request* requests, absl::string_view what, WaitPolicy policy,
