@@ -15,8 +15,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "hvx/common/logging.h"
 #include "hvx/common/status.h"
+#include "hvx/core/agreement.h"
 #include "hvx/nccl/comm_cache.h"
 #include "hvx/nccl/kernels.h"
 #include "hvx/nccl/nccl_error.h"
@@ -437,9 +440,22 @@ absl::Status NcclDataPlane::ScaleCopy(const void* in, DataType in_type, void* ou
 absl::Status NcclDataPlane::Complete(absl::string_view call, const std::string& tensor) {
   HVX_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(dev_->done(), dev_->stream()), "cudaEventRecord"));
   HVX_RETURN_IF_ERROR(CudaStatus(cudaStreamWaitEvent(cudaStreamLegacy, dev_->done(), 0), "cudaStreamWaitEvent"));
+  // A peer that died or froze leaves the collective waiting on the GPU forever: give up at the
+  // collective timeout and abort the communicators (Poison), as the CPU plane gives up its waits.
+  const absl::Duration timeout =
+      ctx_.options != nullptr ? absl::Seconds(ctx_.options->collective_timeout_s) : absl::InfiniteDuration();
+  const absl::Time deadline = absl::Now() + timeout;
   while (true) {
     cudaError_t q = cudaEventQuery(dev_->done());
     if (q == cudaSuccess) return absl::OkStatus();
+    if (absl::Now() >= deadline) {
+      absl::Status late = absl::DeadlineExceededError(absl::StrCat(
+          call, " for tensor '", tensor, "' on rank ", ctx_.global_rank, " did not complete within ",
+          absl::FormatDuration(timeout), " (HVX_COLLECTIVE_TIMEOUT_S): not every one of global ranks ",
+          RankRanges(ctx_.global_ranks), " took part; a rank failed, froze or is waiting in another collective"));
+      dev_->Poison(late);
+      return late;
+    }
     if (q != cudaErrorNotReady) {
       return CudaStatus(q, absl::StrCat(call, " for tensor '", tensor, "' on rank ", ctx_.global_rank));
     }
