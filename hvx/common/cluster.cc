@@ -1,6 +1,7 @@
 #include "hvx/common/cluster.h"
 
 #include <dirent.h>
+#include <unistd.h>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -10,6 +11,12 @@
 #include "absl/strings/strip.h"
 
 namespace hvx {
+
+std::string HostName(absl::string_view fallback) {
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0') return std::string(fallback);
+  return name;
+}
 
 int CountVisibleGpus(const Environment& env, const std::string& gpu_dir) {
   if (std::optional<std::string> cvd = env.Get("CUDA_VISIBLE_DEVICES")) {

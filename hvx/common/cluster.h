@@ -25,6 +25,9 @@ inline constexpr char kNvidiaGpusDir[] = "/proc/driver/nvidia/gpus";
 // Otherwise the entries of `gpu_dir` (0 when it does not exist).
 int CountVisibleGpus(const Environment& env, const std::string& gpu_dir = kNvidiaGpusDir);
 
+// This machine's host name (gethostname), or `fallback` when it cannot be read.
+std::string HostName(absl::string_view fallback = "");
+
 // Whether `name` is a plausible host name or IPv4 address: letters, digits, '.', '-', '_'.
 bool IsValidHostName(absl::string_view name);
 

@@ -1,6 +1,7 @@
 #include "hvx/common/cluster.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 
@@ -82,6 +83,13 @@ TEST(HostNameTest, AcceptsNamesAndAddresses) {
   EXPECT_TRUE(IsValidHostName("10.0.0.1"));
   EXPECT_FALSE(IsValidHostName(""));
   EXPECT_FALSE(IsValidHostName("a:b"));
+}
+
+TEST(ClusterTest, HostNameIsGethostname) {
+  char name[256] = {};
+  ASSERT_EQ(gethostname(name, sizeof(name) - 1), 0);
+  EXPECT_EQ(HostName(), name);
+  EXPECT_EQ(HostName("fallback"), name);  // the fallback is for a host name that cannot be read
 }
 
 }  // namespace

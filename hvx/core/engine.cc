@@ -153,12 +153,7 @@ Engine::~Engine() {
 absl::Status Engine::Setup() {
   HVX_ASSIGN_OR_RETURN(world_, transport_->Start(options_));
   Failpoint("init");
-  std::string host = engine_options_.hostname;
-  if (host.empty()) {
-    char buf[256] = {};
-    gethostname(buf, sizeof(buf) - 1);
-    host = buf;
-  }
+  const std::string host = engine_options_.hostname.empty() ? HostName() : engine_options_.hostname;
   HVX_RETURN_IF_ERROR(world_->Allgather(host, &hosts_));
   topology_ = ComputeTopology(world_->rank(), hosts_);
   SetLogRank(topology_.rank);

@@ -155,10 +155,6 @@ std::string DefaultWrapper() {
   return self;
 }
 
-std::string ThisHostName() {
-  char name[256] = {0};
-  return gethostname(name, sizeof(name) - 1) == 0 ? name : "";
-}
 
 bool HydraProxyRunning() {
   DIR* proc = opendir("/proc");
@@ -439,7 +435,7 @@ int Supervisor::Report(int mpiexec_status) {
 
 HostProbe SystemHostProbe(const LaunchOptions& options, const Environment& env) {
   HostProbe probe;
-  const std::string self = ThisHostName();
+  const std::string self = HostName();
   probe.local_gpus = CountVisibleGpus(env);
   probe.is_local = [self](const std::string& host) {
     return host == "localhost" || host == "127.0.0.1" || host == self ||

@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "hvx/common/cluster.h"
 #include "hvx/common/status.h"
 
 namespace hvx {
@@ -214,9 +215,7 @@ absl::StatusOr<JobSetup> ResolveJob(const LaunchOptions& options, const Environm
       // This host alone: -np N means N local processes, as with a plain `mpiexec -n N`.
       int slots = options.slots_per_host.value_or(
           options.np.value_or(std::max(probe.local_gpus, 1)));
-      char name[256] = {0};
-      std::string self = gethostname(name, sizeof(name) - 1) == 0 ? name : "localhost";
-      specs.push_back({self, slots});
+      specs.push_back({HostName("localhost"), slots});
       setup.source = "this host";
     }
   }

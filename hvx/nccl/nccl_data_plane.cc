@@ -17,6 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "hvx/common/cluster.h"
 #include "hvx/common/logging.h"
 #include "hvx/common/status.h"
 #include "hvx/core/agreement.h"
@@ -32,11 +33,7 @@ namespace {
 // a 256-byte boundary for the widest type.
 constexpr int64_t kShardAlignElements = 64;
 
-std::string HostName() {
-  char buf[256] = {};
-  if (gethostname(buf, sizeof(buf) - 1) != 0) return "unknown-host";
-  return buf;
-}
+std::string ThisHost() { return HostName("unknown-host"); }
 
 absl::Status CudaStatus(cudaError_t err, absl::string_view what) {
   if (err == cudaSuccess) return absl::OkStatus();
@@ -293,7 +290,7 @@ absl::Status NcclDataPlane::NcclCheck(ncclResult_t result, absl::string_view cal
 }
 
 absl::Status NcclDataPlane::Setup() {
-  host_ = HostName();
+  host_ = ThisHost();
   ncclGetVersion(&version_);
   // Every member reports its GPU (or why it has none) before anything can fail, so that an error on
   // one rank fails all of them at the same point instead of leaving the others in a collective.
@@ -745,7 +742,7 @@ int LoadedNcclVersion() {
 absl::StatusOr<int> BindLocalDevice(int local_rank, int local_size) {
   int visible = 0;
   if (cudaGetDeviceCount(&visible) != cudaSuccess) visible = 0;
-  HVX_ASSIGN_OR_RETURN(int device, SelectDevice(local_rank, local_size, visible, HostName()));
+  HVX_ASSIGN_OR_RETURN(int device, SelectDevice(local_rank, local_size, visible, ThisHost()));
   HVX_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device), absl::StrCat("cudaSetDevice(", device, ")")));
   return device;
 }

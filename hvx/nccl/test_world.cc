@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "hvx/common/cluster.h"
 #include "hvx/common/logging.h"
 #include "hvx/common/status.h"
 
@@ -20,10 +21,8 @@ absl::StatusOr<std::unique_ptr<TestWorld>> TestWorld::Start() {
   std::unique_ptr<TestWorld> world(new TestWorld());
   world->transport_ = factory();
   HVX_ASSIGN_OR_RETURN(world->comm_, world->transport_->Start(InitOptions{}));
-  char host[256] = {};
-  gethostname(host, sizeof(host) - 1);
   std::vector<std::string> hosts;
-  HVX_RETURN_IF_ERROR(world->comm_->Allgather(host, &hosts));
+  HVX_RETURN_IF_ERROR(world->comm_->Allgather(HostName(), &hosts));
   world->topology_ = ComputeTopology(world->comm_->rank(), hosts);
   return world;
 }

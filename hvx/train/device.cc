@@ -1,10 +1,9 @@
 #include "hvx/train/device.h"
 
-#include <unistd.h>
-
 #include <torch/cuda.h>
 
 #include "absl/strings/str_cat.h"
+#include "hvx/common/cluster.h"
 #include "hvx/common/status.h"
 #include "hvx/core/api.h"
 #include "hvx/nccl/plan.h"
@@ -57,9 +56,7 @@ absl::StatusOr<torch::Device> SelectTrainingDevice(const std::string& device) {
   facts.torch_cuda = torch::cuda::is_available();
   facts.visible_gpus = static_cast<int>(torch::cuda::device_count());
 #endif
-  char host[256] = {};
-  gethostname(host, sizeof(host) - 1);
-  facts.host = host;
+  facts.host = HostName();
   HVX_ASSIGN_OR_RETURN(torch::Device chosen, ChooseTrainingDevice(device, facts));
 #ifdef HVX_TRAIN_GPU_BACKEND
   if (chosen.is_cuda()) {

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "hvx/common/cluster.h"
 #include "hvx/common/status.h"
 #include "hvx/train/event.pb.h"
 
@@ -33,10 +34,8 @@ absl::Status MakeDirs(const std::string& dir) {
 
 absl::StatusOr<std::unique_ptr<SummaryWriter>> SummaryWriter::Create(const std::string& dir) {
   HVX_RETURN_IF_ERROR(MakeDirs(dir));
-  char host[256] = "localhost";
-  gethostname(host, sizeof(host) - 1);
   const std::string path =
-      absl::StrCat(dir, "/events.out.tfevents.", absl::ToUnixSeconds(absl::Now()), ".", host);
+      absl::StrCat(dir, "/events.out.tfevents.", absl::ToUnixSeconds(absl::Now()), ".", HostName("localhost"));
   HVX_ASSIGN_OR_RETURN(auto records, data::RecordWriter::Open(path, {}));
   std::unique_ptr<SummaryWriter> writer(new SummaryWriter(std::move(records)));
   Event first;

@@ -84,8 +84,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "hvx_info: %s\n", std::string(s.message()).c_str());
     return 1;
   }
-  char host[256] = {};
-  gethostname(host, sizeof(host) - 1);
+  const std::string host = hvx::HostName();
   std::string line = absl::StrCat(
       "{\"rank\":", hvx::Rank(), ",\"size\":", hvx::Size(), ",\"local_rank\":", hvx::LocalRank(),
       ",\"local_size\":", hvx::LocalSize(), ",\"cross_rank\":", hvx::CrossRank(), ",\"cross_size\":", hvx::CrossSize(),
