@@ -11,6 +11,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "hvx/common/files.h"
 
 namespace hvx {
 namespace {
@@ -31,14 +32,6 @@ std::atomic<int> g_rank{-1};
 // Mirrors options.min_severity for the lock-free check in LogEnabled(); -1 until configured.
 std::atomic<int> g_min_severity{-1};
 
-void WriteAll(int fd, absl::string_view text) {
-  while (!text.empty()) {
-    ssize_t n = ::write(fd, text.data(), text.size());
-    if (n < 0) return;
-    text.remove_prefix(static_cast<size_t>(n));
-  }
-}
-
 // Requires State().mu held.
 void EnsureConfiguredLocked(LogState& s) {
   if (s.configured) return;
@@ -47,7 +40,7 @@ void EnsureConfiguredLocked(LogState& s) {
   if (opts.ok()) {
     s.options = *opts;
   } else {
-    WriteAll(2, absl::StrCat("hvx: ", opts.status().message(), "; using info\n"));
+    WriteFully(2, absl::StrCat("hvx: ", opts.status().message(), "; using info\n"));
   }
   g_min_severity.store(static_cast<int>(s.options.min_severity));
 }
@@ -156,7 +149,7 @@ LogMessage::~LogMessage() {
   if (sink) {
     sink(text);
   } else {
-    WriteAll(2, text);
+    WriteFully(2, text);
   }
   if (severity_ == LogSeverity::kFatal) std::abort();
 }

@@ -31,6 +31,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "hvx/data/crc32c.h"
+#include "hvx/common/files.h"
 #include "hvx/data/dataset.h"
 #include "hvx/data/decoder.h"
 #include "hvx/data/example.h"
@@ -461,7 +462,7 @@ void JpegBench(const std::string& dir, int num_records) {
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   const std::string dir = absl::GetFlag(FLAGS_dir);
-  hvx::data::Check(hvx::data::MakeDirs(dir));
+  hvx::data::Check(hvx::MakeDirs(dir));
   std::printf("hvx/data bench: %ld online CPUs, scratch %s\n", sysconf(_SC_NPROCESSORS_ONLN), dir.c_str());
   const std::string sections = absl::GetFlag(FLAGS_sections);
   auto want = [&](const char* s) { return sections.find(s) != std::string::npos; };

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "hvx/common/files.h"
 #include "hvx/common/status.h"
 #include "hvx/data/example.h"
 #include "hvx/data/record.h"
@@ -33,18 +34,6 @@ size_t ElementSize(uint8_t type) {
 }
 
 }  // namespace
-
-absl::Status MakeDirs(const std::string& dir) {
-  if (dir.empty()) return absl::OkStatus();
-  for (size_t pos = 1; pos <= dir.size(); ++pos) {
-    if (pos != dir.size() && dir[pos] != '/') continue;
-    std::string part = dir.substr(0, pos);
-    if (::mkdir(part.c_str(), 0755) != 0 && errno != EEXIST) {
-      return ErrnoToStatus(errno, absl::StrCat("creating directory ", part));
-    }
-  }
-  return absl::OkStatus();
-}
 
 absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path) {
   gzFile f = gzopen(path.c_str(), "rb");  // also reads uncompressed files

@@ -45,9 +45,6 @@ absl::StatusOr<std::vector<std::string>> WriteIdxShards(const std::string& image
                                                         const std::string& out_dir,
                                                         const std::string& prefix, int num_shards);
 
-// Creates `dir` and any missing parents.
-absl::Status MakeDirs(const std::string& dir);
-
 }  // namespace data
 }  // namespace hvx
 

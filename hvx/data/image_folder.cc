@@ -10,6 +10,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "hvx/common/files.h"
 #include "hvx/common/status.h"
 #include "hvx/data/example.h"
 #include "hvx/data/idx.h"

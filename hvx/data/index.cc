@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "hvx/common/files.h"
 #include "hvx/common/status.h"
 
 namespace hvx {
@@ -33,19 +34,11 @@ absl::Status WriteIndexFile(const std::string& index_path,
   const std::string tmp = absl::StrCat(index_path, ".tmp.", ::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("creating index file ", tmp));
-  const char* p = text.data();
-  size_t n = text.size();
-  while (n > 0) {
-    ssize_t w = ::write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      int e = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return ErrnoToStatus(e, absl::StrCat("writing index file ", tmp));
-    }
-    p += w;
-    n -= static_cast<size_t>(w);
+  if (!WriteFully(fd, text)) {
+    const int e = errno;
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    return ErrnoToStatus(e, absl::StrCat("writing index file ", tmp));
   }
   if (::close(fd) != 0) return ErrnoToStatus(errno, absl::StrCat("closing index file ", tmp));
   if (::rename(tmp.c_str(), index_path.c_str()) != 0) {

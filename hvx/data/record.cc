@@ -16,6 +16,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "hvx/common/files.h"
 #include "hvx/common/logging.h"
 #include "hvx/common/memory.h"
 #include "hvx/common/status.h"
@@ -117,15 +118,7 @@ std::string IsThisTfrecord(uint64_t offset) {
 }
 
 absl::Status FullWrite(int fd, const char* data, size_t n, const std::string& path) {
-  while (n > 0) {
-    ssize_t w = ::write(fd, data, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoToStatus(errno, absl::StrCat("writing ", path));
-    }
-    data += w;
-    n -= static_cast<size_t>(w);
-  }
+  if (!WriteFully(fd, absl::string_view(data, n))) return ErrnoToStatus(errno, absl::StrCat("writing ", path));
   return absl::OkStatus();
 }
 

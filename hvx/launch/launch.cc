@@ -24,6 +24,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "hvx/common/cluster.h"
+#include "hvx/common/files.h"
 #include "hvx/common/status.h"
 #include "hvx/launch/command.h"
 #include "hvx/launch/output.h"
@@ -137,9 +138,8 @@ absl::StatusOr<std::string> RunCapture(std::vector<std::string> argv, double tim
 }
 
 std::string SelfExe() {
-  char buf[4096];
-  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  return n > 0 ? std::string(buf, n) : std::string("/proc/self/exe");
+  const std::string self = SelfExecutable();
+  return self.empty() ? std::string("/proc/self/exe") : self;
 }
 
 // The per-rank wrapper: hvxrun_rank beside this binary (they are installed together, and Bazel

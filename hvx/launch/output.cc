@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "hvx/common/files.h"
 #include "hvx/common/status.h"
 
 namespace hvx {
@@ -161,16 +162,8 @@ std::string LinePrefix(TagMode mode, const RankPlacement& p) {
   return "";
 }
 
-void WriteAll(int fd, absl::string_view data) {
-  while (!data.empty()) {
-    ssize_t n = write(fd, data.data(), data.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return;  // a closed terminal or pipe: the output has nowhere to go
-    }
-    data.remove_prefix(static_cast<size_t>(n));
-  }
-}
+// A closed terminal or pipe: the output has nowhere to go, and that is not hvxrun's failure.
+void WriteAll(int fd, absl::string_view data) { hvx::WriteFully(fd, data); }
 
 OutputRouter::OutputRouter(const Plan& plan, TagMode mode, int out_fd, int err_fd, Writer writer,
                            ControlHandler on_control)

@@ -30,6 +30,8 @@ std::string FormatErrorRecord(int rank, const std::string& host, const std::stri
          " msg=" + flat + "\n";
 }
 
+// Its own copy of hvx::WriteFully (hvx/common/files.h): the rank wrapper links no library but the
+// C++ one (see rank_wrapper.h).
 void WriteFully(int fd, const std::string& data) {
   size_t done = 0;
   while (done < data.size()) {

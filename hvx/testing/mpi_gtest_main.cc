@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "hvx/common/files.h"
 
 namespace {
 
@@ -33,13 +34,11 @@ std::string Env(const char* name, const char* fallback) {
     std::fprintf(stderr, "mpi_gtest_main: MPIEXEC is not set (the hvx_mpi_test rule sets it)\n");
     std::exit(2);
   }
-  char self[PATH_MAX];
-  ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-  if (n < 0) {
+  const std::string self = hvx::SelfExecutable();
+  if (self.empty()) {
     std::perror("mpi_gtest_main: readlink /proc/self/exe");
     std::exit(2);
   }
-  self[n] = '\0';
   // MPICH leaks a little in MPI_Finalize from a dlclose'd module that no suppression can name.
   std::string asan = Env("ASAN_OPTIONS", "");
   setenv("ASAN_OPTIONS", (asan.empty() ? "detect_leaks=0" : asan + ":detect_leaks=0").c_str(), 1);

@@ -11,6 +11,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "hvx/common/files.h"
 #include "hvx/common/logging.h"
 #include "hvx/common/status.h"
 #include "hvx/core/api.h"
@@ -98,7 +99,7 @@ absl::Status PrepareDataset(const TrainConfig& config) {
     // conversion ends every rank instead of leaving them waiting.
     int64_t outcome = 0;
     if (Rank() == 0 && !data::ExpandFilePatterns(SplitFilePatterns(config.data().train_files())).ok()) {
-      absl::Status status = data::MakeDirs(source.output_dir());
+      absl::Status status = MakeDirs(source.output_dir());
       if (status.ok()) status = WriteFashionMnistShards(source);
       if (!status.ok()) {
         HVX_LOG(ERROR) << status;

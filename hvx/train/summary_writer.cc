@@ -9,6 +9,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "hvx/common/cluster.h"
+#include "hvx/common/files.h"
 #include "hvx/common/status.h"
 #include "hvx/train/event.pb.h"
 
@@ -19,18 +20,6 @@ namespace {
 double NowSeconds() { return absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()); }
 
 }  // namespace
-
-absl::Status MakeDirs(const std::string& dir) {
-  if (dir.empty()) return absl::OkStatus();
-  for (size_t pos = 1; pos <= dir.size(); ++pos) {
-    if (pos != dir.size() && dir[pos] != '/') continue;
-    const std::string prefix = dir.substr(0, pos);
-    if (mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST) {
-      return ErrnoToStatus(errno, absl::StrCat("mkdir ", prefix));
-    }
-  }
-  return absl::OkStatus();
-}
 
 absl::StatusOr<std::unique_ptr<SummaryWriter>> SummaryWriter::Create(const std::string& dir) {
   HVX_RETURN_IF_ERROR(MakeDirs(dir));

@@ -48,9 +48,6 @@ struct ScalarEvent {
 // Every scalar in the event file at `path`, in file order (checks framing and CRCs).
 absl::StatusOr<std::vector<ScalarEvent>> ReadScalarEvents(const std::string& path);
 
-// mkdir -p.
-absl::Status MakeDirs(const std::string& dir);
-
 }  // namespace train
 }  // namespace hvx
 

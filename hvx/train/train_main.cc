@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "hvx/common/cluster.h"
 #include "hvx/common/env.h"
+#include "hvx/common/files.h"
 #include "hvx/common/logging.h"
 #include "hvx/common/status.h"
 #include "hvx/core/api.h"
@@ -49,11 +50,8 @@ bool IsFile(const std::string& path) {
 }
 
 std::string SelfPath(const std::string& argv0) {
-  char buf[PATH_MAX];
-  const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  if (n <= 0) return argv0;
-  buf[n] = '\0';
-  return buf;
+  const std::string self = SelfExecutable();
+  return self.empty() ? argv0 : self;
 }
 
 absl::StatusOr<int> ResolveNumProcesses(const TrainConfig& config) {

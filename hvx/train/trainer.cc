@@ -22,6 +22,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/strip.h"
 #include "hvx/common/failpoint.h"
+#include "hvx/common/files.h"
 #include "hvx/common/logging.h"
 #include "hvx/common/status.h"
 #include "hvx/core/api.h"

@@ -1,0 +1,28 @@
+// Small file-system jobs that several packages need, done one way.
+//
+//   HVX_RETURN_IF_ERROR(hvx::MakeDirs("/ckpt/run7"));
+//   if (!hvx::WriteFully(fd, line)) return hvx::ErrnoToStatus(errno, "writing the log");
+#ifndef HVX_COMMON_FILES_H_
+#define HVX_COMMON_FILES_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+
+namespace hvx {
+
+// Creates `dir` and its missing parents (mode 0755). OK when they exist or `dir` is empty; else
+// the errno of the mkdir that failed, naming that directory.
+absl::Status MakeDirs(const std::string& dir);
+
+// Writes all of `data` to `fd`, continuing after short writes and EINTR. False, with errno set,
+// when a write fails.
+bool WriteFully(int fd, absl::string_view data);
+
+// The running executable's path (/proc/self/exe), or "" when it cannot be read.
+std::string SelfExecutable();
+
+}  // namespace hvx
+
+#endif  // HVX_COMMON_FILES_H_

@@ -1,0 +1,65 @@
+#include "hvx/common/files.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "gtest/gtest.h"
+
+namespace hvx {
+namespace {
+
+std::string TempDir() {
+  const char* t = std::getenv("TEST_TMPDIR");
+  return t ? t : "/tmp";
+}
+
+bool IsDir(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+TEST(FilesTest, MakeDirsCreatesParentsAndAcceptsExisting) {
+  const std::string dir = TempDir() + "/a/b/c";
+  ASSERT_TRUE(MakeDirs(dir).ok());
+  EXPECT_TRUE(IsDir(dir));
+  EXPECT_TRUE(MakeDirs(dir).ok());
+  EXPECT_TRUE(MakeDirs(dir + "/").ok());
+  EXPECT_TRUE(MakeDirs("").ok());
+}
+
+TEST(FilesTest, MakeDirsNamesTheDirectoryItCouldNotCreate) {
+  const std::string file = TempDir() + "/plain_file";
+  const int fd = open(file.c_str(), O_CREAT | O_WRONLY, 0644);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  absl::Status s = MakeDirs(file + "/sub");
+  EXPECT_FALSE(s.ok());
+  EXPECT_TRUE(absl::StrContains(s.message(), "creating directory " + file + "/sub")) << s;
+}
+
+TEST(FilesTest, WriteFullyWritesEverythingOrSaysWhy) {
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  const std::string data(10000, 'x');
+  ASSERT_TRUE(WriteFully(fds[1], data));
+  close(fds[1]);
+  std::string got;
+  char buf[4096];
+  for (ssize_t n; (n = read(fds[0], buf, sizeof(buf))) > 0;) got.append(buf, n);
+  close(fds[0]);
+  EXPECT_EQ(got, data);
+  EXPECT_FALSE(WriteFully(-1, "x"));
+  EXPECT_EQ(errno, EBADF);
+}
+
+TEST(FilesTest, SelfExecutableIsThisTest) {
+  EXPECT_TRUE(absl::EndsWith(SelfExecutable(), "/files_test")) << SelfExecutable();
+}
+
+}  // namespace
+}  // namespace hvx
