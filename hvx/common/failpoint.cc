@@ -6,12 +6,14 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "hvx/common/env.h"
 
 namespace hvx {
 namespace {
@@ -26,14 +28,15 @@ struct Armed {
 // Parsed once; nullptr when no failpoint applies to this process.
 const Armed* ArmedHere() {
   static const Armed* armed = []() -> const Armed* {
-    const char* spec = std::getenv("HVX_FAILPOINT");
-    if (spec == nullptr || *spec == '\0') return nullptr;
-    const std::vector<std::string> parts = absl::StrSplit(spec, ':');
+    const Environment& env = Environment::Process();
+    const std::optional<std::string> spec = env.GetNonEmpty("HVX_FAILPOINT");
+    if (!spec) return nullptr;
+    const std::vector<std::string> parts = absl::StrSplit(*spec, ':');
     int rank = -1, mine = -1, pass = 1;
-    const char* my_rank = std::getenv("HVX_RANK");
-    if (my_rank == nullptr) my_rank = std::getenv("PMI_RANK");
-    if (parts.size() < 3 || parts.size() > 4 || !absl::SimpleAtoi(parts[1], &rank) || my_rank == nullptr ||
-        !absl::SimpleAtoi(my_rank, &mine) || rank != mine ||
+    std::optional<std::string> my_rank = env.GetNonEmpty("HVX_RANK");
+    if (!my_rank) my_rank = env.GetNonEmpty("PMI_RANK");
+    if (parts.size() < 3 || parts.size() > 4 || !absl::SimpleAtoi(parts[1], &rank) || !my_rank ||
+        !absl::SimpleAtoi(*my_rank, &mine) || rank != mine ||
         (parts.size() == 4 && (!absl::SimpleAtoi(parts[3], &pass) || pass < 1))) {
       return nullptr;
     }

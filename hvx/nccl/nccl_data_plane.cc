@@ -18,6 +18,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "hvx/common/cluster.h"
+#include "hvx/common/env.h"
 #include "hvx/common/logging.h"
 #include "hvx/common/status.h"
 #include "hvx/core/agreement.h"
@@ -285,7 +286,7 @@ absl::Status NcclDataPlane::NcclCheck(ncclResult_t result, absl::string_view cal
   if (const char* last = ncclGetLastError(comm)) where.last_error = last;
 #endif
   where.dev_shm_bytes = FilesystemBytes("/dev/shm");
-  if (const char* ifname = std::getenv("NCCL_SOCKET_IFNAME")) where.socket_ifname = ifname;
+  where.socket_ifname = Environment::Process().Get("NCCL_SOCKET_IFNAME").value_or("");
   return NcclErrorToStatus(static_cast<int>(result), ncclGetErrorString(result), version_, where);
 }
 
