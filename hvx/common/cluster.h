@@ -1,7 +1,7 @@
 // Facts about the cluster a process runs in, read from the environment the way the tools that set
-// it mean them: GPUs visible to this process (CUDA's rules), SLURM's compressed node and task lists,
-// and SageMaker's host list. One implementation for the launcher (hvx/launch), which plans a job
-// from them, and the engine (hvx/core), which checks a started job against them.
+// it mean them: GPUs visible to this process (CUDA's rules), SLURM's compressed node and task
+// lists, and SageMaker's host list. One implementation for the launcher (hvx/launch), which plans a
+// job from them, and the engine (hvx/core), which checks a started job against them.
 //
 //   int gpus = CountVisibleGpus(Environment::Process());
 //   HVX_ASSIGN_OR_RETURN(std::vector<std::string> nodes, ExpandSlurmNodeList("gn[01-03],login"));

@@ -75,8 +75,12 @@ absl::StatusOr<int64_t> ParseBytesKnob(absl::string_view name, absl::string_view
     int64_t scale;
   };
   static constexpr Suffix kSuffixes[] = {
-      {"GiB", int64_t{1} << 30}, {"MiB", int64_t{1} << 20}, {"KiB", int64_t{1} << 10},
-      {"G", int64_t{1} << 30},   {"M", int64_t{1} << 20},   {"K", int64_t{1} << 10},
+      {"GiB", int64_t{1} << 30},
+      {"MiB", int64_t{1} << 20},
+      {"KiB", int64_t{1} << 10},
+      {"G", int64_t{1} << 30},
+      {"M", int64_t{1} << 20},
+      {"K", int64_t{1} << 10},
       {"B", 1},
   };
   for (const Suffix& s : kSuffixes) {

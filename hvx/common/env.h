@@ -76,8 +76,7 @@ class KnobReader {
   KnobReader(const KnobReader&) = delete;
   KnobReader& operator=(const KnobReader&) = delete;
 
-  void Read(absl::string_view name, int64_t* out,
-            int64_t min = std::numeric_limits<int64_t>::min(),
+  void Read(absl::string_view name, int64_t* out, int64_t min = std::numeric_limits<int64_t>::min(),
             int64_t max = std::numeric_limits<int64_t>::max());
   void Read(absl::string_view name, int* out, int min = std::numeric_limits<int>::min(),
             int max = std::numeric_limits<int>::max());

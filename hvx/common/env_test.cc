@@ -56,8 +56,8 @@ struct Options {
 };
 
 TEST(EnvTest, KnobReaderFillsStructAndKeepsDefaults) {
-  MapEnvironment env({{"CAP", "16"}, {"FLAG", "1"}, {"PATH_", "/tmp/t.json"}, {"FUSION", "0"},
-                      {"EMPTY", ""}});
+  MapEnvironment env(
+      {{"CAP", "16"}, {"FLAG", "1"}, {"PATH_", "/tmp/t.json"}, {"FUSION", "0"}, {"EMPTY", ""}});
   Options o;
   KnobReader knobs(env);
   knobs.Read("CAP", &o.capacity, 0);

@@ -6,8 +6,8 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
-#include <optional>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -67,8 +67,8 @@ void Failpoint(const char* point) {
   if (armed == nullptr || armed->point != point) return;
   static std::atomic<int> passes{0};
   if (passes.fetch_add(1) + 1 != armed->pass) return;
-  const std::string line = "hvx failpoint " + armed->point + ": rank " + std::to_string(armed->rank) + " " +
-                           armed->action + "\n";
+  const std::string line = "hvx failpoint " + armed->point + ": rank " +
+                           std::to_string(armed->rank) + " " + armed->action + "\n";
   [[maybe_unused]] const ssize_t written = write(2, line.data(), line.size());
   if (armed->action == "exit") {
     std::fflush(nullptr);

@@ -72,7 +72,8 @@ absl::StatusOr<LogOptions> LogOptionsFromEnv(const Environment& env) {
     if (s.ok()) {
       options.min_severity = *s;
     } else {
-      knobs.AddError(absl::InvalidArgumentError(absl::StrCat("HVX_LOG_LEVEL=", s.status().message())));
+      knobs.AddError(
+          absl::InvalidArgumentError(absl::StrCat("HVX_LOG_LEVEL=", s.status().message())));
     }
   }
   bool tagged = false;
@@ -136,9 +137,10 @@ LogMessage::~LogMessage() {
   std::string text;
   int rank = LogRank();
   if (rank_prefix && rank >= 0) absl::StrAppend(&text, "[", rank, "] ");
-  absl::StrAppendFormat(&text, "%c%02d%02d %02d:%02d:%02d.%06d %s:%d] ", LogSeverityLetter(severity_),
-                        local.tm_mon + 1, local.tm_mday, local.tm_hour, local.tm_min, local.tm_sec,
-                        static_cast<int>(tv.tv_usec), base, line_);
+  absl::StrAppendFormat(&text, "%c%02d%02d %02d:%02d:%02d.%06d %s:%d] ",
+                        LogSeverityLetter(severity_), local.tm_mon + 1, local.tm_mday,
+                        local.tm_hour, local.tm_min, local.tm_sec, static_cast<int>(tv.tv_usec),
+                        base, line_);
   std::string body = stream_.str();
   // A message with embedded newlines stays one record: continuation lines are indented.
   for (char c : body) {

@@ -90,9 +90,9 @@ struct Voidify {
 
 }  // namespace hvx
 
-#define HVX_LOG_IF_(severity, condition)                                            \
-  !((condition) && ::hvx::LogEnabled(severity))                                    \
-      ? (void)0                                                                    \
+#define HVX_LOG_IF_(severity, condition)        \
+  !((condition) && ::hvx::LogEnabled(severity)) \
+      ? (void)0                                 \
       : ::hvx::log_internal::Voidify() & ::hvx::LogMessage(__FILE__, __LINE__, severity).stream()
 
 #define HVX_LOG(severity) HVX_LOG_IF_(::hvx::log_internal::severity, true)

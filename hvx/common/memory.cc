@@ -26,8 +26,11 @@ absl::StatusOr<std::string> RetainFreedHeapMemory(const Environment& env) {
   // mallopt returns 1 on success; a glibc that rejects a value keeps its default for it.
   const bool trim = mallopt(M_TRIM_THRESHOLD, kTrim) == 1;
   const bool mmap = mallopt(M_MMAP_THRESHOLD, kMmap) == 1;
-  if (!trim || !mmap) return std::string("heap: glibc defaults (this allocator does not take mallopt settings)");
-  return std::string("heap: freed memory kept for reuse (trim threshold 1 GiB, blocks up to 32 MiB from the heap)");
+  if (!trim || !mmap)
+    return std::string("heap: glibc defaults (this allocator does not take mallopt settings)");
+  return std::string(
+      "heap: freed memory kept for reuse (trim threshold 1 GiB, blocks up to 32 MiB from the "
+      "heap)");
 }
 
 char* MapHugePages(size_t bytes) {

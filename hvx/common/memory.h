@@ -1,7 +1,8 @@
 // Process-wide heap settings for training processes.
 //
 //   // First thing in main(), before the framework allocates:
-//   HVX_ASSIGN_OR_RETURN(std::string line, hvx::RetainFreedHeapMemory(hvx::Environment::Process()));
+//   HVX_ASSIGN_OR_RETURN(std::string line,
+//   hvx::RetainFreedHeapMemory(hvx::Environment::Process()));
 //
 // Why: on the VMs hvx is measured on, the first touch of a fresh 4 KiB page costs about 3.3 ms
 // per MiB (hvx/mpi/README.md has the measurements). A training step allocates its activations and

@@ -39,10 +39,12 @@ TEST(MemoryTest, LaterStepsReuseFreedMemoryWithoutPageFaults) {
 
 TEST(MemoryTest, UserSettingsWin) {
   EXPECT_TRUE(absl::StrContains(
-      RetainFreedHeapMemory(MapEnvironment({{"GLIBC_TUNABLES", "glibc.malloc.hugetlb=1"}})).value(), "GLIBC_TUNABLES"));
+      RetainFreedHeapMemory(MapEnvironment({{"GLIBC_TUNABLES", "glibc.malloc.hugetlb=1"}})).value(),
+      "GLIBC_TUNABLES"));
   for (const char* off : {"0", "off", "false", "no"}) {
-    EXPECT_TRUE(absl::StrContains(RetainFreedHeapMemory(MapEnvironment({{"HVX_RETAIN_FREED_MEMORY", off}})).value(),
-                                  "glibc defaults"))
+    EXPECT_TRUE(absl::StrContains(
+        RetainFreedHeapMemory(MapEnvironment({{"HVX_RETAIN_FREED_MEMORY", off}})).value(),
+        "glibc defaults"))
         << off;
   }
 }
@@ -50,7 +52,8 @@ TEST(MemoryTest, UserSettingsWin) {
 TEST(MemoryTest, ANonBooleanKnobIsAnError) {
   auto bad = RetainFreedHeapMemory(MapEnvironment({{"HVX_RETAIN_FREED_MEMORY", "sometimes"}}));
   ASSERT_FALSE(bad.ok());
-  EXPECT_TRUE(absl::StrContains(bad.status().message(), "HVX_RETAIN_FREED_MEMORY='sometimes'")) << bad.status();
+  EXPECT_TRUE(absl::StrContains(bad.status().message(), "HVX_RETAIN_FREED_MEMORY='sometimes'"))
+      << bad.status();
 }
 
 }  // namespace

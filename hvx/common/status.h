@@ -29,10 +29,10 @@ absl::Status ErrnoToStatus(int errnum, absl::string_view context);
 #define HVX_STATUS_CONCAT_(a, b) HVX_STATUS_CONCAT_INNER_(a, b)
 
 // Evaluates `expr` (an absl::Status) and returns it from the enclosing function if it is not OK.
-#define HVX_RETURN_IF_ERROR(expr)                       \
-  do {                                                  \
-    ::absl::Status hvx_status_ = (expr);                \
-    if (!hvx_status_.ok()) return hvx_status_;          \
+#define HVX_RETURN_IF_ERROR(expr)              \
+  do {                                         \
+    ::absl::Status hvx_status_ = (expr);       \
+    if (!hvx_status_.ok()) return hvx_status_; \
   } while (0)
 
 // Evaluates `rexpr` (an absl::StatusOr<T>); returns its status if not OK, else moves the value

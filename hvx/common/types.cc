@@ -96,7 +96,9 @@ absl::Status TensorShape::Validate() const {
   return absl::OkStatus();
 }
 
-std::string TensorShape::DebugString() const { return absl::StrCat("[", absl::StrJoin(dims_, ", "), "]"); }
+std::string TensorShape::DebugString() const {
+  return absl::StrCat("[", absl::StrJoin(dims_, ", "), "]");
+}
 
 std::string TensorRef::DebugString() const {
   return absl::StrCat(DataTypeName(dtype_), shape_.DebugString(), " ", device_.ToString());

@@ -31,8 +31,9 @@ enum class DataType : uint8_t {
 };
 
 inline constexpr DataType kAllDataTypes[] = {
-    DataType::kUint8,    DataType::kInt8,    DataType::kInt32,   DataType::kInt64, DataType::kFloat16,
-    DataType::kBfloat16, DataType::kFloat32, DataType::kFloat64, DataType::kBool,
+    DataType::kUint8,   DataType::kInt8,    DataType::kInt32,
+    DataType::kInt64,   DataType::kFloat16, DataType::kBfloat16,
+    DataType::kFloat32, DataType::kFloat64, DataType::kBool,
 };
 
 // Bytes per element: 1, 1, 4, 8, 2, 2, 4, 8, 1.

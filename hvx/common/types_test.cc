@@ -58,7 +58,7 @@ TEST(HalfTest, KnownEncodings) {
   EXPECT_EQ(FloatToHalf(1.5f), 0x3e00);
   EXPECT_EQ(FloatToHalf(-2.0f), 0xc000);
   EXPECT_EQ(FloatToHalf(65504.0f), 0x7bff);
-  EXPECT_EQ(FloatToHalf(65520.0f), 0x7c00);  // ties to even rounds up to inf
+  EXPECT_EQ(FloatToHalf(65520.0f), 0x7c00);               // ties to even rounds up to inf
   EXPECT_EQ(FloatToHalf(std::ldexp(1.0f, -24)), 0x0001);  // smallest subnormal
   EXPECT_EQ(FloatToHalf(std::ldexp(1.0f, -26)), 0x0000);
   EXPECT_EQ(HalfToFloat(0x0001), std::ldexp(1.0f, -24));

@@ -79,7 +79,8 @@ absl::Status CompareSettings(const std::vector<std::string>& encoded_by_rank) {
     for (const auto& [name, value] : all[r]) {
       auto& list = values[name];
       if (list.empty()) names.push_back(name);
-      auto it = std::find_if(list.begin(), list.end(), [&](const auto& v) { return v.first == value; });
+      auto it =
+          std::find_if(list.begin(), list.end(), [&](const auto& v) { return v.first == value; });
       if (it == list.end()) {
         list.push_back({value, {r}});
       } else {
@@ -96,14 +97,15 @@ absl::Status CompareSettings(const std::vector<std::string>& encoded_by_rank) {
     std::vector<std::string> parts;
     for (const auto& [value, ranks] : list) {
       parts.push_back(absl::StrCat(ranks.size() == 1 ? "rank " : "ranks ", RankRanges(ranks),
-                                   ranks.size() == 1 ? " has " : " have ", value.empty() ? "(unset)" : value));
+                                   ranks.size() == 1 ? " has " : " have ",
+                                   value.empty() ? "(unset)" : value));
     }
     if (holders < static_cast<int>(all.size())) parts.push_back("the other ranks do not set it");
     lines.push_back(absl::StrCat(name, ": ", absl::StrJoin(parts, ", ")));
   }
   if (lines.empty()) return absl::OkStatus();
-  return absl::FailedPreconditionError(
-      absl::StrCat("settings that must be the same on every rank differ: ", absl::StrJoin(lines, "; ")));
+  return absl::FailedPreconditionError(absl::StrCat(
+      "settings that must be the same on every rank differ: ", absl::StrJoin(lines, "; ")));
 }
 
 }  // namespace hvx

@@ -40,12 +40,14 @@ TEST(AgreementTest, DifferencesNameEveryValueAndItsRanks) {
   absl::Status s = CompareSettings(all);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(s.message(),
-            "settings that must be the same on every rank differ: HVX_FUSION_THRESHOLD: ranks 0-3 have 128MiB, "
+            "settings that must be the same on every rank differ: HVX_FUSION_THRESHOLD: ranks 0-3 "
+            "have 128MiB, "
             "ranks 4-7 have 64MiB; dataset samples: ranks 0-5,7 have 60000, rank 6 has 59999");
 }
 
 // Starts n in-process engines whose options `adjust` changes per rank; returns what each Init said.
-std::vector<absl::Status> StartRanks(int n, const std::function<void(int rank, InitOptions*)>& adjust) {
+std::vector<absl::Status> StartRanks(int n,
+                                     const std::function<void(int rank, InitOptions*)>& adjust) {
   auto hub = std::make_shared<FakeHub>(n);
   std::vector<absl::Status> results(n);
   std::vector<std::thread> threads;
@@ -71,20 +73,23 @@ TEST(AgreementTest, InitFailsOnEveryRankWhenAKnobDiffers) {
   });
   for (int r = 0; r < kRanks; ++r) {
     EXPECT_EQ(results[r].code(), absl::StatusCode::kFailedPrecondition) << "rank " << r;
-    EXPECT_TRUE(absl::StrContains(results[r].message(),
-                                  "HVX_FUSION_THRESHOLD: ranks 0-1 have 128MiB, ranks 2-3 have 64MiB; "
-                                  "HVX_CACHE_CAPACITY: ranks 0-2 have 1024, rank 3 has 0"))
+    EXPECT_TRUE(
+        absl::StrContains(results[r].message(),
+                          "HVX_FUSION_THRESHOLD: ranks 0-1 have 128MiB, ranks 2-3 have 64MiB; "
+                          "HVX_CACHE_CAPACITY: ranks 0-2 have 1024, rank 3 has 0"))
         << "rank " << r << ": " << results[r];
   }
 }
 
 TEST(AgreementTest, ProcessSetsMustAgree) {
   constexpr int kRanks = 2;
-  const std::vector<absl::Status> results =
-      StartRanks(kRanks, [](int r, InitOptions* o) { o->process_sets = r == 1 ? std::vector<std::vector<int>>{{1}}
-                                                                             : std::vector<std::vector<int>>{{0, 1}}; });
+  const std::vector<absl::Status> results = StartRanks(kRanks, [](int r, InitOptions* o) {
+    o->process_sets =
+        r == 1 ? std::vector<std::vector<int>>{{1}} : std::vector<std::vector<int>>{{0, 1}};
+  });
   for (int r = 0; r < kRanks; ++r) {
-    EXPECT_TRUE(absl::StrContains(results[r].message(), "process sets: rank 0 has [0,1], rank 1 has [1]"))
+    EXPECT_TRUE(
+        absl::StrContains(results[r].message(), "process sets: rank 0 has [0,1], rank 1 has [1]"))
         << results[r];
   }
 }

@@ -31,8 +31,8 @@ Engine* Live() {
 Handle NotInitialized(const std::string& name) {
   auto st = std::make_shared<internal::OpState>();
   st->name = name;
-  st->Complete(absl::FailedPreconditionError(
-      absl::StrCat("tensor '", name, "': hvx is not initialized (call hvx::Init first) or was shut down")));
+  st->Complete(absl::FailedPreconditionError(absl::StrCat(
+      "tensor '", name, "': hvx is not initialized (call hvx::Init first) or was shut down")));
   return Handle(st);
 }
 
@@ -55,8 +55,8 @@ void ShutdownAtExit(int exit_status, void*) {
   }
   absl::Status s = engine->Shutdown();
   if (!s.ok()) {
-    HVX_LOG(ERROR) << "hvx shutdown at exit failed: " << s << "; exiting with status " << kShutdownTimeoutExitCode
-                   << " instead of 0";
+    HVX_LOG(ERROR) << "hvx shutdown at exit failed: " << s << "; exiting with status "
+                   << kShutdownTimeoutExitCode << " instead of 0";
     std::fflush(nullptr);
     _exit(kShutdownTimeoutExitCode);
   }
@@ -101,7 +101,8 @@ absl::StatusOr<InitOptions> InitOptions::FromEnv(const Environment& env) {
   HVX_RETURN_IF_ERROR(knobs.status());
   HVX_RETURN_IF_ERROR(o.Validate());
   if (auto sev = ParseLogSeverity(o.log_level); !sev.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("HVX_LOG_LEVEL='", o.log_level, "': ", sev.status().message()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("HVX_LOG_LEVEL='", o.log_level, "': ", sev.status().message()));
   }
   return o;
 }
@@ -112,14 +113,19 @@ absl::Status Init() {
 }
 
 absl::Status InitOptions::Validate() const {
-  for (const auto& [name, value] : {std::pair<const char*, double>{"HVX_SHUTDOWN_TIMEOUT_S", shutdown_timeout_s},
-                                    {"HVX_COLLECTIVE_TIMEOUT_S", collective_timeout_s}}) {
-    if (!(value > 0)) return absl::InvalidArgumentError(absl::StrCat(name, "='", value, "': must be more than 0 seconds"));
+  for (const auto& [name, value] :
+       {std::pair<const char*, double>{"HVX_SHUTDOWN_TIMEOUT_S", shutdown_timeout_s},
+        {"HVX_COLLECTIVE_TIMEOUT_S", collective_timeout_s}}) {
+    if (!(value > 0))
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, "='", value, "': must be more than 0 seconds"));
   }
-  if (stall_shutdown_time_s > 0 && (stall_check_time_s <= 0 || stall_shutdown_time_s <= stall_check_time_s)) {
+  if (stall_shutdown_time_s > 0 &&
+      (stall_check_time_s <= 0 || stall_shutdown_time_s <= stall_check_time_s)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "HVX_STALL_SHUTDOWN_TIME_S=", stall_shutdown_time_s, " needs the stall check on and must exceed it (HVX_STALL_CHECK_TIME_S=",
-        stall_check_time_s, "): stalled ops fail only after they have been reported; raise it or set it to 0"));
+        "HVX_STALL_SHUTDOWN_TIME_S=", stall_shutdown_time_s,
+        " needs the stall check on and must exceed it (HVX_STALL_CHECK_TIME_S=", stall_check_time_s,
+        "): stalled ops fail only after they have been reported; raise it or set it to 0"));
   }
   return absl::OkStatus();
 }
@@ -128,8 +134,9 @@ absl::Status Init(const InitOptions& options) {
   HVX_RETURN_IF_ERROR(options.Validate());
   std::lock_guard<std::mutex> lock(g_mu);
   if (g_engine != nullptr) {
-    return absl::FailedPreconditionError(g_shut_down ? "hvx::Init: hvx was shut down and cannot start again"
-                                                     : "hvx::Init: already initialized");
+    return absl::FailedPreconditionError(g_shut_down
+                                             ? "hvx::Init: hvx was shut down and cannot start again"
+                                             : "hvx::Init: already initialized");
   }
   HVX_ASSIGN_OR_RETURN(LogSeverity severity, ParseLogSeverity(options.log_level));
   LogOptions log = CurrentLogOptions();
@@ -146,8 +153,9 @@ absl::Status Init(const InitOptions& options) {
   }
   TransportFactory factory = FindTransport(name);
   if (!factory) {
-    return absl::FailedPreconditionError(absl::StrCat("hvx::Init: transport '", name, "' is not linked (linked: ",
-                                                      absl::StrJoin(registered, ", "), ")"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("hvx::Init: transport '", name,
+                     "' is not linked (linked: ", absl::StrJoin(registered, ", "), ")"));
   }
   HVX_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Start(options, factory()));
   g_engine = engine.release();
@@ -173,8 +181,8 @@ absl::Status Shutdown() {
 bool IsInitialized() { return Live() != nullptr; }
 
 #define HVX_TOPOLOGY_GETTER(Fn, field)   \
-  int Fn() {                            \
-    Engine* e = Live();                 \
+  int Fn() {                             \
+    Engine* e = Live();                  \
     return e ? e->topology().field : -1; \
   }
 HVX_TOPOLOGY_GETTER(Rank, rank)
@@ -245,13 +253,14 @@ absl::Status WaitAll(const std::vector<Handle>& handles) {
   return first;
 }
 
-Handle Allreduce(std::string name, TensorRef input, TensorRef output, const AllreduceOptions& options) {
+Handle Allreduce(std::string name, TensorRef input, TensorRef output,
+                 const AllreduceOptions& options) {
   Engine* e = Live();
   return e ? e->Allreduce(std::move(name), input, output, options) : NotInitialized(name);
 }
 
-Handle GroupedAllreduce(std::string name, std::vector<TensorRef> inputs, std::vector<TensorRef> outputs,
-                        const AllreduceOptions& options) {
+Handle GroupedAllreduce(std::string name, std::vector<TensorRef> inputs,
+                        std::vector<TensorRef> outputs, const AllreduceOptions& options) {
   Engine* e = Live();
   return e ? e->GroupedAllreduce(std::move(name), std::move(inputs), std::move(outputs), options)
            : NotInitialized(name);
@@ -262,12 +271,14 @@ Handle Allgather(std::string name, TensorRef input, const CollectiveOptions& opt
   return e ? e->Allgather(std::move(name), input, options) : NotInitialized(name);
 }
 
-Handle Broadcast(std::string name, TensorRef tensor, int root_rank, const CollectiveOptions& options) {
+Handle Broadcast(std::string name, TensorRef tensor, int root_rank,
+                 const CollectiveOptions& options) {
   Engine* e = Live();
   return e ? e->Broadcast(std::move(name), tensor, root_rank, options) : NotInitialized(name);
 }
 
-Handle Alltoall(std::string name, TensorRef input, std::vector<int64_t> splits, const CollectiveOptions& options) {
+Handle Alltoall(std::string name, TensorRef input, std::vector<int64_t> splits,
+                const CollectiveOptions& options) {
   Engine* e = Live();
   return e ? e->Alltoall(std::move(name), input, std::move(splits), options) : NotInitialized(name);
 }
@@ -277,11 +288,12 @@ Handle ReduceScatter(std::string name, TensorRef input, const ReduceScatterOptio
   return e ? e->ReduceScatter(std::move(name), input, options) : NotInitialized(name);
 }
 
-absl::Status CheckSameOnEveryRank(const std::string& name,
-                                  const std::vector<std::pair<std::string, std::string>>& settings) {
+absl::Status CheckSameOnEveryRank(
+    const std::string& name, const std::vector<std::pair<std::string, std::string>>& settings) {
   std::string mine = EncodeSettings(settings);
   int64_t length = static_cast<int64_t>(mine.size());
-  Handle lengths = Allgather(absl::StrCat(name, ".lengths"), TensorRef(DataType::kInt64, {1}, &length));
+  Handle lengths =
+      Allgather(absl::StrCat(name, ".lengths"), TensorRef(DataType::kInt64, {1}, &length));
   HVX_RETURN_IF_ERROR(Wait(lengths));
   Handle bytes = Allgather(absl::StrCat(name, ".settings"),
                            TensorRef(DataType::kUint8, {length}, mine.data()));
@@ -289,7 +301,8 @@ absl::Status CheckSameOnEveryRank(const std::string& name,
   const int64_t* each = lengths.output().data_as<int64_t>();
   const char* all = static_cast<const char*>(bytes.output().data());
   std::vector<std::string> by_rank;
-  for (int r = 0, off = 0; r < Size(); off += each[r], ++r) by_rank.emplace_back(all + off, each[r]);
+  for (int r = 0, off = 0; r < Size(); off += each[r], ++r)
+    by_rank.emplace_back(all + off, each[r]);
   return CompareSettings(by_rank);
 }
 

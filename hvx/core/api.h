@@ -85,7 +85,8 @@ struct InitOptions {
   // GPU tensors (the NCCL data plane): reduce-scatter inside each host, the transport across hosts,
   // allgather inside the host, on several homogeneous hosts (HVX_HIERARCHICAL_ALLREDUCE).
   bool hierarchical_allreduce = false;
-  // GPU tensors: reduce float16/bfloat16 in float32, as the CPU path does (HVX_NCCL_HALF_IN_FLOAT32).
+  // GPU tensors: reduce float16/bfloat16 in float32, as the CPU path does
+  // (HVX_NCCL_HALF_IN_FLOAT32).
   bool nccl_half_in_float32 = false;
   // Upper bound, in seconds (> 0), on the transport's finalization in Shutdown
   // (HVX_SHUTDOWN_TIMEOUT_S): it includes waiting for every other rank to reach the end of the job.
@@ -148,16 +149,17 @@ inline constexpr int kShutdownTimeoutExitCode = 124;
 bool IsInitialized();
 
 // Topology. Before Init (or after Shutdown) these return -1 (false for IsHomogeneous).
-int Rank();        // 0 .. Size()-1
-int Size();        // processes in the job
-int LocalRank();   // index among the processes on this host (same gethostname())
-int LocalSize();   // processes on this host
-int CrossRank();   // index of this host among the hosts that have a process with this LocalRank
-int CrossSize();   // hosts that have a process with this LocalRank
+int Rank();            // 0 .. Size()-1
+int Size();            // processes in the job
+int LocalRank();       // index among the processes on this host (same gethostname())
+int LocalSize();       // processes on this host
+int CrossRank();       // index of this host among the hosts that have a process with this LocalRank
+int CrossSize();       // hosts that have a process with this LocalRank
 bool IsHomogeneous();  // every host runs the same number of processes
 
 // A group of ranks that runs collectives among themselves, with its own coordinator (its lowest
-// rank) and ranks numbered 0..size-1 in the order of `ranks()`. The default value is the global set.
+// rank) and ranks numbered 0..size-1 in the order of `ranks()`. The default value is the global
+// set.
 class ProcessSet {
  public:
   ProcessSet() = default;
@@ -191,8 +193,8 @@ absl::StatusOr<ProcessSet> AddProcessSet(std::vector<int> ranks);
 // and the input's device; the returned memory must hold shape.num_elements() elements and stay
 // alive until the handle completes. Without an allocator hvx allocates CPU memory owned by the
 // handle (Handle::output()); tensors on other devices require one.
-using OutputAllocator =
-    std::function<absl::StatusOr<TensorRef>(DataType dtype, const TensorShape& shape, const Device& device)>;
+using OutputAllocator = std::function<absl::StatusOr<TensorRef>(
+    DataType dtype, const TensorShape& shape, const Device& device)>;
 
 namespace internal {
 struct OpState;
@@ -246,12 +248,13 @@ struct AllreduceOptions {
 // Reduces `input` across the process set into `output` (same dtype and shape; may be the same
 // memory). Every DataType works on CPU; float16/bfloat16 are reduced in float32 and rounded back.
 // Shapes must be equal on all ranks.
-Handle Allreduce(std::string name, TensorRef input, TensorRef output, const AllreduceOptions& options = {});
+Handle Allreduce(std::string name, TensorRef input, TensorRef output,
+                 const AllreduceOptions& options = {});
 
 // Allreduces several tensors as one op: they are negotiated and fused together, and the handle
 // completes when all are done. Tensor i is named "<name>.<i>". inputs and outputs pair up.
-Handle GroupedAllreduce(std::string name, std::vector<TensorRef> inputs, std::vector<TensorRef> outputs,
-                        const AllreduceOptions& options = {});
+Handle GroupedAllreduce(std::string name, std::vector<TensorRef> inputs,
+                        std::vector<TensorRef> outputs, const AllreduceOptions& options = {});
 
 struct CollectiveOptions {
   ProcessSet process_set;
@@ -268,16 +271,18 @@ Handle Allgather(std::string name, TensorRef input, const CollectiveOptions& opt
 // ranks holding them ("dataset samples: ranks 0-5,7 have 60000, rank 6 has 59999"). For what a
 // program must agree on beyond hvx's own knobs (which Init compares): a dataset's size and files,
 // a config. `name` names the two allgathers it runs.
-absl::Status CheckSameOnEveryRank(const std::string& name, const std::vector<std::pair<std::string, std::string>>& settings);
+absl::Status CheckSameOnEveryRank(const std::string& name,
+                                  const std::vector<std::pair<std::string, std::string>>& settings);
 
 // Copies `tensor` from `root_rank` (a rank within the process set) to every rank, in place. Shape,
 // dtype and root must agree on every rank.
-Handle Broadcast(std::string name, TensorRef tensor, int root_rank, const CollectiveOptions& options = {});
+Handle Broadcast(std::string name, TensorRef tensor, int root_rank,
+                 const CollectiveOptions& options = {});
 
-// Sends splits[j] rows (along the first dimension) of `input` to rank j of the process set, in order,
-// and receives the rows others send here, concatenated in rank order. Empty `splits` means an equal
-// split (the first dimension must divide by the set size). Non-first dimensions must agree.
-// Received row counts are in Handle::received_splits().
+// Sends splits[j] rows (along the first dimension) of `input` to rank j of the process set, in
+// order, and receives the rows others send here, concatenated in rank order. Empty `splits` means
+// an equal split (the first dimension must divide by the set size). Non-first dimensions must
+// agree. Received row counts are in Handle::received_splits().
 Handle Alltoall(std::string name, TensorRef input, std::vector<int64_t> splits = {},
                 const CollectiveOptions& options = {});
 

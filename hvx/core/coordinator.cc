@@ -67,7 +67,8 @@ void Coordinator::Add(int rank, const RequestList& list, absl::Time now) {
   if (list.shutdown) shutdown_ = true;
   for (const Request& req : list.requests) {
     if (req.type == OpType::kJoin) {
-      if (joined_.insert(rank).second) last_joined_ = options_.global_ranks.empty() ? rank : options_.global_ranks[rank];
+      if (joined_.insert(rank).second)
+        last_joined_ = options_.global_ranks.empty() ? rank : options_.global_ranks[rank];
       continue;
     }
     auto [it, inserted] = table_.try_emplace(req.name);
@@ -116,39 +117,44 @@ Response Coordinator::Validate(const std::string& name, const Pending& p) const 
     const Device& d = p.by_rank[r]->device;
     const Device& own = device_of_rank_[r].at(d.type);
     if (d != own) {
-      return error(absl::StrCat(WhoOnHost(r), " put it on ", d.ToString(), " but its earlier tensors on ",
-                                own.ToString(), "; each rank keeps all its GPU tensors on one device, its own"));
+      return error(absl::StrCat(WhoOnHost(r), " put it on ", d.ToString(),
+                                " but its earlier tensors on ", own.ToString(),
+                                "; each rank keeps all its GPU tensors on one device, its own"));
     }
   }
   for (int r = first + 1; r < size_; ++r) {
     if (!p.by_rank[r].has_value()) continue;
     const Request& b = *p.by_rank[r];
     if (b.type != a.type) {
-      return error(absl::StrCat("mismatched operations: ", Who(first), " did ", OpTypeName(a.type), ", ",
-                                Who(r), " did ", OpTypeName(b.type)));
+      return error(absl::StrCat("mismatched operations: ", Who(first), " did ", OpTypeName(a.type),
+                                ", ", Who(r), " did ", OpTypeName(b.type)));
     }
     if (b.dtype != a.dtype) {
-      return error(absl::StrCat("mismatched data types: ", Who(first), " sent ", DataTypeName(a.dtype), ", ",
-                                Who(r), " sent ", DataTypeName(b.dtype)));
+      return error(absl::StrCat("mismatched data types: ", Who(first), " sent ",
+                                DataTypeName(a.dtype), ", ", Who(r), " sent ",
+                                DataTypeName(b.dtype)));
     }
     if (b.device.type != a.device.type) {
-      return error(absl::StrCat("mismatched devices: ", WhoOnHost(first), " used ", a.device.ToString(), ", ",
-                                WhoOnHost(r), " used ", b.device.ToString()));
+      return error(absl::StrCat("mismatched devices: ", WhoOnHost(first), " used ",
+                                a.device.ToString(), ", ", WhoOnHost(r), " used ",
+                                b.device.ToString()));
     }
     switch (a.type) {
       case OpType::kAllreduce:
       case OpType::kReduceScatter:
       case OpType::kBroadcast:
         if (b.shape != a.shape) {
-          return error(absl::StrCat("mismatched ", OpTypeName(a.type), " shapes: ", Who(first), " sent ",
-                                    ShapeString(a.shape), ", ", Who(r), " sent ", ShapeString(b.shape)));
+          return error(absl::StrCat("mismatched ", OpTypeName(a.type), " shapes: ", Who(first),
+                                    " sent ", ShapeString(a.shape), ", ", Who(r), " sent ",
+                                    ShapeString(b.shape)));
         }
         break;
       case OpType::kAllgather:
       case OpType::kAlltoall:
         if (b.shape.size() != a.shape.size() || Tail(b.shape) != Tail(a.shape)) {
-          return error(absl::StrCat("mismatched ", OpTypeName(a.type), " shapes: ", Who(first), " sent ",
-                                    ShapeString(a.shape), ", ", Who(r), " sent ", ShapeString(b.shape),
+          return error(absl::StrCat("mismatched ", OpTypeName(a.type), " shapes: ", Who(first),
+                                    " sent ", ShapeString(a.shape), ", ", Who(r), " sent ",
+                                    ShapeString(b.shape),
                                     " (all dimensions but the first must agree)"));
         }
         break;
@@ -158,23 +164,27 @@ Response Coordinator::Validate(const std::string& name, const Pending& p) const 
     if (a.type == OpType::kAllreduce || a.type == OpType::kReduceScatter) {
       if (b.reduce_op != a.reduce_op) {
         return error(absl::StrCat("mismatched reduction operations: ", Who(first), " used ",
-                                  ReduceOpName(a.reduce_op), ", ", Who(r), " used ", ReduceOpName(b.reduce_op)));
+                                  ReduceOpName(a.reduce_op), ", ", Who(r), " used ",
+                                  ReduceOpName(b.reduce_op)));
       }
       if (b.prescale != a.prescale || b.postscale != a.postscale) {
-        return error(absl::StrCat("mismatched prescale/postscale factors: ", Who(first), " used ", a.prescale,
-                                  "/", a.postscale, ", ", Who(r), " used ", b.prescale, "/", b.postscale));
+        return error(absl::StrCat("mismatched prescale/postscale factors: ", Who(first), " used ",
+                                  a.prescale, "/", a.postscale, ", ", Who(r), " used ", b.prescale,
+                                  "/", b.postscale));
       }
     }
     if (a.type == OpType::kBroadcast && b.root != a.root) {
-      return error(absl::StrCat("mismatched BROADCAST root ranks: ", Who(first), " named root ", a.root, ", ",
-                                Who(r), " named root ", b.root));
+      return error(absl::StrCat("mismatched BROADCAST root ranks: ", Who(first), " named root ",
+                                a.root, ", ", Who(r), " named root ", b.root));
     }
   }
   if (!joined_.empty() && a.type != OpType::kAllreduce) {
     std::vector<int> who;
-    for (int r : joined_) who.push_back(options_.global_ranks.empty() ? r : options_.global_ranks[r]);
-    return error(absl::StrCat(OpTypeName(a.type), " is not supported while ranks have joined (joined: ",
-                              absl::StrJoin(who, ", "), ")"));
+    for (int r : joined_)
+      who.push_back(options_.global_ranks.empty() ? r : options_.global_ranks[r]);
+    return error(absl::StrCat(
+        OpTypeName(a.type),
+        " is not supported while ranks have joined (joined: ", absl::StrJoin(who, ", "), ")"));
   }
 
   Response resp;
@@ -191,30 +201,37 @@ Response Coordinator::Validate(const std::string& name, const Pending& p) const 
     case OpType::kAllreduce:
       if (a.reduce_op == ReduceOp::kAdasum) {
         if ((size_ & (size_ - 1)) != 0) {
-          return error(absl::StrCat("Adasum needs a power-of-two number of ranks; this process set has ", size_));
+          return error(absl::StrCat(
+              "Adasum needs a power-of-two number of ranks; this process set has ", size_));
         }
         if (!IsFloatingPoint(a.dtype)) {
-          return error(absl::StrCat("Adasum needs a floating-point tensor, got ", DataTypeName(a.dtype)));
+          return error(
+              absl::StrCat("Adasum needs a floating-point tensor, got ", DataTypeName(a.dtype)));
         }
       }
       break;
     case OpType::kReduceScatter:
-      if (a.shape.empty()) return error("REDUCESCATTER of a rank-0 (scalar) tensor; give it a first dimension");
+      if (a.shape.empty())
+        return error("REDUCESCATTER of a rank-0 (scalar) tensor; give it a first dimension");
       if (a.reduce_op != ReduceOp::kSum && a.reduce_op != ReduceOp::kAverage) {
-        return error(absl::StrCat("REDUCESCATTER supports sum and average, not ", ReduceOpName(a.reduce_op)));
+        return error(absl::StrCat("REDUCESCATTER supports sum and average, not ",
+                                  ReduceOpName(a.reduce_op)));
       }
       break;
     case OpType::kBroadcast:
       if (a.root < 0 || a.root >= size_) {
-        return error(absl::StrCat("BROADCAST root rank ", a.root, " is outside the process set of size ", size_));
+        return error(absl::StrCat("BROADCAST root rank ", a.root,
+                                  " is outside the process set of size ", size_));
       }
       break;
     case OpType::kAllgather:
-      if (a.shape.empty()) return error("ALLGATHER of a rank-0 (scalar) tensor; give it a first dimension");
+      if (a.shape.empty())
+        return error("ALLGATHER of a rank-0 (scalar) tensor; give it a first dimension");
       for (int r = 0; r < size_; ++r) resp.rows.push_back(p.by_rank[r]->shape[0]);
       break;
     case OpType::kAlltoall: {
-      if (a.shape.empty()) return error("ALLTOALL of a rank-0 (scalar) tensor; give it a first dimension");
+      if (a.shape.empty())
+        return error("ALLTOALL of a rank-0 (scalar) tensor; give it a first dimension");
       resp.rows.assign(static_cast<size_t>(size_) * size_, 0);
       for (int r = 0; r < size_; ++r) {
         const Request& q = *p.by_rank[r];
@@ -228,8 +245,8 @@ Response Coordinator::Validate(const std::string& name, const Pending& p) const 
           continue;
         }
         if (static_cast<int>(q.splits.size()) != size_) {
-          return error(absl::StrCat(Who(r), " gave ", q.splits.size(), " ALLTOALL splits for a set of ", size_,
-                                    " ranks"));
+          return error(absl::StrCat(Who(r), " gave ", q.splits.size(),
+                                    " ALLTOALL splits for a set of ", size_, " ranks"));
         }
         int64_t sum = 0;
         for (int64_t s : q.splits) {
@@ -237,8 +254,8 @@ Response Coordinator::Validate(const std::string& name, const Pending& p) const 
           sum += s;
         }
         if (sum != dim0) {
-          return error(absl::StrCat(Who(r), "'s ALLTOALL splits sum to ", sum, " but its first dimension is ",
-                                    dim0));
+          return error(absl::StrCat(Who(r), "'s ALLTOALL splits sum to ", sum,
+                                    " but its first dimension is ", dim0));
         }
         for (int j = 0; j < size_; ++j) resp.rows[r * size_ + j] = q.splits[j];
       }
@@ -277,12 +294,13 @@ void Coordinator::MaybeWarnStall(absl::Time now, std::vector<Response>* errors) 
     std::string report = StallReport(now, check);
     if (!report.empty()) {
       last_stall_warning_ = now;
-      HVX_LOG(WARNING) << "Some tensors were submitted by only some ranks and have waited more than "
-                       << options_.stall_check_time_s
-                       << " s for the others. Different ranks may be submitting different tensors (names, "
-                          "conditional collectives) or some ranks stopped submitting; this job will hang "
-                          "unless they catch up. "
-                       << report;
+      HVX_LOG(WARNING)
+          << "Some tensors were submitted by only some ranks and have waited more than "
+          << options_.stall_check_time_s
+          << " s for the others. Different ranks may be submitting different tensors (names, "
+             "conditional collectives) or some ranks stopped submitting; this job will hang "
+             "unless they catch up. "
+          << report;
     }
   }
   if (options_.stall_shutdown_time_s <= options_.stall_check_time_s) return;
@@ -295,12 +313,13 @@ void Coordinator::MaybeWarnStall(absl::Time now, std::vector<Response>* errors) 
   }
   for (const std::string& name : stalled) {
     errors->push_back(ErrorResponse(
-        name, absl::StrCat("tensor '", name, "' stalled for more than ", options_.stall_shutdown_time_s,
-                           " s (HVX_STALL_SHUTDOWN_TIME_S) waiting for other ranks. ", report)));
+        name,
+        absl::StrCat("tensor '", name, "' stalled for more than ", options_.stall_shutdown_time_s,
+                     " s (HVX_STALL_SHUTDOWN_TIME_S) waiting for other ranks. ", report)));
     table_.erase(name);
   }
-  HVX_LOG(ERROR) << "Failing " << stalled.size() << " stalled tensor(s) after " << options_.stall_shutdown_time_s
-                 << " s. " << report;
+  HVX_LOG(ERROR) << "Failing " << stalled.size() << " stalled tensor(s) after "
+                 << options_.stall_shutdown_time_s << " s. " << report;
 }
 
 ResponseList Coordinator::Build(absl::Time now) {

@@ -81,7 +81,8 @@ TEST(ResponseCacheTest, HitInvalidMissAndLruEviction) {
   EXPECT_EQ(cache.Find(Allreduce(0, "a", {4}), &bit), ResponseCache::Lookup::kHit);
   EXPECT_EQ(bit, 0);
   EXPECT_EQ(cache.Find(Allreduce(0, "a", {5}), &bit), ResponseCache::Lookup::kInvalid);
-  EXPECT_EQ(cache.Find(Allreduce(0, "a", {4}, DataType::kInt32), &bit), ResponseCache::Lookup::kInvalid);
+  EXPECT_EQ(cache.Find(Allreduce(0, "a", {4}, DataType::kInt32), &bit),
+            ResponseCache::Lookup::kInvalid);
   EXPECT_EQ(cache.Find(Allreduce(0, "c", {4}), &bit), ResponseCache::Lookup::kMiss);
   // "a" becomes most recent, so "b" (bit 1) is evicted and "c" takes its bit.
   EXPECT_FALSE(cache.Put(Single("a", {4})));
@@ -95,7 +96,8 @@ TEST(ResponseCacheTest, HitInvalidMissAndLruEviction) {
 }
 
 TEST(FuseResponsesTest, FusesOnlyCompatibleUpToThreshold) {
-  std::vector<Response> in = {Single("a", {4}), Single("b", {4}), Single("c", {4}), Single("d", {4})};
+  std::vector<Response> in = {Single("a", {4}), Single("b", {4}), Single("c", {4}),
+                              Single("d", {4})};
   in[2].dtype = DataType::kFloat64;  // incompatible: its own response
   auto out = FuseResponses(in, 32);  // 16 bytes each: a+b fit, d starts a new one
   ASSERT_EQ(out.size(), 3u);
@@ -125,7 +127,8 @@ TEST(CoordinatorTest, DisagreementsBecomeErrorsNamingRanks) {
     const char* text;
   } cases[] = {
       {Allreduce(1, "x", {4}), "mismatched ALLREDUCE shapes: rank 0 sent [3], rank 1 sent [4]"},
-      {Allreduce(1, "x", {3}, DataType::kInt32), "mismatched data types: rank 0 sent float32, rank 1 sent int32"},
+      {Allreduce(1, "x", {3}, DataType::kInt32),
+       "mismatched data types: rank 0 sent float32, rank 1 sent int32"},
   };
   for (const Case& k : cases) {
     Coordinator c(2, CoordinatorOptions{});
@@ -172,7 +175,8 @@ TEST(CoordinatorTest, JoinedRanksCountAsReadyAndLastJoinerIsReported) {
   gather.rank = 1;
   c.Add(1, List({gather}), absl::Now());
   out = c.Build(absl::Now());
-  EXPECT_TRUE(absl::StrContains(out.responses[0].error, "not supported while ranks have joined (joined: 2)"));
+  EXPECT_TRUE(absl::StrContains(out.responses[0].error,
+                                "not supported while ranks have joined (joined: 2)"));
   c.Add(1, List({join}), absl::Now());
   c.Add(0, List({join}), absl::Now());
   out = c.Build(absl::Now());
@@ -205,17 +209,22 @@ TEST(CoordinatorTest, StallReportListsMissingRanksAndShutdownFailsThem) {
 TEST(TopologyTest, LocalAndCrossFromHostNames) {
   // worker-0 has one process, worker-1 two.
   const std::vector<std::string> hosts = {"w0", "w1", "w1"};
-  Topology t0 = ComputeTopology(0, hosts), t1 = ComputeTopology(1, hosts), t2 = ComputeTopology(2, hosts);
-  EXPECT_EQ(std::make_tuple(t0.local_rank, t0.local_size, t0.cross_rank, t0.cross_size), std::make_tuple(0, 1, 0, 2));
-  EXPECT_EQ(std::make_tuple(t1.local_rank, t1.local_size, t1.cross_rank, t1.cross_size), std::make_tuple(0, 2, 1, 2));
-  EXPECT_EQ(std::make_tuple(t2.local_rank, t2.local_size, t2.cross_rank, t2.cross_size), std::make_tuple(1, 2, 0, 1));
+  Topology t0 = ComputeTopology(0, hosts), t1 = ComputeTopology(1, hosts),
+           t2 = ComputeTopology(2, hosts);
+  EXPECT_EQ(std::make_tuple(t0.local_rank, t0.local_size, t0.cross_rank, t0.cross_size),
+            std::make_tuple(0, 1, 0, 2));
+  EXPECT_EQ(std::make_tuple(t1.local_rank, t1.local_size, t1.cross_rank, t1.cross_size),
+            std::make_tuple(0, 2, 1, 2));
+  EXPECT_EQ(std::make_tuple(t2.local_rank, t2.local_size, t2.cross_rank, t2.cross_size),
+            std::make_tuple(1, 2, 0, 1));
   EXPECT_FALSE(t0.homogeneous);
   EXPECT_TRUE(ComputeTopology(3, {"a", "a", "b", "b"}).homogeneous);
 }
 
 TEST(TopologyTest, LauncherVariablesMustAgree) {
   Topology t = ComputeTopology(1, {"a", "a"});
-  EXPECT_TRUE(CheckLauncherEnvironment(t, MapEnvironment{{"HVX_RANK", "1"}, {"HVX_SIZE", "2"}}).ok());
+  EXPECT_TRUE(
+      CheckLauncherEnvironment(t, MapEnvironment{{"HVX_RANK", "1"}, {"HVX_SIZE", "2"}}).ok());
   absl::Status s = CheckLauncherEnvironment(t, MapEnvironment{{"HVX_LOCAL_SIZE", "4"}});
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(absl::StrContains(s.message(), "HVX_LOCAL_SIZE=4 but the transport reports 2")) << s;
@@ -226,15 +235,19 @@ TEST(TopologyTest, SingletonDetection) {
   EXPECT_TRUE(CheckSingleton(MapEnvironment{}, 1, "train").ok());
   absl::Status s = CheckSingleton(MapEnvironment{}, 4, "train --config=x");
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_TRUE(absl::StrContains(s.message(), "hvxrun -np 4 -H localhost:4 -- train --config=x")) << s;
-  s = CheckSingleton(MapEnvironment{{"SM_HOSTS", "[\"algo-1\",\"algo-2\"]"}, {"SM_NUM_GPUS", "8"}}, 8, "t");
+  EXPECT_TRUE(absl::StrContains(s.message(), "hvxrun -np 4 -H localhost:4 -- train --config=x"))
+      << s;
+  s = CheckSingleton(MapEnvironment{{"SM_HOSTS", "[\"algo-1\",\"algo-2\"]"}, {"SM_NUM_GPUS", "8"}},
+                     8, "t");
   EXPECT_TRUE(absl::StrContains(s.message(), "hvxrun -np 16 -H algo-1:8,algo-2:8 -- t")) << s;
-  s = CheckSingleton(MapEnvironment{{"SLURM_NTASKS", "4"}, {"SLURM_JOB_NODELIST", "n[1-2]"}}, 0, "t");
+  s = CheckSingleton(MapEnvironment{{"SLURM_NTASKS", "4"}, {"SLURM_JOB_NODELIST", "n[1-2]"}}, 0,
+                     "t");
   EXPECT_TRUE(absl::StrContains(s.message(), "hvxrun -np 4 -H n1:2,n2:2 -- t")) << s;
   s = CheckSingleton(MapEnvironment{{"OMPI_COMM_WORLD_SIZE", "2"}}, 0, "t");
   EXPECT_TRUE(absl::StrContains(s.message(), "different MPI")) << s;
   // A malformed cluster variable still yields the advice, without its hosts.
-  s = CheckSingleton(MapEnvironment{{"SLURM_NTASKS", "2"}, {"SLURM_JOB_NODELIST", "n[2-1]"}}, 0, "t");
+  s = CheckSingleton(MapEnvironment{{"SLURM_NTASKS", "2"}, {"SLURM_JOB_NODELIST", "n[2-1]"}}, 0,
+                     "t");
   EXPECT_TRUE(absl::StrContains(s.message(), "hvxrun -np 2 -H localhost:2 -- t")) << s;
 }
 

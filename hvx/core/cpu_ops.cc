@@ -144,20 +144,24 @@ void ScaleInPlace(DataType dtype, void* data, int64_t n, double factor) {
 void AdasumCombine(DataType dtype, void* a, const void* b, int64_t n) {
   switch (dtype) {
     case DataType::kFloat32:
-      return Adasum(static_cast<float*>(a), static_cast<const float*>(b), n,
-                    [](float x) { return static_cast<double>(x); },
-                    [](double x) { return static_cast<float>(x); });
+      return Adasum(
+          static_cast<float*>(a), static_cast<const float*>(b), n,
+          [](float x) { return static_cast<double>(x); },
+          [](double x) { return static_cast<float>(x); });
     case DataType::kFloat64:
-      return Adasum(static_cast<double*>(a), static_cast<const double*>(b), n, [](double x) { return x; },
-                    [](double x) { return x; });
+      return Adasum(
+          static_cast<double*>(a), static_cast<const double*>(b), n, [](double x) { return x; },
+          [](double x) { return x; });
     case DataType::kFloat16:
-      return Adasum(static_cast<uint16_t*>(a), static_cast<const uint16_t*>(b), n,
-                    [](uint16_t x) { return static_cast<double>(HalfToFloat(x)); },
-                    [](double x) { return FloatToHalf(static_cast<float>(x)); });
+      return Adasum(
+          static_cast<uint16_t*>(a), static_cast<const uint16_t*>(b), n,
+          [](uint16_t x) { return static_cast<double>(HalfToFloat(x)); },
+          [](double x) { return FloatToHalf(static_cast<float>(x)); });
     case DataType::kBfloat16:
-      return Adasum(static_cast<uint16_t*>(a), static_cast<const uint16_t*>(b), n,
-                    [](uint16_t x) { return static_cast<double>(Bfloat16ToFloat(x)); },
-                    [](double x) { return FloatToBfloat16(static_cast<float>(x)); });
+      return Adasum(
+          static_cast<uint16_t*>(a), static_cast<const uint16_t*>(b), n,
+          [](uint16_t x) { return static_cast<double>(Bfloat16ToFloat(x)); },
+          [](double x) { return FloatToBfloat16(static_cast<float>(x)); });
     default:
       return;
   }

@@ -56,12 +56,14 @@ constexpr uint64_t kFlagShutdown = 4;
 
 absl::Status ShutDownError() {
   return absl::FailedPreconditionError(
-      "hvx has been shut down: this rank or another one called hvx::Shutdown (or failed), so collectives "
+      "hvx has been shut down: this rank or another one called hvx::Shutdown (or failed), so "
+      "collectives "
       "can no longer run");
 }
 
 std::string ShapeJson(const TensorRef& t) {
-  return absl::StrCat("{\"dtype\":\"", DataTypeName(t.dtype()), "\",\"shape\":\"", t.shape().DebugString(), "\"}");
+  return absl::StrCat("{\"dtype\":\"", DataTypeName(t.dtype()), "\",\"shape\":\"",
+                      t.shape().DebugString(), "\"}");
 }
 
 }  // namespace
@@ -93,7 +95,8 @@ struct Engine::SetState {
 // Marks activities of every tensor of one response in the timeline.
 class Engine::Recorder : public ActivityRecorder {
  public:
-  Recorder(Timeline* timeline, const std::vector<std::string>* names) : timeline_(timeline), names_(names) {}
+  Recorder(Timeline* timeline, const std::vector<std::string>* names)
+      : timeline_(timeline), names_(names) {}
   void Start(absl::string_view activity) override {
     if (timeline_) {
       for (const auto& n : *names_) timeline_->ActivityStart(n, activity);
@@ -110,21 +113,28 @@ class Engine::Recorder : public ActivityRecorder {
   const std::vector<std::string>* names_;
 };
 
-Engine::Engine(const InitOptions& options, std::unique_ptr<Transport> transport, EngineOptions engine_options)
-    : options_(options), engine_options_(std::move(engine_options)), transport_(std::move(transport)) {}
+Engine::Engine(const InitOptions& options, std::unique_ptr<Transport> transport,
+               EngineOptions engine_options)
+    : options_(options),
+      engine_options_(std::move(engine_options)),
+      transport_(std::move(transport)) {}
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(const InitOptions& options,
                                                       std::unique_ptr<Transport> transport,
                                                       EngineOptions engine_options) {
   if (transport == nullptr) return absl::InvalidArgumentError("Engine::Start: no transport");
-  std::unique_ptr<Engine> engine(new Engine(options, std::move(transport), std::move(engine_options)));
+  std::unique_ptr<Engine> engine(
+      new Engine(options, std::move(transport), std::move(engine_options)));
   engine->thread_ = std::thread([e = engine.get()] { e->ThreadMain(); });
   absl::Status status;
   {
     std::unique_lock<std::mutex> lock(engine->mu_);
     // The transport's start (MPI_Init) waits for every rank and has no deadline of its own.
-    const auto started = [e = engine.get()]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return e->setup_done_; };
-    if (!engine->cv_.wait_for(lock, absl::ToChronoMilliseconds(absl::Seconds(options.collective_timeout_s)), started)) {
+    const auto started = [e = engine.get()]()
+                             ABSL_NO_THREAD_SAFETY_ANALYSIS { return e->setup_done_; };
+    if (!engine->cv_.wait_for(
+            lock, absl::ToChronoMilliseconds(absl::Seconds(options.collective_timeout_s)),
+            started)) {
       lock.unlock();
       // The background thread is still inside the transport's start and keeps the engine: both are
       // left to the process's exit.
@@ -132,11 +142,13 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(const InitOptions& options
       engine.release();
       return absl::DeadlineExceededError(absl::StrCat(
           "hvx::Init: the transport did not start within ", options.collective_timeout_s,
-          " s (HVX_COLLECTIVE_TIMEOUT_S): a rank of the job did not join it (failed, froze or never started)"));
+          " s (HVX_COLLECTIVE_TIMEOUT_S): a rank of the job did not join it (failed, froze or "
+          "never started)"));
     }
-    status = engine->setup_status_.ok() ? absl::OkStatus()
-                                        : absl::Status(engine->setup_status_.code(),
-                                                       std::string(engine->setup_status_.message()));
+    status = engine->setup_status_.ok()
+                 ? absl::OkStatus()
+                 : absl::Status(engine->setup_status_.code(),
+                                std::string(engine->setup_status_.message()));
   }
   if (!status.ok()) {
     engine->thread_.join();
@@ -163,9 +175,9 @@ absl::Status Engine::Setup() {
   absl::Status local = CheckLauncherEnvironment(topology_, env);
   const int gpus = CountVisibleGpus(env, options_.nvidia_gpus_dir);
   if (local.ok() && topology_.size == 1) {
-    absl::Status single = CheckSingleton(env, gpus,
-                                         engine_options_.command_line.empty() ? CurrentCommandLine()
-                                                                              : engine_options_.command_line);
+    absl::Status single = CheckSingleton(
+        env, gpus,
+        engine_options_.command_line.empty() ? CurrentCommandLine() : engine_options_.command_line);
     if (!single.ok() && options_.allow_singleton) {
       HVX_LOG(WARNING) << single.message() << " (continuing: singleton allowed)";
     } else {
@@ -174,8 +186,8 @@ absl::Status Engine::Setup() {
   }
   // Backend checks are collective: every rank runs all of them, whatever the checks above found.
   for (const auto& [name, check] : RegisteredInitChecks()) {
-    InitCheckContext ctx{world_.get(), topology_.rank, topology_.size, topology_.local_rank,
-                         topology_.local_size, topology_.host, gpus, &env};
+    InitCheckContext ctx{world_.get(),         topology_.rank, topology_.size, topology_.local_rank,
+                         topology_.local_size, topology_.host, gpus,           &env};
     absl::Status s = check(ctx);
     if (local.ok() && !s.ok()) local = Annotate(s, absl::StrCat("Init check ", name));
   }
@@ -200,7 +212,8 @@ absl::Status Engine::Setup() {
     settings.push_back(got[1].second);
     if (got[0].second.empty()) continue;
     if (r == topology_.rank) return local;
-    return absl::FailedPreconditionError(absl::StrCat("hvx::Init failed on rank ", r, ": ", got[0].second));
+    return absl::FailedPreconditionError(
+        absl::StrCat("hvx::Init failed on rank ", r, ": ", got[0].second));
   }
   HVX_RETURN_IF_ERROR(Annotate(CompareSettings(settings), "hvx::Init"));
 
@@ -212,9 +225,10 @@ absl::Status Engine::Setup() {
     world->cache = std::make_unique<ResponseCache>(options_.cache_capacity);
     if (topology_.rank == 0) {
       world->coordinator = std::make_unique<Coordinator>(
-          topology_.size, CoordinatorOptions{options_.fusion_threshold_bytes, options_.stall_check_time_s,
-                                             options_.stall_shutdown_time_s, world->global_ranks, timeline_.get(),
-                                             hosts_});
+          topology_.size,
+          CoordinatorOptions{options_.fusion_threshold_bytes, options_.stall_check_time_s,
+                             options_.stall_shutdown_time_s, world->global_ranks, timeline_.get(),
+                             hosts_});
     }
     std::lock_guard<std::mutex> lock(mu_);
     sets_.push_back(std::move(world));
@@ -223,11 +237,12 @@ absl::Status Engine::Setup() {
     int id;
     HVX_RETURN_IF_ERROR(AddSet(ranks, &id));
   }
-  HVX_LOG(INFO) << "hvx initialized: rank " << topology_.rank << "/" << topology_.size << ", local rank "
-                << topology_.local_rank << "/" << topology_.local_size << ", cross rank " << topology_.cross_rank
-                << "/" << topology_.cross_size << ", host " << topology_.host << ", device "
-                << (gpus > 0 ? absl::StrCat("cpu + ", gpus, " visible GPU(s)") : std::string("cpu")) << ", "
-                << transport_->Describe();
+  HVX_LOG(INFO) << "hvx initialized: rank " << topology_.rank << "/" << topology_.size
+                << ", local rank " << topology_.local_rank << "/" << topology_.local_size
+                << ", cross rank " << topology_.cross_rank << "/" << topology_.cross_size
+                << ", host " << topology_.host << ", device "
+                << (gpus > 0 ? absl::StrCat("cpu + ", gpus, " visible GPU(s)") : std::string("cpu"))
+                << ", " << transport_->Describe();
   return absl::OkStatus();
 }
 
@@ -239,9 +254,11 @@ std::vector<std::string> Engine::HostsOf(const std::vector<int>& ranks) const {
 
 Settings Engine::SettingsThatMustAgree() const {
   std::vector<std::string> sets;
-  for (const auto& ranks : options_.process_sets) sets.push_back(absl::StrCat("[", absl::StrJoin(ranks, ","), "]"));
+  for (const auto& ranks : options_.process_sets)
+    sets.push_back(absl::StrCat("[", absl::StrJoin(ranks, ","), "]"));
   return {
-      {"hvx build", absl::StrCat("wire format ", kWireFormatVersion, ", compiler ", __VERSION__, ", GPU data plane ",
+      {"hvx build", absl::StrCat("wire format ", kWireFormatVersion, ", compiler ", __VERSION__,
+                                 ", GPU data plane ",
                                  FindDataPlane(DeviceType::kCuda) ? "linked" : "not linked")},
       {"transport", transport_->Describe()},
       {"HVX_FUSION_THRESHOLD", FormatBytes(options_.fusion_threshold_bytes)},
@@ -272,8 +289,9 @@ absl::Status Engine::AddSet(std::vector<int> ranks, int* id) {
   set->cache = std::make_unique<ResponseCache>(options_.cache_capacity);
   if (set->comm != nullptr && set->comm->rank() == 0) {
     set->coordinator = std::make_unique<Coordinator>(
-        set->size(), CoordinatorOptions{options_.fusion_threshold_bytes, options_.stall_check_time_s,
-                                        options_.stall_shutdown_time_s, ranks, nullptr, HostsOf(ranks)});
+        set->size(),
+        CoordinatorOptions{options_.fusion_threshold_bytes, options_.stall_check_time_s,
+                           options_.stall_shutdown_time_s, ranks, nullptr, HostsOf(ranks)});
   }
   std::lock_guard<std::mutex> lock(mu_);
   set->id = static_cast<int>(sets_.size());
@@ -371,12 +389,12 @@ absl::Status Engine::Shutdown() {
     cv_.notify_all();
     // The transport gives up at shutdown_timeout_s itself; the margin lets its error arrive.
     const absl::Duration timeout = absl::Seconds(options_.shutdown_timeout_s);
-    const absl::Duration bound = timeout + std::min(timeout, absl::Seconds(1)) +
-                                 absl::Milliseconds(options_.cycle_time_ms);
+    const absl::Duration bound =
+        timeout + std::min(timeout, absl::Seconds(1)) + absl::Milliseconds(options_.cycle_time_ms);
     if (!cv_.wait_for(lock, absl::ToChronoMilliseconds(bound) + std::chrono::milliseconds(1),
                       [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return finalized_; })) {
-      HVX_LOG(ERROR) << "hvx::Shutdown: the transport did not finish within " << options_.shutdown_timeout_s
-                     << " s (HVX_SHUTDOWN_TIMEOUT_S)";
+      HVX_LOG(ERROR) << "hvx::Shutdown: the transport did not finish within "
+                     << options_.shutdown_timeout_s << " s (HVX_SHUTDOWN_TIMEOUT_S)";
       if (engine_options_.exit_on_finalize_timeout) {
         HVX_LOG(ERROR) << "exiting with status " << kShutdownTimeoutExitCode;
         std::fflush(nullptr);
@@ -418,32 +436,36 @@ Request Engine::BaseRequest(OpType type, const std::string& name, const TensorRe
   return r;
 }
 
-Handle Engine::Submit(int set_id, std::vector<Entry> entries, std::shared_ptr<internal::OpState> state) {
+Handle Engine::Submit(int set_id, std::vector<Entry> entries,
+                      std::shared_ptr<internal::OpState> state) {
   absl::Status error;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (shutdown_requested_ || stopped_.load()) {
       error = StopReasonLocked();
     } else if (set_id < 0 || set_id >= static_cast<int>(sets_.size())) {
-      error = absl::InvalidArgumentError(absl::StrCat("tensor '", state->name, "': unknown process set id ", set_id));
+      error = absl::InvalidArgumentError(
+          absl::StrCat("tensor '", state->name, "': unknown process set id ", set_id));
     } else {
       SetState& set = *sets_[set_id];
       if (set.comm == nullptr) {
-        error = absl::InvalidArgumentError(absl::StrCat("tensor '", state->name, "': rank ", topology_.rank,
-                                                        " is not a member of process set ", set_id, " (ranks ",
-                                                        absl::StrJoin(set.global_ranks, ","), ")"));
+        error = absl::InvalidArgumentError(absl::StrCat(
+            "tensor '", state->name, "': rank ", topology_.rank, " is not a member of process set ",
+            set_id, " (ranks ", absl::StrJoin(set.global_ranks, ","), ")"));
       }
       for (const Entry& e : entries) {
         if (!error.ok()) break;
         if (set.inflight.count(e.request.name)) {
-          error = absl::InvalidArgumentError(absl::StrCat(
-              "tensor '", e.request.name,
-              "': another collective with this name is still in flight on this rank; names must be unique "
-              "among pending ops (wait for the first, or choose another name)"));
+          error = absl::InvalidArgumentError(
+              absl::StrCat("tensor '", e.request.name,
+                           "': another collective with this name is still in flight on this rank; "
+                           "names must be unique "
+                           "among pending ops (wait for the first, or choose another name)"));
         }
         if (error.ok() && NumElements(e.request.shape) < 0) {
-          error = absl::InvalidArgumentError(
-              absl::StrCat("tensor '", e.request.name, "': negative dimension in ", ShapeString(e.request.shape)));
+          error = absl::InvalidArgumentError(absl::StrCat("tensor '", e.request.name,
+                                                          "': negative dimension in ",
+                                                          ShapeString(e.request.shape)));
         }
       }
       if (error.ok()) {
@@ -469,24 +491,27 @@ Handle Engine::Submit(int set_id, std::vector<Entry> entries, std::shared_ptr<in
   return Handle(state);
 }
 
-Handle Engine::Allreduce(std::string name, TensorRef input, TensorRef output, const AllreduceOptions& o) {
+Handle Engine::Allreduce(std::string name, TensorRef input, TensorRef output,
+                         const AllreduceOptions& o) {
   return GroupedAllreduce(std::move(name), {input}, {output}, o);
 }
 
-Handle Engine::GroupedAllreduce(std::string name, std::vector<TensorRef> inputs, std::vector<TensorRef> outputs,
-                                const AllreduceOptions& o) {
+Handle Engine::GroupedAllreduce(std::string name, std::vector<TensorRef> inputs,
+                                std::vector<TensorRef> outputs, const AllreduceOptions& o) {
   if (inputs.size() != outputs.size() || inputs.empty()) {
-    return Failed(name, absl::InvalidArgumentError(absl::StrCat("allreduce '", name, "': ", inputs.size(),
-                                                                " inputs but ", outputs.size(), " outputs")));
+    return Failed(
+        name, absl::InvalidArgumentError(absl::StrCat("allreduce '", name, "': ", inputs.size(),
+                                                      " inputs but ", outputs.size(), " outputs")));
   }
   const bool grouped = inputs.size() > 1;
   std::vector<Entry> entries;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const std::string n = grouped ? absl::StrCat(name, ".", i) : name;
-    if (inputs[i].num_elements() != outputs[i].num_elements() || inputs[i].dtype() != outputs[i].dtype()) {
-      return Failed(name, absl::InvalidArgumentError(absl::StrCat("allreduce '", n, "': output ",
-                                                                  outputs[i].DebugString(), " does not match input ",
-                                                                  inputs[i].DebugString())));
+    if (inputs[i].num_elements() != outputs[i].num_elements() ||
+        inputs[i].dtype() != outputs[i].dtype()) {
+      return Failed(name, absl::InvalidArgumentError(
+                              absl::StrCat("allreduce '", n, "': output ", outputs[i].DebugString(),
+                                           " does not match input ", inputs[i].DebugString())));
     }
     Entry e;
     e.request = BaseRequest(OpType::kAllreduce, n, inputs[i]);
@@ -497,7 +522,8 @@ Handle Engine::GroupedAllreduce(std::string name, std::vector<TensorRef> inputs,
     e.output = outputs[i];
     entries.push_back(std::move(e));
   }
-  return Submit(o.process_set.id(), std::move(entries), NewState(name, static_cast<int>(inputs.size())));
+  return Submit(o.process_set.id(), std::move(entries),
+                NewState(name, static_cast<int>(inputs.size())));
 }
 
 Handle Engine::Allgather(std::string name, TensorRef input, const CollectiveOptions& o) {
@@ -510,7 +536,8 @@ Handle Engine::Allgather(std::string name, TensorRef input, const CollectiveOpti
   return Submit(o.process_set.id(), std::move(v), NewState(name, 1));
 }
 
-Handle Engine::Broadcast(std::string name, TensorRef tensor, int root_rank, const CollectiveOptions& o) {
+Handle Engine::Broadcast(std::string name, TensorRef tensor, int root_rank,
+                         const CollectiveOptions& o) {
   Entry e;
   e.request = BaseRequest(OpType::kBroadcast, name, tensor);
   e.request.root = root_rank;
@@ -521,7 +548,8 @@ Handle Engine::Broadcast(std::string name, TensorRef tensor, int root_rank, cons
   return Submit(o.process_set.id(), std::move(v), NewState(name, 1));
 }
 
-Handle Engine::Alltoall(std::string name, TensorRef input, std::vector<int64_t> splits, const CollectiveOptions& o) {
+Handle Engine::Alltoall(std::string name, TensorRef input, std::vector<int64_t> splits,
+                        const CollectiveOptions& o) {
   Entry e;
   e.request = BaseRequest(OpType::kAlltoall, name, input);
   e.request.splits = std::move(splits);
@@ -569,11 +597,12 @@ absl::StatusOr<ProcessSet> Engine::AddProcessSet(std::vector<int> ranks) {
   std::sort(sorted.begin(), sorted.end());
   for (size_t i = 0; i < sorted.size(); ++i) {
     if (sorted[i] < 0 || sorted[i] >= topology_.size) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("AddProcessSet: rank ", sorted[i], " is outside the job of size ", topology_.size));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "AddProcessSet: rank ", sorted[i], " is outside the job of size ", topology_.size));
     }
     if (i > 0 && sorted[i] == sorted[i - 1]) {
-      return absl::InvalidArgumentError(absl::StrCat("AddProcessSet: rank ", sorted[i], " is listed twice"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("AddProcessSet: rank ", sorted[i], " is listed twice"));
     }
   }
   Entry e;
@@ -601,7 +630,8 @@ bool Engine::RunCycle(SetState& set) {
       Entry e = std::move(set.incoming.front());
       set.incoming.pop_front();
       set.order.push_back(e.request.name);
-      if (!e.request.device.is_cpu()) set.own_device.emplace(e.request.device.type, e.request.device);
+      if (!e.request.device.is_cpu())
+        set.own_device.emplace(e.request.device.type, e.request.device);
       std::string name = e.request.name;
       set.pending.emplace(std::move(name), std::move(e));
     }
@@ -632,10 +662,11 @@ bool Engine::RunCycle(SetState& set) {
       auto lookup = cache.Find(e.request, &bit);
       // A tensor on another device than this rank's own must reach the coordinator, which fails it
       // on every rank: invalidate its entry so that every rank sends it.
-      if (lookup == ResponseCache::Lookup::kHit && !OnOwnDevice(set, e.request)) lookup = ResponseCache::Lookup::kInvalid;
+      if (lookup == ResponseCache::Lookup::kHit && !OnOwnDevice(set, e.request))
+        lookup = ResponseCache::Lookup::kInvalid;
       if (lookup == ResponseCache::Lookup::kHit) {
-        const bool stalled =
-            options_.stall_check_time_s > 0 && now - e.submitted > absl::Seconds(options_.stall_check_time_s);
+        const bool stalled = options_.stall_check_time_s > 0 &&
+                             now - e.submitted > absl::Seconds(options_.stall_check_time_s);
         if (stalled) {
           bits[words + bit / 64] &= ~(uint64_t{1} << (bit % 64));
         } else {
@@ -686,14 +717,16 @@ bool Engine::RunCycle(SetState& set) {
       Entry& e = set.pending.at(name);
       if (e.sent) continue;
       int bit;
-      if (!any_joined && cache.capacity() > 0 && cache.Find(e.request, &bit) == ResponseCache::Lookup::kHit) {
+      if (!any_joined && cache.capacity() > 0 &&
+          cache.Find(e.request, &bit) == ResponseCache::Lookup::kHit) {
         continue;  // agreed through the bit vector once every rank has it
       }
       e.sent = true;
       to_send.push_back(name);
     }
     auto list = SlowPath(set, to_send, joined_here);
-    if (!list.ok()) return Stop(Annotate(list.status(), absl::StrCat("negotiation on process set ", set.id)));
+    if (!list.ok())
+      return Stop(Annotate(list.status(), absl::StrCat("negotiation on process set ", set.id)));
     slow_list = std::move(*list);
   }
 
@@ -721,11 +754,14 @@ absl::Status Engine::StopReason() const {
 
 absl::Status Engine::StopReasonLocked() const {
   if (stop_cause_.ok()) return ShutDownError();
-  return absl::Status(stop_cause_.code(), absl::StrCat("hvx has stopped, so collectives can no longer run: ",
-                                                       stop_cause_.message()));
+  return absl::Status(
+      stop_cause_.code(),
+      absl::StrCat("hvx has stopped, so collectives can no longer run: ", stop_cause_.message()));
 }
 
-absl::StatusOr<ResponseList> Engine::SlowPath(SetState& set, const std::vector<std::string>& to_send, bool joined) {
+absl::StatusOr<ResponseList> Engine::SlowPath(SetState& set,
+                                              const std::vector<std::string>& to_send,
+                                              bool joined) {
   RequestList mine;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -759,7 +795,8 @@ bool Engine::OnOwnDevice(const SetState& set, const Request& request) {
   return it == set.own_device.end() || it->second == request.device;
 }
 
-Device Engine::LocalDevice(const SetState& set, const Response& r, const std::vector<Entry*>& entries) const {
+Device Engine::LocalDevice(const SetState& set, const Response& r,
+                           const std::vector<Entry*>& entries) const {
   if (r.device_type == DeviceType::kCpu) return Device::Cpu();
   for (const Entry* e : entries) {
     if (e != nullptr) return e->request.device;
@@ -775,9 +812,10 @@ absl::StatusOr<DataPlane*> Engine::PlaneFor(SetState& set, const Device& device)
   if (it != set.device_planes.end()) return it->second.get();
   DataPlaneFactory factory = FindDataPlane(device.type);
   if (!factory) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "no data plane is linked for ", device.ToString(),
-        " tensors; link the GPU backend (//hvx/nccl, built with --config=cuda) or use CPU tensors"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("no data plane is linked for ", device.ToString(),
+                     " tensors; link the GPU backend (//hvx/nccl, built with --config=cuda) or use "
+                     "CPU tensors"));
   }
   DataPlaneContext ctx;
   ctx.comm = set.comm;
@@ -798,37 +836,43 @@ absl::StatusOr<DataPlane*> Engine::PlaneFor(SetState& set, const Device& device)
 absl::StatusOr<TensorRef> Engine::AllocateOutput(Entry& entry, const std::vector<int64_t>& shape) {
   TensorShape s{std::vector<int64_t>(shape)};
   if (entry.allocator) {
-    HVX_ASSIGN_OR_RETURN(TensorRef t, entry.allocator(entry.request.dtype, s, entry.request.device));
+    HVX_ASSIGN_OR_RETURN(TensorRef t,
+                         entry.allocator(entry.request.dtype, s, entry.request.device));
     if (t.num_elements() != s.num_elements() || t.dtype() != entry.request.dtype) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor '", entry.request.name, "': the output allocator returned ",
-                                                     t.DebugString(), " for ", DataTypeName(entry.request.dtype),
-                                                     s.DebugString()));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor '", entry.request.name, "': the output allocator returned ", t.DebugString(),
+          " for ", DataTypeName(entry.request.dtype), s.DebugString()));
     }
     entry.state->output = t;
     return t;
   }
   if (!entry.request.device.is_cpu()) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor '", entry.request.name, "' is on ",
-                                                   entry.request.device.ToString(),
-                                                   ": pass an OutputAllocator for non-CPU outputs"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", entry.request.name, "' is on ", entry.request.device.ToString(),
+                     ": pass an OutputAllocator for non-CPU outputs"));
   }
   auto& buf = entry.state->owned_output;
-  buf.assign(std::max<size_t>(1, static_cast<size_t>(s.num_elements()) * DataTypeSize(entry.request.dtype)), 0);
+  buf.assign(std::max<size_t>(
+                 1, static_cast<size_t>(s.num_elements()) * DataTypeSize(entry.request.dtype)),
+             0);
   entry.state->output = TensorRef(entry.request.dtype, s, buf.data());
   return entry.state->output;
 }
 
-absl::Status Engine::AgreeBeforeDataPlane(SetState& set, const std::string& name, const absl::Status& local) {
+absl::Status Engine::AgreeBeforeDataPlane(SetState& set, const std::string& name,
+                                          const absl::Status& local) {
   std::vector<uint64_t> ok = {local.ok() ? ~uint64_t{0} : 0};
   HVX_RETURN_IF_ERROR(set.comm->BitwiseAnd(&ok));
   if (ok[0] != 0) return absl::OkStatus();
   std::vector<std::string> why;
-  HVX_RETURN_IF_ERROR(set.comm->Allgather(local.ok() ? std::string() : std::string(local.message()), &why));
+  HVX_RETURN_IF_ERROR(
+      set.comm->Allgather(local.ok() ? std::string() : std::string(local.message()), &why));
   for (int r = 0; r < static_cast<int>(why.size()); ++r) {
     if (why[r].empty()) continue;
     if (r == set.rank()) return local;
     const int global = set.global_ranks[r];
-    return absl::FailedPreconditionError(absl::StrCat("tensor '", name, "': rank ", global, " (host ", hosts_[global],
+    return absl::FailedPreconditionError(absl::StrCat("tensor '", name, "': rank ", global,
+                                                      " (host ", hosts_[global],
                                                       ") could not take part: ", why[r]));
   }
   return absl::InternalError("AgreeBeforeDataPlane: no rank failed");
@@ -847,7 +891,8 @@ void Engine::CompleteEntry(SetState& set, const std::string& name, absl::Status 
   state->Complete(std::move(status));
 }
 
-absl::Status Engine::ExecuteAllreduce(SetState& set, const Response& r, const std::vector<Entry*>& entries) {
+absl::Status Engine::ExecuteAllreduce(SetState& set, const Response& r,
+                                      const std::vector<Entry*>& entries) {
   AllreduceWork work;
   work.names = r.names;
   work.dtype = r.dtype;
@@ -863,7 +908,8 @@ absl::Status Engine::ExecuteAllreduce(SetState& set, const Response& r, const st
       work.inputs.push_back(e->input);
       work.outputs.push_back(e->output);
     } else {
-      work.inputs.push_back(TensorRef(r.dtype, TensorShape(std::vector<int64_t>(r.shapes[i])), nullptr, work.device));
+      work.inputs.push_back(
+          TensorRef(r.dtype, TensorShape(std::vector<int64_t>(r.shapes[i])), nullptr, work.device));
       work.outputs.push_back(work.inputs.back());
     }
   }
@@ -905,9 +951,10 @@ absl::Status Engine::Execute(SetState& set, const Response& r) {
           single.shapes = {r.shapes[i]};
           if (set.cache->Put(single) && !set.eviction_warned) {
             set.eviction_warned = true;
-            HVX_LOG_RANK0(WARNING) << "the response cache (HVX_CACHE_CAPACITY=" << set.cache->capacity()
-                                   << ") is full and evicts entries, which slows negotiation; raise it above the "
-                                      "number of distinct tensor names per step";
+            HVX_LOG_RANK0(WARNING)
+                << "the response cache (HVX_CACHE_CAPACITY=" << set.cache->capacity()
+                << ") is full and evicts entries, which slows negotiation; raise it above the "
+                   "number of distinct tensor names per step";
           }
         }
       }

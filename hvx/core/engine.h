@@ -2,8 +2,8 @@
 // negotiates and executes, and the per-process-set state. api.cc owns one Engine; tests may run
 // several in one process, each over its own in-process transport.
 //
-//   HVX_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Start(options, std::move(transport)));
-//   Handle h = engine->Allreduce("x", in, out, {});
+//   HVX_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Start(options,
+//   std::move(transport))); Handle h = engine->Allreduce("x", in, out, {});
 //
 // Threading: Submit-side methods and topology getters may be called from any thread. Everything
 // touching the transport runs on the background thread; see transport.h.
@@ -97,12 +97,15 @@ class Engine {
   const Topology& topology() const { return topology_; }
   const InitOptions& options() const { return options_; }
 
-  Handle Allreduce(std::string name, TensorRef input, TensorRef output, const AllreduceOptions& options);
-  Handle GroupedAllreduce(std::string name, std::vector<TensorRef> inputs, std::vector<TensorRef> outputs,
-                          const AllreduceOptions& options);
+  Handle Allreduce(std::string name, TensorRef input, TensorRef output,
+                   const AllreduceOptions& options);
+  Handle GroupedAllreduce(std::string name, std::vector<TensorRef> inputs,
+                          std::vector<TensorRef> outputs, const AllreduceOptions& options);
   Handle Allgather(std::string name, TensorRef input, const CollectiveOptions& options);
-  Handle Broadcast(std::string name, TensorRef tensor, int root_rank, const CollectiveOptions& options);
-  Handle Alltoall(std::string name, TensorRef input, std::vector<int64_t> splits, const CollectiveOptions& options);
+  Handle Broadcast(std::string name, TensorRef tensor, int root_rank,
+                   const CollectiveOptions& options);
+  Handle Alltoall(std::string name, TensorRef input, std::vector<int64_t> splits,
+                  const CollectiveOptions& options);
   Handle ReduceScatter(std::string name, TensorRef input, const ReduceScatterOptions& options);
   Handle Barrier(const ProcessSet& set);
   Handle Join();
@@ -126,7 +129,8 @@ class Engine {
   struct SetState;
   class Recorder;
 
-  Engine(const InitOptions& options, std::unique_ptr<Transport> transport, EngineOptions engine_options);
+  Engine(const InitOptions& options, std::unique_ptr<Transport> transport,
+         EngineOptions engine_options);
 
   Handle Submit(int set_id, std::vector<Entry> entries, std::shared_ptr<internal::OpState> state);
   std::shared_ptr<internal::OpState> NewState(const std::string& name, int parts);
@@ -138,20 +142,23 @@ class Engine {
   absl::Status AddSet(std::vector<int> ranks, int* id);
   // One negotiation+execution cycle of one set. Returns false when the job shuts down.
   bool RunCycle(SetState& set);
-  absl::StatusOr<ResponseList> SlowPath(SetState& set, const std::vector<std::string>& to_send, bool joined);
+  absl::StatusOr<ResponseList> SlowPath(SetState& set, const std::vector<std::string>& to_send,
+                                        bool joined);
   // Runs `response` and completes its handles; returns an error only when the engine must stop
   // (a collective timed out).
   absl::Status Execute(SetState& set, const Response& response);
   // Collective over `set`: OK when `local` (this rank's preparation of tensor `name` for the data
   // plane) is OK on every member; else every member fails, the others with the failing rank's
   // message, so that no rank enters the data-plane collective alone.
-  absl::Status AgreeBeforeDataPlane(SetState& set, const std::string& name, const absl::Status& local);
+  absl::Status AgreeBeforeDataPlane(SetState& set, const std::string& name,
+                                    const absl::Status& local);
   // Records why the engine stops (the first cause wins); returns false for RunCycle.
   bool Stop(absl::Status cause);
   // The error pending and later ops fail with: the stop's cause, or "shut down".
   absl::Status StopReason() const;
   absl::Status StopReasonLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status ExecuteAllreduce(SetState& set, const Response& response, const std::vector<Entry*>& entries);
+  absl::Status ExecuteAllreduce(SetState& set, const Response& response,
+                                const std::vector<Entry*>& entries);
   // The data plane of `device` (this rank's own device of its type) in `set`, made on first use.
   absl::StatusOr<DataPlane*> PlaneFor(SetState& set, const Device& device);
   std::vector<std::string> HostsOf(const std::vector<int>& ranks) const;
@@ -161,7 +168,8 @@ class Engine {
   // False when `request` is on another device of its type than this rank's earlier tensors.
   static bool OnOwnDevice(const SetState& set, const Request& request);
   // The device this rank runs response `r` on: its own tensors', whatever other ranks use.
-  Device LocalDevice(const SetState& set, const Response& r, const std::vector<Entry*>& entries) const;
+  Device LocalDevice(const SetState& set, const Response& r,
+                     const std::vector<Entry*>& entries) const;
   absl::StatusOr<TensorRef> AllocateOutput(Entry& entry, const std::vector<int64_t>& shape);
   void CompleteEntry(SetState& set, const std::string& name, absl::Status status);
   void FailEverything(absl::Status status);

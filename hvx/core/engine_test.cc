@@ -71,7 +71,8 @@ TEST(EngineTest, MismatchReachesEveryRank) {
     std::vector<float> x(4 + (rank == 2));
     TensorRef t(DataType::kFloat32, {static_cast<int64_t>(x.size())}, x.data());
     absl::Status s = Wait(e.Allreduce("bad", t, t, {}));
-    EXPECT_TRUE(absl::StrContains(s.message(), "mismatched ALLREDUCE shapes: rank 0 sent [4], rank 2 sent [5]"))
+    EXPECT_TRUE(absl::StrContains(s.message(),
+                                  "mismatched ALLREDUCE shapes: rank 0 sent [4], rank 2 sent [5]"))
         << s;
   });
 }
@@ -135,31 +136,32 @@ TEST(EngineTest, ProcessSetsOfEvenAndOddRanks) {
 }
 
 TEST(EngineTest, TopologyOfSimulatedHosts) {
-  RunRanks(
-      4,
-      [](Engine& e, int rank) {
-        const Topology& t = e.topology();
-        EXPECT_EQ(t.rank, rank);
-        EXPECT_EQ(t.local_size, 2);
-        EXPECT_EQ(t.local_rank, rank % 2);
-        EXPECT_EQ(t.cross_size, 2);
-        EXPECT_EQ(t.cross_rank, rank / 2);
-        EXPECT_TRUE(t.homogeneous);
-      },
-      Options(), {"a", "a", "b", "b"});
+  RunRanks(4,
+           [](Engine& e, int rank) {
+             const Topology& t = e.topology();
+             EXPECT_EQ(t.rank, rank);
+             EXPECT_EQ(t.local_size, 2);
+             EXPECT_EQ(t.local_rank, rank % 2);
+             EXPECT_EQ(t.cross_size, 2);
+             EXPECT_EQ(t.cross_rank, rank / 2);
+             EXPECT_TRUE(t.homogeneous);
+           },
+           Options(), {"a", "a", "b", "b"});
 }
 
 TEST(EngineTest, KnobsFromTheEnvironment) {
   auto defaults = InitOptions::FromEnv(MapEnvironment({}));
   ASSERT_TRUE(defaults.ok()) << defaults.status();
   EXPECT_TRUE(defaults->fixed_reduction_order);
-  auto off = InitOptions::FromEnv(MapEnvironment({{"HVX_FIXED_REDUCTION_ORDER", "0"}, {"HVX_CACHE_CAPACITY", "7"}}));
+  auto off = InitOptions::FromEnv(
+      MapEnvironment({{"HVX_FIXED_REDUCTION_ORDER", "0"}, {"HVX_CACHE_CAPACITY", "7"}}));
   ASSERT_TRUE(off.ok()) << off.status();
   EXPECT_FALSE(off->fixed_reduction_order);
   EXPECT_EQ(off->cache_capacity, 7);
   auto bad = InitOptions::FromEnv(MapEnvironment({{"HVX_FIXED_REDUCTION_ORDER", "sometimes"}}));
   ASSERT_FALSE(bad.ok());
-  EXPECT_TRUE(absl::StrContains(bad.status().message(), "HVX_FIXED_REDUCTION_ORDER")) << bad.status();
+  EXPECT_TRUE(absl::StrContains(bad.status().message(), "HVX_FIXED_REDUCTION_ORDER"))
+      << bad.status();
 }
 
 TEST(EngineTest, SingletonWithClusterEvidenceFailsUnlessAllowed) {
@@ -172,7 +174,8 @@ TEST(EngineTest, SingletonWithClusterEvidenceFailsUnlessAllowed) {
   auto e = Engine::Start(o, std::make_unique<FakeTransport>(std::make_shared<FakeHub>(1), 0), eo);
   ASSERT_FALSE(e.ok());
   EXPECT_EQ(e.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_TRUE(absl::StrContains(e.status().message(), "hvxrun -np 4 -H localhost:4 -- prog --x")) << e.status();
+  EXPECT_TRUE(absl::StrContains(e.status().message(), "hvxrun -np 4 -H localhost:4 -- prog --x"))
+      << e.status();
   o.allow_singleton = true;
   auto ok = Engine::Start(o, std::make_unique<FakeTransport>(std::make_shared<FakeHub>(1), 0), eo);
   ASSERT_TRUE(ok.ok()) << ok.status();
@@ -195,7 +198,8 @@ TEST(EngineTest, LauncherDisagreementFailsInitOnEveryRank) {
     });
   }
   for (auto& t : threads) t.join();
-  EXPECT_TRUE(absl::StrContains(results[0].message(), "HVX_RANK=1 but the transport reports 0")) << results[0];
+  EXPECT_TRUE(absl::StrContains(results[0].message(), "HVX_RANK=1 but the transport reports 0"))
+      << results[0];
   EXPECT_TRUE(absl::StrContains(results[1].message(), "failed on rank 0")) << results[1];
 }
 
@@ -205,8 +209,10 @@ TEST(EngineTest, RegisteredInitCheckFailingOnOneRankFailsInitOnEveryRank) {
   RegisterInitCheck("test_binding", [&calls](const InitCheckContext& ctx) -> absl::Status {
     ++calls;
     std::vector<std::string> all;
-    HVX_RETURN_IF_ERROR(ctx.comm->Allgather(absl::StrCat(ctx.local_rank, "/", ctx.local_size), &all));
-    if (all != std::vector<std::string>{"0/2", "1/2"}) return absl::InternalError(absl::StrJoin(all, ","));
+    HVX_RETURN_IF_ERROR(
+        ctx.comm->Allgather(absl::StrCat(ctx.local_rank, "/", ctx.local_size), &all));
+    if (all != std::vector<std::string>{"0/2", "1/2"})
+      return absl::InternalError(absl::StrJoin(all, ","));
     if (ctx.rank == 1) return absl::FailedPreconditionError("rank 1 has no device of its own");
     return absl::OkStatus();
   });
@@ -226,9 +232,11 @@ TEST(EngineTest, RegisteredInitCheckFailingOnOneRankFailsInitOnEveryRank) {
   EXPECT_EQ(calls.load(), 2);
   EXPECT_EQ(results[1].code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(absl::StrContains(results[1].message(), "Init check test_binding")) << results[1];
-  EXPECT_TRUE(absl::StrContains(results[1].message(), "rank 1 has no device of its own")) << results[1];
+  EXPECT_TRUE(absl::StrContains(results[1].message(), "rank 1 has no device of its own"))
+      << results[1];
   EXPECT_TRUE(absl::StrContains(results[0].message(), "hvx::Init failed on rank 1")) << results[0];
-  EXPECT_TRUE(absl::StrContains(results[0].message(), "rank 1 has no device of its own")) << results[0];
+  EXPECT_TRUE(absl::StrContains(results[0].message(), "rank 1 has no device of its own"))
+      << results[0];
   EXPECT_TRUE(RegisteredInitChecks().empty());
 }
 
@@ -236,7 +244,8 @@ TEST(EngineTest, PassingInitCheckLetsInitSucceed) {
   std::atomic<int> calls{0};
   RegisterInitCheck("test_ok", [&calls](const InitCheckContext& ctx) {
     ++calls;
-    return ctx.size == 2 && ctx.visible_gpus == 0 ? absl::OkStatus() : absl::InternalError("unexpected context");
+    return ctx.size == 2 && ctx.visible_gpus == 0 ? absl::OkStatus()
+                                                  : absl::InternalError("unexpected context");
   });
   RunRanks(2, [](Engine& e, int rank) { EXPECT_EQ(e.topology().rank, rank); });
   RegisterInitCheck("test_ok", nullptr);
@@ -258,7 +267,8 @@ TEST(EngineTest, ShutdownIsBoundedWhenFinalizationHangs) {
   InitOptions o = Options();
   o.shutdown_timeout_s = 0.2;
   EngineOptions eo;
-  eo.exit_on_finalize_timeout = false;  // production exits with kShutdownTimeoutExitCode here instead
+  eo.exit_on_finalize_timeout =
+      false;  // production exits with kShutdownTimeoutExitCode here instead
   auto e = Engine::Start(o, std::move(transport), eo);
   ASSERT_TRUE(e.ok()) << e.status();
   const absl::Time start = absl::Now();
@@ -272,7 +282,8 @@ TEST(EngineTest, OutputThatOneRankCannotAllocateFailsEveryRankBeforeTheCollectiv
     std::vector<float> x(4, static_cast<float>(rank));
     CollectiveOptions o;
     std::vector<float> out(12);
-    o.allocator = [&, rank](DataType dtype, const TensorShape& shape, const Device&) -> absl::StatusOr<TensorRef> {
+    o.allocator = [&, rank](DataType dtype, const TensorShape& shape,
+                            const Device&) -> absl::StatusOr<TensorRef> {
       if (rank == 1) return absl::ResourceExhaustedError("no memory for 12 floats on purpose");
       return TensorRef(dtype, shape, out.data());
     };
@@ -280,7 +291,9 @@ TEST(EngineTest, OutputThatOneRankCannotAllocateFailsEveryRankBeforeTheCollectiv
     if (rank == 1) {
       EXPECT_EQ(s.message(), "no memory for 12 floats on purpose");
     } else {
-      EXPECT_EQ(s.message(), "tensor 'gathered': rank 1 (host host) could not take part: no memory for 12 floats on purpose");
+      EXPECT_EQ(s.message(),
+                "tensor 'gathered': rank 1 (host host) could not take part: no memory for 12 "
+                "floats on purpose");
     }
     // The job goes on: the next collective works on every rank.
     std::vector<float> y(2, 1.0f);

@@ -60,7 +60,8 @@ absl::Status FakeCommunicator::Allgather(const std::string& mine, std::vector<st
 absl::Status FakeCommunicator::BitwiseAnd(std::vector<uint64_t>* bits) {
   auto r = hub_->Exchange(rank_, Bytes(bits->data(), bits->size() * 8));
   for (const std::string& other : *r) {
-    if (other.size() != bits->size() * 8) return absl::InternalError("BitwiseAnd: length differs between ranks");
+    if (other.size() != bits->size() * 8)
+      return absl::InternalError("BitwiseAnd: length differs between ranks");
     const uint64_t* o = reinterpret_cast<const uint64_t*>(other.data());
     for (size_t i = 0; i < bits->size(); ++i) (*bits)[i] &= o[i];
   }
@@ -72,13 +73,14 @@ absl::Status FakeCommunicator::Barrier() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<Communicator>> FakeCommunicator::Subset(const std::vector<int>& ranks) {
+absl::StatusOr<std::unique_ptr<Communicator>> FakeCommunicator::Subset(
+    const std::vector<int>& ranks) {
   const int64_t seq = subsets_++;
   hub_->Exchange(rank_, "");
   for (size_t i = 0; i < ranks.size(); ++i) {
     if (ranks[i] == rank_) {
-      return std::unique_ptr<Communicator>(
-          new FakeCommunicator(hub_->Child(seq, static_cast<int>(ranks.size())), static_cast<int>(i)));
+      return std::unique_ptr<Communicator>(new FakeCommunicator(
+          hub_->Child(seq, static_cast<int>(ranks.size())), static_cast<int>(i)));
     }
   }
   return std::unique_ptr<Communicator>();
@@ -104,12 +106,14 @@ absl::Status FakeCommunicator::Allreduce(const AllreduceWork& w) {
   if (w.op == ReduceOp::kAdasum) {
     size_t off = 0;
     for (int64_t c : counts) {
-      for (int r = 1; r < size(); ++r) AdasumCombine(w.dtype, acc.data() + off, (*all)[r].data() + off, c);
+      for (int r = 1; r < size(); ++r)
+        AdasumCombine(w.dtype, acc.data() + off, (*all)[r].data() + off, c);
       off += c * esize;
     }
   } else {
     for (int r = 1; r < size(); ++r) {
-      ReduceInto(w.dtype, w.op, acc.data(), (*all)[r].data(), static_cast<int64_t>(acc.size() / esize));
+      ReduceInto(w.dtype, w.op, acc.data(), (*all)[r].data(),
+                 static_cast<int64_t>(acc.size() / esize));
     }
   }
   ScaleInPlace(w.dtype, acc.data(), static_cast<int64_t>(acc.size() / esize), w.postscale_factor);
@@ -133,14 +137,16 @@ absl::Status FakeCommunicator::Allgather(const AllgatherWork& w) {
 }
 
 absl::Status FakeCommunicator::Broadcast(const BroadcastWork& w) {
-  auto all = hub_->Exchange(rank_, rank_ == w.root ? Bytes(w.tensor.data(), w.tensor.num_bytes()) : "");
+  auto all =
+      hub_->Exchange(rank_, rank_ == w.root ? Bytes(w.tensor.data(), w.tensor.num_bytes()) : "");
   std::memcpy(w.tensor.data(), (*all)[w.root].data(), w.tensor.num_bytes());
   return absl::OkStatus();
 }
 
 absl::Status FakeCommunicator::Alltoall(const AlltoallWork& w) {
   const size_t row_bytes = w.row_elements * DataTypeSize(w.input.dtype());
-  std::string mine = Bytes(w.send_rows.data(), w.send_rows.size() * 8) + Bytes(w.input.data(), w.input.num_bytes());
+  std::string mine = Bytes(w.send_rows.data(), w.send_rows.size() * 8) +
+                     Bytes(w.input.data(), w.input.num_bytes());
   auto all = hub_->Exchange(rank_, mine);
   char* out = static_cast<char*>(w.output.data());
   for (int j = 0; j < size(); ++j) {
@@ -160,7 +166,8 @@ absl::Status FakeCommunicator::ReduceScatter(const ReduceScatterWork& w) {
   ScaleInPlace(dt, mine.data(), w.input.num_elements(), w.prescale_factor);
   auto all = hub_->Exchange(rank_, mine);
   std::string acc = (*all)[0];
-  for (int r = 1; r < size(); ++r) ReduceInto(dt, ReduceOp::kSum, acc.data(), (*all)[r].data(), w.input.num_elements());
+  for (int r = 1; r < size(); ++r)
+    ReduceInto(dt, ReduceOp::kSum, acc.data(), (*all)[r].data(), w.input.num_elements());
   int64_t row = 0;
   for (int j = 0; j < rank_; ++j) row += w.recv_rows[j];
   const size_t esize = DataTypeSize(dt);

@@ -13,8 +13,8 @@
 #include <atomic>
 #include <condition_variable>
 #include <map>
-#include <mutex>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -33,7 +33,8 @@ class FakeHub {
   // Blocks until every rank of the hub has called; returns all contributions by rank.
   std::shared_ptr<const std::vector<std::string>> Exchange(int rank, std::string mine);
 
-  // Control-plane gathers so far (counted once per collective call), to observe the cache's fast path.
+  // Control-plane gathers so far (counted once per collective call), to observe the cache's fast
+  // path.
   int64_t gathers() const { return gathers_.load(); }
   void CountGather() { gathers_.fetch_add(1); }
 

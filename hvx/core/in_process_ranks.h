@@ -29,7 +29,8 @@ inline InitOptions InProcessOptions() {
 // Runs fn(engine, rank) on n in-process ranks, rank r on host hosts[r] ("host" when empty), and
 // shuts each down after its fn returns.
 inline void RunInProcessRanks(int n, const std::function<void(Engine&, int)>& fn,
-                              InitOptions options = InProcessOptions(), std::vector<std::string> hosts = {},
+                              InitOptions options = InProcessOptions(),
+                              std::vector<std::string> hosts = {},
                               std::shared_ptr<FakeHub> hub = nullptr) {
   if (!hub) hub = std::make_shared<FakeHub>(n);
   std::vector<std::thread> threads;

@@ -45,14 +45,16 @@ std::string CheckAllgather() {
   if (!s.ok()) return absl::StrCat("allgather: ", s.message());
   const int32_t* out = h.output().data_as<int32_t>();
   for (int i = 0; i < 2 * Size(); ++i) {
-    if (out[i] != i / 2) return absl::StrCat("allgather: element ", i, " is ", out[i], ", want ", i / 2);
+    if (out[i] != i / 2)
+      return absl::StrCat("allgather: element ", i, " is ", out[i], ", want ", i / 2);
   }
   return "";
 }
 
 std::string CheckBroadcast() {
   std::vector<int64_t> x(16, Rank() == 0 ? 42 : -1);
-  absl::Status s = Wait(Broadcast("hvx_info.broadcast", TensorRef(DataType::kInt64, {16}, x.data()), 0));
+  absl::Status s =
+      Wait(Broadcast("hvx_info.broadcast", TensorRef(DataType::kInt64, {16}, x.data()), 0));
   if (!s.ok()) return absl::StrCat("broadcast: ", s.message());
   for (int64_t v : x) {
     if (v != 42) return absl::StrCat("broadcast: got ", v, ", want 42");
@@ -65,10 +67,11 @@ std::string CheckBroadcast() {
 JobInfo DescribeJob(bool check) {
   JobInfo info;
   info.json = absl::StrCat(
-      "{\"rank\":", Rank(), ",\"size\":", Size(), ",\"local_rank\":", LocalRank(), ",\"local_size\":", LocalSize(),
-      ",\"cross_rank\":", CrossRank(), ",\"cross_size\":", CrossSize(), ",\"homogeneous\":",
-      IsHomogeneous() ? "true" : "false", ",\"host\":", JsonString(HostName()), ",\"pid\":", getpid(),
-      ",\"visible_gpus\":", CountVisibleGpus(Environment::Process(), InitOptions().nvidia_gpus_dir));
+      "{\"rank\":", Rank(), ",\"size\":", Size(), ",\"local_rank\":", LocalRank(),
+      ",\"local_size\":", LocalSize(), ",\"cross_rank\":", CrossRank(),
+      ",\"cross_size\":", CrossSize(), ",\"homogeneous\":", IsHomogeneous() ? "true" : "false",
+      ",\"host\":", JsonString(HostName()), ",\"pid\":", getpid(), ",\"visible_gpus\":",
+      CountVisibleGpus(Environment::Process(), InitOptions().nvidia_gpus_dir));
   if (check) {
     std::vector<std::string> errors;
     for (auto* fn : {&CheckAllreduce, &CheckAllgather, &CheckBroadcast}) {
@@ -76,7 +79,8 @@ JobInfo DescribeJob(bool check) {
       if (!e.empty()) errors.push_back(JsonString(e));
     }
     absl::StrAppend(&info.json, ",\"check\":\"", errors.empty() ? "pass" : "fail", "\"");
-    if (!errors.empty()) absl::StrAppend(&info.json, ",\"errors\":[", absl::StrJoin(errors, ","), "]");
+    if (!errors.empty())
+      absl::StrAppend(&info.json, ",\"errors\":[", absl::StrJoin(errors, ","), "]");
     info.check_failed = !errors.empty();
   }
   info.json += "}";

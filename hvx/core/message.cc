@@ -80,7 +80,8 @@ class Reader {
 };
 
 absl::Status Corrupt(absl::string_view what, size_t bytes) {
-  return absl::DataLossError(absl::StrCat("corrupt ", what, " of ", bytes, " bytes from a peer rank"));
+  return absl::DataLossError(
+      absl::StrCat("corrupt ", what, " of ", bytes, " bytes from a peer rank"));
 }
 
 }  // namespace

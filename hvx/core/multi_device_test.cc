@@ -72,16 +72,21 @@ class SimulatedGpuPlane : public DataPlane {
     host.tensor = OnHost(work.tensor);
     return ctx_.comm->cpu().Broadcast(host);
   }
-  absl::Status Alltoall(const AlltoallWork&) override { return absl::UnimplementedError("not simulated"); }
-  absl::Status ReduceScatter(const ReduceScatterWork&) override { return absl::UnimplementedError("not simulated"); }
+  absl::Status Alltoall(const AlltoallWork&) override {
+    return absl::UnimplementedError("not simulated");
+  }
+  absl::Status ReduceScatter(const ReduceScatterWork&) override {
+    return absl::UnimplementedError("not simulated");
+  }
 
  private:
   void Check(const TensorRef& t) {
     if (t.device() != ctx_.device) Bad("tensor", t.device());
   }
   void Bad(const char* what, const Device& d) {
-    g_record->Violation(absl::StrCat("rank ", ctx_.global_rank, "'s plane for ", ctx_.device.ToString(), " got a ",
-                                     what, " on ", d.ToString()));
+    g_record->Violation(absl::StrCat("rank ", ctx_.global_rank, "'s plane for ",
+                                     ctx_.device.ToString(), " got a ", what, " on ",
+                                     d.ToString()));
   }
   static TensorRef OnHost(const TensorRef& t) { return TensorRef(t.dtype(), t.shape(), t.data()); }
   const DataPlaneContext ctx_;
@@ -151,7 +156,8 @@ TEST_F(MultiDeviceTest, EachRanksPlaneIsItsOwnGpuAndFusedResponsesStayOnIt) {
     EXPECT_EQ(ctx.cross_size, kHosts) << "rank " << rank;
   }
   for (int r = 0; r < kRanks; ++r) {
-    EXPECT_EQ(gathers_in_cached_steps[r], 0) << "rank " << r << ": cached steps went through the coordinator";
+    EXPECT_EQ(gathers_in_cached_steps[r], 0)
+        << "rank " << r << ": cached steps went through the coordinator";
     EXPECT_GT(g_record->fused_calls[r], 0) << "rank " << r << " never ran a fused allreduce";
   }
 }
@@ -194,8 +200,9 @@ TEST_F(MultiDeviceTest, CpuTensorOnOneRankFailsOnEveryRankNamingRankHostAndDevic
         const Device d = rank == 6 ? Device::Cpu() : Own(e);
         TensorRef t(DataType::kFloat32, {4}, x.data(), d);
         absl::Status s = e.Allreduce("mixed", t, t, {}).state()->Wait();
-        EXPECT_TRUE(absl::StrContains(
-            s.message(), "mismatched devices: rank 0 (host gpuhost0) used cuda:0, rank 6 (host gpuhost1) used cpu"))
+        EXPECT_TRUE(absl::StrContains(s.message(),
+                                      "mismatched devices: rank 0 (host gpuhost0) used cuda:0, "
+                                      "rank 6 (host gpuhost1) used cpu"))
             << "rank " << rank << ": " << s;
       },
       InProcessOptions(), Hosts());
@@ -213,13 +220,16 @@ TEST_F(MultiDeviceTest, OneRanksTensorsOnTwoGpusFailOnEveryRank) {
         const Device d = rank == 5 ? Device::Cuda(2) : Own(e);
         TensorRef b(DataType::kFloat32, {4}, y.data(), d);
         absl::Status s = e.Allreduce("second", b, b, {}).state()->Wait();
-        EXPECT_TRUE(absl::StrContains(s.message(), "tensor 'second': rank 5 (host gpuhost1) put it on cuda:2 but "
-                                                   "its earlier tensors on cuda:1"))
+        EXPECT_TRUE(
+            absl::StrContains(s.message(),
+                              "tensor 'second': rank 5 (host gpuhost1) put it on cuda:2 but "
+                              "its earlier tensors on cuda:1"))
             << "rank " << rank << ": " << s;
         // A cached name moved to another GPU is caught too.
         TensorRef moved(DataType::kFloat32, {4}, x.data(), rank == 5 ? Device::Cuda(2) : Own(e));
         s = e.Allreduce("first", moved, moved, {}).state()->Wait();
-        EXPECT_TRUE(absl::StrContains(s.message(), "tensor 'first': rank 5 (host gpuhost1) put it on cuda:2"))
+        EXPECT_TRUE(absl::StrContains(s.message(),
+                                      "tensor 'first': rank 5 (host gpuhost1) put it on cuda:2"))
             << "rank " << rank << ": " << s;
       },
       InProcessOptions(), Hosts());

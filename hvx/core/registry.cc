@@ -1,6 +1,5 @@
 // The process-wide tables of registered transports, device data planes and Init-time checks.
 #include <map>
-
 #include <mutex>
 
 #include "absl/base/thread_annotations.h"

@@ -21,11 +21,13 @@ ResponseCache::Lookup ResponseCache::Find(const Request& request, int* bit) cons
   auto it = by_name_.find(request.name);
   if (it == by_name_.end()) return Lookup::kMiss;
   *bit = it->second;
-  return RequestMatchesResponse(request, entries_[it->second].response) ? Lookup::kHit : Lookup::kInvalid;
+  return RequestMatchesResponse(request, entries_[it->second].response) ? Lookup::kHit
+                                                                        : Lookup::kInvalid;
 }
 
 bool ResponseCache::Put(const Response& response) {
-  if (capacity_ == 0 || response.type != OpType::kAllreduce || response.names.size() != 1) return false;
+  if (capacity_ == 0 || response.type != OpType::kAllreduce || response.names.size() != 1)
+    return false;
   const std::string& name = response.names[0];
   auto it = by_name_.find(name);
   if (it != by_name_.end()) {

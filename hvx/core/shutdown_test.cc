@@ -73,7 +73,8 @@ TEST_F(ShutdownDeathTest, FailingExitEndsAtOnceWithItsStatus) {
   const absl::Time start = absl::Now();
   EXPECT_EXIT(
       {
-        InitFake(absl::Seconds(30));  // a shutdown would hang: the failing exit must not wait for it
+        InitFake(
+            absl::Seconds(30));  // a shutdown would hang: the failing exit must not wait for it
         std::exit(3);
       },
       testing::ExitedWithCode(3), "");
@@ -123,21 +124,25 @@ TEST(ShutdownTest, TimeoutMustBePositive) {
   EXPECT_EQ(Init(in_code).message(), "HVX_SHUTDOWN_TIMEOUT_S='0': must be more than 0 seconds");
   auto negative = InitOptions::FromEnv(MapEnvironment({{"HVX_SHUTDOWN_TIMEOUT_S", "-1"}}));
   ASSERT_FALSE(negative.ok());
-  EXPECT_TRUE(absl::StrContains(negative.status().message(), "HVX_SHUTDOWN_TIMEOUT_S='-1'")) << negative.status();
-  auto ok = InitOptions::FromEnv(MapEnvironment({{"HVX_SHUTDOWN_TIMEOUT_S", "0.5"}, {"HVX_COLLECTIVE_TIMEOUT_S", "7"}}));
+  EXPECT_TRUE(absl::StrContains(negative.status().message(), "HVX_SHUTDOWN_TIMEOUT_S='-1'"))
+      << negative.status();
+  auto ok = InitOptions::FromEnv(
+      MapEnvironment({{"HVX_SHUTDOWN_TIMEOUT_S", "0.5"}, {"HVX_COLLECTIVE_TIMEOUT_S", "7"}}));
   ASSERT_TRUE(ok.ok()) << ok.status();
   EXPECT_EQ(ok->shutdown_timeout_s, 0.5);
   EXPECT_EQ(ok->collective_timeout_s, 7);
   auto no_collective = InitOptions::FromEnv(MapEnvironment({{"HVX_COLLECTIVE_TIMEOUT_S", "0"}}));
-  EXPECT_EQ(no_collective.status().message(), "HVX_COLLECTIVE_TIMEOUT_S='0': must be more than 0 seconds");
+  EXPECT_EQ(no_collective.status().message(),
+            "HVX_COLLECTIVE_TIMEOUT_S='0': must be more than 0 seconds");
 }
 
 TEST(InitOptionsTest, StallShutdownThatWouldNeverApplyIsRefused) {
   auto below = InitOptions::FromEnv(
       MapEnvironment({{"HVX_STALL_CHECK_TIME_S", "60"}, {"HVX_STALL_SHUTDOWN_TIME_S", "30"}}));
   ASSERT_FALSE(below.ok());
-  EXPECT_TRUE(absl::StrContains(below.status().message(), "HVX_STALL_SHUTDOWN_TIME_S=30 needs the stall check on and "
-                                                          "must exceed it (HVX_STALL_CHECK_TIME_S=60)"))
+  EXPECT_TRUE(absl::StrContains(below.status().message(),
+                                "HVX_STALL_SHUTDOWN_TIME_S=30 needs the stall check on and "
+                                "must exceed it (HVX_STALL_CHECK_TIME_S=60)"))
       << below.status();
   auto check_off = InitOptions::FromEnv(
       MapEnvironment({{"HVX_STALL_CHECK_TIME_S", "0"}, {"HVX_STALL_SHUTDOWN_TIME_S", "30"}}));

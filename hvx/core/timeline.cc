@@ -41,7 +41,8 @@ absl::StatusOr<std::unique_ptr<Timeline>> Timeline::Open(const std::string& path
   return t;
 }
 
-Timeline::Timeline(int fd, std::string path) : fd_(fd), path_(std::move(path)), start_(absl::Now()) {}
+Timeline::Timeline(int fd, std::string path)
+    : fd_(fd), path_(std::move(path)), start_(absl::Now()) {}
 
 Timeline::~Timeline() { close(fd_); }
 
@@ -65,8 +66,8 @@ int Timeline::Pid(const std::string& name) {
   if (pid == 1) {
     extra = absl::StrCat(",\"start_time_since_epoch_in_micros\":", absl::ToUnixMicros(start_));
   }
-  Append(absl::StrCat("{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":", pid, ",\"args\":{\"name\":\"",
-                      JsonEscape(name), "\"", extra, "}}"));
+  Append(absl::StrCat("{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":", pid,
+                      ",\"args\":{\"name\":\"", JsonEscape(name), "\"", extra, "}}"));
   Append(absl::StrCat("{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":", pid,
                       ",\"args\":{\"sort_index\":", pid, "}}"));
   return pid;
@@ -76,9 +77,10 @@ void Timeline::Event(const std::string& name, absl::string_view ph, absl::string
                      absl::string_view extra) {
   const int pid = Pid(name);
   const int64_t ts = absl::ToInt64Microseconds(absl::Now() - start_);
-  Append(absl::StrCat("{\"ph\":\"", ph, "\",\"pid\":", pid, ",\"tid\":0,\"ts\":", ts,
-                      event_name.empty() ? "" : absl::StrCat(",\"name\":\"", JsonEscape(event_name), "\""),
-                      extra, "}"));
+  Append(absl::StrCat(
+      "{\"ph\":\"", ph, "\",\"pid\":", pid, ",\"tid\":0,\"ts\":", ts,
+      event_name.empty() ? "" : absl::StrCat(",\"name\":\"", JsonEscape(event_name), "\""), extra,
+      "}"));
 }
 
 void Timeline::NegotiationStart(const std::string& name, OpType type) {
@@ -91,7 +93,9 @@ void Timeline::RankReady(const std::string& name, int rank) {
 
 void Timeline::NegotiationEnd(const std::string& name) { Event(name, "E", "", ""); }
 
-void Timeline::OpStart(const std::string& name, OpType type) { Event(name, "B", OpTypeName(type), ""); }
+void Timeline::OpStart(const std::string& name, OpType type) {
+  Event(name, "B", OpTypeName(type), "");
+}
 
 void Timeline::ActivityStart(const std::string& name, absl::string_view activity) {
   Event(name, "B", activity, "");

@@ -23,8 +23,9 @@ int IntOr(const Environment& env, absl::string_view name, int fallback) {
 }
 
 std::string Quote(const std::string& arg) {
-  if (!arg.empty() && arg.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
-                                            "_-+=/.,:@%") == std::string::npos) {
+  if (!arg.empty() &&
+      arg.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+                            "_-+=/.,:@%") == std::string::npos) {
     return arg;
   }
   std::string out = "'";
@@ -81,11 +82,12 @@ absl::Status CheckLauncherEnvironment(const Topology& t, const Environment& env)
     if (!v.has_value()) continue;
     int expected;
     if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(*v), &expected) || expected != actual) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "the launcher set ", name, "=", *v, " but the transport reports ", actual, " (rank ", t.rank, " of ",
-          t.size, " on host ", t.host,
-          "). The program was probably started by a launcher of a different MPI than the one hvx links, "
-          "or the host list does not match the real hosts; start it with hvxrun."));
+      return absl::FailedPreconditionError(
+          absl::StrCat("the launcher set ", name, "=", *v, " but the transport reports ", actual,
+                       " (rank ", t.rank, " of ", t.size, " on host ", t.host,
+                       "). The program was probably started by a launcher of a different MPI than "
+                       "the one hvx links, "
+                       "or the host list does not match the real hosts; start it with hvxrun."));
     }
   }
   return absl::OkStatus();
@@ -96,11 +98,13 @@ std::string CurrentCommandLine() {
   std::stringstream ss;
   ss << in.rdbuf();
   std::vector<std::string> args;
-  for (absl::string_view a : absl::StrSplit(ss.str(), '\0', absl::SkipEmpty())) args.push_back(Quote(std::string(a)));
+  for (absl::string_view a : absl::StrSplit(ss.str(), '\0', absl::SkipEmpty()))
+    args.push_back(Quote(std::string(a)));
   return absl::StrJoin(args, " ");
 }
 
-absl::Status CheckSingleton(const Environment& env, int visible_gpus, const std::string& command_line) {
+absl::Status CheckSingleton(const Environment& env, int visible_gpus,
+                            const std::string& command_line) {
   std::vector<std::string> seen;
   std::vector<std::string> hosts;
   int slots = 0;
@@ -108,8 +112,9 @@ absl::Status CheckSingleton(const Environment& env, int visible_gpus, const std:
   for (const char* var : {"PMI_SIZE", "OMPI_COMM_WORLD_SIZE"}) {
     const int n = IntOr(env, var, 0);
     if (n > 1) {
-      seen.push_back(absl::StrCat(var, "=", n, " (a launcher of a different MPI than the one hvx links started ", n,
-                                  " processes, and each of them became its own job of size 1)"));
+      seen.push_back(absl::StrCat(var, "=", n,
+                                  " (a launcher of a different MPI than the one hvx links started ",
+                                  n, " processes, and each of them became its own job of size 1)"));
       np = std::max(np, n);
     }
   }
@@ -128,7 +133,8 @@ absl::Status CheckSingleton(const Environment& env, int visible_gpus, const std:
   auto sm_hosts = env.GetNonEmpty("SM_HOSTS");
   const int sm_gpus = IntOr(env, "SM_NUM_GPUS", 0);
   if (sm_hosts.has_value()) {
-    std::vector<std::string> h = ParseSageMakerHosts(*sm_hosts).value_or(std::vector<std::string>{});
+    std::vector<std::string> h =
+        ParseSageMakerHosts(*sm_hosts).value_or(std::vector<std::string>{});
     if (h.size() > 1 || sm_gpus > 1) {
       seen.push_back(absl::StrCat("SM_HOSTS=", *sm_hosts));
       if (sm_gpus > 0) seen.push_back(absl::StrCat("SM_NUM_GPUS=", sm_gpus));
@@ -147,12 +153,14 @@ absl::Status CheckSingleton(const Environment& env, int visible_gpus, const std:
   if (seen.empty()) return absl::OkStatus();
 
   if (hosts.empty()) hosts = {"localhost"};
-  if (slots == 0) slots = std::max(1, (np + static_cast<int>(hosts.size()) - 1) / static_cast<int>(hosts.size()));
+  if (slots == 0)
+    slots = std::max(1, (np + static_cast<int>(hosts.size()) - 1) / static_cast<int>(hosts.size()));
   np = std::max(np, 1);
   std::vector<std::string> spec;
   for (const std::string& h : hosts) spec.push_back(absl::StrCat(h, ":", slots));
-  const std::string command = absl::StrCat("hvxrun -np ", np, " -H ", absl::StrJoin(spec, ","), " -- ",
-                                           command_line.empty() ? "PROGRAM ARGS" : command_line);
+  const std::string command =
+      absl::StrCat("hvxrun -np ", np, " -H ", absl::StrJoin(spec, ","), " -- ",
+                   command_line.empty() ? "PROGRAM ARGS" : command_line);
   return absl::FailedPreconditionError(absl::StrCat(
       "hvx started as a single process (size 1), but the environment shows a job of ", np,
       " processes was intended: ", absl::StrJoin(seen, "; "), ". Start it with:\n  ", command,

@@ -29,15 +29,18 @@ struct Topology {
 // hosts[r] is rank r's host name. Hosts are ordered by their lowest rank.
 Topology ComputeTopology(int rank, const std::vector<std::string>& hosts);
 
-// Compares HVX_RANK, HVX_SIZE, HVX_LOCAL_RANK, HVX_LOCAL_SIZE, HVX_CROSS_RANK, HVX_CROSS_SIZE (those
-// set) with `t`. FailedPrecondition naming the variable and both values on the first difference.
+// Compares HVX_RANK, HVX_SIZE, HVX_LOCAL_RANK, HVX_LOCAL_SIZE, HVX_CROSS_RANK, HVX_CROSS_SIZE
+// (those set) with `t`. FailedPrecondition naming the variable and both values on the first
+// difference.
 absl::Status CheckLauncherEnvironment(const Topology& t, const Environment& env);
 
 // For a size-1 job: FailedPrecondition when the environment shows more processes were intended
 // (PMI_SIZE / OMPI_COMM_WORLD_SIZE / SLURM_NTASKS > 1, several SM_HOSTS or SM_NUM_GPUS > 1, more
-// than one visible GPU: hvx::CountVisibleGpus in hvx/common/cluster.h). The message says what was seen, what was expected, and the hvxrun command
+// than one visible GPU: hvx::CountVisibleGpus in hvx/common/cluster.h). The message says what was
+// seen, what was expected, and the hvxrun command
 // (`hvxrun -np N -H host1:S,host2:S -- <command_line>`) that starts the job. OK otherwise.
-absl::Status CheckSingleton(const Environment& env, int visible_gpus, const std::string& command_line);
+absl::Status CheckSingleton(const Environment& env, int visible_gpus,
+                            const std::string& command_line);
 
 // This process's command line from /proc/self/cmdline, shell-quoted where needed.
 std::string CurrentCommandLine();

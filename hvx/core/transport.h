@@ -195,7 +195,7 @@ TransportFactory FindTransport(const std::string& name);
 // What a device data plane factory gets: the process set's communicator (for its control plane
 // and, e.g., host staging through its cpu() plane) and where this rank sits.
 struct DataPlaneContext {
-  Communicator* comm = nullptr;  // lives as long as the data plane
+  Communicator* comm = nullptr;   // lives as long as the data plane
   std::vector<int> global_ranks;  // of the set's members, by set rank
   int global_rank = 0;
   int local_rank = 0;
@@ -203,10 +203,12 @@ struct DataPlaneContext {
   int cross_rank = 0;
   int cross_size = 1;
   Device device;  // this rank's own device of the type (that of its tensors)
-  const InitOptions* options = nullptr;  // what Init was given (GPU knobs); lives as long as the plane
+  const InitOptions* options =
+      nullptr;  // what Init was given (GPU knobs); lives as long as the plane
 };
 
-using DataPlaneFactory = std::function<absl::StatusOr<std::unique_ptr<DataPlane>>(const DataPlaneContext&)>;
+using DataPlaneFactory =
+    std::function<absl::StatusOr<std::unique_ptr<DataPlane>>(const DataPlaneContext&)>;
 
 // Registers the data plane for tensors on `type` devices (kCuda). Returns true.
 bool RegisterDataPlane(DeviceType type, DataPlaneFactory factory);
@@ -243,13 +245,13 @@ std::vector<std::pair<std::string, InitCheck>> RegisteredInitChecks();
 #define HVX_TRANSPORT_CONCAT_(a, b) HVX_TRANSPORT_CONCAT_INNER_(a, b)
 
 // Registers at static-initialization time. Put it in a cc_library with alwayslink = True.
-#define HVX_REGISTER_TRANSPORT(name, factory)                                                  \
+#define HVX_REGISTER_TRANSPORT(name, factory)                                                     \
   static const bool HVX_TRANSPORT_CONCAT_(hvx_transport_registered_, __LINE__) [[maybe_unused]] = \
       ::hvx::RegisterTransport(#name, factory)
-#define HVX_REGISTER_INIT_CHECK(name, check)                                                     \
+#define HVX_REGISTER_INIT_CHECK(name, check)                                                       \
   static const bool HVX_TRANSPORT_CONCAT_(hvx_init_check_registered_, __LINE__) [[maybe_unused]] = \
       ::hvx::RegisterInitCheck(#name, check)
-#define HVX_REGISTER_DATA_PLANE(name, device_type, factory)                                     \
+#define HVX_REGISTER_DATA_PLANE(name, device_type, factory)                                        \
   static const bool HVX_TRANSPORT_CONCAT_(hvx_data_plane_registered_, __LINE__) [[maybe_unused]] = \
       ::hvx::RegisterDataPlane(device_type, factory)
 

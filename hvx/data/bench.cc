@@ -30,8 +30,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "hvx/data/crc32c.h"
 #include "hvx/common/files.h"
+#include "hvx/data/crc32c.h"
 #include "hvx/data/dataset.h"
 #include "hvx/data/decoder.h"
 #include "hvx/data/example.h"
@@ -105,10 +105,11 @@ void CrcBench() {
   Timing portable = Best(3, [&] {
     for (int i = 0; i < rounds / 8; ++i) sink ^= Crc32cPortableExtend(0, buf.data(), buf.size());
   });
-  std::printf("crc32c (256 KiB buffer) %s: %.1f GB/s | sse4.2 three-lane %.1f GB/s | portable "
-              "%.2f GB/s  (cpu-time rates) [%u]\n",
-              Crc32cImplementation(), bytes / best.cpu / 1e9, bytes / lanes.cpu / 1e9,
-              bytes / 8 / portable.cpu / 1e9, sink & 1);
+  std::printf(
+      "crc32c (256 KiB buffer) %s: %.1f GB/s | sse4.2 three-lane %.1f GB/s | portable "
+      "%.2f GB/s  (cpu-time rates) [%u]\n",
+      Crc32cImplementation(), bytes / best.cpu / 1e9, bytes / lanes.cpu / 1e9,
+      bytes / 8 / portable.cpu / 1e9, sink & 1);
 }
 
 double Median(std::vector<double> v) {
@@ -131,7 +132,8 @@ std::vector<size_t> ParseSizes(const std::string& list) {
   std::vector<size_t> sizes;
   for (absl::string_view part : absl::StrSplit(list, ',', absl::SkipEmpty())) {
     size_t v;
-    if (!absl::SimpleAtoi(part, &v)) Check(absl::InvalidArgumentError(absl::StrCat("bad size ", part)));
+    if (!absl::SimpleAtoi(part, &v))
+      Check(absl::InvalidArgumentError(absl::StrCat("bad size ", part)));
     sizes.push_back(v);
   }
   return sizes;
@@ -241,8 +243,9 @@ void ReadBench(const std::string& dir, int mib) {
         payload_size, reps, Median(raw_gbs), verify_median,
         verify_median * 1e9 / static_cast<double>(payload_size + kRecordOverhead) / 1e6,
         Median(verify_cpu_gbs), Median(plain_gbs), Median(ratio), Median(ratio_cpu),
-        *std::min_element(ratio.begin(), ratio.end()), *std::max_element(ratio.begin(), ratio.end()),
-        map_bytes >> 10, Median(map_ratio), map_sink & 1);
+        *std::min_element(ratio.begin(), ratio.end()),
+        *std::max_element(ratio.begin(), ratio.end()), map_bytes >> 10, Median(map_ratio),
+        map_sink & 1);
     (void)records;
   }
 }
@@ -278,7 +281,8 @@ void RandomBench(const std::string& dir, int mib) {
           for (int64_t i = 0; i < n; ++i) order[static_cast<size_t>(i)] = i;
           SampleRng rng(static_cast<uint64_t>(rep));
           for (int64_t i = n - 1; i > 0; --i) {
-            std::swap(order[static_cast<size_t>(i)], order[rng.Below(static_cast<uint64_t>(i + 1))]);
+            std::swap(order[static_cast<size_t>(i)],
+                      order[rng.Below(static_cast<uint64_t>(i + 1))]);
           }
           buffer.resize(payload_size + kRecordOverhead);
           pass();
@@ -293,8 +297,11 @@ void RandomBench(const std::string& dir, int mib) {
           "random access %6zu B, %lld records (medians of %d), %-6s: open + first pass %.3f M "
           "rec/s (cpu %.3f), again %.3f M rec/s\n",
           payload_size, static_cast<long long>(n), reps,
-          access == 0 ? "pread" : access == 1 ? "mmap" : "memory", Median(first[access]) / 1e6,
-          Median(first_cpu[access]) / 1e6, Median(again[access]) / 1e6);
+          access == 0   ? "pread"
+          : access == 1 ? "mmap"
+                        : "memory",
+          Median(first[access]) / 1e6, Median(first_cpu[access]) / 1e6,
+          Median(again[access]) / 1e6);
     }
   }
 }
@@ -305,8 +312,9 @@ struct PipelineRun {
   double wait_fraction = 0;
 };
 
-PipelineRun RunPipeline(std::shared_ptr<const Dataset> dataset, std::shared_ptr<const Decoder> decoder,
-                        int decode_threads, int64_t batch_size) {
+PipelineRun RunPipeline(std::shared_ptr<const Dataset> dataset,
+                        std::shared_ptr<const Decoder> decoder, int decode_threads,
+                        int64_t batch_size) {
   PipelineOptions o;
   o.batch_size = batch_size;
   o.decode_threads = decode_threads;
@@ -329,9 +337,11 @@ PipelineRun RunPipeline(std::shared_ptr<const Dataset> dataset, std::shared_ptr<
 }
 
 // Decode-only ceiling: one thread decoding payloads already in memory.
-double DecodeCeiling(const Dataset& dataset, const Decoder& decoder, int64_t count, double* cpu_rate) {
+double DecodeCeiling(const Dataset& dataset, const Decoder& decoder, int64_t count,
+                     double* cpu_rate) {
   std::vector<std::string> payloads(static_cast<size_t>(count));
-  for (int64_t i = 0; i < count; ++i) Check(dataset.Read(i, false, &payloads[static_cast<size_t>(i)]));
+  for (int64_t i = 0; i < count; ++i)
+    Check(dataset.Read(i, false, &payloads[static_cast<size_t>(i)]));
   std::vector<uint8_t> out(static_cast<size_t>(decoder.sample_shape().num_elements()) *
                            DataTypeSize(decoder.dtype()));
   int64_t label;
@@ -347,8 +357,8 @@ double DecodeCeiling(const Dataset& dataset, const Decoder& decoder, int64_t cou
 void FashionBench(const std::string& dir, const std::string& fm) {
   const std::string out = dir + "/fmnist";
   if (::access((out + "/train-00003-of-00004.idx").c_str(), R_OK) != 0) {
-    Check(WriteIdxShards(fm + "/train-images-idx3-ubyte.gz", fm + "/train-labels-idx1-ubyte.gz", out,
-                         "train", 4)
+    Check(WriteIdxShards(fm + "/train-images-idx3-ubyte.gz", fm + "/train-labels-idx1-ubyte.gz",
+                         out, "train", 4)
               .status());
   }
   auto opened = Dataset::Open({out + "/train-*-of-00004"}, {});
@@ -388,9 +398,8 @@ void FashionBench(const std::string& dir, const std::string& fm) {
         std::printf(
             "fashion-mnist %-7s decode-only %.0f img/s (cpu %.0f) | pipeline (%s), %d decode "
             "thread(s): %.0f img/s (%.0f per cpu-s), %.2f of ceiling, consumer waited %.0f%%\n",
-            std::string(DataTypeName(dtype)).c_str(), ceiling, ceiling_cpu, names[m],
-            threads, Median(rate[m]), Median(cpu_rate[m]), Median(rate[m]) / ceiling,
-            100 * Median(wait[m]));
+            std::string(DataTypeName(dtype)).c_str(), ceiling, ceiling_cpu, names[m], threads,
+            Median(rate[m]), Median(cpu_rate[m]), Median(rate[m]) / ceiling, 100 * Median(wait[m]));
       }
     }
   }
@@ -412,8 +421,9 @@ void JpegBench(const std::string& dir, int num_records) {
       for (int y = 0; y < 375; ++y) {
         for (int x = 0; x < 500; ++x) {
           for (int c = 0; c < 3; ++c) {
-            double v = 128 + 90 * std::sin((x + 37 * k) / (40.0 + 9 * c)) * std::cos((y + 11 * c) / 55.0) +
-                       static_cast<double>(rng.Below(41)) - 20;
+            double v =
+                128 + 90 * std::sin((x + 37 * k) / (40.0 + 9 * c)) * std::cos((y + 11 * c) / 55.0) +
+                static_cast<double>(rng.Below(41)) - 20;
             img.pixels[(static_cast<size_t>(y) * 500 + x) * 3 + c] =
                 static_cast<uint8_t>(std::min(255.0, std::max(0.0, v)));
           }
@@ -443,14 +453,16 @@ void JpegBench(const std::string& dir, int num_records) {
     auto decoder = std::make_shared<ImageNetDecoder>(train ? ImageNetDecoderOptions::Train()
                                                            : ImageNetDecoderOptions::Eval());
     double ceiling_cpu;
-    const double ceiling = DecodeCeiling(*dataset, *decoder, std::min<int64_t>(200, num_records), &ceiling_cpu);
+    const double ceiling =
+        DecodeCeiling(*dataset, *decoder, std::min<int64_t>(200, num_records), &ceiling_cpu);
     for (int threads : {1, 2}) {
       PipelineRun r = RunPipeline(dataset, decoder, threads, 32);
       std::printf(
           "jpeg 500x375 ~%zu KB %-5s decode-only %.0f img/s (cpu %.0f) | pipeline, %d decode "
           "thread(s): %.0f img/s = %.0f per decode thread (%.0f per cpu-s), %.2f of %d x ceiling\n",
-          jpeg_bytes / 1000, train ? "train" : "eval", ceiling, ceiling_cpu, threads, r.images_per_s,
-          r.images_per_s / threads, r.images_per_cpu_s, r.images_per_s / (threads * ceiling), threads);
+          jpeg_bytes / 1000, train ? "train" : "eval", ceiling, ceiling_cpu, threads,
+          r.images_per_s, r.images_per_s / threads, r.images_per_cpu_s,
+          r.images_per_s / (threads * ceiling), threads);
     }
   }
 }
@@ -463,7 +475,8 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   const std::string dir = absl::GetFlag(FLAGS_dir);
   hvx::data::Check(hvx::MakeDirs(dir));
-  std::printf("hvx/data bench: %ld online CPUs, scratch %s\n", sysconf(_SC_NPROCESSORS_ONLN), dir.c_str());
+  std::printf("hvx/data bench: %ld online CPUs, scratch %s\n", sysconf(_SC_NPROCESSORS_ONLN),
+              dir.c_str());
   const std::string sections = absl::GetFlag(FLAGS_sections);
   auto want = [&](const char* s) { return sections.find(s) != std::string::npos; };
   if (want("crc")) hvx::data::CrcBench();

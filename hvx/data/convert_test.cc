@@ -103,7 +103,8 @@ TEST(InspectTest, CountsVerifiesDumpsAndIndexes) {
   EXPECT_NE(out.str().find("total: 10000 records in 2 files"), std::string::npos) << out.str();
   EXPECT_NE(out.str().find((*shards)[1] + ": 5000 records"), std::string::npos) << out.str();
   // The first t10k image is an ankle boot (class 9).
-  EXPECT_NE(out.str().find("image/class/label: int64_list[1] = 9\n"), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("image/class/label: int64_list[1] = 9\n"), std::string::npos)
+      << out.str();
   EXPECT_NE(out.str().find("image/height: int64_list[1] = 28\n"), std::string::npos);
   EXPECT_EQ(Slurp(IndexPathFor((*shards)[0])), written_index);
 

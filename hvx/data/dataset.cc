@@ -14,7 +14,8 @@
 namespace hvx {
 namespace data {
 
-absl::StatusOr<std::vector<std::string>> ExpandFilePatterns(const std::vector<std::string>& patterns) {
+absl::StatusOr<std::vector<std::string>> ExpandFilePatterns(
+    const std::vector<std::string>& patterns) {
   if (patterns.empty()) return absl::InvalidArgumentError("no record file patterns given");
   std::vector<std::string> files;
   std::set<std::string> seen;
@@ -34,7 +35,8 @@ absl::StatusOr<std::vector<std::string>> ExpandFilePatterns(const std::vector<st
     }
     ::globfree(&g);
     if (rc == GLOB_NOSPACE) {
-      return absl::ResourceExhaustedError(absl::StrCat("file pattern '", pattern, "': out of memory"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("file pattern '", pattern, "': out of memory"));
     }
     if (matches.empty()) {
       std::string dir = pattern.substr(0, pattern.find_last_of('/') + 1);
@@ -102,7 +104,7 @@ absl::Status Dataset::Read(int64_t id, bool verify_crc, std::string* payload) co
         absl::StrCat("sample id ", id, " is outside the dataset of ", num_samples(), " samples"));
   }
   return files_[file_of_[static_cast<size_t>(id)]]->ReadAt(locations_[static_cast<size_t>(id)],
-                                                          verify_crc, payload);
+                                                           verify_crc, payload);
 }
 
 absl::Status Dataset::View(int64_t id, bool verify_crc, std::string* scratch,
@@ -112,7 +114,7 @@ absl::Status Dataset::View(int64_t id, bool verify_crc, std::string* scratch,
         absl::StrCat("sample id ", id, " is outside the dataset of ", num_samples(), " samples"));
   }
   return files_[file_of_[static_cast<size_t>(id)]]->ViewAt(locations_[static_cast<size_t>(id)],
-                                                          verify_crc, scratch, payload);
+                                                           verify_crc, scratch, payload);
 }
 
 absl::Status Dataset::ViewInto(int64_t id, bool verify_crc, char* buffer,
@@ -122,7 +124,7 @@ absl::Status Dataset::ViewInto(int64_t id, bool verify_crc, char* buffer,
         absl::StrCat("sample id ", id, " is outside the dataset of ", num_samples(), " samples"));
   }
   return files_[file_of_[static_cast<size_t>(id)]]->ViewInto(locations_[static_cast<size_t>(id)],
-                                                            verify_crc, buffer, payload);
+                                                             verify_crc, buffer, payload);
 }
 
 const std::string& Dataset::FileOf(int64_t id) const {

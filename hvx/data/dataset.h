@@ -24,7 +24,8 @@ namespace data {
 
 // The files matching each glob pattern (sorted per pattern, duplicates removed, index files left
 // out). NotFound naming the pattern when one matches no record file.
-absl::StatusOr<std::vector<std::string>> ExpandFilePatterns(const std::vector<std::string>& patterns);
+absl::StatusOr<std::vector<std::string>> ExpandFilePatterns(
+    const std::vector<std::string>& patterns);
 
 struct DatasetOptions {
   // Read every record of every file at open time and check both CRCs.
@@ -61,7 +62,8 @@ class Dataset {
   absl::Status View(int64_t id, bool verify_crc, std::string* scratch,
                     absl::string_view* payload) const;
   // As View, reading into `buffer` of FramedSize(id) bytes (unused when mapped). Thread-safe.
-  absl::Status ViewInto(int64_t id, bool verify_crc, char* buffer, absl::string_view* payload) const;
+  absl::Status ViewInto(int64_t id, bool verify_crc, char* buffer,
+                        absl::string_view* payload) const;
   size_t FramedSize(int64_t id) const { return RecordFile::FramedSize(LocationOf(id)); }
   bool mapped() const { return mapped_; }
   // "<path>:<offset> (sample <id>)", for error messages.

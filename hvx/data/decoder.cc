@@ -46,8 +46,8 @@ absl::Status RawImageDecoder::Decode(absl::string_view record, const SampleConte
   }
   for (const auto* v : {&options_.mean, &options_.stddev}) {
     if (v->size() != 1 && static_cast<int64_t>(v->size()) != c) {
-      return absl::InvalidArgumentError(absl::StrCat("raw image decoder: mean and stddev need 1 or ",
-                                                     c, " values, got ", v->size()));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "raw image decoder: mean and stddev need 1 or ", c, " values, got ", v->size()));
     }
   }
   auto* dst = static_cast<float*>(out);
@@ -56,7 +56,8 @@ absl::Status RawImageDecoder::Decode(absl::string_view record, const SampleConte
     const float sd = options_.stddev[options_.stddev.size() == 1 ? 0 : static_cast<size_t>(k)];
     const float scale = 1.0f / (255.0f * sd), shift = -mean / sd;
     float* plane = dst + k * h * w;
-    for (int64_t i = 0; i < h * w; ++i) plane[i] = static_cast<float>(src[i * c + k]) * scale + shift;
+    for (int64_t i = 0; i < h * w; ++i)
+      plane[i] = static_cast<float>(src[i * c + k]) * scale + shift;
   }
   return absl::OkStatus();
 }

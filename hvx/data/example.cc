@@ -3,10 +3,10 @@
 #include <algorithm>
 
 #include "absl/strings/escaping.h"
-#include "google/protobuf/io/coded_stream.h"
-#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 
 namespace hvx {
 namespace data {
@@ -178,8 +178,8 @@ std::string DescribeExample(const Example& example) {
       for (int i = 0; i < std::min(n, kMaxValues); ++i) {
         const std::string& b = f.bytes_list().value(i);
         std::string text = absl::CHexEscape(b.substr(0, kMaxBytes));
-        shown.push_back(absl::StrCat("<", b.size(), " bytes> \"", text,
-                                     b.size() > kMaxBytes ? "\"..." : "\""));
+        shown.push_back(
+            absl::StrCat("<", b.size(), " bytes> \"", text, b.size() > kMaxBytes ? "\"..." : "\""));
       }
     }
     absl::StrAppend(&out, key, ": ", KindName(f), "[", n, "] = ", absl::StrJoin(shown, ", "),

@@ -33,7 +33,8 @@ void SerializeExample(const Example& example, std::string* out);
 absl::StatusOr<const Feature*> GetFeature(const Example& example, absl::string_view key);
 
 // Lists of any length. Views stay valid while `example` is unchanged.
-absl::StatusOr<absl::Span<const int64_t>> GetInt64List(const Example& example, absl::string_view key);
+absl::StatusOr<absl::Span<const int64_t>> GetInt64List(const Example& example,
+                                                       absl::string_view key);
 absl::StatusOr<absl::Span<const float>> GetFloatList(const Example& example, absl::string_view key);
 absl::StatusOr<const BytesList*> GetBytesList(const Example& example, absl::string_view key);
 

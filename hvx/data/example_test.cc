@@ -30,17 +30,19 @@ TEST(ExampleTest, WireCompatibleWithTfTrainExample) {
 
 TEST(ExampleTest, AcceptsUnpackedNumbersAndUnknownFields) {
   // Int64List written unpacked (tag 0x08 per value), plus an unknown field 5 in Example.
-  std::string list = Unhex("08 01 08 02 08 96 01 ");           // values 1, 2, 150
+  std::string list = Unhex("08 01 08 02 08 96 01 ");  // values 1, 2, 150
   std::string feature = "\x1a" + std::string(1, static_cast<char>(list.size())) + list;
-  std::string entry = Unhex("0a 01 6b ") + "\x12" + std::string(1, static_cast<char>(feature.size())) + feature;
+  std::string entry =
+      Unhex("0a 01 6b ") + "\x12" + std::string(1, static_cast<char>(feature.size())) + feature;
   std::string features = "\x0a" + std::string(1, static_cast<char>(entry.size())) + entry;
-  std::string example = "\x0a" + std::string(1, static_cast<char>(features.size())) + features +
-                        Unhex("28 2a ");
+  std::string example =
+      "\x0a" + std::string(1, static_cast<char>(features.size())) + features + Unhex("28 2a ");
   Example parsed;
   ASSERT_TRUE(ParseExample(example, &parsed).ok());
   auto values = GetInt64List(parsed, "k");
   ASSERT_TRUE(values.ok());
-  EXPECT_EQ(std::vector<int64_t>(values->begin(), values->end()), (std::vector<int64_t>{1, 2, 150}));
+  EXPECT_EQ(std::vector<int64_t>(values->begin(), values->end()),
+            (std::vector<int64_t>{1, 2, 150}));
 }
 
 TEST(ExampleTest, ErrorsNameTheFeature) {

@@ -54,7 +54,8 @@ absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path) {
   if (bytes.size() < 4 || u8(0) != 0 || u8(1) != 0 || ElementSize(u8(2)) == 0 || u8(3) == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         path, ": not an IDX file (expected magic 00 00 <type 08..0e> <dims>, got ",
-        bytes.size() < 4 ? "fewer than 4 bytes" : absl::StrFormat("%02x %02x %02x %02x", u8(0), u8(1), u8(2), u8(3)),
+        bytes.size() < 4 ? "fewer than 4 bytes"
+                         : absl::StrFormat("%02x %02x %02x %02x", u8(0), u8(1), u8(2), u8(3)),
         ")"));
   }
   IdxArray array;
@@ -62,7 +63,8 @@ absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path) {
   const size_t ndims = u8(3);
   const size_t header = 4 + 4 * ndims;
   if (bytes.size() < header) {
-    return absl::DataLossError(absl::StrCat(path, ": truncated IDX header (", ndims, " dimensions)"));
+    return absl::DataLossError(
+        absl::StrCat(path, ": truncated IDX header (", ndims, " dimensions)"));
   }
   uint64_t count = 1;
   for (size_t d = 0; d < ndims; ++d) {
@@ -91,12 +93,13 @@ absl::StatusOr<std::vector<std::string>> WriteIdxShards(const std::string& image
   HVX_ASSIGN_OR_RETURN(IdxArray images, ReadIdxFile(images_path));
   HVX_ASSIGN_OR_RETURN(IdxArray labels, ReadIdxFile(labels_path));
   if (images.type != 0x08 || images.dims.size() != 3) {
-    return absl::InvalidArgumentError(absl::StrCat(images_path, ": expected uint8 images N x H x W, got type 0x",
-                                                   absl::Hex(images.type), " with ",
-                                                   images.dims.size(), " dimensions"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(images_path, ": expected uint8 images N x H x W, got type 0x",
+                     absl::Hex(images.type), " with ", images.dims.size(), " dimensions"));
   }
   if (labels.type != 0x08 || labels.dims.size() != 1) {
-    return absl::InvalidArgumentError(absl::StrCat(labels_path, ": expected uint8 labels of shape N"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(labels_path, ": expected uint8 labels of shape N"));
   }
   const int64_t n = images.dims[0], h = images.dims[1], w = images.dims[2];
   if (labels.dims[0] != n) {
@@ -123,9 +126,10 @@ absl::StatusOr<std::vector<std::string>> WriteIdxShards(const std::string& image
     const int64_t begin = n * s / num_shards, end = n * (s + 1) / num_shards;
     for (int64_t i = begin; i < end; ++i) {
       SetBytes(&example, "image/raw",
-               absl::string_view(images.data).substr(static_cast<size_t>(i * h * w),
-                                                     static_cast<size_t>(h * w)));
-      SetInt64(&example, "image/class/label", static_cast<uint8_t>(labels.data[static_cast<size_t>(i)]));
+               absl::string_view(images.data)
+                   .substr(static_cast<size_t>(i * h * w), static_cast<size_t>(h * w)));
+      SetInt64(&example, "image/class/label",
+               static_cast<uint8_t>(labels.data[static_cast<size_t>(i)]));
       SerializeExample(example, &serialized);
       HVX_RETURN_IF_ERROR(writer->Write(serialized));
     }

@@ -27,9 +27,9 @@ namespace hvx {
 namespace data {
 
 struct IdxArray {
-  uint8_t type = 0;             // 0x08 uint8, 0x09 int8, 0x0B int16, 0x0C int32, 0x0D f32, 0x0E f64
-  std::vector<int64_t> dims;    // e.g. {60000, 28, 28}
-  std::string data;             // raw big-endian elements
+  uint8_t type = 0;           // 0x08 uint8, 0x09 int8, 0x0B int16, 0x0C int32, 0x0D f32, 0x0E f64
+  std::vector<int64_t> dims;  // e.g. {60000, 28, 28}
+  std::string data;           // raw big-endian elements
 };
 
 // Reads a whole IDX file (gzip or plain). Errors name the file and the bad field.

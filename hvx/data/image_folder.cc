@@ -61,7 +61,8 @@ absl::StatusOr<std::vector<std::string>> WriteImageFolderShards(const std::strin
                                                                 int num_shards, uint64_t seed) {
   HVX_ASSIGN_OR_RETURN(std::vector<std::string> classes, ListDir(root, /*want_dirs=*/true));
   if (classes.empty()) {
-    return absl::NotFoundError(absl::StrCat(root, " has no class subdirectories (expected root/<class>/*.jpg)"));
+    return absl::NotFoundError(
+        absl::StrCat(root, " has no class subdirectories (expected root/<class>/*.jpg)"));
   }
   std::vector<Item> items;
   for (size_t c = 0; c < classes.size(); ++c) {
@@ -75,8 +76,8 @@ absl::StatusOr<std::vector<std::string>> WriteImageFolderShards(const std::strin
   }
   if (items.empty()) return absl::NotFoundError(absl::StrCat("no .jpg/.jpeg files under ", root));
   if (num_shards < 1 || num_shards > static_cast<int>(items.size())) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot split ", items.size(), " images into ",
-                                                   num_shards, " shards"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot split ", items.size(), " images into ", num_shards, " shards"));
   }
   SampleRng rng(MixSeed(seed, 0x1f01de7));
   for (size_t i = items.size() - 1; i > 0; --i) std::swap(items[i], items[rng.Below(i + 1)]);

@@ -1,7 +1,8 @@
 // Conversion of an image-folder tree (root/<class>/*.jpg) to shards in the standard ImageNet
 // TFRecord layout, and a synthetic tree for tests and benchmarks.
 //
-//   HVX_ASSIGN_OR_RETURN(auto shards, WriteImageFolderShards("/raw/train", "/data/in", "train", 8));
+//   HVX_ASSIGN_OR_RETURN(auto shards, WriteImageFolderShards("/raw/train", "/data/in", "train",
+//   8));
 //   // train-00000-of-00008 ... with index files; decode with ImageNetDecoder.
 //
 // Classes are the subdirectories of root in sorted order; class i gets label i + 1 (0 is the

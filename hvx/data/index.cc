@@ -69,10 +69,10 @@ absl::StatusOr<std::vector<RecordLocation>> ReadIndexFile(const std::string& ind
                                               "<size>\", got \"", line, "\""));
     }
     if (offset != expected || framed < kRecordOverhead) {
-      return absl::DataLossError(absl::StrCat(
-          index_path, ":", line_no, ": record at ", offset, " of size ", framed,
-          " does not follow the previous record (expected offset ", expected,
-          ", size >= 16); rebuild the index with inspect_records --index"));
+      return absl::DataLossError(
+          absl::StrCat(index_path, ":", line_no, ": record at ", offset, " of size ", framed,
+                       " does not follow the previous record (expected offset ", expected,
+                       ", size >= 16); rebuild the index with inspect_records --index"));
     }
     if (framed > record_file_size - offset) {
       return absl::DataLossError(absl::StrCat(index_path, ":", line_no, ": record at ", offset,
@@ -121,10 +121,9 @@ absl::StatusOr<std::vector<RecordLocation>> BuildIndex(const std::string& record
     if (size - offset < kRecordHeaderSize ||
         ::pread(fd, header, kRecordHeaderSize, static_cast<off_t>(offset)) !=
             static_cast<ssize_t>(kRecordHeaderSize)) {
-      status = absl::DataLossError(absl::StrCat(record_path, ":", offset,
-                                                ": truncated record: the header needs ",
-                                                kRecordHeaderSize, " bytes, the file has ",
-                                                size - offset));
+      status = absl::DataLossError(
+          absl::StrCat(record_path, ":", offset, ": truncated record: the header needs ",
+                       kRecordHeaderSize, " bytes, the file has ", size - offset));
       break;
     }
     uint64_t length;
@@ -132,10 +131,9 @@ absl::StatusOr<std::vector<RecordLocation>> BuildIndex(const std::string& record
     if (!status.ok()) break;
     const uint64_t left = size - offset - kRecordHeaderSize;
     if (left < kRecordFooterSize || length > left - kRecordFooterSize) {
-      status = absl::DataLossError(absl::StrCat(record_path, ":", offset,
-                                                ": truncated record: length field ", length,
-                                                " needs ", length, "+", kRecordFooterSize,
-                                                " bytes, the file has ", left, " left"));
+      status = absl::DataLossError(absl::StrCat(
+          record_path, ":", offset, ": truncated record: length field ", length, " needs ", length,
+          "+", kRecordFooterSize, " bytes, the file has ", left, " left"));
       break;
     }
     index.push_back({offset, length});

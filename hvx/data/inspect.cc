@@ -10,8 +10,8 @@ namespace data {
 namespace {
 
 // Reads one file; prints its summary and dump. Returns the corruption status, if any.
-absl::Status InspectFile(const std::string& path, const InspectOptions& options,
-                         std::ostream& out, int64_t* records_out) {
+absl::Status InspectFile(const std::string& path, const InspectOptions& options, std::ostream& out,
+                         int64_t* records_out) {
   RecordReaderOptions ro;
   ro.compression = options.compression;
   ro.verify_crc = options.verify_crc;
@@ -86,9 +86,9 @@ absl::Status InspectRecords(const InspectOptions& options, std::ostream& out) {
   }
   out << "total: " << total << " records in " << files.size() << " files\n";
   if (bad == 0) return absl::OkStatus();
-  return absl::Status(first.code(), absl::StrCat(bad, " of ", files.size(),
-                                                 " files could not be read: first: ",
-                                                 first.message()));
+  return absl::Status(first.code(),
+                      absl::StrCat(bad, " of ", files.size(),
+                                   " files could not be read: first: ", first.message()));
 }
 
 }  // namespace data

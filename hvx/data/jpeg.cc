@@ -263,9 +263,9 @@ absl::StatusOr<std::string> EncodeJpeg(const RgbImage& image, int quality) {
   tjhandle h = compressor.get();
   unsigned char* buf = nullptr;
   unsigned long size = 0;
-  if (h == nullptr || tjCompress2(h, image.pixels.data(), image.width, image.width * 3,
-                                  image.height, TJPF_RGB, &buf, &size, TJSAMP_420, quality,
-                                  0) != 0) {
+  if (h == nullptr ||
+      tjCompress2(h, image.pixels.data(), image.width, image.width * 3, image.height, TJPF_RGB,
+                  &buf, &size, TJSAMP_420, quality, 0) != 0) {
     return absl::InternalError(absl::StrCat("JPEG encode of a ", image.width, "x", image.height,
                                             " image failed: ", h ? tjGetErrorStr2(h) : ""));
   }
@@ -333,7 +333,8 @@ absl::Status ImageNetDecoder::DecodeImage(absl::string_view jpeg, const SampleCo
   }
   int denominator = 1;
   if (options_.scaled_decode) {
-    while (denominator < 8 && std::min(crop.width, crop.height) >= 2 * denominator * options_.out_size) {
+    while (denominator < 8 &&
+           std::min(crop.width, crop.height) >= 2 * denominator * options_.out_size) {
       denominator *= 2;
     }
   }

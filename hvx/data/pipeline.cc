@@ -93,7 +93,8 @@ Batch::Batch(int64_t index, DataType dtype, TensorShape shape,
       shape_(std::move(shape)),
       num_bytes_(static_cast<size_t>(shape_.num_elements()) * DataTypeSize(dtype_)),
       data_(pool ? pool->Get() : BatchBufferPool::Allocate(num_bytes_), Release{pool}) {
-  if (data_ == nullptr) HVX_CHECK(false) << "out of memory allocating a " << num_bytes_ << "-byte batch";
+  if (data_ == nullptr)
+    HVX_CHECK(false) << "out of memory allocating a " << num_bytes_ << "-byte batch";
   labels_.assign(static_cast<size_t>(shape_.dim(0)), 0);
   sample_ids_.assign(static_cast<size_t>(shape_.dim(0)), -1);
 }
@@ -124,11 +125,11 @@ absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Create(std::shared_ptr<const
   }
   if (options.batch_size < 1 || options.reader_threads < 1 || options.decode_threads < 1 ||
       options.prefetch_batches < 1 || options.samples_per_task < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "pipeline: batch_size (", options.batch_size, "), reader_threads (", options.reader_threads,
-        "), decode_threads (", options.decode_threads, "), prefetch_batches (",
-        options.prefetch_batches, ") and samples_per_task (", options.samples_per_task,
-        ") must be at least 1"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("pipeline: batch_size (", options.batch_size, "), reader_threads (",
+                     options.reader_threads, "), decode_threads (", options.decode_threads,
+                     "), prefetch_batches (", options.prefetch_batches, ") and samples_per_task (",
+                     options.samples_per_task, ") must be at least 1"));
   }
   if (options.max_batches < 0) {
     return absl::InvalidArgumentError(
@@ -199,8 +200,8 @@ void Pipeline::ReaderLoop() {
       });
       if (stop_ || next_read_ >= num_positions_) break;
       task.first = next_read_;
-      end = std::min({next_read_ + options_.samples_per_task, (next_read_ / b + 1) * b,
-                      num_positions_});
+      end = std::min(
+          {next_read_ + options_.samples_per_task, (next_read_ / b + 1) * b, num_positions_});
       next_read_ = end;
     }
     task.records.resize(static_cast<size_t>(end - task.first));

@@ -2,7 +2,8 @@
 // bounded window of prefetched batches.
 //
 //   HVX_ASSIGN_OR_RETURN(auto pipeline, Pipeline::Create(dataset, options));
-//   while (true) { auto batch = pipeline->Next(); if (absl::IsOutOfRange(batch.status())) break; ... }
+//   while (true) { auto batch = pipeline->Next(); if (absl::IsOutOfRange(batch.status())) break;
+//   ... }
 //
 // What a rank reads is MakeShardPlan(dataset->num_samples(), rank, size, epoch, seed, remainder,
 // consumed); batch b holds plan entries [b * batch_size, (b + 1) * batch_size) in that order, so
@@ -109,13 +110,13 @@ class Batch {
 };
 
 struct PipelineStats {
-  int64_t samples = 0;           // decoded so far
-  int64_t batches = 0;           // handed to the consumer
-  int64_t bytes_read = 0;        // record payload bytes
-  double consumer_wait_s = 0;    // time Next() spent waiting for a batch
-  double read_busy_s = 0;        // summed over reader threads
-  double decode_busy_s = 0;      // summed over decode threads
-  double elapsed_s = 0;          // since Create()
+  int64_t samples = 0;         // decoded so far
+  int64_t batches = 0;         // handed to the consumer
+  int64_t bytes_read = 0;      // record payload bytes
+  double consumer_wait_s = 0;  // time Next() spent waiting for a batch
+  double read_busy_s = 0;      // summed over reader threads
+  double decode_busy_s = 0;    // summed over decode threads
+  double elapsed_s = 0;        // since Create()
 };
 
 class Pipeline {
@@ -163,11 +164,11 @@ class Pipeline {
   int64_t first_padded_position_ = 0;
 
   mutable std::mutex mu_;
-  std::condition_variable reader_cv_;   // readers wait for the window / queue space
-  std::condition_variable decode_cv_;   // decoders wait for tasks
-  std::condition_variable consumer_cv_; // the consumer waits for the next batch
-  int64_t next_read_ = 0;               // next plan position to claim
-  int64_t next_batch_ = 0;              // next batch Next() returns
+  std::condition_variable reader_cv_;    // readers wait for the window / queue space
+  std::condition_variable decode_cv_;    // decoders wait for tasks
+  std::condition_variable consumer_cv_;  // the consumer waits for the next batch
+  int64_t next_read_ = 0;                // next plan position to claim
+  int64_t next_batch_ = 0;               // next batch Next() returns
   std::deque<Task> queue_;
   size_t queue_capacity_ = 0;
   int readers_running_ = 0;

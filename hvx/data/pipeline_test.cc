@@ -113,8 +113,9 @@ TEST_F(PipelineTest, ExpandsPatternsAndIgnoresIndexFiles) {
   EXPECT_EQ(std::string(none.status().message()),
             absl::StrCat("file pattern '", dir_, "/train-*' matches no record files"));
   auto nodir = ExpandFilePatterns({"/nonexistent/dir/x-*"});
-  EXPECT_EQ(std::string(nodir.status().message()), "file pattern '/nonexistent/dir/x-*' matches no record "
-                                      "files (directory /nonexistent/dir/ does not exist)");
+  EXPECT_EQ(std::string(nodir.status().message()),
+            "file pattern '/nonexistent/dir/x-*' matches no record "
+            "files (directory /nonexistent/dir/ does not exist)");
   EXPECT_EQ(dataset_->num_samples(), 100);
   EXPECT_EQ(dataset_->files().size(), 3u);
   std::string payload;
@@ -202,7 +203,8 @@ TEST_F(PipelineTest, ResumeGivesTheRemainingBatchesExactly) {
         std::vector<Seen> rest = RunEpoch(dataset_, o);
         ASSERT_EQ(rest.size(), full.size() - done);
         for (size_t i = 0; i < rest.size(); ++i) {
-          EXPECT_EQ(rest[i], full[done + i]) << "size " << size << " rank " << rank << " done " << done;
+          EXPECT_EQ(rest[i], full[done + i])
+              << "size " << size << " rank " << rank << " done " << done;
         }
       }
     }
@@ -307,8 +309,10 @@ TEST_F(PipelineTest, CorruptRecordReachesTheConsumerWithFileAndOffset) {
     }
   }
   EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
-  EXPECT_NE(status.message().find(absl::StrCat(files_[1], ":", bad.offset, ": corrupted record: data CRC")),
-            std::string::npos) << status;
+  EXPECT_NE(status.message().find(
+                absl::StrCat(files_[1], ":", bad.offset, ": corrupted record: data CRC")),
+            std::string::npos)
+      << status;
   EXPECT_NE(status.message().find("rank 0 reading sample 38"), std::string::npos) << status;
 
   // skip_corrupt_files leaves the file out and says so.
@@ -356,9 +360,9 @@ TEST_F(PipelineTest, ShardTruncatedDuringTheRunIsAnErrorNotACrash) {
   EXPECT_LT(batches, (*p)->num_batches());
   // The records before the cut still read.
   std::string payload;
-  EXPECT_TRUE(dataset_->Read(dataset_->num_samples() - static_cast<int64_t>(index->size()), true,
-                             &payload)
-                  .ok());
+  EXPECT_TRUE(
+      dataset_->Read(dataset_->num_samples() - static_cast<int64_t>(index->size()), true, &payload)
+          .ok());
 }
 
 TEST_F(PipelineTest, DecodeErrorNamesTheSample) {

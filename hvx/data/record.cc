@@ -118,7 +118,8 @@ std::string IsThisTfrecord(uint64_t offset) {
 }
 
 absl::Status FullWrite(int fd, const char* data, size_t n, const std::string& path) {
-  if (!WriteFully(fd, absl::string_view(data, n))) return ErrnoToStatus(errno, absl::StrCat("writing ", path));
+  if (!WriteFully(fd, absl::string_view(data, n)))
+    return ErrnoToStatus(errno, absl::StrCat("writing ", path));
   return absl::OkStatus();
 }
 
@@ -292,7 +293,8 @@ absl::Status RecordWriter::Close() {
   if (fd_ < 0) return absl::OkStatus();
   absl::Status status = Drain(deflater_ ? Z_FINISH : Z_NO_FLUSH);
   if (deflater_) deflateEnd(&deflater_->z);
-  if (::close(fd_) != 0 && status.ok()) status = ErrnoToStatus(errno, absl::StrCat("closing ", path_));
+  if (::close(fd_) != 0 && status.ok())
+    status = ErrnoToStatus(errno, absl::StrCat("closing ", path_));
   fd_ = -1;
   if (status.ok() && options_.write_index) {
     std::vector<RecordLocation> index(index_offsets_.size());
@@ -366,9 +368,9 @@ absl::StatusOr<size_t> RecordReader::ReadSource(char* dst, size_t n) {
       if (r < 0) return ErrnoToStatus(errno, absl::StrCat("reading ", path_));
       if (r == 0) {
         if (z.next_out == reinterpret_cast<Bytef*>(dst)) {
-          return absl::DataLossError(absl::StrCat(path_, ": compressed ",
-                                                  CompressionName(options_.compression),
-                                                  " stream ends without its trailer (truncated file)"));
+          return absl::DataLossError(
+              absl::StrCat(path_, ": compressed ", CompressionName(options_.compression),
+                           " stream ends without its trailer (truncated file)"));
         }
         break;
       }
@@ -380,8 +382,8 @@ absl::StatusOr<size_t> RecordReader::ReadSource(char* dst, size_t n) {
       inflater_->stream_end = true;
     } else if (rc != Z_OK && rc != Z_BUF_ERROR) {
       return absl::DataLossError(absl::StrCat(path_, ": corrupt ",
-                                              CompressionName(options_.compression), " data: ",
-                                              z.msg ? z.msg : "inflate failed"));
+                                              CompressionName(options_.compression),
+                                              " data: ", z.msg ? z.msg : "inflate failed"));
     }
   }
   return static_cast<size_t>(z.next_out - reinterpret_cast<Bytef*>(dst));
@@ -450,7 +452,8 @@ absl::Status RecordReader::Corruption(uint64_t record_offset, const std::string&
                    << " bytes): " << reason;
   skipped_.push_back(std::move(report));
   done_ = true;
-  return absl::OutOfRangeError(absl::StrCat(path_, ": end of file (rest skipped after corruption)"));
+  return absl::OutOfRangeError(
+      absl::StrCat(path_, ": end of file (rest skipped after corruption)"));
 }
 
 absl::Status RecordReader::ReadRecord(absl::string_view* record) {
@@ -462,10 +465,9 @@ absl::Status RecordReader::ReadRecord(absl::string_view* record) {
     const char* framed = buffer_.get() + pos_;
     const uint64_t length = GetFixed64(framed);
     if (length <= avail - kRecordOverhead &&
-        (!options_.verify_crc ||
-         (UnmaskCrc(GetFixed32(framed + 8)) == Crc32cOfFixed64(framed) &&
-          UnmaskCrc(GetFixed32(framed + kRecordHeaderSize + length)) ==
-              Crc32c(framed + kRecordHeaderSize, length)))) {
+        (!options_.verify_crc || (UnmaskCrc(GetFixed32(framed + 8)) == Crc32cOfFixed64(framed) &&
+                                  UnmaskCrc(GetFixed32(framed + kRecordHeaderSize + length)) ==
+                                      Crc32c(framed + kRecordHeaderSize, length)))) {
       *record = absl::string_view(framed + kRecordHeaderSize, length);
       const size_t total = static_cast<size_t>(length) + kRecordOverhead;
       pos_ += total;
@@ -485,12 +487,14 @@ absl::Status RecordReader::ReadRecordSlow(absl::string_view* record) {
     return absl::OutOfRangeError(absl::StrCat(path_, ": end of file"));
   }
   if (avail < kRecordHeaderSize) {
-    return Corruption(start, absl::StrCat(path_, ":", start, ": truncated record: the header needs ",
-                                          kRecordHeaderSize, " bytes, the file has ", avail,
-                                          IsThisTfrecord(start)));
+    return Corruption(
+        start,
+        absl::StrCat(path_, ":", start, ": truncated record: the header needs ", kRecordHeaderSize,
+                     " bytes, the file has ", avail, IsThisTfrecord(start)));
   }
   uint64_t length;
-  absl::Status header = ParseRecordHeader(buffer_.get() + pos_, options_.verify_crc, path_, start, &length);
+  absl::Status header =
+      ParseRecordHeader(buffer_.get() + pos_, options_.verify_crc, path_, start, &length);
   if (!header.ok()) return Corruption(start, std::string(header.message()));
   if (inflater_ && length > (uint64_t{1} << 40)) {
     // A compressed stream has no known size; refuse lengths no real record has (1 TiB).
@@ -499,10 +503,10 @@ absl::Status RecordReader::ReadRecordSlow(absl::string_view* record) {
   }
   const uint64_t left = inflater_ ? UINT64_MAX : file_size_ - start - kRecordHeaderSize;
   if (left < kRecordFooterSize || length > left - kRecordFooterSize) {
-    return Corruption(start, absl::StrCat(path_, ":", start, ": truncated record: length field ",
-                                          length, " needs ", length, "+", kRecordFooterSize,
-                                          " bytes, the file has ", left, " left",
-                                          IsThisTfrecord(start)));
+    return Corruption(
+        start, absl::StrCat(path_, ":", start, ": truncated record: length field ", length,
+                            " needs ", length, "+", kRecordFooterSize, " bytes, the file has ",
+                            left, " left", IsThisTfrecord(start)));
   }
   const size_t total = kRecordHeaderSize + static_cast<size_t>(length) + kRecordFooterSize;
   HVX_ASSIGN_OR_RETURN(avail, Fill(total));
@@ -536,8 +540,8 @@ absl::Status RecordReader::ReadRecord(std::string* record) {
 
 absl::Status RecordReader::Seek(uint64_t offset) {
   if (inflater_) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        path_, ": cannot seek in a ", CompressionName(options_.compression), " file"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(path_, ": cannot seek in a ", CompressionName(options_.compression), " file"));
   }
   if (offset > file_size_) {
     return absl::OutOfRangeError(
@@ -555,7 +559,7 @@ absl::Status RecordReader::Seek(uint64_t offset) {
 // -------------------------------------------------------------------------------------- RecordFile
 
 absl::StatusOr<std::unique_ptr<RecordFile>> RecordFile::Open(const std::string& path,
-                                                              RecordFileAccess access) {
+                                                             RecordFileAccess access) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("opening record file ", path));
   struct stat st;
@@ -579,7 +583,8 @@ absl::StatusOr<std::unique_ptr<RecordFile>> RecordFile::Open(const std::string& 
     }
     uint64_t got = 0;
     while (got < size) {
-      ssize_t r = ::read(fd, bytes + got, static_cast<size_t>(std::min<uint64_t>(size - got, 1 << 30)));
+      ssize_t r =
+          ::read(fd, bytes + got, static_cast<size_t>(std::min<uint64_t>(size - got, 1 << 30)));
       if (r < 0 && errno == EINTR) continue;
       if (r < 0) {
         int e = errno;

@@ -171,8 +171,8 @@ class RecordReader {
   std::unique_ptr<char, FreeDeleter> buffer_;
   size_t capacity_ = 0;
   size_t window_ = 0;  // bytes asked of the source per read (options.buffer_size, page multiple)
-  size_t pos_ = 0;  // next unread byte in buffer_
-  size_t end_ = 0;  // end of valid bytes in buffer_
+  size_t pos_ = 0;     // next unread byte in buffer_
+  size_t end_ = 0;     // end of valid bytes in buffer_
   uint64_t offset_ = 0;
   bool done_ = false;
   std::vector<CorruptionReport> skipped_;

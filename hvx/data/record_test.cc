@@ -52,11 +52,16 @@ std::string Unhex(absl::string_view hex) {
   int hi = -1;
   for (char c : hex) {
     int v;
-    if (c >= '0' && c <= '9') v = c - '0';
-    else if (c >= 'a' && c <= 'f') v = c - 'a' + 10;
-    else continue;
-    if (hi < 0) hi = v;
-    else out.push_back(static_cast<char>(hi * 16 + v)), hi = -1;
+    if (c >= '0' && c <= '9')
+      v = c - '0';
+    else if (c >= 'a' && c <= 'f')
+      v = c - 'a' + 10;
+    else
+      continue;
+    if (hi < 0)
+      hi = v;
+    else
+      out.push_back(static_cast<char>(hi * 16 + v)), hi = -1;
   }
   return out;
 }
@@ -125,7 +130,8 @@ TEST(RecordTest, ReadsFixtureBuiltFromTheSpec) {
 
 TEST(RecordTest, RoundTripManySizesAcrossBufferBoundaries) {
   std::vector<std::string> payloads;
-  for (int i = 0; i < 200; ++i) payloads.push_back(std::string(static_cast<size_t>(i * 97 % 5000), static_cast<char>(i)));
+  for (int i = 0; i < 200; ++i)
+    payloads.push_back(std::string(static_cast<size_t>(i * 97 % 5000), static_cast<char>(i)));
   payloads.push_back(std::string(1 << 20, 'L'));  // larger than the 256 KiB buffers
   const std::string path = TempPath("roundtrip");
   RecordWriterOptions wo;
@@ -146,13 +152,10 @@ TEST(RecordTest, CorruptingAnyByteIsDataLossNamingFileAndOffset) {
     size_t byte;
     const char* what;
   } cases[] = {
-      {second + 0, "length CRC mismatch"},   // length field
-      {second + 7, "length CRC mismatch"},
-      {second + 8, "length CRC mismatch"},   // length CRC
-      {second + 11, "length CRC mismatch"},
-      {second + 12, "data CRC mismatch"},    // payload
-      {second + 24, "data CRC mismatch"},
-      {second + 25, "data CRC mismatch"},    // data CRC
+      {second + 0, "length CRC mismatch"},                                        // length field
+      {second + 7, "length CRC mismatch"},  {second + 8, "length CRC mismatch"},  // length CRC
+      {second + 11, "length CRC mismatch"}, {second + 12, "data CRC mismatch"},   // payload
+      {second + 24, "data CRC mismatch"},   {second + 25, "data CRC mismatch"},   // data CRC
       {second + 28, "data CRC mismatch"},
   };
   for (const Case& c : cases) {
@@ -355,7 +358,8 @@ TEST(RecordTest, SkipPolicyReportsExactlyWhatWasSkipped) {
 TEST(RecordTest, IndexWrittenByWriterMatchesBuiltIndexAndSeeks) {
   const std::string path = TempPath("indexed");
   std::vector<std::string> payloads;
-  for (int i = 0; i < 50; ++i) payloads.push_back(std::string(static_cast<size_t>(i * 13), 'a' + i % 26));
+  for (int i = 0; i < 50; ++i)
+    payloads.push_back(std::string(static_cast<size_t>(i * 13), 'a' + i % 26));
   RecordWriterOptions wo;
   wo.write_index = true;
   WriteRecords(path, payloads, wo);
@@ -404,7 +408,8 @@ TEST(RecordTest, IndexWrittenByWriterMatchesBuiltIndexAndSeeks) {
   std::string got;
   absl::Status s = (*file)->ReadAt({0, 5}, true, &got);
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
-  EXPECT_NE(s.message().find(":0: length field says 0 bytes, the index says 5"), std::string::npos) << s;
+  EXPECT_NE(s.message().find(":0: length field says 0 bytes, the index says 5"), std::string::npos)
+      << s;
 }
 
 // What a user sees when a shard is cut short while a job has it open: by default an error naming
@@ -412,7 +417,8 @@ TEST(RecordTest, IndexWrittenByWriterMatchesBuiltIndexAndSeeks) {
 TEST(RecordTest, FileTruncatedWhileOpen) {
   const std::string path = TempPath("shrinking");
   std::vector<std::string> payloads;
-  for (int i = 0; i < 64; ++i) payloads.push_back(std::string(5000, static_cast<char>('a' + i % 26)));
+  for (int i = 0; i < 64; ++i)
+    payloads.push_back(std::string(5000, static_cast<char>('a' + i % 26)));
   RecordWriterOptions wo;
   wo.write_index = true;
   WriteRecords(path, payloads, wo);
@@ -508,8 +514,8 @@ TEST(RecordTest, CorruptionAfterManyRefillsNamesTheRecord) {
   }
 }
 
-// Readers opened one after another on a thread reuse one read buffer. What a previous reader left in
-// it must never show through: a shorter, cut copy of the same file is still a truncation at the
+// Readers opened one after another on a thread reuse one read buffer. What a previous reader left
+// in it must never show through: a shorter, cut copy of the same file is still a truncation at the
 // right offset; buffers grown for huge records, readers alive at once and readers destroyed on
 // another thread all read correctly (and free cleanly under ASan).
 TEST(RecordTest, ReadersOneAfterAnotherNeverSeeAnEarlierReadersBytes) {

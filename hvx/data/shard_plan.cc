@@ -40,13 +40,13 @@ std::vector<int64_t> EpochPermutation(int64_t num_samples, int64_t epoch, uint64
 
 absl::StatusOr<ShardPlan> MakeShardPlan(const ShardPlanOptions& o) {
   if (o.size < 1 || o.rank < 0 || o.rank >= o.size) {
-    return absl::InvalidArgumentError(absl::StrCat("shard plan: rank ", o.rank,
-                                                    " is outside a world of size ", o.size));
+    return absl::InvalidArgumentError(
+        absl::StrCat("shard plan: rank ", o.rank, " is outside a world of size ", o.size));
   }
   if (o.num_samples < 0 || o.epoch < 0 || o.consumed < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "shard plan: num_samples (", o.num_samples, "), epoch (", o.epoch, ") and consumed (",
-        o.consumed, ") must not be negative"));
+    return absl::InvalidArgumentError(absl::StrCat("shard plan: num_samples (", o.num_samples,
+                                                   "), epoch (", o.epoch, ") and consumed (",
+                                                   o.consumed, ") must not be negative"));
   }
   const int64_t n = o.num_samples;
   ShardPlan plan;

@@ -138,7 +138,8 @@ TEST(ShardPlanTest, ResumeContinuesWithoutRepeatingOrSkipping) {
           std::vector<ShardPlan> resumed = AllRanks(o);
           for (int r = 0; r < size; ++r) {
             std::vector<int64_t> tail(full[r].sample_ids.begin() + steps, full[r].sample_ids.end());
-            ASSERT_EQ(resumed[r].sample_ids, tail) << "n=" << n << " size=" << size << " steps=" << steps;
+            ASSERT_EQ(resumed[r].sample_ids, tail)
+                << "n=" << n << " size=" << size << " steps=" << steps;
           }
         }
       }

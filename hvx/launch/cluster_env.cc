@@ -84,9 +84,9 @@ absl::StatusOr<std::optional<ClusterHosts>> DetectSlurm(const Environment& env) 
     if (auto v = env.GetNonEmpty("SLURM_TASKS_PER_NODE")) {
       HVX_ASSIGN_OR_RETURN(tasks, ExpandSlurmTasksPerNode(*v));
       if (tasks.size() != nodes.size()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("SLURM_TASKS_PER_NODE='", *v, "' gives ", tasks.size(),
-                         " nodes but ", nodelist_var, "='", *nodelist, "' has ", nodes.size()));
+        return absl::InvalidArgumentError(absl::StrCat("SLURM_TASKS_PER_NODE='", *v, "' gives ",
+                                                       tasks.size(), " nodes but ", nodelist_var,
+                                                       "='", *nodelist, "' has ", nodes.size()));
       }
     }
   }

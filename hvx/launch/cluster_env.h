@@ -2,7 +2,8 @@
 // inside a SLURM allocation or a SageMaker-style cluster (take its hosts), or on a plain host.
 //
 //   if (auto launcher = DetectEnclosingLauncher(env)) return absl::FailedPreconditionError(...);
-//   HVX_ASSIGN_OR_RETURN(std::optional<ClusterHosts> cluster, DetectClusterHosts(env, ReadFile, 1));
+//   HVX_ASSIGN_OR_RETURN(std::optional<ClusterHosts> cluster, DetectClusterHosts(env, ReadFile,
+//   1));
 //
 // SLURM and SageMaker list syntax and the GPU count come from hvx/common/cluster.h.
 // Everything reads an hvx::Environment and a file-reading callback, so tests fabricate both.
@@ -39,7 +40,7 @@ bool IsUnderLauncher(const Environment& env);
 
 struct ClusterHosts {
   enum class Launcher { kSsh, kSlurm };
-  std::string source;  // "SLURM allocation", "SageMaker (SM_HOSTS)", "PBS_NODEFILE", ...
+  std::string source;           // "SLURM allocation", "SageMaker (SM_HOSTS)", "PBS_NODEFILE", ...
   std::vector<HostSpec> hosts;  // slots always set
   Launcher launcher = Launcher::kSsh;
   // SageMaker-style clusters run the entry point on every host; only the leader (hosts[0])
@@ -49,8 +50,8 @@ struct ClusterHosts {
 };
 
 // The hosts of a cluster environment, or nullopt when there is none. `local_gpus` is the GPU
-// count of this host (hvx::CountVisibleGpus, hvx/common/cluster.h), used where the environment gives none.
-// SLURM: SLURM_JOB_NODELIST/SLURM_NODELIST with GPUs per node (SLURM_GPUS_ON_NODE,
+// count of this host (hvx::CountVisibleGpus, hvx/common/cluster.h), used where the environment
+// gives none. SLURM: SLURM_JOB_NODELIST/SLURM_NODELIST with GPUs per node (SLURM_GPUS_ON_NODE,
 //   SLURM_GPUS_PER_NODE) when the allocation has GPUs, else SLURM_TASKS_PER_NODE.
 // SageMaker-style: SM_HOSTS + SM_CURRENT_HOST (+ SM_NUM_GPUS), or the resource config JSON
 //   (SM_RESOURCE_CONFIG, or the file /opt/ml/input/config/resourceconfig.json).

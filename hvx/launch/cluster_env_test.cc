@@ -85,8 +85,8 @@ TEST(SageMakerTest, LeaderGetsOneProcessPerGpuOnEveryHost) {
 }
 
 TEST(SageMakerTest, FollowerDoesNotLead) {
-  MapEnvironment env{{"SM_HOSTS", "[\"algo-1\",\"algo-2\"]"}, {"SM_CURRENT_HOST", "algo-2"},
-                     {"SM_NUM_GPUS", "0"}};
+  MapEnvironment env{
+      {"SM_HOSTS", "[\"algo-1\",\"algo-2\"]"}, {"SM_CURRENT_HOST", "algo-2"}, {"SM_NUM_GPUS", "0"}};
   auto c = DetectClusterHosts(env, Files({}), 0);
   ASSERT_TRUE(c.ok() && c->has_value());
   EXPECT_FALSE((*c)->is_leader);
@@ -107,10 +107,9 @@ TEST(SageMakerTest, ResourceConfigFile) {
 }
 
 TEST(SageMakerTest, MalformedHostList) {
-  EXPECT_THAT(DetectClusterHosts(MapEnvironment{{"SM_HOSTS", "algo-1"}}, Files({}), 0)
-                  .status()
-                  .message(),
-              HasSubstr("SM_HOSTS='algo-1': expected a JSON list"));
+  EXPECT_THAT(
+      DetectClusterHosts(MapEnvironment{{"SM_HOSTS", "algo-1"}}, Files({}), 0).status().message(),
+      HasSubstr("SM_HOSTS='algo-1': expected a JSON list"));
 }
 
 TEST(ClusterTest, PbsNodefileCountsRepeats) {

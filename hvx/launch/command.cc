@@ -29,8 +29,8 @@ std::vector<std::string> MpiexecCommand(const LaunchOptions& options, const JobS
   if (!options.launcher_exec.empty()) {
     argv.insert(argv.end(), {"-launcher-exec", options.launcher_exec});
   }
-  argv.insert(argv.end(), {"-hosts", hosts, "-n", absl::StrCat(setup.plan.size),
-                           "-prepend-pattern", kHydraMarkerPattern});
+  argv.insert(argv.end(), {"-hosts", hosts, "-n", absl::StrCat(setup.plan.size), "-prepend-pattern",
+                           kHydraMarkerPattern});
   for (const auto& [name, value] : JobEnvironment(options, setup.plan)) {
     argv.insert(argv.end(), {"-genv", name, value});
   }

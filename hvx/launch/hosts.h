@@ -36,7 +36,6 @@ struct Host {
   bool operator==(const Host& o) const { return name == o.name && slots == o.slots; }
 };
 
-
 // Parses "h1:2,h2:4,h3". Errors quote the bad entry: "malformed host entry 'h1:x' in -H: ...".
 // `source` names where the text came from ("-H", "SLURM_JOB_NODELIST", ...).
 absl::StatusOr<std::vector<HostSpec>> ParseHostList(absl::string_view text,

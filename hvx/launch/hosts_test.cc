@@ -65,9 +65,7 @@ TEST(HostsTest, ReadHostfileMissingFile) {
               HasSubstr("cannot read hostfile /nonexistent/hf"));
 }
 
-TEST(HostsTest, FormatHostList) {
-  EXPECT_EQ(FormatHostList({{"a", 2}, {"b", 1}}), "a:2,b:1");
-}
+TEST(HostsTest, FormatHostList) { EXPECT_EQ(FormatHostList({{"a", 2}, {"b", 1}}), "a:2,b:1"); }
 
 }  // namespace
 }  // namespace launch

@@ -131,8 +131,8 @@ absl::StatusOr<std::string> RunCapture(std::vector<std::string> argv, double tim
     return absl::DeadlineExceededError(absl::StrCat("'", shown, "' took over ", timeout_s, " s"));
   }
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    return absl::UnavailableError(absl::StrCat("'", shown, "' failed: ",
-                                               absl::StripAsciiWhitespace(err)));
+    return absl::UnavailableError(
+        absl::StrCat("'", shown, "' failed: ", absl::StripAsciiWhitespace(err)));
   }
   return out;
 }
@@ -155,7 +155,6 @@ std::string DefaultWrapper() {
   return self;
 }
 
-
 bool HydraProxyRunning() {
   DIR* proc = opendir("/proc");
   if (proc == nullptr) return false;
@@ -177,9 +176,9 @@ bool HydraProxyRunning() {
 // remote shell. Staying alive until they have run keeps the cluster's per-host entry point from
 // ending (and the host from being released) while ranks still run here.
 absl::StatusOr<int> FollowLeader(const LaunchOptions& options, const JobSetup& setup) {
-  WriteAll(options.err_fd, absl::StrCat("hvxrun: this host is not the leader of the ",
-                                        setup.source, "; ", setup.leader,
-                                        " starts the ranks here. Waiting for them to finish.\n"));
+  WriteAll(options.err_fd,
+           absl::StrCat("hvxrun: this host is not the leader of the ", setup.source, "; ",
+                        setup.leader, " starts the ranks here. Waiting for them to finish.\n"));
   const Clock::time_point deadline = Clock::now() + FromSeconds(options.start_timeout_s);
   while (!HydraProxyRunning()) {
     if (Clock::now() > deadline) {
@@ -211,12 +210,10 @@ class Supervisor {
             plan, options.tag_output, options.out_fd, options.err_fd,
             [](int fd, absl::string_view data) { WriteAll(fd, data); },
             [this](const ControlRecord& r) { OnControl(r); }),
-        out_demux_([this](int src, absl::string_view d) {
-          router_.OnBytes(Stream::kStdout, src, d);
-        }),
-        err_demux_([this](int src, absl::string_view d) {
-          router_.OnBytes(Stream::kStderr, src, d);
-        }) {}
+        out_demux_(
+            [this](int src, absl::string_view d) { router_.OnBytes(Stream::kStdout, src, d); }),
+        err_demux_(
+            [this](int src, absl::string_view d) { router_.OnBytes(Stream::kStderr, src, d); }) {}
 
   absl::Status OpenOutputDir(const std::string& dir) { return router_.OpenOutputDir(dir); }
 
@@ -225,7 +222,9 @@ class Supervisor {
  private:
   void OnControl(const ControlRecord& r);
   void BeginStop(const char* why);
-  void Say(absl::string_view text) { WriteAll(options_.err_fd, absl::StrCat("hvxrun: ", text, "\n")); }
+  void Say(absl::string_view text) {
+    WriteAll(options_.err_fd, absl::StrCat("hvxrun: ", text, "\n"));
+  }
   int Report(int mpiexec_status);
 
   const LaunchOptions& options_;
@@ -313,9 +312,8 @@ int Supervisor::Run(Child child) {
         ((child_.out < 0 && child_.err < 0) || now > exited_at + FromSeconds(kDrainSeconds))) {
       break;
     }
-    std::vector<pollfd> fds = {{g_signal_pipe[0], POLLIN, 0},
-                               {child_.out, POLLIN, 0},
-                               {child_.err, POLLIN, 0}};
+    std::vector<pollfd> fds = {
+        {g_signal_pipe[0], POLLIN, 0}, {child_.out, POLLIN, 0}, {child_.err, POLLIN, 0}};
     poll(fds.data(), fds.size(), 100);
     if (fds[0].revents & POLLIN) {
       unsigned char sigs[64];
@@ -406,12 +404,11 @@ int Supervisor::Report(int mpiexec_status) {
   for (const RankPlacement& p : plan_.ranks) {
     if (!exits_.count(p.rank)) unreported.push_back(p.rank);
   }
-  const int code = WIFEXITED(mpiexec_status) ? WEXITSTATUS(mpiexec_status)
-                                             : 128 + WTERMSIG(mpiexec_status);
-  Say(absl::StrCat("mpiexec ended (", DescribeExit(WIFEXITED(mpiexec_status) ? code : 0,
-                                                   WIFSIGNALED(mpiexec_status)
-                                                       ? WTERMSIG(mpiexec_status)
-                                                       : 0),
+  const int code =
+      WIFEXITED(mpiexec_status) ? WEXITSTATUS(mpiexec_status) : 128 + WTERMSIG(mpiexec_status);
+  Say(absl::StrCat("mpiexec ended (",
+                   DescribeExit(WIFEXITED(mpiexec_status) ? code : 0,
+                                WIFSIGNALED(mpiexec_status) ? WTERMSIG(mpiexec_status) : 0),
                    ") before ranks ", absl::StrJoin(unreported, ","), " reported their exit"));
   for (const std::string& l : router_.LastMpiexecLines()) Say(absl::StrCat("  ", l));
   // A rank that ends the job itself (MPI_Abort, or an MPI error in MPI_Init, which aborts) reaches
@@ -424,8 +421,7 @@ int Supervisor::Report(int mpiexec_status) {
       Say("(the last stderr lines of further ranks are above, tagged by rank)");
       break;
     }
-    Say(absl::StrCat("last stderr lines of rank ", rank, " (host ", plan_.ranks[rank].host,
-                     "):"));
+    Say(absl::StrCat("last stderr lines of rank ", rank, " (host ", plan_.ranks[rank].host, "):"));
     for (const std::string& l : lines) Say(absl::StrCat("  ", l));
   }
   return code != 0 ? code : 1;
@@ -446,10 +442,11 @@ HostProbe SystemHostProbe(const LaunchOptions& options, const Environment& env) 
   probe.remote_gpus = [shell, timeout](const std::string& host) -> absl::StatusOr<int> {
     HVX_ASSIGN_OR_RETURN(
         std::string out,
-        RunCapture({shell, host,
-                    "if [ -n \"${CUDA_VISIBLE_DEVICES+x}\" ]; then echo \"cvd=$CUDA_VISIBLE_DEVICES\"; "
-                    "fi; ls /proc/driver/nvidia/gpus 2>/dev/null | wc -l"},
-                   timeout));
+        RunCapture(
+            {shell, host,
+             "if [ -n \"${CUDA_VISIBLE_DEVICES+x}\" ]; then echo \"cvd=$CUDA_VISIBLE_DEVICES\"; "
+             "fi; ls /proc/driver/nvidia/gpus 2>/dev/null | wc -l"},
+            timeout));
     MapEnvironment remote;
     int dir_count = 0;
     for (absl::string_view line : absl::StrSplit(out, '\n', absl::SkipWhitespace())) {
@@ -476,24 +473,27 @@ absl::StatusOr<int> RunJob(const LaunchOptions& options, const Environment& env)
   const std::string wrapper = options.wrapper.empty() ? DefaultWrapper() : options.wrapper;
   const std::vector<std::string> argv = MpiexecCommand(options, setup, wrapper);
   if (options.dry_run || options.verbose) {
-    std::string text = absl::StrCat("hvxrun: plan from ", setup.source, ": ", setup.plan.size,
-                                    " processes on ", setup.plan.used_hosts.size(), " hosts\n",
-                                    FormatPlan(setup.plan), "hvxrun: command: ", ShellJoin(argv),
-                                    "\n");
+    std::string text =
+        absl::StrCat("hvxrun: plan from ", setup.source, ": ", setup.plan.size, " processes on ",
+                     setup.plan.used_hosts.size(), " hosts\n", FormatPlan(setup.plan),
+                     "hvxrun: command: ", ShellJoin(argv), "\n");
     WriteAll(options.dry_run ? options.out_fd : options.err_fd, text);
     if (options.dry_run) return 0;
   }
   Supervisor supervisor(options, setup.plan);
-  if (!options.output_dir.empty()) HVX_RETURN_IF_ERROR(supervisor.OpenOutputDir(options.output_dir));
+  if (!options.output_dir.empty())
+    HVX_RETURN_IF_ERROR(supervisor.OpenOutputDir(options.output_dir));
 
   if (pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) return ErrnoToStatus(errno, "pipe");
-  struct sigaction sa {}, old[4];
+  struct sigaction sa {
+  }, old[4];
   sa.sa_handler = OnSignal;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;
   const int sigs[4] = {SIGINT, SIGTERM, SIGHUP, SIGCHLD};
   for (int k = 0; k < 4; ++k) sigaction(sigs[k], &sa, &old[k]);
-  struct sigaction ignore {}, old_pipe;
+  struct sigaction ignore {
+  }, old_pipe;
   ignore.sa_handler = SIG_IGN;
   sigaction(SIGPIPE, &ignore, &old_pipe);
 

@@ -14,8 +14,7 @@ namespace launch {
 namespace {
 
 absl::Status FlagError(absl::string_view flag, absl::string_view value, absl::string_view want) {
-  return absl::InvalidArgumentError(
-      absl::StrCat(flag, " '", value, "': expected ", want));
+  return absl::InvalidArgumentError(absl::StrCat(flag, " '", value, "': expected ", want));
 }
 
 absl::StatusOr<double> ParseSeconds(absl::string_view flag, absl::string_view value) {
@@ -213,8 +212,8 @@ absl::StatusOr<JobSetup> ResolveJob(const LaunchOptions& options, const Environm
       }
     } else {
       // This host alone: -np N means N local processes, as with a plain `mpiexec -n N`.
-      int slots = options.slots_per_host.value_or(
-          options.np.value_or(std::max(probe.local_gpus, 1)));
+      int slots =
+          options.slots_per_host.value_or(options.np.value_or(std::max(probe.local_gpus, 1)));
       specs.push_back({HostName("localhost"), slots});
       setup.source = "this host";
     }

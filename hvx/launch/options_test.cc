@@ -15,7 +15,8 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Pair;
 
-absl::StatusOr<LaunchOptions> Parse(std::vector<std::string> args, const Environment& env = MapEnvironment{}) {
+absl::StatusOr<LaunchOptions> Parse(std::vector<std::string> args,
+                                    const Environment& env = MapEnvironment{}) {
   return ParseLaunchArgs(args, env);
 }
 
@@ -39,10 +40,32 @@ HostProbe Probe(int local_gpus, std::map<std::string, int> remote = {}) {
 
 TEST(ParseTest, AllFlags) {
   MapEnvironment env{{"CUDA_HOME", "/usr/cuda"}};
-  auto o = Parse({"-np", "4", "-H", "h1:2,h2:2", "-x", "CUDA_HOME", "-x", "A=b=c",
-                  "--tag-output=full", "--output-dir", "/tmp/o", "--launcher-exec", "/bin/fakessh",
-                  "--start-timeout", "7", "--stop-timeout=3", "--timeout", "60", "--dry-run",
-                  "--verbose", "--slots-per-host", "2", "--", "prog", "-x", "--flag"},
+  auto o = Parse({"-np",
+                  "4",
+                  "-H",
+                  "h1:2,h2:2",
+                  "-x",
+                  "CUDA_HOME",
+                  "-x",
+                  "A=b=c",
+                  "--tag-output=full",
+                  "--output-dir",
+                  "/tmp/o",
+                  "--launcher-exec",
+                  "/bin/fakessh",
+                  "--start-timeout",
+                  "7",
+                  "--stop-timeout=3",
+                  "--timeout",
+                  "60",
+                  "--dry-run",
+                  "--verbose",
+                  "--slots-per-host",
+                  "2",
+                  "--",
+                  "prog",
+                  "-x",
+                  "--flag"},
                  env);
   ASSERT_TRUE(o.ok()) << o.status();
   EXPECT_EQ(*o->np, 4);
@@ -164,8 +187,8 @@ TEST(ResolveTest, SageMakerFollowerStartsNothing) {
 }
 
 TEST(CommandTest, ExactMpiexecCommand) {
-  auto o = Parse({"-np", "3", "-H", "h1:2,h2:2", "--launcher-exec", "/x/fakessh", "-x", "A=1",
-                  "--", "prog", "it's"});
+  auto o = Parse({"-np", "3", "-H", "h1:2,h2:2", "--launcher-exec", "/x/fakessh", "-x", "A=1", "--",
+                  "prog", "it's"});
   ASSERT_TRUE(o.ok());
   o->mpiexec = "/usr/bin/mpiexec";
   auto s = ResolveJob(*o, MapEnvironment{}, NoFiles(), Probe(0));

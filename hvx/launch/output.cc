@@ -49,9 +49,9 @@ void StreamDemuxer::Feed(absl::string_view data) {
         continue;
       } else if (c == '\x02' && n > kMarkerHead.size() + 1) {
         int rank = 0;
-        if (absl::SimpleAtoi(absl::string_view(marker_).substr(kMarkerHead.size(),
-                                                               n - kMarkerHead.size() - 1),
-                             &rank)) {
+        if (absl::SimpleAtoi(
+                absl::string_view(marker_).substr(kMarkerHead.size(), n - kMarkerHead.size() - 1),
+                &rank)) {
           source_ = rank;
           state_ = State::kContent;
           marker_.clear();

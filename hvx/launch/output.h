@@ -2,8 +2,8 @@
 // control records picked out.
 //
 //   OutputRouter router(plan, TagMode::kRank, WriteToFd);
-//   StreamDemuxer out([&](int src, absl::string_view d) { router.OnBytes(Stream::kStdout, src, d); });
-//   out.Feed(bytes_read_from_mpiexec_stdout);   // "\1hvx3\2hello\n" -> "[3] hello\n" on fd 1
+//   StreamDemuxer out([&](int src, absl::string_view d) { router.OnBytes(Stream::kStdout, src, d);
+//   }); out.Feed(bytes_read_from_mpiexec_stdout);   // "\1hvx3\2hello\n" -> "[3] hello\n" on fd 1
 //
 // hvxrun runs mpiexec with `-prepend-pattern kHydraMarkerPattern`. Hydra puts that marker before
 // every line and before every chunk it forwards, so each byte can be attributed to its rank even
@@ -55,7 +55,7 @@ class StreamDemuxer {
   Sink sink_;
   State state_ = State::kLineStart;
   int source_ = kMpiexecSource;
-  std::string marker_;   // a marker being read, from its \x01
+  std::string marker_;                // a marker being read, from its \x01
   State resume_ = State::kLineStart;  // where a broken marker's bytes belong
 };
 
@@ -66,8 +66,8 @@ struct ControlRecord {
   int rank = -1;
   std::string host;
   int pid = 0;
-  int exit_code = 0;  // kExit: exit status, or 0 when signal != 0
-  int signal = 0;     // kExit: the signal that ended the rank
+  int exit_code = 0;    // kExit: exit status, or 0 when signal != 0
+  int signal = 0;       // kExit: the signal that ended the rank
   std::string message;  // kError
 };
 

@@ -52,8 +52,8 @@ class RouterTest : public ::testing::Test {
 TEST_F(RouterTest, HydraChunksBecomeWholeTaggedLines) {
   // What hydra writes when rank 1 prints "partial" without a newline, rank 0 prints a line, and
   // rank 1 then finishes its line: a marker before every chunk, mid-line included.
-  const std::string stream = Marker(1) + "a1\n" + Marker(1) + "partial" + Marker(0) + "a0\n" +
-                             Marker(1) + "-rest\n";
+  const std::string stream =
+      Marker(1) + "a1\n" + Marker(1) + "partial" + Marker(0) + "a0\n" + Marker(1) + "-rest\n";
   // Fed byte by byte: markers and lines split across reads must not matter.
   for (char c : stream) out_.Feed(std::string(1, c));
   EXPECT_THAT(Lines(1), ElementsAre("[1] a1\n", "[0] a0\n", "[1] partial-rest\n"));

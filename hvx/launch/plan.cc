@@ -18,8 +18,8 @@ absl::StatusOr<Plan> MakePlan(int np, const std::vector<Host>& hosts) {
     total += h.slots;
   }
   if (np > total) {
-    return absl::InvalidArgumentError(absl::StrCat("-np ", np, " is more than the ", total,
-                                                   " slots of ", FormatHostList(hosts)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("-np ", np, " is more than the ", total, " slots of ", FormatHostList(hosts)));
   }
   Plan plan;
   plan.size = np;

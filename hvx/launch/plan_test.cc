@@ -30,14 +30,16 @@ void ExpectPlan(const Plan& plan, const std::vector<Want>& want) {
 TEST(PlanTest, EvenTwoByTwo) {
   auto plan = MakePlan(4, {{"h1", 2}, {"h2", 2}});
   ASSERT_TRUE(plan.ok()) << plan.status();
-  ExpectPlan(*plan, {{"h1", 0, 2, 0, 2}, {"h1", 1, 2, 0, 2}, {"h2", 0, 2, 1, 2}, {"h2", 1, 2, 1, 2}});
+  ExpectPlan(*plan,
+             {{"h1", 0, 2, 0, 2}, {"h1", 1, 2, 0, 2}, {"h2", 0, 2, 1, 2}, {"h2", 1, 2, 1, 2}});
   EXPECT_EQ(FormatHostList(plan->used_hosts), "h1:2,h2:2");
 }
 
 TEST(PlanTest, UnevenThreeOne) {
   auto plan = MakePlan(4, {{"h1", 3}, {"h2", 1}});
   ASSERT_TRUE(plan.ok());
-  ExpectPlan(*plan, {{"h1", 0, 3, 0, 2}, {"h1", 1, 3, 0, 1}, {"h1", 2, 3, 0, 1}, {"h2", 0, 1, 1, 2}});
+  ExpectPlan(*plan,
+             {{"h1", 0, 3, 0, 2}, {"h1", 1, 3, 0, 1}, {"h1", 2, 3, 0, 1}, {"h2", 0, 1, 1, 2}});
 }
 
 TEST(PlanTest, HorovodExampleOneTwo) {

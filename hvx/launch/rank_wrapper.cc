@@ -104,8 +104,9 @@ int MaybeRunRankWrapper(int argc, char** argv) {
   int rank = -1;
   if (!ParseInt(pmi_rank, &rank) || rank < 0 || rank >= static_cast<int>(plan.size())) {
     return Fail(rank, "?",
-                std::string("PMI_RANK='") + (pmi_rank ? pmi_rank : "") + "' is not a rank of the plan " +
-                    used_hosts + ": the wrapper runs only under hvxrun's mpiexec");
+                std::string("PMI_RANK='") + (pmi_rank ? pmi_rank : "") +
+                    "' is not a rank of the plan " + used_hosts +
+                    ": the wrapper runs only under hvxrun's mpiexec");
   }
   const RankPlacement& p = plan[rank];
   // Hydra numbers ranks per host from its own host list; a difference means hydra did not place

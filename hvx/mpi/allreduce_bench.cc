@@ -25,9 +25,9 @@
 #include "absl/time/time.h"
 #include "hvx/common/env.h"
 #include "hvx/common/memory.h"
+#include "hvx/common/status.h"
 #include "hvx/core/api.h"
 #include "hvx/core/cpu_ops.h"
-#include "hvx/common/status.h"
 #include "hvx/mpi/mpi_collectives.h"
 
 namespace {
@@ -63,9 +63,11 @@ double MedianMs(int reps, const std::function<void()>& fn) {
 // One line per measurement, printed by rank 0 at the end: median ms and page faults per run.
 std::vector<std::string> g_lines;
 
-double Measure(const std::string& what, int reps, const std::function<void()>& fn, int ops_per_run = 1) {
+double Measure(const std::string& what, int reps, const std::function<void()>& fn,
+               int ops_per_run = 1) {
   const double ms = MedianMs(reps, fn) / ops_per_run;
-  g_lines.push_back(absl::StrFormat("%-62s %9.3f ms %9.0f faults", what, ms, g_faults / ops_per_run));
+  g_lines.push_back(
+      absl::StrFormat("%-62s %9.3f ms %9.0f faults", what, ms, g_faults / ops_per_run));
   return ms;
 }
 
@@ -103,8 +105,8 @@ void RunInterleaved(const std::string& label, std::vector<Variant>& variants, in
   }
   for (Variant& v : variants) {
     std::sort(v.ms.begin(), v.ms.end());
-    g_lines.push_back(absl::StrFormat("    %s: %-40s %9.3f ms (min %.3f) %6ld faults", label, v.name,
-                                      v.ms[v.ms.size() / 2], v.ms[0], v.faults / reps));
+    g_lines.push_back(absl::StrFormat("    %s: %-40s %9.3f ms (min %.3f) %6ld faults", label,
+                                      v.name, v.ms[v.ms.size() / 2], v.ms[0], v.faults / reps));
   }
 }
 
@@ -116,8 +118,8 @@ std::vector<int64_t> ResNet50Sizes() {
   for (int layer = 0; layer < 4; ++layer) {
     const int64_t planes = int64_t{64} << layer;
     for (int b = 0; b < blocks[layer]; ++b) {
-      s.insert(s.end(), {planes * in, planes, planes, planes * planes * 9, planes, planes, planes * 4 * planes,
-                         planes * 4, planes * 4});
+      s.insert(s.end(), {planes * in, planes, planes, planes * planes * 9, planes, planes,
+                         planes * 4 * planes, planes * 4, planes * 4});
       if (b == 0) s.insert(s.end(), {planes * 4 * in, planes * 4, planes * 4});
       in = planes * 4;
     }
@@ -131,8 +133,9 @@ std::vector<int64_t> ResNet50Sizes() {
 // above 1); each piece is multiplied by `postscale` as soon as it completes, while still in cache.
 // It moves the same bytes as one MPI_Allreduce per tensor, and the pieces stay small enough that
 // MPICH's internal temporaries are reused heap memory rather than fresh pages.
-absl::Status PiecewiseAllreduce(MPI_Comm comm, const std::vector<hvx::Span>& spans, hvx::DataType dtype,
-                                hvx::ReduceOp op, double postscale, int64_t piece_bytes, int inflight) {
+absl::Status PiecewiseAllreduce(MPI_Comm comm, const std::vector<hvx::Span>& spans,
+                                hvx::DataType dtype, hvx::ReduceOp op, double postscale,
+                                int64_t piece_bytes, int inflight) {
   const hvx::MpiReduceType t = hvx::MpiOps::Get().For(dtype, op);
   const int64_t esize = static_cast<int64_t>(hvx::DataTypeSize(dtype));
   const int64_t per = std::max<int64_t>(1, std::min<int64_t>(piece_bytes, INT_MAX) / esize);
@@ -146,7 +149,8 @@ absl::Status PiecewiseAllreduce(MPI_Comm comm, const std::vector<hvx::Span>& spa
   std::vector<Piece> pieces;
   size_t first = 0;
   auto finish_one = [&]() -> absl::Status {
-    HVX_RETURN_IF_ERROR(hvx::MpiStatus(MPI_Wait(&requests[first], MPI_STATUS_IGNORE), "MPI_Iallreduce (wait)"));
+    HVX_RETURN_IF_ERROR(
+        hvx::MpiStatus(MPI_Wait(&requests[first], MPI_STATUS_IGNORE), "MPI_Iallreduce (wait)"));
     hvx::ScaleInPlace(dtype, pieces[first].data, pieces[first].count, postscale);
     ++first;
     return absl::OkStatus();
@@ -156,15 +160,18 @@ absl::Status PiecewiseAllreduce(MPI_Comm comm, const std::vector<hvx::Span>& spa
       const int n = static_cast<int>(std::min(per, sp.count - done));
       char* p = sp.data + done * esize;
       if (inflight == 1) {
-        HVX_RETURN_IF_ERROR(hvx::MpiStatus(MPI_Allreduce(MPI_IN_PLACE, p, n, t.type, t.op, comm), "MPI_Allreduce"));
+        HVX_RETURN_IF_ERROR(
+            hvx::MpiStatus(MPI_Allreduce(MPI_IN_PLACE, p, n, t.type, t.op, comm), "MPI_Allreduce"));
         hvx::ScaleInPlace(dtype, p, n, postscale);
         continue;
       }
-      if (requests.size() - first >= static_cast<size_t>(inflight)) HVX_RETURN_IF_ERROR(finish_one());
+      if (requests.size() - first >= static_cast<size_t>(inflight))
+        HVX_RETURN_IF_ERROR(finish_one());
       requests.emplace_back();
       pieces.push_back(Piece{p, n});
       HVX_RETURN_IF_ERROR(
-          hvx::MpiStatus(MPI_Iallreduce(MPI_IN_PLACE, p, n, t.type, t.op, comm, &requests.back()), "MPI_Iallreduce"));
+          hvx::MpiStatus(MPI_Iallreduce(MPI_IN_PLACE, p, n, t.type, t.op, comm, &requests.back()),
+                         "MPI_Iallreduce"));
     }
   }
   while (first < requests.size()) HVX_RETURN_IF_ERROR(finish_one());
@@ -180,14 +187,16 @@ int main(int argc, char** argv) {
   int size = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   // --reps=N (default 9) runs per large measurement, --tiny_reps=N (default 2000) ops per latency
-  // run. Oversubscribed runs (-n 4 on 2 cores) need small values: each op then costs scheduler slices.
+  // run. Oversubscribed runs (-n 4 on 2 cores) need small values: each op then costs scheduler
+  // slices.
   int reps = 9;
   int tiny_reps = 2000;
   bool quick = false;
   bool compare = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--reps=", 7) == 0) reps = std::max(1, std::atoi(argv[i] + 7));
-    if (std::strncmp(argv[i], "--tiny_reps=", 12) == 0) tiny_reps = std::max(1, std::atoi(argv[i] + 12));
+    if (std::strncmp(argv[i], "--tiny_reps=", 12) == 0)
+      tiny_reps = std::max(1, std::atoi(argv[i] + 12));
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
     if (std::strcmp(argv[i], "--compare") == 0) compare = true;
   }
@@ -202,36 +211,47 @@ int main(int argc, char** argv) {
   std::vector<float> packed(total, 0.0f);
   // The set as spans in place, for the bare ring runs of the diagnostics and --compare.
   std::vector<hvx::Span> set_spans;
-  for (auto& g : grads) set_spans.push_back(hvx::Span{reinterpret_cast<char*>(g.data()), static_cast<int64_t>(g.size())});
+  for (auto& g : grads)
+    set_spans.push_back(
+        hvx::Span{reinterpret_cast<char*>(g.data()), static_cast<int64_t>(g.size())});
   hvx::HostBuffer ring_scratch;
   float tiny = 1.0f;
   auto per_tensor = [&] {
     for (auto& g : grads) {
-      MPI_Allreduce(MPI_IN_PLACE, g.data(), static_cast<int>(g.size()), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      MPI_Allreduce(MPI_IN_PLACE, g.data(), static_cast<int>(g.size()), MPI_FLOAT, MPI_SUM,
+                    MPI_COMM_WORLD);
     }
   };
 
   // Raw MPI baselines, on the main thread before hvx exists.
   const double raw_big = Measure("(a) raw MPI_Allreduce 64 MiB", reps, [&] {
-    MPI_Allreduce(MPI_IN_PLACE, big.data(), static_cast<int>(big.size()), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, big.data(), static_cast<int>(big.size()), MPI_FLOAT, MPI_SUM,
+                  MPI_COMM_WORLD);
   });
-  const double raw_per_tensor = Measure("(b) raw MPI, one MPI_Allreduce per tensor", reps, per_tensor);
-  const double raw_packed = Measure("(b) raw MPI, pre-packed one MPI_Allreduce + pack/unpack", reps, [&] {
-    float* p = packed.data();
-    for (auto& g : grads) {
-      std::memcpy(p, g.data(), g.size() * 4);
-      p += g.size();
-    }
-    MPI_Allreduce(MPI_IN_PLACE, packed.data(), static_cast<int>(total), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-    p = packed.data();
-    for (auto& g : grads) {
-      std::memcpy(g.data(), p, g.size() * 4);
-      p += g.size();
-    }
-  });
-  const double raw_tiny = Measure("(c) raw MPI_Allreduce 4 B, per op", std::min(reps, 5), [&] {
-    for (int i = 0; i < tiny_reps; ++i) MPI_Allreduce(MPI_IN_PLACE, &tiny, 1, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-  }, tiny_reps);
+  const double raw_per_tensor =
+      Measure("(b) raw MPI, one MPI_Allreduce per tensor", reps, per_tensor);
+  const double raw_packed =
+      Measure("(b) raw MPI, pre-packed one MPI_Allreduce + pack/unpack", reps, [&] {
+        float* p = packed.data();
+        for (auto& g : grads) {
+          std::memcpy(p, g.data(), g.size() * 4);
+          p += g.size();
+        }
+        MPI_Allreduce(MPI_IN_PLACE, packed.data(), static_cast<int>(total), MPI_FLOAT, MPI_SUM,
+                      MPI_COMM_WORLD);
+        p = packed.data();
+        for (auto& g : grads) {
+          std::memcpy(g.data(), p, g.size() * 4);
+          p += g.size();
+        }
+      });
+  const double raw_tiny = Measure(
+      "(c) raw MPI_Allreduce 4 B, per op", std::min(reps, 5),
+      [&] {
+        for (int i = 0; i < tiny_reps; ++i)
+          MPI_Allreduce(MPI_IN_PLACE, &tiny, 1, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      },
+      tiny_reps);
   // Diagnostics (skipped with --quick): where the time of a large allreduce goes.
   if (!quick) {
     // Why hvx does not call MPI_Allreduce on large buffers: from a thread other than main (hvx's
@@ -242,51 +262,59 @@ int main(int argc, char** argv) {
     });
     hvx::HostBuffer scratch;
     for (int64_t c : {int64_t{1} << 20, int64_t{4} << 20, int64_t{16} << 20}) {
-      Measure(absl::StrCat("    ring allreduce 64 MiB, second thread, pieces of ", c >> 20, " MiB"), std::min(reps, 5), [&] {
-        std::thread t([&] {
-          (void)hvx::RingAllreduce(MPI_COMM_WORLD, big.data(), static_cast<int64_t>(big.size()),
-                                   hvx::DataType::kFloat32, hvx::ReduceOp::kSum, 1.0, c, &scratch);
-        });
-        t.join();
-      });
+      Measure(absl::StrCat("    ring allreduce 64 MiB, second thread, pieces of ", c >> 20, " MiB"),
+              std::min(reps, 5), [&] {
+                std::thread t([&] {
+                  (void)hvx::RingAllreduce(
+                      MPI_COMM_WORLD, big.data(), static_cast<int64_t>(big.size()),
+                      hvx::DataType::kFloat32, hvx::ReduceOp::kSum, 1.0, c, &scratch);
+                });
+                t.join();
+              });
     }
 
-    // The ResNet-50 set through the ring, as one call over all tensors in place (what hvx runs for a
-    // fused response) and as one call per tensor.
-    Measure("    ring over the ResNet-50 set in place, one call, second thread", std::min(reps, 5), [&] {
-      std::thread t([&] {
-        (void)hvx::RingAllreduce(MPI_COMM_WORLD, set_spans, hvx::DataType::kFloat32, hvx::ReduceOp::kSum, 0.5,
-                                 hvx::kRingPieceBytes, &scratch);
-      });
-      t.join();
-    });
+    // The ResNet-50 set through the ring, as one call over all tensors in place (what hvx runs for
+    // a fused response) and as one call per tensor.
+    Measure("    ring over the ResNet-50 set in place, one call, second thread", std::min(reps, 5),
+            [&] {
+              std::thread t([&] {
+                (void)hvx::RingAllreduce(MPI_COMM_WORLD, set_spans, hvx::DataType::kFloat32,
+                                         hvx::ReduceOp::kSum, 0.5, hvx::kRingPieceBytes, &scratch);
+              });
+              t.join();
+            });
     Measure("    ring per ResNet-50 tensor, second thread", std::min(reps, 5), [&] {
       std::thread t([&] {
         for (auto& g : grads) {
-          (void)hvx::Allreduce(MPI_COMM_WORLD, g.data(), static_cast<int64_t>(g.size()), hvx::DataType::kFloat32,
-                               hvx::ReduceOp::kSum, 0.5, &scratch);
+          (void)hvx::Allreduce(MPI_COMM_WORLD, g.data(), static_cast<int64_t>(g.size()),
+                               hvx::DataType::kFloat32, hvx::ReduceOp::kSum, 0.5, &scratch);
         }
       });
       t.join();
     });
 
     for (int64_t c : {int64_t{1} << 20, int64_t{4} << 20}) {
-      Measure(absl::StrCat("    MPI_Allreduce per tensor in ", c >> 20, " MiB pieces, second thread"), std::min(reps, 5), [&] {
-        std::thread t([&] {
-          for (auto& g : grads) {
-            (void)hvx::ChunkedAllreduce(MPI_COMM_WORLD, g.data(), static_cast<int64_t>(g.size()),
-                                        hvx::DataType::kFloat32, hvx::ReduceOp::kSum, c);
-          }
-        });
-        t.join();
-      });
-      Measure(absl::StrCat("    MPI_Allreduce 64 MiB in ", c >> 20, " MiB pieces, second thread"), std::min(reps, 5), [&] {
-        std::thread t([&] {
-          (void)hvx::ChunkedAllreduce(MPI_COMM_WORLD, big.data(), static_cast<int64_t>(big.size()),
-                                      hvx::DataType::kFloat32, hvx::ReduceOp::kSum, c);
-        });
-        t.join();
-      });
+      Measure(
+          absl::StrCat("    MPI_Allreduce per tensor in ", c >> 20, " MiB pieces, second thread"),
+          std::min(reps, 5), [&] {
+            std::thread t([&] {
+              for (auto& g : grads) {
+                (void)hvx::ChunkedAllreduce(MPI_COMM_WORLD, g.data(),
+                                            static_cast<int64_t>(g.size()), hvx::DataType::kFloat32,
+                                            hvx::ReduceOp::kSum, c);
+              }
+            });
+            t.join();
+          });
+      Measure(absl::StrCat("    MPI_Allreduce 64 MiB in ", c >> 20, " MiB pieces, second thread"),
+              std::min(reps, 5), [&] {
+                std::thread t([&] {
+                  (void)hvx::ChunkedAllreduce(MPI_COMM_WORLD, big.data(),
+                                              static_cast<int64_t>(big.size()),
+                                              hvx::DataType::kFloat32, hvx::ReduceOp::kSum, c);
+                });
+                t.join();
+              });
     }
   }
 
@@ -297,16 +325,18 @@ int main(int argc, char** argv) {
     variants.push_back({"raw per tensor (sum, no scale)", per_tensor});
     for (int64_t kib : {16384, 4096, 1024, 256}) {
       variants.push_back({absl::StrCat("ring ", kib, " KiB pieces"), [&, kib] {
-        (void)hvx::RingAllreduce(MPI_COMM_WORLD, set_spans, hvx::DataType::kFloat32, hvx::ReduceOp::kSum, 0.5,
-                                 kib << 10, &ring_scratch);
-      }});
+                            (void)hvx::RingAllreduce(MPI_COMM_WORLD, set_spans,
+                                                     hvx::DataType::kFloat32, hvx::ReduceOp::kSum,
+                                                     0.5, kib << 10, &ring_scratch);
+                          }});
     }
     for (int64_t piece : {int64_t{1} << 20, int64_t{4} << 20}) {
       for (int inflight : {1, 4}) {
-        variants.push_back({absl::StrCat("piecewise ", piece >> 20, " MiB x", inflight), [&, piece, inflight] {
-          (void)PiecewiseAllreduce(MPI_COMM_WORLD, set_spans, hvx::DataType::kFloat32, hvx::ReduceOp::kSum,
-                                        0.5, piece, inflight);
-        }});
+        variants.push_back(
+            {absl::StrCat("piecewise ", piece >> 20, " MiB x", inflight), [&, piece, inflight] {
+               (void)PiecewiseAllreduce(MPI_COMM_WORLD, set_spans, hvx::DataType::kFloat32,
+                                        hvx::ReduceOp::kSum, 0.5, piece, inflight);
+             }});
       }
     }
     RunInterleaved("set strategy", variants, reps);
@@ -328,7 +358,8 @@ int main(int argc, char** argv) {
   const double hvx_resnet = Measure("(b) hvx, 161 async Allreduce (average), then wait", reps, [&] {
     std::vector<hvx::Handle> handles;
     for (size_t i = 0; i < grads.size(); ++i) {
-      hvx::TensorRef t(hvx::DataType::kFloat32, {static_cast<int64_t>(grads[i].size())}, grads[i].data());
+      hvx::TensorRef t(hvx::DataType::kFloat32, {static_cast<int64_t>(grads[i].size())},
+                       grads[i].data());
       handles.push_back(hvx::Allreduce(absl::StrCat("grad.", i), t, t, avg));
     }
     (void)hvx::WaitAll(handles);
@@ -337,25 +368,33 @@ int main(int argc, char** argv) {
     // What the engine adds to the bare ring: the same set through hvx (main thread, as a training
     // loop calls it) and through RingAllreduce directly (second thread), interleaved.
     std::vector<Variant> variants;
-    variants.push_back({"hvx, 161 async Allreduce (average)", [&] {
-      std::vector<hvx::Handle> handles;
-      for (size_t i = 0; i < grads.size(); ++i) {
-        hvx::TensorRef t(hvx::DataType::kFloat32, {static_cast<int64_t>(grads[i].size())}, grads[i].data());
-        handles.push_back(hvx::Allreduce(absl::StrCat("grad.", i), t, t, avg));
-      }
-      (void)hvx::WaitAll(handles);
-    }, false});
+    variants.push_back({"hvx, 161 async Allreduce (average)",
+                        [&] {
+                          std::vector<hvx::Handle> handles;
+                          for (size_t i = 0; i < grads.size(); ++i) {
+                            hvx::TensorRef t(hvx::DataType::kFloat32,
+                                             {static_cast<int64_t>(grads[i].size())},
+                                             grads[i].data());
+                            handles.push_back(hvx::Allreduce(absl::StrCat("grad.", i), t, t, avg));
+                          }
+                          (void)hvx::WaitAll(handles);
+                        },
+                        false});
     variants.push_back({"bare RingAllreduce, default pieces", [&] {
-      (void)hvx::RingAllreduce(MPI_COMM_WORLD, set_spans, hvx::DataType::kFloat32, hvx::ReduceOp::kSum, 0.5,
-                               hvx::kRingPieceBytes, &ring_scratch);
-    }});
+                          (void)hvx::RingAllreduce(MPI_COMM_WORLD, set_spans,
+                                                   hvx::DataType::kFloat32, hvx::ReduceOp::kSum,
+                                                   0.5, hvx::kRingPieceBytes, &ring_scratch);
+                        }});
     variants.push_back({"raw MPI, one MPI_Allreduce per tensor", per_tensor, false});
     RunInterleaved("engine", variants, reps);
   }
-  const double hvx_tiny = Measure("(c) hvx Allreduce 4 B + Wait, per op", std::min(reps, 5), [&] {
-    hvx::TensorRef t(hvx::DataType::kFloat32, {1}, &tiny);
-    for (int i = 0; i < tiny_reps; ++i) (void)hvx::Wait(hvx::Allreduce("tiny", t, t, sum));
-  }, tiny_reps);
+  const double hvx_tiny = Measure(
+      "(c) hvx Allreduce 4 B + Wait, per op", std::min(reps, 5),
+      [&] {
+        hvx::TensorRef t(hvx::DataType::kFloat32, {1}, &tiny);
+        for (int i = 0; i < tiny_reps; ++i) (void)hvx::Wait(hvx::Allreduce("tiny", t, t, sum));
+      },
+      tiny_reps);
   (void)hvx::Shutdown();
 
   Ratio("(a) raw MPI / hvx", raw_big, hvx_big);
@@ -363,8 +402,9 @@ int main(int argc, char** argv) {
   Ratio("(b) pre-packed MPI / hvx", raw_packed, hvx_resnet);
   Ratio("(c) raw MPI / hvx", raw_tiny, hvx_tiny);
   if (g_rank == 0) {
-    std::printf("ranks %d; ResNet-50 set: %zu tensors, %lld elements; medians of the slowest rank\n", size,
-                sizes.size(), static_cast<long long>(total));
+    std::printf(
+        "ranks %d; ResNet-50 set: %zu tensors, %lld elements; medians of the slowest rank\n", size,
+        sizes.size(), static_cast<long long>(total));
     for (const std::string& l : g_lines) std::printf("%s\n", l.c_str());
   }
   MPI_Finalize();

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -14,7 +15,6 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include <mutex>
 #include "gtest/gtest.h"
 #include "hvx/common/half.h"
 #include "hvx/common/logging.h"
@@ -63,29 +63,56 @@ struct Buffer {
   void Set(size_t i, double v) {
     void* p = bytes.data() + i * DataTypeSize(dtype);
     switch (dtype) {
-      case DataType::kUint8: *static_cast<uint8_t*>(p) = static_cast<uint8_t>(v); break;
-      case DataType::kInt8: *static_cast<int8_t*>(p) = static_cast<int8_t>(v); break;
-      case DataType::kInt32: *static_cast<int32_t*>(p) = static_cast<int32_t>(v); break;
-      case DataType::kInt64: *static_cast<int64_t*>(p) = static_cast<int64_t>(v); break;
-      case DataType::kFloat16: *static_cast<uint16_t*>(p) = FloatToHalf(static_cast<float>(v)); break;
-      case DataType::kBfloat16: *static_cast<uint16_t*>(p) = FloatToBfloat16(static_cast<float>(v)); break;
-      case DataType::kFloat32: *static_cast<float*>(p) = static_cast<float>(v); break;
-      case DataType::kFloat64: *static_cast<double*>(p) = v; break;
-      case DataType::kBool: *static_cast<uint8_t*>(p) = v != 0; break;
+      case DataType::kUint8:
+        *static_cast<uint8_t*>(p) = static_cast<uint8_t>(v);
+        break;
+      case DataType::kInt8:
+        *static_cast<int8_t*>(p) = static_cast<int8_t>(v);
+        break;
+      case DataType::kInt32:
+        *static_cast<int32_t*>(p) = static_cast<int32_t>(v);
+        break;
+      case DataType::kInt64:
+        *static_cast<int64_t*>(p) = static_cast<int64_t>(v);
+        break;
+      case DataType::kFloat16:
+        *static_cast<uint16_t*>(p) = FloatToHalf(static_cast<float>(v));
+        break;
+      case DataType::kBfloat16:
+        *static_cast<uint16_t*>(p) = FloatToBfloat16(static_cast<float>(v));
+        break;
+      case DataType::kFloat32:
+        *static_cast<float*>(p) = static_cast<float>(v);
+        break;
+      case DataType::kFloat64:
+        *static_cast<double*>(p) = v;
+        break;
+      case DataType::kBool:
+        *static_cast<uint8_t*>(p) = v != 0;
+        break;
     }
   }
   double Get(size_t i) const {
     const void* p = bytes.data() + i * DataTypeSize(dtype);
     switch (dtype) {
-      case DataType::kUint8: return *static_cast<const uint8_t*>(p);
-      case DataType::kInt8: return *static_cast<const int8_t*>(p);
-      case DataType::kInt32: return *static_cast<const int32_t*>(p);
-      case DataType::kInt64: return static_cast<double>(*static_cast<const int64_t*>(p));
-      case DataType::kFloat16: return HalfToFloat(*static_cast<const uint16_t*>(p));
-      case DataType::kBfloat16: return Bfloat16ToFloat(*static_cast<const uint16_t*>(p));
-      case DataType::kFloat32: return *static_cast<const float*>(p);
-      case DataType::kFloat64: return *static_cast<const double*>(p);
-      case DataType::kBool: return *static_cast<const uint8_t*>(p);
+      case DataType::kUint8:
+        return *static_cast<const uint8_t*>(p);
+      case DataType::kInt8:
+        return *static_cast<const int8_t*>(p);
+      case DataType::kInt32:
+        return *static_cast<const int32_t*>(p);
+      case DataType::kInt64:
+        return static_cast<double>(*static_cast<const int64_t*>(p));
+      case DataType::kFloat16:
+        return HalfToFloat(*static_cast<const uint16_t*>(p));
+      case DataType::kBfloat16:
+        return Bfloat16ToFloat(*static_cast<const uint16_t*>(p));
+      case DataType::kFloat32:
+        return *static_cast<const float*>(p);
+      case DataType::kFloat64:
+        return *static_cast<const double*>(p);
+      case DataType::kBool:
+        return *static_cast<const uint8_t*>(p);
     }
     return 0;
   }
@@ -107,7 +134,8 @@ TEST(CollectivesTest, Topology) {
 }
 
 TEST(CollectivesTest, AllreduceEveryDtypeAndOp) {
-  const ReduceOp ops[] = {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct};
+  const ReduceOp ops[] = {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax,
+                          ReduceOp::kProduct};
   for (DataType dt : kAllDataTypes) {
     for (ReduceOp op : ops) {
       const size_t n = 17;
@@ -121,13 +149,24 @@ TEST(CollectivesTest, AllreduceEveryDtypeAndOp) {
         const double a = Value(0, i), b = Value(1, i);
         double want = 0;
         switch (op) {
-          case ReduceOp::kSum: want = a + b; break;
-          case ReduceOp::kAverage: want = (a + b) / 2; break;
-          case ReduceOp::kMin: want = std::min(a, b); break;
-          case ReduceOp::kMax: want = std::max(a, b); break;
-          default: want = a * b; break;
+          case ReduceOp::kSum:
+            want = a + b;
+            break;
+          case ReduceOp::kAverage:
+            want = (a + b) / 2;
+            break;
+          case ReduceOp::kMin:
+            want = std::min(a, b);
+            break;
+          case ReduceOp::kMax:
+            want = std::max(a, b);
+            break;
+          default:
+            want = a * b;
+            break;
         }
-        if (dt == DataType::kBool) want = (op == ReduceOp::kMin || op == ReduceOp::kProduct) ? 1 : 1;
+        if (dt == DataType::kBool)
+          want = (op == ReduceOp::kMin || op == ReduceOp::kProduct) ? 1 : 1;
         if (!IsFloatingPoint(dt) && dt != DataType::kBool) want = std::trunc(want);
         EXPECT_EQ(out.Get(i), want) << name << " element " << i;
       }
@@ -136,15 +175,19 @@ TEST(CollectivesTest, AllreduceEveryDtypeAndOp) {
 }
 
 TEST(CollectivesTest, CheckSameOnEveryRank) {
-  EXPECT_TRUE(CheckSameOnEveryRank("agree.same", {{"dataset samples", "60000"}, {"config", "abc"}}).ok());
+  EXPECT_TRUE(
+      CheckSameOnEveryRank("agree.same", {{"dataset samples", "60000"}, {"config", "abc"}}).ok());
   absl::Status s = CheckSameOnEveryRank(
       "agree.differ", {{"dataset samples", Rank() == 0 ? "60000" : "59999"}, {"config", "abc"}});
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
-  EXPECT_TRUE(absl::StrContains(s.message(), "dataset samples: rank 0 has 60000, rank 1 has 59999")) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "dataset samples: rank 0 has 60000, rank 1 has 59999"))
+      << s;
   // Lengths differ between ranks, one of them empty.
-  s = CheckSameOnEveryRank("agree.empty", Rank() == 0 ? std::vector<std::pair<std::string, std::string>>{}
-                                                      : std::vector<std::pair<std::string, std::string>>{{"x", "1"}});
-  EXPECT_TRUE(absl::StrContains(s.message(), "x: rank 1 has 1, the other ranks do not set it")) << s;
+  s = CheckSameOnEveryRank(
+      "agree.empty", Rank() == 0 ? std::vector<std::pair<std::string, std::string>>{}
+                                 : std::vector<std::pair<std::string, std::string>>{{"x", "1"}});
+  EXPECT_TRUE(absl::StrContains(s.message(), "x: rank 1 has 1, the other ranks do not set it"))
+      << s;
 }
 
 TEST(CollectivesTest, PrescaleAndPostscale) {
@@ -202,7 +245,8 @@ TEST(CollectivesTest, LargeFusedAllreduceOfOddSizesInAndOutOfPlace) {
   for (size_t t = 0; t < sizes.size(); ++t) {
     const std::vector<float>& result = t % 2 == 0 ? in[t] : out[t];
     for (int64_t i = 0; i < sizes[t]; ++i) {
-      ASSERT_EQ(result[i], static_cast<float>(2 * (i % 7) + 1)) << "tensor " << t << " element " << i;
+      ASSERT_EQ(result[i], static_cast<float>(2 * (i % 7) + 1))
+          << "tensor " << t << " element " << i;
     }
   }
 }
@@ -229,7 +273,9 @@ TEST(CollectivesTest, AllgatherVariableFirstDimension) {
 TEST(CollectivesTest, BroadcastFromEveryRoot) {
   for (int root = 0; root < 2; ++root) {
     std::vector<uint16_t> x(9, FloatToBfloat16(static_cast<float>(Rank() + 5)));
-    ASSERT_TRUE(Wait(Broadcast(absl::StrCat("bcast.", root), TensorRef(DataType::kBfloat16, {3, 3}, x.data()), root)).ok());
+    ASSERT_TRUE(Wait(Broadcast(absl::StrCat("bcast.", root),
+                               TensorRef(DataType::kBfloat16, {3, 3}, x.data()), root))
+                    .ok());
     for (uint16_t v : x) EXPECT_EQ(Bfloat16ToFloat(v), root + 5.0f);
   }
 }
@@ -241,9 +287,11 @@ TEST(CollectivesTest, AlltoallExplicitAndEqualSplits) {
   for (int j = 0; j < 2; ++j) {
     for (int k = 0; k < splits[j]; ++k) in.push_back(10 * Rank() + j);
   }
-  Handle h = Alltoall("a2a", TensorRef(DataType::kInt64, {static_cast<int64_t>(in.size())}, in.data()), splits);
+  Handle h = Alltoall(
+      "a2a", TensorRef(DataType::kInt64, {static_cast<int64_t>(in.size())}, in.data()), splits);
   ASSERT_TRUE(Wait(h).ok());
-  const std::vector<int64_t> want_splits = Rank() == 0 ? std::vector<int64_t>{1, 2} : std::vector<int64_t>{1, 1};
+  const std::vector<int64_t> want_splits =
+      Rank() == 0 ? std::vector<int64_t>{1, 2} : std::vector<int64_t>{1, 1};
   EXPECT_EQ(h.received_splits(), want_splits);
   const int64_t* out = h.output().data_as<int64_t>();
   int64_t idx = 0;
@@ -268,7 +316,8 @@ TEST(CollectivesTest, ReduceScatterUnevenRows) {
   ASSERT_TRUE(Wait(h).ok());
   EXPECT_EQ(h.output().shape(), TensorShape({Rank() == 0 ? 3 : 2, 2}));
   const int first = Rank() == 0 ? 0 : 6;
-  for (int i = 0; i < h.output().num_elements(); ++i) EXPECT_EQ(h.output().data_as<float>()[i], 3.0f * (first + i));
+  for (int i = 0; i < h.output().num_elements(); ++i)
+    EXPECT_EQ(h.output().data_as<float>()[i], 3.0f * (first + i));
   EXPECT_EQ(ReduceScatterRows(5, 2, 0), 3);
 }
 
@@ -307,7 +356,8 @@ TEST(CollectivesTest, DtypeMismatchFailsEverywhere) {
 
 TEST(CollectivesTest, BroadcastRootMismatchFailsEverywhere) {
   std::vector<float> x(4);
-  ExpectBothFail(Broadcast("err.root", TensorRef(DataType::kFloat32, {4}, x.data()), Rank()), "root");
+  ExpectBothFail(Broadcast("err.root", TensorRef(DataType::kFloat32, {4}, x.data()), Rank()),
+                 "root");
 }
 
 TEST(CollectivesTest, AlltoallBadSplitsFailEverywhere) {
@@ -315,13 +365,15 @@ TEST(CollectivesTest, AlltoallBadSplitsFailEverywhere) {
   TensorRef t(DataType::kFloat32, {4}, x.data());
   ExpectBothFail(Alltoall("err.splits", t, {3, 3}), "splits sum to 6");
   std::vector<float> y(3);
-  ExpectBothFail(Alltoall("err.equal", TensorRef(DataType::kFloat32, {3}, y.data())), "does not divide");
+  ExpectBothFail(Alltoall("err.equal", TensorRef(DataType::kFloat32, {3}, y.data())),
+                 "does not divide");
 }
 
 TEST(CollectivesTest, AllgatherTailMismatchFailsEverywhere) {
   std::vector<float> x(12);
-  ExpectBothFail(Allgather("err.gather", TensorRef(DataType::kFloat32, {2, 3 + Rank() * 3}, x.data())),
-                 "mismatched ALLGATHER shapes");
+  ExpectBothFail(
+      Allgather("err.gather", TensorRef(DataType::kFloat32, {2, 3 + Rank() * 3}, x.data())),
+      "mismatched ALLGATHER shapes");
 }
 
 TEST(CollectivesTest, DuplicateNameFailsLocally) {
@@ -439,8 +491,8 @@ TEST(CollectivesTest, TimelineIsValidAndNamesPhases) {
   ASSERT_FALSE(text.empty());
   EXPECT_EQ(text.front(), '[');
   EXPECT_EQ(text.back(), ']');
-  for (const char* want : {"\"timeline.probe\"", "NEGOTIATE_ALLREDUCE", "\"ALLREDUCE\"", "MPI_ALLREDUCE",
-                           "start_time_since_epoch_in_micros"}) {
+  for (const char* want : {"\"timeline.probe\"", "NEGOTIATE_ALLREDUCE", "\"ALLREDUCE\"",
+                           "MPI_ALLREDUCE", "start_time_since_epoch_in_micros"}) {
     EXPECT_TRUE(absl::StrContains(text, want)) << want;
   }
   // Balanced braces: every record closed.

@@ -40,7 +40,8 @@ double CpuShareWhileWaiting(Communicator& comm, Op op) {
   const double cpu0 = ThreadCpuSeconds();
   op();
   const double cpu = ThreadCpuSeconds() - cpu0;
-  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (comm.rank() == 0) {
     EXPECT_GE(wall, 0.7) << "rank 0 did not wait for rank 1";
     std::printf("rank 0 waited %.3f s, on a CPU %.4f s\n", wall, cpu);
@@ -59,14 +60,16 @@ TEST(ControlPlaneTest, EveryCollectiveSleepsWhileAPeerIsLate) {
   const double barrier = CpuShareWhileWaiting(*comm, [&] { EXPECT_TRUE(comm->Barrier().ok()); });
 
   std::vector<uint64_t> bits = {rank == 0 ? 0b1110u : 0b0111u, ~uint64_t{0}};
-  const double band = CpuShareWhileWaiting(*comm, [&] { EXPECT_TRUE(comm->BitwiseAnd(&bits).ok()); });
+  const double band =
+      CpuShareWhileWaiting(*comm, [&] { EXPECT_TRUE(comm->BitwiseAnd(&bits).ok()); });
   EXPECT_EQ(bits[0], 0b0110u);
   EXPECT_EQ(bits[1], ~uint64_t{0});
 
   // One small message and one over MPICH's eager limit.
   std::vector<std::string> all;
   const std::string mine(rank == 0 ? 3 : 70000, static_cast<char>('a' + rank));
-  const double gather = CpuShareWhileWaiting(*comm, [&] { EXPECT_TRUE(comm->Gather(mine, &all).ok()); });
+  const double gather =
+      CpuShareWhileWaiting(*comm, [&] { EXPECT_TRUE(comm->Gather(mine, &all).ok()); });
   if (rank == 0) {
     ASSERT_EQ(all.size(), 2u);
     EXPECT_EQ(all[0], std::string(3, 'a'));
@@ -76,10 +79,12 @@ TEST(ControlPlaneTest, EveryCollectiveSleepsWhileAPeerIsLate) {
   }
 
   std::string message = rank == 0 ? std::string(100000, 'r') : "stale";
-  const double bcast = CpuShareWhileWaiting(*comm, [&] { EXPECT_TRUE(comm->Broadcast(&message).ok()); });
+  const double bcast =
+      CpuShareWhileWaiting(*comm, [&] { EXPECT_TRUE(comm->Broadcast(&message).ok()); });
   EXPECT_EQ(message, std::string(100000, 'r'));
 
-  const double allgather = CpuShareWhileWaiting(*comm, [&] { EXPECT_TRUE(comm->Allgather(mine, &all).ok()); });
+  const double allgather =
+      CpuShareWhileWaiting(*comm, [&] { EXPECT_TRUE(comm->Allgather(mine, &all).ok()); });
   ASSERT_EQ(all.size(), 2u);
   EXPECT_EQ(all[0], std::string(3, 'a'));
   EXPECT_EQ(all[1], std::string(70000, 'b'));

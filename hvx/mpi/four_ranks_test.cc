@@ -37,7 +37,8 @@ TEST(FourRanksTest, AverageAndBfloat16Sum) {
   std::vector<uint16_t> h(9, FloatToBfloat16(static_cast<float>(Rank() + 1)));
   AllreduceOptions sum;
   sum.op = ReduceOp::kSum;
-  Handle a = Allreduce("avg", TensorRef(DataType::kFloat32, {33}, x.data()), TensorRef(DataType::kFloat32, {33}, x.data()));
+  Handle a = Allreduce("avg", TensorRef(DataType::kFloat32, {33}, x.data()),
+                       TensorRef(DataType::kFloat32, {33}, x.data()));
   Handle b = Allreduce("bf16", TensorRef(DataType::kBfloat16, {9}, h.data()),
                        TensorRef(DataType::kBfloat16, {9}, h.data()), sum);
   ASSERT_TRUE(WaitAll({a, b}).ok());
@@ -51,7 +52,8 @@ TEST(FourRanksTest, LargeRingAllreduceFloat16) {
   for (int64_t i = 0; i < n; ++i) x[i] = FloatToHalf(static_cast<float>(i % 5 + Rank()));
   AllreduceOptions o;
   o.op = ReduceOp::kSum;
-  std::vector<TensorRef> refs = {TensorRef(DataType::kFloat16, {n}, x.data()), TensorRef(DataType::kFloat16, {7}, y.data())};
+  std::vector<TensorRef> refs = {TensorRef(DataType::kFloat16, {n}, x.data()),
+                                 TensorRef(DataType::kFloat16, {7}, y.data())};
   ASSERT_TRUE(Wait(GroupedAllreduce("ring16", refs, refs, o)).ok());
   for (int64_t i = 0; i < n; ++i) ASSERT_EQ(HalfToFloat(x[i]), 4.0f * (i % 5) + 6.0f) << i;
 }
@@ -64,7 +66,8 @@ std::vector<float> Values(int rank, size_t t, int64_t n) {
   const float scale[7] = {1e-3f, 1e-2f, 0.1f, 1.0f, 10.0f, 100.0f, 1000.0f};
   for (int64_t i = 0; i < n; ++i) {
     state = state * 6364136223846793005ull + 1442695040888963407ull;
-    const float u = static_cast<float>(static_cast<int64_t>(state >> 40) - (int64_t{1} << 23)) / (1 << 23);
+    const float u =
+        static_cast<float>(static_cast<int64_t>(state >> 40) - (int64_t{1} << 23)) / (1 << 23);
     v[i] = u * scale[(i * 3 + t + rank) % 7];
   }
   return v;
@@ -86,7 +89,9 @@ TEST(FourRanksTest, FloatSumsAreTheSameBitsHoweverTheTensorsAreFused) {
   };
   auto refs = [](std::vector<std::vector<float>>& x, const std::vector<size_t>& order) {
     std::vector<TensorRef> r;
-    for (size_t t : order) r.emplace_back(DataType::kFloat32, TensorShape({static_cast<int64_t>(x[t].size())}), x[t].data());
+    for (size_t t : order)
+      r.emplace_back(DataType::kFloat32, TensorShape({static_cast<int64_t>(x[t].size())}),
+                     x[t].data());
     return r;
   };
   std::vector<size_t> forward(n), backward(n);
@@ -98,8 +103,11 @@ TEST(FourRanksTest, FloatSumsAreTheSameBitsHoweverTheTensorsAreFused) {
     ASSERT_TRUE(Wait(Allreduce(absl::StrCat("alone.", t), r, r, sum)).ok());
   }
   std::vector<std::vector<float>> grouped = inputs(), reversed = inputs(), together = inputs();
-  ASSERT_TRUE(Wait(GroupedAllreduce("grouped", refs(grouped, forward), refs(grouped, forward), sum)).ok());
-  ASSERT_TRUE(Wait(GroupedAllreduce("reversed", refs(reversed, backward), refs(reversed, backward), sum)).ok());
+  ASSERT_TRUE(
+      Wait(GroupedAllreduce("grouped", refs(grouped, forward), refs(grouped, forward), sum)).ok());
+  ASSERT_TRUE(
+      Wait(GroupedAllreduce("reversed", refs(reversed, backward), refs(reversed, backward), sum))
+          .ok());
   std::vector<Handle> handles;
   for (size_t t : backward) {
     TensorRef r = refs(together, {t})[0];
@@ -108,9 +116,12 @@ TEST(FourRanksTest, FloatSumsAreTheSameBitsHoweverTheTensorsAreFused) {
   ASSERT_TRUE(WaitAll(handles).ok());
   for (size_t t = 0; t < n; ++t) {
     for (int64_t i = 0; i < sizes[t]; ++i) {
-      ASSERT_EQ(absl::bit_cast<uint32_t>(grouped[t][i]), absl::bit_cast<uint32_t>(alone[t][i])) << t << " " << i;
-      ASSERT_EQ(absl::bit_cast<uint32_t>(reversed[t][i]), absl::bit_cast<uint32_t>(alone[t][i])) << t << " " << i;
-      ASSERT_EQ(absl::bit_cast<uint32_t>(together[t][i]), absl::bit_cast<uint32_t>(alone[t][i])) << t << " " << i;
+      ASSERT_EQ(absl::bit_cast<uint32_t>(grouped[t][i]), absl::bit_cast<uint32_t>(alone[t][i]))
+          << t << " " << i;
+      ASSERT_EQ(absl::bit_cast<uint32_t>(reversed[t][i]), absl::bit_cast<uint32_t>(alone[t][i]))
+          << t << " " << i;
+      ASSERT_EQ(absl::bit_cast<uint32_t>(together[t][i]), absl::bit_cast<uint32_t>(alone[t][i]))
+          << t << " " << i;
     }
   }
   // The same bits on every rank, and the sum itself is right.
@@ -124,7 +135,8 @@ TEST(FourRanksTest, FloatSumsAreTheSameBitsHoweverTheTensorsAreFused) {
       const std::vector<float> v = Values(rank, t, sizes[t]);
       for (int64_t i = 0; i < sizes[t]; ++i) exact[i] += v[i], magnitude[i] += std::abs(v[i]);
     }
-    for (int64_t i = 0; i < sizes[t]; ++i) ASSERT_NEAR(alone[t][i], exact[i], 1e-6 * magnitude[i]) << t << " " << i;
+    for (int64_t i = 0; i < sizes[t]; ++i)
+      ASSERT_NEAR(alone[t][i], exact[i], 1e-6 * magnitude[i]) << t << " " << i;
   }
 
   // bfloat16 rounds after every addition: the order shows in most elements.

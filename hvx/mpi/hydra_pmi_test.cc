@@ -17,16 +17,21 @@ namespace hvx {
 namespace {
 
 TEST(HydraPmiTest, OnlyUnderHydrasPmi1) {
-  EXPECT_TRUE(HydraPmi::FromEnvironment(MapEnvironment({{"PMI_FD", "7"}, {"MPI_LOCALRANKID", "0"}})).has_value());
+  EXPECT_TRUE(HydraPmi::FromEnvironment(MapEnvironment({{"PMI_FD", "7"}, {"MPI_LOCALRANKID", "0"}}))
+                  .has_value());
   EXPECT_TRUE(HydraPmi::FromEnvironment(
-                  MapEnvironment({{"PMI_FD", "7"}, {"MPI_LOCALRANKID", "1"}, {"MPIR_CVAR_PMI_VERSION", "1"}}))
+                  MapEnvironment(
+                      {{"PMI_FD", "7"}, {"MPI_LOCALRANKID", "1"}, {"MPIR_CVAR_PMI_VERSION", "1"}}))
                   .has_value());
   // srun's PMI-2 sets PMI_FD but not hydra's MPI_LOCALRANKID; PMI-2 speaks another wire format.
   EXPECT_FALSE(HydraPmi::FromEnvironment(MapEnvironment({{"PMI_FD", "7"}})).has_value());
   EXPECT_FALSE(HydraPmi::FromEnvironment(
-                   MapEnvironment({{"PMI_FD", "7"}, {"MPI_LOCALRANKID", "0"}, {"MPIR_CVAR_PMI_VERSION", "2"}}))
+                   MapEnvironment(
+                       {{"PMI_FD", "7"}, {"MPI_LOCALRANKID", "0"}, {"MPIR_CVAR_PMI_VERSION", "2"}}))
                    .has_value());
-  EXPECT_FALSE(HydraPmi::FromEnvironment(MapEnvironment({{"PMI_FD", "x"}, {"MPI_LOCALRANKID", "0"}})).has_value());
+  EXPECT_FALSE(
+      HydraPmi::FromEnvironment(MapEnvironment({{"PMI_FD", "x"}, {"MPI_LOCALRANKID", "0"}}))
+          .has_value());
   EXPECT_FALSE(HydraPmi::FromEnvironment(MapEnvironment({{"MPI_LOCALRANKID", "0"}})).has_value());
 }
 
@@ -58,7 +63,8 @@ class PeerTest : public testing::Test {
         received_ += in + "|";
         in.clear();
         absl::SleepFor(absl::Milliseconds(20));
-        if (write(fds_[1], reply.data(), reply.size()) != static_cast<ssize_t>(reply.size())) return;
+        if (write(fds_[1], reply.data(), reply.size()) != static_cast<ssize_t>(reply.size()))
+          return;
       }
     });
   }
@@ -82,9 +88,14 @@ TEST_F(PeerTest, BarrierThenFinalizeWhileProgressing) {
 TEST_F(PeerTest, UnexpectedReply) {
   Serve({"cmd=barrier_out\n", "cmd=finalize_ack rc=-1\n"});
   HydraPmi pmi(fds_[0]);
-  EXPECT_TRUE(pmi.Exchange("cmd=barrier_in", "cmd=barrier_out", absl::Now() + absl::Seconds(10), [] {}).ok());
-  absl::Status s = pmi.Exchange("cmd=finalize", "cmd=finalize_nak", absl::Now() + absl::Seconds(10), [] {});
-  EXPECT_EQ(s.message(), "PMI 'cmd=finalize': hydra answered 'cmd=finalize_ack rc=-1', expected 'cmd=finalize_nak'");
+  EXPECT_TRUE(
+      pmi.Exchange("cmd=barrier_in", "cmd=barrier_out", absl::Now() + absl::Seconds(10), [] {})
+          .ok());
+  absl::Status s =
+      pmi.Exchange("cmd=finalize", "cmd=finalize_nak", absl::Now() + absl::Seconds(10), [] {});
+  EXPECT_EQ(
+      s.message(),
+      "PMI 'cmd=finalize': hydra answered 'cmd=finalize_ack rc=-1', expected 'cmd=finalize_nak'");
 }
 
 TEST_F(PeerTest, ClosedConnection) {
@@ -100,7 +111,8 @@ TEST_F(PeerTest, PeerThatNeverArrivesEndsAtTheDeadline) {
   const absl::Time start = absl::Now();
   absl::Status s = pmi.Leave(start + absl::Milliseconds(200), [] {});
   EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
-  EXPECT_TRUE(absl::StrContains(s.message(), "not every rank reached the end of the job in time")) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "not every rank reached the end of the job in time"))
+      << s;
   EXPECT_LT(absl::Now() - start, absl::Seconds(2));
 }
 

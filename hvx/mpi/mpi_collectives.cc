@@ -42,7 +42,8 @@ void SixteenBitOp(void* in, void* inout, int* len, MPI_Datatype*) {
 
 template <DataType D>
 absl::Status CreateOps(MPI_Op* ops) {
-  MPI_User_function* fns[4] = {&SixteenBitOp<D, 0>, &SixteenBitOp<D, 1>, &SixteenBitOp<D, 2>, &SixteenBitOp<D, 3>};
+  MPI_User_function* fns[4] = {&SixteenBitOp<D, 0>, &SixteenBitOp<D, 1>, &SixteenBitOp<D, 2>,
+                               &SixteenBitOp<D, 3>};
   for (int i = 0; i < 4; ++i) {
     absl::Status s = MpiStatus(MPI_Op_create(fns[i], /*commute=*/1, &ops[i]), "MPI_Op_create");
     if (!s.ok()) return s;
@@ -133,7 +134,8 @@ absl::Duration CollectiveTimeout(MPI_Comm comm) {
 
 std::string GlobalRank(MPI_Comm comm, int rank) {
   const std::vector<int> all = GlobalRanksOf(comm);
-  return absl::StrCat("global rank ", rank >= 0 && rank < static_cast<int>(all.size()) ? all[rank] : rank);
+  return absl::StrCat("global rank ",
+                      rank >= 0 && rank < static_cast<int>(all.size()) ? all[rank] : rank);
 }
 
 std::string GlobalRanks(MPI_Comm comm) {
@@ -141,14 +143,15 @@ std::string GlobalRanks(MPI_Comm comm) {
   return absl::StrCat(all.size() == 1 ? "global rank " : "global ranks ", RankRanges(all));
 }
 
-absl::Status WaitPolitely(MPI_Comm comm, int count, MPI_Request* requests, absl::string_view what, WaitPolicy policy,
-                          absl::string_view waiting_on) {
+absl::Status WaitPolitely(MPI_Comm comm, int count, MPI_Request* requests, absl::string_view what,
+                          WaitPolicy policy, absl::string_view waiting_on) {
   const auto start = std::chrono::steady_clock::now();
   const auto spin = std::chrono::microseconds(policy.spin_micros);
   const auto max_pause = std::chrono::microseconds(policy.max_pause_micros);
   const absl::Duration timeout = CollectiveTimeout(comm);
-  const auto limit = timeout == absl::InfiniteDuration() ? std::chrono::steady_clock::duration::max()
-                                                         : absl::ToChronoNanoseconds(timeout);
+  const auto limit = timeout == absl::InfiniteDuration()
+                         ? std::chrono::steady_clock::duration::max()
+                         : absl::ToChronoNanoseconds(timeout);
   std::chrono::microseconds pause(10);
   for (;;) {
     int done = 0;
@@ -157,7 +160,8 @@ absl::Status WaitPolitely(MPI_Comm comm, int count, MPI_Request* requests, absl:
     const auto waited = std::chrono::steady_clock::now() - start;
     if (waited >= limit) {
       return absl::DeadlineExceededError(absl::StrCat(
-          what, " did not complete within ", absl::FormatDuration(timeout), " (HVX_COLLECTIVE_TIMEOUT_S): ",
+          what, " did not complete within ", absl::FormatDuration(timeout),
+          " (HVX_COLLECTIVE_TIMEOUT_S): ",
           waiting_on.empty() ? absl::StrCat("not every one of ", GlobalRanks(comm), " took part")
                              : absl::StrCat(waiting_on, " did not answer"),
           "; a rank failed, froze or is waiting in another collective"));
@@ -215,7 +219,8 @@ absl::Status ChunkedAllreduce(MPI_Comm comm, void* data, int64_t count, DataType
     const int n = static_cast<int>(std::min(per, count - done));
     MPI_Request request = MPI_REQUEST_NULL;
     HVX_RETURN_IF_ERROR(
-        MpiStatus(MPI_Iallreduce(MPI_IN_PLACE, p + done * esize, n, t.type, t.op, comm, &request), "MPI_Iallreduce"));
+        MpiStatus(MPI_Iallreduce(MPI_IN_PLACE, p + done * esize, n, t.type, t.op, comm, &request),
+                  "MPI_Iallreduce"));
     HVX_RETURN_IF_ERROR(WaitPolitely(comm, 1, &request, "MPI_Iallreduce", kDataWait));
   }
   return absl::OkStatus();
@@ -254,8 +259,9 @@ absl::Status AgreeOnEveryRank(MPI_Comm comm, const absl::Status& local) {
   MPI_Comm_size(comm, &size);
   int failing = local.ok() ? size : rank;
   MPI_Request q = MPI_REQUEST_NULL;
-  HVX_RETURN_IF_ERROR(MpiStatus(MPI_Iallreduce(MPI_IN_PLACE, &failing, 1, MPI_INT, MPI_MIN, comm, &q),
-                                "MPI_Iallreduce (agreeing on a local step)"));
+  HVX_RETURN_IF_ERROR(
+      MpiStatus(MPI_Iallreduce(MPI_IN_PLACE, &failing, 1, MPI_INT, MPI_MIN, comm, &q),
+                "MPI_Iallreduce (agreeing on a local step)"));
   HVX_RETURN_IF_ERROR(WaitPolitely(comm, 1, &q, "agreeing on a local step", kDataWait));
   if (failing == size) return absl::OkStatus();
   std::string message(local.message());
@@ -264,10 +270,12 @@ absl::Status AgreeOnEveryRank(MPI_Comm comm, const absl::Status& local) {
   HVX_RETURN_IF_ERROR(WaitPolitely(comm, 1, &q, "MPI_Ibcast (a rank's error)", kDataWait));
   message.resize(static_cast<size_t>(len));
   HVX_RETURN_IF_ERROR(
-      MpiStatus(MPI_Ibcast(message.data(), static_cast<int>(len), MPI_BYTE, failing, comm, &q), "MPI_Ibcast"));
+      MpiStatus(MPI_Ibcast(message.data(), static_cast<int>(len), MPI_BYTE, failing, comm, &q),
+                "MPI_Ibcast"));
   HVX_RETURN_IF_ERROR(WaitPolitely(comm, 1, &q, "MPI_Ibcast (a rank's error)", kDataWait));
   if (!local.ok()) return local;
-  return absl::FailedPreconditionError(absl::StrCat(GlobalRank(comm, failing), " failed: ", message));
+  return absl::FailedPreconditionError(
+      absl::StrCat(GlobalRank(comm, failing), " failed: ", message));
 }
 
 namespace {
@@ -314,30 +322,35 @@ class VirtualBuffer {
 // with one cross-process copy, but a derived datatype through its packing path (a copy into shared
 // memory and another out, in small fragments). A rank's `send` is its right neighbour's `recv`
 // (the same segment, cut at the same tensor boundaries), so the parts match one to one in order.
-absl::Status Exchange(MPI_Comm comm, int right, int left, int tag, const VirtualBuffer& send, int64_t send_begin,
-                      int64_t send_n, const VirtualBuffer& recv, int64_t recv_begin, int64_t recv_n, char* into,
-                      int64_t esize, std::vector<MPI_Request>* requests) {
+absl::Status Exchange(MPI_Comm comm, int right, int left, int tag, const VirtualBuffer& send,
+                      int64_t send_begin, int64_t send_n, const VirtualBuffer& recv,
+                      int64_t recv_begin, int64_t recv_n, char* into, int64_t esize,
+                      std::vector<MPI_Request>* requests) {
   requests->clear();
   absl::Status status;
   auto recv_part = [&](char* p, int64_t k) {
     requests->push_back(MPI_REQUEST_NULL);
-    const int code = MPI_Irecv(p, static_cast<int>(k * esize), MPI_BYTE, left, tag, comm, &requests->back());
+    const int code =
+        MPI_Irecv(p, static_cast<int>(k * esize), MPI_BYTE, left, tag, comm, &requests->back());
     if (code != MPI_SUCCESS && status.ok()) status = MpiStatus(code, "ring MPI_Irecv");
   };
   if (into != nullptr) {
     // Same cuts as the sender's in-place parts of this range.
-    recv.ForEachPart(recv_begin, recv_n, [&](char*, int64_t k, int64_t at) { recv_part(into + at * esize, k); });
+    recv.ForEachPart(recv_begin, recv_n,
+                     [&](char*, int64_t k, int64_t at) { recv_part(into + at * esize, k); });
   } else {
     recv.ForEachPart(recv_begin, recv_n, [&](char* p, int64_t k, int64_t) { recv_part(p, k); });
   }
   send.ForEachPart(send_begin, send_n, [&](char* p, int64_t k, int64_t) {
     requests->push_back(MPI_REQUEST_NULL);
-    const int code = MPI_Isend(p, static_cast<int>(k * esize), MPI_BYTE, right, tag, comm, &requests->back());
+    const int code =
+        MPI_Isend(p, static_cast<int>(k * esize), MPI_BYTE, right, tag, comm, &requests->back());
     if (code != MPI_SUCCESS && status.ok()) status = MpiStatus(code, "ring MPI_Isend");
   });
-  const absl::Status wait =
-      WaitPolitely(comm, static_cast<int>(requests->size()), requests->data(), "ring allreduce step", kDataWait,
-                   absl::StrCat(GlobalRank(comm, left), " (receiving) or ", GlobalRank(comm, right), " (sending)"));
+  const absl::Status wait = WaitPolitely(comm, static_cast<int>(requests->size()), requests->data(),
+                                         "ring allreduce step", kDataWait,
+                                         absl::StrCat(GlobalRank(comm, left), " (receiving) or ",
+                                                      GlobalRank(comm, right), " (sending)"));
   return status.ok() ? wait : status;
 }
 
@@ -412,7 +425,8 @@ absl::Status RingAllreduce(MPI_Comm comm, const RingSegments& segments, DataType
     for (int64_t off = 0; off < std::max(send.total(), recv.total()); off += piece) {
       const int64_t sn = std::max<int64_t>(0, std::min(piece, send.total() - off));
       const int64_t rn = std::max<int64_t>(0, std::min(piece, recv.total() - off));
-      HVX_RETURN_IF_ERROR(Exchange(comm, right, left, 11, send, off, sn, recv, off, rn, tmp, esize, &requests));
+      HVX_RETURN_IF_ERROR(
+          Exchange(comm, right, left, 11, send, off, sn, recv, off, rn, tmp, esize, &requests));
       // The last step completes this rank's segment: scale it block by block while the block is
       // still in cache, instead of in another pass over memory.
       const double scale = s == size - 2 ? postscale : 1.0;
@@ -434,56 +448,64 @@ absl::Status RingAllreduce(MPI_Comm comm, const RingSegments& segments, DataType
     for (int64_t off = 0; off < std::max(send.total(), recv.total()); off += piece) {
       const int64_t sn = std::max<int64_t>(0, std::min(piece, send.total() - off));
       const int64_t rn = std::max<int64_t>(0, std::min(piece, recv.total() - off));
-      HVX_RETURN_IF_ERROR(Exchange(comm, right, left, 12, send, off, sn, recv, off, rn, nullptr, esize, &requests));
+      HVX_RETURN_IF_ERROR(
+          Exchange(comm, right, left, 12, send, off, sn, recv, off, rn, nullptr, esize, &requests));
     }
   }
   return absl::OkStatus();
 }
 
-absl::Status RingAllreduce(MPI_Comm comm, const std::vector<Span>& spans, DataType dtype, ReduceOp op,
-                           double postscale, int64_t piece_bytes, HostBuffer* scratch) {
+absl::Status RingAllreduce(MPI_Comm comm, const std::vector<Span>& spans, DataType dtype,
+                           ReduceOp op, double postscale, int64_t piece_bytes,
+                           HostBuffer* scratch) {
   int size = 1;
   MPI_Comm_size(comm, &size);
-  return RingAllreduce(comm, PositionalSegments(spans, size, static_cast<int64_t>(DataTypeSize(dtype))), dtype, op,
-                       postscale, piece_bytes, scratch);
+  return RingAllreduce(comm,
+                       PositionalSegments(spans, size, static_cast<int64_t>(DataTypeSize(dtype))),
+                       dtype, op, postscale, piece_bytes, scratch);
 }
 
 absl::Status RingAllreduce(MPI_Comm comm, void* data, int64_t count, DataType dtype, ReduceOp op,
                            double postscale, int64_t piece_bytes, HostBuffer* scratch) {
-  return RingAllreduce(comm, {Span{static_cast<char*>(data), count}}, dtype, op, postscale, piece_bytes, scratch);
+  return RingAllreduce(comm, {Span{static_cast<char*>(data), count}}, dtype, op, postscale,
+                       piece_bytes, scratch);
 }
 
-absl::Status GatherAllreduce(MPI_Comm comm, char* data, const std::vector<int64_t>& bounds, DataType dtype,
-                             ReduceOp op, double postscale, HostBuffer* gathered) {
+absl::Status GatherAllreduce(MPI_Comm comm, char* data, const std::vector<int64_t>& bounds,
+                             DataType dtype, ReduceOp op, double postscale, HostBuffer* gathered) {
   int size = 1;
   MPI_Comm_size(comm, &size);
   if (static_cast<int>(bounds.size()) != size + 1 || bounds.front() != 0) {
-    return absl::InternalError(absl::StrCat("GatherAllreduce: ", bounds.size(), " bounds for ", size, " ranks"));
+    return absl::InternalError(
+        absl::StrCat("GatherAllreduce: ", bounds.size(), " bounds for ", size, " ranks"));
   }
   const int64_t esize = static_cast<int64_t>(DataTypeSize(dtype));
   const int64_t bytes = bounds.back() * esize;
   if (bytes > INT_MAX) {
-    return absl::InvalidArgumentError(absl::StrCat("GatherAllreduce: ", bytes, " bytes exceed MPI's int count"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("GatherAllreduce: ", bytes, " bytes exceed MPI's int count"));
   }
-  HVX_ASSIGN_OR_RETURN(char* all, gathered->GetOnEveryRank(std::max<int64_t>(1, bytes * size), comm));
+  HVX_ASSIGN_OR_RETURN(char* all,
+                       gathered->GetOnEveryRank(std::max<int64_t>(1, bytes * size), comm));
   MPI_Request request = MPI_REQUEST_NULL;
-  HVX_RETURN_IF_ERROR(MpiStatus(
-      MPI_Iallgather(data, static_cast<int>(bytes), MPI_BYTE, all, static_cast<int>(bytes), MPI_BYTE, comm, &request),
-      "MPI_Iallgather"));
+  HVX_RETURN_IF_ERROR(MpiStatus(MPI_Iallgather(data, static_cast<int>(bytes), MPI_BYTE, all,
+                                               static_cast<int>(bytes), MPI_BYTE, comm, &request),
+                                "MPI_Iallgather"));
   HVX_RETURN_IF_ERROR(WaitPolitely(comm, 1, &request, "MPI_Iallgather", kDataWait));
   // Segment k as the ring reduces it: x[k], then x[k+1] ... x[k-1] folded in one at a time.
   for (int k = 0; k < size; ++k) {
     const int64_t b = bounds[k] * esize, n = bounds[k + 1] - bounds[k];
     if (n <= 0) continue;
     std::memcpy(data + b, all + k * bytes + b, n * esize);
-    for (int j = 1; j < size; ++j) ReduceInto(dtype, op, data + b, all + ((k + j) % size) * bytes + b, n);
+    for (int j = 1; j < size; ++j)
+      ReduceInto(dtype, op, data + b, all + ((k + j) % size) * bytes + b, n);
     ScaleInPlace(dtype, data + b, n, postscale);
   }
   return absl::OkStatus();
 }
 
-absl::Status Allreduce(MPI_Comm comm, void* data, int64_t count, DataType dtype, ReduceOp op, double postscale,
-                       HostBuffer* scratch) {
+absl::Status Allreduce(MPI_Comm comm, void* data, int64_t count, DataType dtype, ReduceOp op,
+                       double postscale, HostBuffer* scratch) {
   if (count * static_cast<int64_t>(DataTypeSize(dtype)) < kRingMinBytes) {
     HVX_RETURN_IF_ERROR(ChunkedAllreduce(comm, data, count, dtype, op, INT_MAX));
     ScaleInPlace(dtype, data, count, postscale);

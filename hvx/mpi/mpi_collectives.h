@@ -2,7 +2,8 @@
 // accumulate in float32), error conversion, and the chunked in-place allreduce.
 //
 //   HVX_RETURN_IF_ERROR(MpiOps::Get().Init());
-//   HVX_RETURN_IF_ERROR(ChunkedAllreduce(comm, buf, n, DataType::kFloat32, ReduceOp::kSum, 1 << 20));
+//   HVX_RETURN_IF_ERROR(ChunkedAllreduce(comm, buf, n, DataType::kFloat32, ReduceOp::kSum, 1 <<
+//   20));
 //
 // Why chunked: MPICH 4.0.2 allocates a message-sized temporary inside every large MPI_Allreduce.
 // Over 32 MiB glibc serves that with a fresh mmap whose first touch costs ~3.3 ms/MiB on this
@@ -50,8 +51,8 @@ inline constexpr WaitPolicy kDataWait = {1000, 0};
 // `what`, `waiting_on` (the peers it waits for, when the caller knows them) or else the global
 // ranks of `comm`, and HVX_COLLECTIVE_TIMEOUT_S. The requests are left pending: the caller's
 // communicator is unusable afterwards.
-absl::Status WaitPolitely(MPI_Comm comm, int count, MPI_Request* requests, absl::string_view what, WaitPolicy policy,
-                          absl::string_view waiting_on = "");
+absl::Status WaitPolitely(MPI_Comm comm, int count, MPI_Request* requests, absl::string_view what,
+                          WaitPolicy policy, absl::string_view waiting_on = "");
 
 // The longest a wait for the peers on `comm` may last (InitOptions::collective_timeout_s), kept on
 // the communicator as an MPI attribute (MPI_Comm_dup copies it; give a split communicator its own).
@@ -149,16 +150,16 @@ absl::Status RingAllreduce(MPI_Comm comm, const RingSegments& segments, DataType
                            double postscale, int64_t piece_bytes, HostBuffer* scratch);
 
 // The same over the concatenation of `spans`, PositionalSegments, results in place.
-absl::Status RingAllreduce(MPI_Comm comm, const std::vector<Span>& spans, DataType dtype, ReduceOp op,
-                           double postscale, int64_t piece_bytes, HostBuffer* scratch);
+absl::Status RingAllreduce(MPI_Comm comm, const std::vector<Span>& spans, DataType dtype,
+                           ReduceOp op, double postscale, int64_t piece_bytes, HostBuffer* scratch);
 
 // A small allreduce with the ring's order and one collective: `data` holds the segments back to
 // back (segment k is elements [bounds[k], bounds[k+1]), bounds has size + 1 entries from 0). Every
 // rank's data is gathered (into `gathered`, size times the bytes) and each segment reduced on every
 // rank in RingAllreduce's order, so the bits equal RingAllreduce over the same segments; then
 // multiplied by `postscale`.
-absl::Status GatherAllreduce(MPI_Comm comm, char* data, const std::vector<int64_t>& bounds, DataType dtype,
-                             ReduceOp op, double postscale, HostBuffer* gathered);
+absl::Status GatherAllreduce(MPI_Comm comm, char* data, const std::vector<int64_t>& bounds,
+                             DataType dtype, ReduceOp op, double postscale, HostBuffer* gathered);
 
 // The result is multiplied by `postscale`; each rank scales only the segment it finished, before
 // the allgather, so scaling costs 1/size of a pass over the data.
@@ -167,8 +168,8 @@ absl::Status RingAllreduce(MPI_Comm comm, void* data, int64_t count, DataType dt
 
 // MPI_Allreduce below kRingMinBytes (latency-bound; temporaries are small), RingAllreduce above.
 // The result is multiplied by `postscale`.
-absl::Status Allreduce(MPI_Comm comm, void* data, int64_t count, DataType dtype, ReduceOp op, double postscale,
-                       HostBuffer* scratch);
+absl::Status Allreduce(MPI_Comm comm, void* data, int64_t count, DataType dtype, ReduceOp op,
+                       double postscale, HostBuffer* scratch);
 
 inline constexpr int64_t kRingMinBytes = int64_t{256} << 10;
 // Ring piece: the scratch a received piece lands in is re-read from cache at this size (16 MiB

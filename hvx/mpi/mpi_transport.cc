@@ -7,10 +7,10 @@
 #include <cstring>
 #include <numeric>
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "hvx/common/env.h"
@@ -24,7 +24,8 @@ namespace {
 
 absl::Status CheckInt(int64_t n, absl::string_view what) {
   if (n > INT_MAX) {
-    return absl::UnimplementedError(absl::StrCat(what, ": ", n, " bytes exceed MPI's int count limit"));
+    return absl::UnimplementedError(
+        absl::StrCat(what, ": ", n, " bytes exceed MPI's int count limit"));
   }
   return absl::OkStatus();
 }
@@ -58,7 +59,8 @@ class MpiCpuPlane : public DataPlane {
       total += t.num_elements();
       if (t.data() == nullptr) joined += t.num_elements();
     }
-    if (total * static_cast<int64_t>(esize) < kRingMinBytes) return PackedAllreduce(w, AllInputs(w), total, parts);
+    if (total * static_cast<int64_t>(esize) < kRingMinBytes)
+      return PackedAllreduce(w, AllInputs(w), total, parts);
     // Tensors under kRingPackBytes (biases, norms) travel packed together: one message per ring
     // step (and segment) for all of them instead of one each.
     std::vector<size_t> small, big;
@@ -106,13 +108,14 @@ class MpiCpuPlane : public DataPlane {
         // Segment k: the packed small tensors' part k, then each large tensor's part k.
         segments = PackedSegments(pack, bounds, size_, esize);
         const RingSegments parts = PerSpanSegments(large, size_, static_cast<int64_t>(esize));
-        for (int k = 0; k < size_; ++k) segments[k].insert(segments[k].end(), parts[k].begin(), parts[k].end());
+        for (int k = 0; k < size_; ++k)
+          segments[k].insert(segments[k].end(), parts[k].begin(), parts[k].end());
       } else {
         if (packed > 0) large.insert(large.begin(), Span{pack, packed});
         segments = PositionalSegments(large, size_, static_cast<int64_t>(esize));
       }
-      HVX_RETURN_IF_ERROR(
-          RingAllreduce(comm_, segments, w.dtype, w.op, w.postscale_factor, kRingPieceBytes, &scratch_));
+      HVX_RETURN_IF_ERROR(RingAllreduce(comm_, segments, w.dtype, w.op, w.postscale_factor,
+                                        kRingPieceBytes, &scratch_));
     }
     if (packed == 0) return absl::OkStatus();
     ScopedActivity a(w.activity, "MEMCPY_OUT_FUSION_BUFFER");
@@ -136,15 +139,16 @@ class MpiCpuPlane : public DataPlane {
   // Copies inputs `which` into `buf` (zeros for a joined rank's missing inputs) and applies the
   // prescale factor. With parts > 1 segment by segment: part k of each input (PartBegin), for k in
   // 0..parts-1. Returns the segment bounds in elements (parts + 1 entries).
-  static std::vector<int64_t> PackInputs(const AllreduceWork& w, const std::vector<size_t>& which, int parts,
-                                         char* buf) {
+  static std::vector<int64_t> PackInputs(const AllreduceWork& w, const std::vector<size_t>& which,
+                                         int parts, char* buf) {
     const int64_t esize = static_cast<int64_t>(DataTypeSize(w.dtype));
     std::vector<int64_t> bounds = {0};
     char* p = buf;
     for (int k = 0; k < parts; ++k) {
       for (size_t i : which) {
         const TensorRef& t = w.inputs[i];
-        const int64_t b = PartBegin(t.num_elements(), k, parts), n = PartBegin(t.num_elements(), k + 1, parts) - b;
+        const int64_t b = PartBegin(t.num_elements(), k, parts),
+                      n = PartBegin(t.num_elements(), k + 1, parts) - b;
         if (t.data() == nullptr) {
           std::memset(p, 0, n * esize);
         } else {
@@ -160,17 +164,20 @@ class MpiCpuPlane : public DataPlane {
 
   // The ring segments of a buffer PackInputs filled with `parts` = size segments (none when the
   // buffer is null: nothing was packed).
-  static RingSegments PackedSegments(char* buf, const std::vector<int64_t>& bounds, int size, size_t esize) {
+  static RingSegments PackedSegments(char* buf, const std::vector<int64_t>& bounds, int size,
+                                     size_t esize) {
     RingSegments segments(size);
     for (int k = 0; k < size && buf != nullptr; ++k) {
-      if (bounds[k + 1] > bounds[k]) segments[k].push_back(Span{buf + bounds[k] * esize, bounds[k + 1] - bounds[k]});
+      if (bounds[k + 1] > bounds[k])
+        segments[k].push_back(Span{buf + bounds[k] * esize, bounds[k + 1] - bounds[k]});
     }
     return segments;
   }
 
   // The inverse of PackInputs: each output's parts back from `buf` (a joined rank's missing
   // outputs are skipped).
-  static void UnpackOutputs(const AllreduceWork& w, const std::vector<size_t>& which, int parts, const char* buf) {
+  static void UnpackOutputs(const AllreduceWork& w, const std::vector<size_t>& which, int parts,
+                            const char* buf) {
     const int64_t esize = static_cast<int64_t>(DataTypeSize(w.dtype));
     const char* p = buf;
     for (int k = 0; k < parts; ++k) {
@@ -187,9 +194,11 @@ class MpiCpuPlane : public DataPlane {
 
   // Through the fusion buffer. In one MPI_Allreduce, or with a fixed order (parts > 1) in one
   // GatherAllreduce while every rank's copy is small, else through the ring.
-  absl::Status PackedAllreduce(const AllreduceWork& w, const std::vector<size_t>& which, int64_t total, int parts) {
+  absl::Status PackedAllreduce(const AllreduceWork& w, const std::vector<size_t>& which,
+                               int64_t total, int parts) {
     const size_t esize = DataTypeSize(w.dtype);
-    HVX_ASSIGN_OR_RETURN(char* buf, fusion_.GetOnEveryRank(std::max<int64_t>(1, total * esize), comm_));
+    HVX_ASSIGN_OR_RETURN(char* buf,
+                         fusion_.GetOnEveryRank(std::max<int64_t>(1, total * esize), comm_));
     std::vector<int64_t> bounds;
     {
       ScopedActivity a(w.activity, "MEMCPY_IN_FUSION_BUFFER");
@@ -201,11 +210,12 @@ class MpiCpuPlane : public DataPlane {
       ScaleInPlace(w.dtype, buf, total, w.postscale_factor);
     } else if (total * static_cast<int64_t>(esize) * size_ <= kGatherMaxBytes) {
       ScopedActivity a(w.activity, "MPI_ALLGATHER_REDUCE");
-      HVX_RETURN_IF_ERROR(GatherAllreduce(comm_, buf, bounds, w.dtype, w.op, w.postscale_factor, &gathered_));
+      HVX_RETURN_IF_ERROR(
+          GatherAllreduce(comm_, buf, bounds, w.dtype, w.op, w.postscale_factor, &gathered_));
     } else {
       ScopedActivity a(w.activity, "MPI_RING_ALLREDUCE");
-      HVX_RETURN_IF_ERROR(RingAllreduce(comm_, PackedSegments(buf, bounds, size_, esize), w.dtype, w.op,
-                                        w.postscale_factor, kRingPieceBytes, &scratch_));
+      HVX_RETURN_IF_ERROR(RingAllreduce(comm_, PackedSegments(buf, bounds, size_, esize), w.dtype,
+                                        w.op, w.postscale_factor, kRingPieceBytes, &scratch_));
     }
     ScopedActivity a(w.activity, "MEMCPY_OUT_FUSION_BUFFER");
     UnpackOutputs(w, which, parts, buf);
@@ -224,8 +234,8 @@ class MpiCpuPlane : public DataPlane {
     }
     ScopedActivity a(w.activity, "MPI_ALLGATHER");
     return Complete(absl::StrCat("MPI_Iallgatherv of '", w.name, "'"), [&](MPI_Request* q) {
-      return MPI_Iallgatherv(w.input.data(), counts[rank_], MPI_BYTE, w.output.data(), counts.data(), displs.data(),
-                             MPI_BYTE, comm_, q);
+      return MPI_Iallgatherv(w.input.data(), counts[rank_], MPI_BYTE, w.output.data(),
+                             counts.data(), displs.data(), MPI_BYTE, comm_, q);
     });
   }
 
@@ -235,9 +245,9 @@ class MpiCpuPlane : public DataPlane {
     int64_t left = static_cast<int64_t>(w.tensor.num_bytes());
     while (left > 0) {
       const int n = static_cast<int>(std::min<int64_t>(left, INT_MAX));
-      HVX_RETURN_IF_ERROR(Complete(absl::StrCat("MPI_Ibcast of '", w.name, "'"), [&](MPI_Request* q) {
-        return MPI_Ibcast(p, n, MPI_BYTE, w.root, comm_, q);
-      }));
+      HVX_RETURN_IF_ERROR(
+          Complete(absl::StrCat("MPI_Ibcast of '", w.name, "'"),
+                   [&](MPI_Request* q) { return MPI_Ibcast(p, n, MPI_BYTE, w.root, comm_, q); }));
       p += n;
       left -= n;
     }
@@ -248,10 +258,12 @@ class MpiCpuPlane : public DataPlane {
     const int64_t row_bytes = w.row_elements * static_cast<int64_t>(DataTypeSize(w.input.dtype()));
     std::vector<int> sc(size_), sd(size_), rc(size_), rd(size_);
     int64_t so = 0, ro = 0;
-    // This rank's counts are its own: if they overflow here, every rank must fail, not just this one.
+    // This rank's counts are its own: if they overflow here, every rank must fail, not just this
+    // one.
     absl::Status fits;
     for (int r = 0; r < size_ && fits.ok(); ++r) {
-      fits = CheckInt(std::max(so + w.send_rows[r] * row_bytes, ro + w.recv_rows[r] * row_bytes), w.name);
+      fits = CheckInt(std::max(so + w.send_rows[r] * row_bytes, ro + w.recv_rows[r] * row_bytes),
+                      w.name);
       so += w.send_rows[r] * row_bytes;
       ro += w.recv_rows[r] * row_bytes;
     }
@@ -267,8 +279,8 @@ class MpiCpuPlane : public DataPlane {
     }
     ScopedActivity a(w.activity, "MPI_ALLTOALLV");
     return Complete(absl::StrCat("MPI_Ialltoallv of '", w.name, "'"), [&](MPI_Request* q) {
-      return MPI_Ialltoallv(w.input.data(), sc.data(), sd.data(), MPI_BYTE, w.output.data(), rc.data(), rd.data(),
-                            MPI_BYTE, comm_, q);
+      return MPI_Ialltoallv(w.input.data(), sc.data(), sd.data(), MPI_BYTE, w.output.data(),
+                            rc.data(), rd.data(), MPI_BYTE, comm_, q);
     });
   }
 
@@ -284,15 +296,17 @@ class MpiCpuPlane : public DataPlane {
     }
     std::vector<int> counts(size_);
     for (int r = 0; r < size_; ++r) {
-      HVX_RETURN_IF_ERROR(CheckInt(w.recv_rows[r] * w.row_elements * static_cast<int64_t>(esize), w.name));
+      HVX_RETURN_IF_ERROR(
+          CheckInt(w.recv_rows[r] * w.row_elements * static_cast<int64_t>(esize), w.name));
       counts[r] = static_cast<int>(w.recv_rows[r] * w.row_elements);
     }
     const MpiReduceType t = MpiOps::Get().For(dt, ReduceOp::kSum);
     {
       ScopedActivity a(w.activity, "MPI_REDUCE_SCATTER");
-      HVX_RETURN_IF_ERROR(Complete(absl::StrCat("MPI_Ireduce_scatter of '", w.name, "'"), [&](MPI_Request* q) {
-        return MPI_Ireduce_scatter(buf, w.output.data(), counts.data(), t.type, t.op, comm_, q);
-      }));
+      HVX_RETURN_IF_ERROR(
+          Complete(absl::StrCat("MPI_Ireduce_scatter of '", w.name, "'"), [&](MPI_Request* q) {
+            return MPI_Ireduce_scatter(buf, w.output.data(), counts.data(), t.type, t.op, comm_, q);
+          }));
     }
     ScaleInPlace(dt, w.output.data(), counts[rank_], w.postscale_factor);
     return absl::OkStatus();
@@ -335,9 +349,10 @@ class MpiCpuPlane : public DataPlane {
       for (int64_t off = 0; off < bytes; off += INT_MAX) {
         const int n = static_cast<int>(std::min<int64_t>(INT_MAX, bytes - off));
         MPI_Request q[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
-        HVX_RETURN_IF_ERROR(
-            MpiStatus(MPI_Irecv(other + off, n, MPI_BYTE, partner, 7, comm_, &q[0]), "Adasum MPI_Irecv"));
-        HVX_RETURN_IF_ERROR(MpiStatus(MPI_Isend(buf + off, n, MPI_BYTE, partner, 7, comm_, &q[1]), "Adasum MPI_Isend"));
+        HVX_RETURN_IF_ERROR(MpiStatus(MPI_Irecv(other + off, n, MPI_BYTE, partner, 7, comm_, &q[0]),
+                                      "Adasum MPI_Irecv"));
+        HVX_RETURN_IF_ERROR(MpiStatus(MPI_Isend(buf + off, n, MPI_BYTE, partner, 7, comm_, &q[1]),
+                                      "Adasum MPI_Isend"));
         HVX_RETURN_IF_ERROR(
             WaitPolitely(comm_, 2, q, "Adasum exchange", kDataWait, GlobalRank(comm_, partner)));
       }
@@ -397,7 +412,8 @@ class MpiCommunicator : public Communicator {
       flat.resize(off);
     }
     HVX_RETURN_IF_ERROR(Politely("MPI_Igatherv", [&](MPI_Request* q) {
-      return MPI_Igatherv(mine.data(), len, MPI_BYTE, flat.data(), lens.data(), displs.data(), MPI_BYTE, 0, comm_, q);
+      return MPI_Igatherv(mine.data(), len, MPI_BYTE, flat.data(), lens.data(), displs.data(),
+                          MPI_BYTE, 0, comm_, q);
     }));
     all->clear();
     if (rank_ == 0) {
@@ -408,8 +424,9 @@ class MpiCommunicator : public Communicator {
 
   absl::Status Broadcast(std::string* message) override {
     int64_t len = static_cast<int64_t>(message->size());
-    HVX_RETURN_IF_ERROR(
-        Politely("MPI_Ibcast", [&](MPI_Request* q) { return MPI_Ibcast(&len, 1, MPI_INT64_T, 0, comm_, q); }));
+    HVX_RETURN_IF_ERROR(Politely("MPI_Ibcast", [&](MPI_Request* q) {
+      return MPI_Ibcast(&len, 1, MPI_INT64_T, 0, comm_, q);
+    }));
     HVX_RETURN_IF_ERROR(CheckInt(len, "control broadcast"));
     message->resize(len);
     return Politely("MPI_Ibcast", [&](MPI_Request* q) {
@@ -430,7 +447,8 @@ class MpiCommunicator : public Communicator {
     }
     std::string flat(off, '\0');
     HVX_RETURN_IF_ERROR(Politely("MPI_Iallgatherv", [&](MPI_Request* q) {
-      return MPI_Iallgatherv(mine.data(), len, MPI_BYTE, flat.data(), lens.data(), displs.data(), MPI_BYTE, comm_, q);
+      return MPI_Iallgatherv(mine.data(), len, MPI_BYTE, flat.data(), lens.data(), displs.data(),
+                             MPI_BYTE, comm_, q);
     }));
     all->clear();
     for (int r = 0; r < size_; ++r) all->push_back(flat.substr(displs[r], lens[r]));
@@ -439,8 +457,8 @@ class MpiCommunicator : public Communicator {
 
   absl::Status BitwiseAnd(std::vector<uint64_t>* bits) override {
     return Politely("MPI_Iallreduce(BAND)", [&](MPI_Request* q) {
-      return MPI_Iallreduce(MPI_IN_PLACE, bits->data(), static_cast<int>(bits->size()), MPI_UINT64_T, MPI_BAND, comm_,
-                            q);
+      return MPI_Iallreduce(MPI_IN_PLACE, bits->data(), static_cast<int>(bits->size()),
+                            MPI_UINT64_T, MPI_BAND, comm_, q);
     });
   }
 
@@ -461,10 +479,11 @@ class MpiCommunicator : public Communicator {
 
   absl::StatusOr<std::unique_ptr<Communicator>> Subset(const std::vector<int>& ranks) override {
     const bool member = std::find(ranks.begin(), ranks.end(), rank_) != ranks.end();
-    const int key = member ? static_cast<int>(std::find(ranks.begin(), ranks.end(), rank_) - ranks.begin()) : 0;
+    const int key =
+        member ? static_cast<int>(std::find(ranks.begin(), ranks.end(), rank_) - ranks.begin()) : 0;
     MPI_Comm sub = MPI_COMM_NULL;
-    HVX_RETURN_IF_ERROR(
-        MpiStatus(MPI_Comm_split(comm_, member ? 0 : MPI_UNDEFINED, key, &sub), "MPI_Comm_split (process set)"));
+    HVX_RETURN_IF_ERROR(MpiStatus(MPI_Comm_split(comm_, member ? 0 : MPI_UNDEFINED, key, &sub),
+                                  "MPI_Comm_split (process set)"));
     if (!member) return std::unique_ptr<Communicator>();
     SetCollectiveTimeout(sub, CollectiveTimeout(comm_));
     return std::unique_ptr<Communicator>(new MpiCommunicator(sub));
@@ -488,8 +507,8 @@ absl::StatusOr<std::unique_ptr<Communicator>> MpiTransport::Start(const InitOpti
   MPI_Initialized(&already);
   int provided = 0;
   if (!already) {
-    HVX_RETURN_IF_ERROR(
-        MpiStatus(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread"));
+    HVX_RETURN_IF_ERROR(MpiStatus(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided),
+                                  "MPI_Init_thread"));
     initialized_here_ = true;
     if (provided < MPI_THREAD_FUNNELED) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -500,11 +519,13 @@ absl::StatusOr<std::unique_ptr<Communicator>> MpiTransport::Start(const InitOpti
     MPI_Query_thread(&provided);
     // The program's MPI_Init thread is not hvx's background thread, which makes every hvx MPI call.
     if (provided < MPI_THREAD_SERIALIZED) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "the program initialized MPI with thread level ", ThreadLevelName(provided),
-          ", but hvx calls MPI from its own background thread, which needs MPI_THREAD_SERIALIZED or "
-          "MPI_THREAD_MULTIPLE: initialize with MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided), "
-          "or let hvx::Init initialize MPI"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("the program initialized MPI with thread level ", ThreadLevelName(provided),
+                       ", but hvx calls MPI from its own background thread, which needs "
+                       "MPI_THREAD_SERIALIZED or "
+                       "MPI_THREAD_MULTIPLE: initialize with MPI_Init_thread(&argc, &argv, "
+                       "MPI_THREAD_MULTIPLE, &provided), "
+                       "or let hvx::Init initialize MPI"));
     }
   }
   HVX_RETURN_IF_ERROR(MpiOps::Get().Init());
@@ -513,7 +534,8 @@ absl::StatusOr<std::unique_ptr<Communicator>> MpiTransport::Start(const InitOpti
   MPI_Get_library_version(version, &len);
   const absl::string_view library(version, len);
   std::string first_line = std::vector<std::string>(absl::StrSplit(library, '\n'))[0];
-  description_ = absl::StrCat("mpi (", absl::StripAsciiWhitespace(first_line), ", ", ThreadLevelName(provided), ")");
+  description_ = absl::StrCat("mpi (", absl::StripAsciiWhitespace(first_line), ", ",
+                              ThreadLevelName(provided), ")");
   if (initialized_here_ && MpichFinalizeMayDeadlock(library)) {
     hydra_ = HydraPmi::FromEnvironment(Environment::Process());
   }
@@ -540,8 +562,9 @@ std::string ThreadLevelName(int level) {
 bool MpichFinalizeMayDeadlock(absl::string_view library_version) {
   constexpr absl::string_view kPrefix = "MPICH Version:";
   if (!absl::StartsWith(library_version, kPrefix)) return false;
-  const std::vector<absl::string_view> numbers = absl::StrSplit(
-      absl::StripAsciiWhitespace(library_version.substr(kPrefix.size(), 32)), absl::MaxSplits('.', 2));
+  const std::vector<absl::string_view> numbers =
+      absl::StrSplit(absl::StripAsciiWhitespace(library_version.substr(kPrefix.size(), 32)),
+                     absl::MaxSplits('.', 2));
   int major = 0, minor = 0;
   if (numbers.size() < 2 || !absl::SimpleAtoi(numbers[0], &major)) return false;
   // "0", "2a1", "2rc1": the leading digits are the minor version.

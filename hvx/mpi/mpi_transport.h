@@ -18,7 +18,6 @@
 
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-
 #include "hvx/core/transport.h"
 #include "hvx/mpi/hydra_pmi.h"
 #include "hvx/mpi/mpi_collectives.h"

@@ -32,16 +32,19 @@ double Value(int rank, int64_t i) { return static_cast<double>((i * 7 + rank * 3
 const std::vector<int64_t> kSizes = {1, 1000, 3, 5000, 7, 40000, 2};
 
 template <typename T, typename FromDouble, typename ToDouble>
-void CheckRing(DataType dtype, ReduceOp op, double postscale, int64_t piece_bytes, FromDouble from, ToDouble to) {
+void CheckRing(DataType dtype, ReduceOp op, double postscale, int64_t piece_bytes, FromDouble from,
+               ToDouble to) {
   std::vector<std::vector<T>> tensors;
   std::vector<Span> spans;
   for (int64_t n : kSizes) {
     tensors.emplace_back(n);
     for (int64_t i = 0; i < n; ++i) tensors.back()[i] = from(Value(Rank(), i + n));
   }
-  for (auto& t : tensors) spans.push_back(Span{reinterpret_cast<char*>(t.data()), static_cast<int64_t>(t.size())});
+  for (auto& t : tensors)
+    spans.push_back(Span{reinterpret_cast<char*>(t.data()), static_cast<int64_t>(t.size())});
   HostBuffer scratch;
-  ASSERT_TRUE(RingAllreduce(MPI_COMM_WORLD, spans, dtype, op, postscale, piece_bytes, &scratch).ok());
+  ASSERT_TRUE(
+      RingAllreduce(MPI_COMM_WORLD, spans, dtype, op, postscale, piece_bytes, &scratch).ok());
   for (size_t k = 0; k < kSizes.size(); ++k) {
     const int64_t n = kSizes[k];
     for (int64_t i = 0; i < n; ++i) {
@@ -68,9 +71,11 @@ TEST(RingTest, ManyPiecesPerStepFloat32) {
 TEST(RingTest, ManyPiecesPerStepFloat64AndHalf) {
   for (int64_t piece : std::vector<int64_t>{3000, 65536}) {
     CheckRing<double>(
-        DataType::kFloat64, ReduceOp::kSum, 0.25, piece, [](double v) { return v; }, [](double v) { return v; });
+        DataType::kFloat64, ReduceOp::kSum, 0.25, piece, [](double v) { return v; },
+        [](double v) { return v; });
     CheckRing<uint16_t>(
-        DataType::kFloat16, ReduceOp::kSum, 1.0, piece, [](double v) { return FloatToHalf(static_cast<float>(v)); },
+        DataType::kFloat16, ReduceOp::kSum, 1.0, piece,
+        [](double v) { return FloatToHalf(static_cast<float>(v)); },
         [](uint16_t v) { return static_cast<double>(HalfToFloat(v)); });
   }
 }
@@ -78,7 +83,8 @@ TEST(RingTest, ManyPiecesPerStepFloat64AndHalf) {
 // Values whose float sums round differently in different orders.
 float Rough(int rank, int64_t i) {
   const float scale[5] = {1e-3f, 0.37f, 1.0f, 29.0f, 1e3f};
-  return scale[(i + rank) % 5] * (static_cast<float>((i * 7919 + rank * 104729) % 2001) - 1000.0f) / 997.0f;
+  return scale[(i + rank) % 5] * (static_cast<float>((i * 7919 + rank * 104729) % 2001) - 1000.0f) /
+         997.0f;
 }
 
 // The documented order, element by element: part k of a span is x[k], then x[k+1], ..., x[k-1]
@@ -92,23 +98,25 @@ TEST(RingTest, PerSpanRingAndGatherFollowTheDocumentedOrder) {
     tensors.emplace_back(n);
     for (int64_t i = 0; i < n; ++i) tensors.back()[i] = Rough(Rank(), i + n);
   }
-  for (auto& t : tensors) spans.push_back(Span{reinterpret_cast<char*>(t.data()), static_cast<int64_t>(t.size())});
+  for (auto& t : tensors)
+    spans.push_back(Span{reinterpret_cast<char*>(t.data()), static_cast<int64_t>(t.size())});
   // Segment by segment: part k of every tensor, in tensor order.
   std::vector<float> packed;
   std::vector<int64_t> bounds = {0};
   for (int k = 0; k < size; ++k) {
     for (const auto& t : tensors) {
       const int64_t n = static_cast<int64_t>(t.size());
-      packed.insert(packed.end(), t.begin() + PartBegin(n, k, size), t.begin() + PartBegin(n, k + 1, size));
+      packed.insert(packed.end(), t.begin() + PartBegin(n, k, size),
+                    t.begin() + PartBegin(n, k + 1, size));
     }
     bounds.push_back(static_cast<int64_t>(packed.size()));
   }
   HostBuffer scratch, gathered;
-  ASSERT_TRUE(RingAllreduce(MPI_COMM_WORLD, PerSpanSegments(spans, size, 4), DataType::kFloat32, ReduceOp::kSum, 0.5,
-                            4096, &scratch)
+  ASSERT_TRUE(RingAllreduce(MPI_COMM_WORLD, PerSpanSegments(spans, size, 4), DataType::kFloat32,
+                            ReduceOp::kSum, 0.5, 4096, &scratch)
                   .ok());
-  ASSERT_TRUE(GatherAllreduce(MPI_COMM_WORLD, reinterpret_cast<char*>(packed.data()), bounds, DataType::kFloat32,
-                              ReduceOp::kSum, 0.5, &gathered)
+  ASSERT_TRUE(GatherAllreduce(MPI_COMM_WORLD, reinterpret_cast<char*>(packed.data()), bounds,
+                              DataType::kFloat32, ReduceOp::kSum, 0.5, &gathered)
                   .ok());
   int64_t at = 0;
   for (int k = 0; k < size; ++k) {
@@ -118,8 +126,10 @@ TEST(RingTest, PerSpanRingAndGatherFollowTheDocumentedOrder) {
         float want = Rough(k, i + n);
         for (int j = 1; j < size; ++j) want = want + Rough((k + j) % size, i + n);
         want = static_cast<float>(want * 0.5);
-        ASSERT_EQ(tensors[t][i], want) << "ring: tensor " << t << " element " << i << " (part " << k << ")";
-        ASSERT_EQ(packed[at], want) << "gather: tensor " << t << " element " << i << " (part " << k << ")";
+        ASSERT_EQ(tensors[t][i], want)
+            << "ring: tensor " << t << " element " << i << " (part " << k << ")";
+        ASSERT_EQ(packed[at], want)
+            << "gather: tensor " << t << " element " << i << " (part " << k << ")";
       }
     }
   }

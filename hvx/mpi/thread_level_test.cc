@@ -11,9 +11,12 @@ namespace {
 TEST(ThreadLevelTest, InitRefusesAProgramsFunneledMpi) {
   absl::Status s = Init();
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
-  EXPECT_TRUE(absl::StrContains(s.message(), "the program initialized MPI with thread level MPI_THREAD_FUNNELED"))
+  EXPECT_TRUE(absl::StrContains(
+      s.message(), "the program initialized MPI with thread level MPI_THREAD_FUNNELED"))
       << s;
-  EXPECT_TRUE(absl::StrContains(s.message(), "MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided)")) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(),
+                                "MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided)"))
+      << s;
   EXPECT_FALSE(IsInitialized());
 }
 

@@ -25,10 +25,12 @@ TEST(TimeoutTest, AWaitForAPeerThatNeverSendsEndsAtTheTimeout) {
     MPI_Irecv(&x, 1, MPI_INT, 1, 99, comm, &q);
     const auto start = std::chrono::steady_clock::now();
     absl::Status s = WaitPolitely(comm, 1, &q, "test receive", kDataWait, GlobalRank(comm, 1));
-    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double waited =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
     EXPECT_EQ(s.message(),
-              "test receive did not complete within 500ms (HVX_COLLECTIVE_TIMEOUT_S): global rank 1 did not answer; "
+              "test receive did not complete within 500ms (HVX_COLLECTIVE_TIMEOUT_S): global rank "
+              "1 did not answer; "
               "a rank failed, froze or is waiting in another collective");
     EXPECT_GE(waited, 0.5);
     EXPECT_LT(waited, 3.0);
@@ -77,7 +79,8 @@ TEST(TimeoutTest, ALocalFailureFailsEveryRank) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   EXPECT_TRUE(AgreeOnEveryRank(MPI_COMM_WORLD, absl::OkStatus()).ok());
-  const absl::Status local = rank == 1 ? absl::ResourceExhaustedError("mmap of 64 MiB failed") : absl::OkStatus();
+  const absl::Status local =
+      rank == 1 ? absl::ResourceExhaustedError("mmap of 64 MiB failed") : absl::OkStatus();
   absl::Status s = AgreeOnEveryRank(MPI_COMM_WORLD, local);
   if (rank == 1) {
     EXPECT_EQ(s, local);

@@ -1,8 +1,8 @@
-#include "hvx/nccl/kernels.h"
-
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+
+#include "hvx/nccl/kernels.h"
 
 namespace hvx {
 namespace nccl {
@@ -38,7 +38,8 @@ struct Math<__nv_bfloat16> {
 template <typename In, typename Out, typename Compute>
 __global__ void ScaleConvertKernel(const In* in, Out* out, int64_t n, Compute factor) {
   const int64_t stride = static_cast<int64_t>(blockDim.x) * gridDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
     const Compute v = static_cast<Compute>(Math<In>::Load(in[i])) * factor;
     out[i] = Math<Out>::Store(static_cast<typename Math<Out>::type>(v));
   }
@@ -56,19 +57,20 @@ cudaError_t Launch(const void* in, void* out, int64_t n, double factor, const De
 }
 
 template <typename T>
-cudaError_t LaunchSame(const void* in, void* out, int64_t n, double factor, const DeviceLimits& limits,
-                       cudaStream_t stream) {
+cudaError_t LaunchSame(const void* in, void* out, int64_t n, double factor,
+                       const DeviceLimits& limits, cudaStream_t stream) {
   if (factor == 1.0) {
     if (in == out || n == 0) return cudaSuccess;
-    return cudaMemcpyAsync(out, in, static_cast<size_t>(n) * sizeof(T), cudaMemcpyDeviceToDevice, stream);
+    return cudaMemcpyAsync(out, in, static_cast<size_t>(n) * sizeof(T), cudaMemcpyDeviceToDevice,
+                           stream);
   }
   return Launch<T, T>(in, out, n, factor, limits, stream);
 }
 
 }  // namespace
 
-cudaError_t ScaleConvert(const void* in, DataType in_type, void* out, DataType out_type, int64_t n, double factor,
-                         const DeviceLimits& limits, cudaStream_t stream) {
+cudaError_t ScaleConvert(const void* in, DataType in_type, void* out, DataType out_type, int64_t n,
+                         double factor, const DeviceLimits& limits, cudaStream_t stream) {
   if (!KernelSupports(in_type, out_type)) return cudaErrorInvalidValue;
   if (in_type == out_type) {
     switch (in_type) {
@@ -93,16 +95,21 @@ cudaError_t ScaleConvert(const void* in, DataType in_type, void* out, DataType o
     }
     return cudaErrorInvalidValue;
   }
-  if (in_type == DataType::kFloat16) return Launch<__half, float>(in, out, n, factor, limits, stream);
-  if (in_type == DataType::kBfloat16) return Launch<__nv_bfloat16, float>(in, out, n, factor, limits, stream);
-  if (out_type == DataType::kFloat16) return Launch<float, __half>(in, out, n, factor, limits, stream);
+  if (in_type == DataType::kFloat16)
+    return Launch<__half, float>(in, out, n, factor, limits, stream);
+  if (in_type == DataType::kBfloat16)
+    return Launch<__nv_bfloat16, float>(in, out, n, factor, limits, stream);
+  if (out_type == DataType::kFloat16)
+    return Launch<float, __half>(in, out, n, factor, limits, stream);
   return Launch<float, __nv_bfloat16>(in, out, n, factor, limits, stream);
 }
 
 cudaError_t QueryDeviceLimits(int device, DeviceLimits* limits) {
-  cudaError_t err = cudaDeviceGetAttribute(&limits->sm_count, cudaDevAttrMultiProcessorCount, device);
+  cudaError_t err =
+      cudaDeviceGetAttribute(&limits->sm_count, cudaDevAttrMultiProcessorCount, device);
   if (err != cudaSuccess) return err;
-  err = cudaDeviceGetAttribute(&limits->max_threads_per_block, cudaDevAttrMaxThreadsPerBlock, device);
+  err =
+      cudaDeviceGetAttribute(&limits->max_threads_per_block, cudaDevAttrMaxThreadsPerBlock, device);
   if (err != cudaSuccess) return err;
   int grid_x = 0;
   err = cudaDeviceGetAttribute(&grid_x, cudaDevAttrMaxGridDimX, device);

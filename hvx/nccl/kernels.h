@@ -2,7 +2,8 @@
 // an optional scale, used to prescale into and postscale out of the device fusion buffer and to
 // reduce 16-bit floats in float32. Queued on `stream`; nothing waits.
 //
-//   HVX_RETURN_IF_ERROR(CudaStatus(ScaleConvert(in, DataType::kFloat16, buf, DataType::kFloat32, n, 0.5,
+//   HVX_RETURN_IF_ERROR(CudaStatus(ScaleConvert(in, DataType::kFloat16, buf, DataType::kFloat32, n,
+//   0.5,
 //                                               limits, stream), "prescale"));
 #ifndef HVX_NCCL_KERNELS_H_
 #define HVX_NCCL_KERNELS_H_
@@ -21,8 +22,8 @@ namespace nccl {
 // match). Arithmetic in float32 for 16-bit floats and float32, float64 for float64 and integers
 // (truncated toward zero, as on the CPU). factor == 1 with equal types is a plain copy (none when
 // in == out). cudaErrorInvalidValue for a pair KernelSupports rejects.
-cudaError_t ScaleConvert(const void* in, DataType in_type, void* out, DataType out_type, int64_t n, double factor,
-                         const DeviceLimits& limits, cudaStream_t stream);
+cudaError_t ScaleConvert(const void* in, DataType in_type, void* out, DataType out_type, int64_t n,
+                         double factor, const DeviceLimits& limits, cudaStream_t stream);
 
 // The limits ComputeLaunch needs, read once per device.
 cudaError_t QueryDeviceLimits(int device, DeviceLimits* limits);

@@ -19,7 +19,8 @@ class KernelsTest : public ::testing::Test {
     int n = 0;
     cudaError_t err = cudaGetDeviceCount(&n);
     if (err != cudaSuccess || n == 0) {
-      GTEST_SKIP() << "no CUDA device here (" << (err != cudaSuccess ? cudaGetErrorString(err) : "0 devices") << ")";
+      GTEST_SKIP() << "no CUDA device here ("
+                   << (err != cudaSuccess ? cudaGetErrorString(err) : "0 devices") << ")";
     }
     ASSERT_EQ(QueryDeviceLimits(0, &limits_), cudaSuccess);
   }
@@ -30,10 +31,13 @@ class KernelsTest : public ::testing::Test {
     void* out = nullptr;
     EXPECT_EQ(cudaMalloc(&in, host.size() * sizeof(In) + 1), cudaSuccess);
     EXPECT_EQ(cudaMalloc(&out, host.size() * sizeof(Out) + 1), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(in, host.data(), host.size() * sizeof(In), cudaMemcpyHostToDevice), cudaSuccess);
-    EXPECT_EQ(ScaleConvert(in, in_t, out, out_t, host.size(), factor, limits_, nullptr), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(in, host.data(), host.size() * sizeof(In), cudaMemcpyHostToDevice),
+              cudaSuccess);
+    EXPECT_EQ(ScaleConvert(in, in_t, out, out_t, host.size(), factor, limits_, nullptr),
+              cudaSuccess);
     std::vector<Out> result(host.size());
-    EXPECT_EQ(cudaMemcpy(result.data(), out, result.size() * sizeof(Out), cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(result.data(), out, result.size() * sizeof(Out), cudaMemcpyDeviceToHost),
+              cudaSuccess);
     cudaFree(in);
     cudaFree(out);
     return result;
@@ -55,7 +59,8 @@ TEST_F(KernelsTest, IntegersScaleInDoubleAndTruncate) {
   EXPECT_EQ((Run<int32_t, int32_t>(x, DataType::kInt32, DataType::kInt32, 0.5)),
             (std::vector<int32_t>{3, -3, 1, 50}));
   std::vector<int64_t> big = {int64_t{1} << 40};
-  EXPECT_EQ((Run<int64_t, int64_t>(big, DataType::kInt64, DataType::kInt64, 3.0))[0], int64_t{3} << 40);
+  EXPECT_EQ((Run<int64_t, int64_t>(big, DataType::kInt64, DataType::kInt64, 3.0))[0],
+            int64_t{3} << 40);
 }
 
 TEST_F(KernelsTest, HalfCastsRoundTripWithScale) {
@@ -71,10 +76,12 @@ TEST_F(KernelsTest, HalfCastsRoundTripWithScale) {
 }
 
 TEST_F(KernelsTest, RejectsUnsupportedPairs) {
-  EXPECT_EQ(ScaleConvert(nullptr, DataType::kInt32, nullptr, DataType::kFloat32, 4, 1.0, limits_, nullptr),
+  EXPECT_EQ(ScaleConvert(nullptr, DataType::kInt32, nullptr, DataType::kFloat32, 4, 1.0, limits_,
+                         nullptr),
             cudaErrorInvalidValue);
-  EXPECT_EQ(ScaleConvert(nullptr, DataType::kBool, nullptr, DataType::kBool, 4, 1.0, limits_, nullptr),
-            cudaErrorInvalidValue);
+  EXPECT_EQ(
+      ScaleConvert(nullptr, DataType::kBool, nullptr, DataType::kBool, 4, 1.0, limits_, nullptr),
+      cudaErrorInvalidValue);
 }
 
 }  // namespace

@@ -9,11 +9,13 @@ LaunchConfig ComputeLaunch(int64_t elements, const DeviceLimits& limits, int ele
   constexpr int kWarp = 32;
   constexpr int kPreferredThreads = 256;
   LaunchConfig c;
-  c.threads = std::max(kWarp, std::min(kPreferredThreads, limits.max_threads_per_block) / kWarp * kWarp);
+  c.threads =
+      std::max(kWarp, std::min(kPreferredThreads, limits.max_threads_per_block) / kWarp * kWarp);
   if (elements <= 0) return c;
   const int64_t per_block = static_cast<int64_t>(c.threads) * std::max(1, elements_per_thread);
   const int64_t wanted = (elements + per_block - 1) / per_block;
-  const int64_t fill = static_cast<int64_t>(std::max(1, limits.sm_count)) * std::max(1, limits.blocks_per_sm);
+  const int64_t fill =
+      static_cast<int64_t>(std::max(1, limits.sm_count)) * std::max(1, limits.blocks_per_sm);
   c.blocks = std::max<int64_t>(1, std::min({wanted, fill, limits.max_grid_x}));
   return c;
 }

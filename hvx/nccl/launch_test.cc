@@ -15,7 +15,7 @@ TEST(ComputeLaunchTest, EmptyInputLaunchesNothing) {
 TEST(ComputeLaunchTest, SmallInputsGetOneBlock) {
   DeviceLimits h200{132};
   EXPECT_EQ(ComputeLaunch(1, h200).blocks, 1);
-  EXPECT_EQ(ComputeLaunch(1024, h200).blocks, 1);   // 256 threads x 4 elements
+  EXPECT_EQ(ComputeLaunch(1024, h200).blocks, 1);  // 256 threads x 4 elements
   EXPECT_EQ(ComputeLaunch(1025, h200).blocks, 2);
 }
 
@@ -38,7 +38,8 @@ TEST(ComputeLaunchTest, ThreadsRespectTheDeviceAndWholeWarps) {
 }
 
 TEST(KernelSupportsTest, ScaleAndHalfCasts) {
-  for (DataType t : kAllDataTypes) EXPECT_EQ(KernelSupports(t, t), t != DataType::kBool) << DataTypeName(t);
+  for (DataType t : kAllDataTypes)
+    EXPECT_EQ(KernelSupports(t, t), t != DataType::kBool) << DataTypeName(t);
   EXPECT_TRUE(KernelSupports(DataType::kFloat16, DataType::kFloat32));
   EXPECT_TRUE(KernelSupports(DataType::kFloat32, DataType::kBfloat16));
   EXPECT_FALSE(KernelSupports(DataType::kFloat16, DataType::kBfloat16));

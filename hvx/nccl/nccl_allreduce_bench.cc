@@ -25,7 +25,8 @@ namespace {
 int64_t Flag(int argc, char** argv, const char* name, int64_t fallback) {
   const std::string prefix = std::string("--") + name + "=";
   for (int i = 1; i < argc; ++i) {
-    if (std::strncmp(argv[i], prefix.c_str(), prefix.size()) == 0) return std::atoll(argv[i] + prefix.size());
+    if (std::strncmp(argv[i], prefix.c_str(), prefix.size()) == 0)
+      return std::atoll(argv[i] + prefix.size());
   }
   return fallback;
 }
@@ -37,7 +38,8 @@ double MeanSeconds(Communicator& comm, int iters, F&& once) {
   comm.Barrier().IgnoreError();
   auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < iters; ++i) once();
-  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / iters;
+  double s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / iters;
   std::vector<std::string> all;
   comm.Allgather(std::to_string(s), &all).IgnoreError();
   for (const std::string& v : all) s = std::max(s, std::stod(v));
@@ -61,13 +63,16 @@ int Run(int argc, char** argv) {
   }
   auto device = BindLocalDevice(ctx.local_rank, ctx.local_size);
   if (!device.ok()) {
-    std::fprintf(stderr, "rank %d: %s\n", world.rank(), std::string(device.status().message()).c_str());
+    std::fprintf(stderr, "rank %d: %s\n", world.rank(),
+                 std::string(device.status().message()).c_str());
     return 1;
   }
   ctx.device = Device::Cuda(*device);
-  auto plane = CreateNcclDataPlane(ctx, NcclOptions::From(InitOptions::FromEnv(Environment::Process()).value_or(InitOptions{})));
+  auto plane = CreateNcclDataPlane(
+      ctx, NcclOptions::From(InitOptions::FromEnv(Environment::Process()).value_or(InitOptions{})));
   if (!plane.ok()) {
-    std::fprintf(stderr, "rank %d: %s\n", world.rank(), std::string(plane.status().message()).c_str());
+    std::fprintf(stderr, "rank %d: %s\n", world.rank(),
+                 std::string(plane.status().message()).c_str());
     return 1;
   }
   // The baseline: a raw NCCL communicator over the same ranks.
@@ -86,10 +91,12 @@ int Run(int argc, char** argv) {
   cudaMalloc(&buf, max_bytes);
   cudaMemset(buf, 0, max_bytes);
   if (world.rank() == 0) {
-    std::printf("# ranks %d, NCCL %d, float32 sum in place; hvx = NcclDataPlane::Allreduce, raw = ncclAllReduce\n",
-                n, LoadedNcclVersion());
-    std::printf("%12s %12s %10s %10s %10s %10s %10s %8s\n", "size(B)", "count", "hvx(us)", "algbw", "busbw",
-                "raw(us)", "raw_busbw", "ratio");
+    std::printf(
+        "# ranks %d, NCCL %d, float32 sum in place; hvx = NcclDataPlane::Allreduce, raw = "
+        "ncclAllReduce\n",
+        n, LoadedNcclVersion());
+    std::printf("%12s %12s %10s %10s %10s %10s %10s %8s\n", "size(B)", "count", "hvx(us)", "algbw",
+                "busbw", "raw(us)", "raw_busbw", "ratio");
   }
   for (int64_t bytes = 8; bytes <= max_bytes; bytes *= 4) {
     const int64_t count = bytes / sizeof(float);
@@ -105,16 +112,17 @@ int Run(int argc, char** argv) {
       cudaStreamSynchronize(stream);
     });
     if (!ok) {
-      std::fprintf(stderr, "rank %d: allreduce of %lld bytes failed\n", world.rank(), static_cast<long long>(bytes));
+      std::fprintf(stderr, "rank %d: allreduce of %lld bytes failed\n", world.rank(),
+                   static_cast<long long>(bytes));
       return 1;
     }
     const double factor = n > 1 ? 2.0 * (n - 1) / n : 0.0;
     const double algbw = bytes / hvx_s / 1e9;
     const double raw_algbw = bytes / raw_s / 1e9;
     if (world.rank() == 0) {
-      std::printf("%12lld %12lld %10.1f %10.2f %10.2f %10.1f %10.2f %8.2f\n", static_cast<long long>(bytes),
-                  static_cast<long long>(count), hvx_s * 1e6, algbw, algbw * factor, raw_s * 1e6,
-                  raw_algbw * factor, raw_s / hvx_s);
+      std::printf("%12lld %12lld %10.1f %10.2f %10.2f %10.1f %10.2f %8.2f\n",
+                  static_cast<long long>(bytes), static_cast<long long>(count), hvx_s * 1e6, algbw,
+                  algbw * factor, raw_s * 1e6, raw_algbw * factor, raw_s / hvx_s);
     }
   }
   ncclCommDestroy(raw);

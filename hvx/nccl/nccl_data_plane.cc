@@ -157,7 +157,8 @@ class DeviceContext {
   // Makes the stream wait for the work queued so far on the legacy default stream.
   absl::Status OrderAfterCaller() {
     HVX_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device_), "cudaSetDevice"));
-    HVX_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(caller_ready_, cudaStreamLegacy), "cudaEventRecord"));
+    HVX_RETURN_IF_ERROR(
+        CudaStatus(cudaEventRecord(caller_ready_, cudaStreamLegacy), "cudaEventRecord"));
     return CudaStatus(cudaStreamWaitEvent(stream_, caller_ready_, 0), "cudaStreamWaitEvent");
   }
 
@@ -169,8 +170,9 @@ class DeviceContext {
       if (fusion_ != nullptr) cudaFree(fusion_);
       fusion_ = nullptr;
       fusion_bytes_ = 0;
-      HVX_RETURN_IF_ERROR(CudaStatus(cudaMalloc(reinterpret_cast<void**>(&fusion_), want),
-                                     absl::StrCat("allocating a ", want, "-byte fusion buffer on cuda:", device_)));
+      HVX_RETURN_IF_ERROR(
+          CudaStatus(cudaMalloc(reinterpret_cast<void**>(&fusion_), want),
+                     absl::StrCat("allocating a ", want, "-byte fusion buffer on cuda:", device_)));
       fusion_bytes_ = want;
     }
     return fusion_;
@@ -182,8 +184,9 @@ class DeviceContext {
       if (host_ != nullptr) cudaFreeHost(host_);
       host_ = nullptr;
       host_bytes_ = 0;
-      HVX_RETURN_IF_ERROR(CudaStatus(cudaMallocHost(reinterpret_cast<void**>(&host_), want),
-                                     absl::StrCat("allocating ", want, " bytes of pinned host memory")));
+      HVX_RETURN_IF_ERROR(
+          CudaStatus(cudaMallocHost(reinterpret_cast<void**>(&host_), want),
+                     absl::StrCat("allocating ", want, " bytes of pinned host memory")));
       host_bytes_ = want;
     }
     return host_;
@@ -204,13 +207,19 @@ class DeviceContext {
 
  private:
   explicit DeviceContext(int device)
-      : device_(device), comms_([this](ncclComm_t c) { abort_on_release_ ? ncclCommAbort(c) : ncclCommDestroy(c); }) {}
+      : device_(device), comms_([this](ncclComm_t c) {
+          abort_on_release_ ? ncclCommAbort(c) : ncclCommDestroy(c);
+        }) {}
 
   absl::Status Init() {
-    HVX_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device_), absl::StrCat("cudaSetDevice(", device_, ")")));
-    HVX_RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
-    HVX_RETURN_IF_ERROR(CudaStatus(cudaEventCreateWithFlags(&caller_ready_, cudaEventDisableTiming), "cudaEventCreate"));
-    HVX_RETURN_IF_ERROR(CudaStatus(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "cudaEventCreate"));
+    HVX_RETURN_IF_ERROR(
+        CudaStatus(cudaSetDevice(device_), absl::StrCat("cudaSetDevice(", device_, ")")));
+    HVX_RETURN_IF_ERROR(
+        CudaStatus(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
+    HVX_RETURN_IF_ERROR(CudaStatus(cudaEventCreateWithFlags(&caller_ready_, cudaEventDisableTiming),
+                                   "cudaEventCreate"));
+    HVX_RETURN_IF_ERROR(
+        CudaStatus(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "cudaEventCreate"));
     return CudaStatus(QueryDeviceLimits(device_, &limits_), "reading the device limits");
   }
 
@@ -230,7 +239,8 @@ class DeviceContext {
 
 class NcclDataPlane : public DataPlane {
  public:
-  NcclDataPlane(const DataPlaneContext& ctx, const NcclOptions& options) : ctx_(ctx), options_(options) {}
+  NcclDataPlane(const DataPlaneContext& ctx, const NcclOptions& options)
+      : ctx_(ctx), options_(options) {}
 
   absl::Status Setup();
 
@@ -244,15 +254,15 @@ class NcclDataPlane : public DataPlane {
   int set_rank() const { return ctx_.comm->rank(); }
   int set_size() const { return ctx_.comm->size(); }
 
-  absl::Status NcclCheck(ncclResult_t result, absl::string_view call, absl::string_view tensor, ncclComm_t comm,
-                         int comm_size, bool asynchronous = false);
-  absl::StatusOr<ncclComm_t> CommFor(const std::vector<int>& set_members, int my_index, bool leader_id_ready,
-                                     const ncclUniqueId* id);
+  absl::Status NcclCheck(ncclResult_t result, absl::string_view call, absl::string_view tensor,
+                         ncclComm_t comm, int comm_size, bool asynchronous = false);
+  absl::StatusOr<ncclComm_t> CommFor(const std::vector<int>& set_members, int my_index,
+                                     bool leader_id_ready, const ncclUniqueId* id);
   absl::Status CheckDevice(const TensorRef& t, const std::string& name) const;
   absl::Status Usable() const { return dev_->broken(); }
   // Queues out = out_type(factor * in); bool is copied.
-  absl::Status ScaleCopy(const void* in, DataType in_type, void* out, DataType out_type, int64_t n, double factor,
-                         const std::string& tensor);
+  absl::Status ScaleCopy(const void* in, DataType in_type, void* out, DataType out_type, int64_t n,
+                         double factor, const std::string& tensor);
   // Waits for everything queued so far, polling the communicators for asynchronous errors.
   absl::Status Complete(absl::string_view call, const std::string& tensor);
   absl::Status HierarchicalAllreduce(char* buf, int64_t shard, DataType wire, NcclOp op,
@@ -271,8 +281,9 @@ class NcclDataPlane : public DataPlane {
   std::unique_ptr<Communicator> cross_;
 };
 
-absl::Status NcclDataPlane::NcclCheck(ncclResult_t result, absl::string_view call, absl::string_view tensor,
-                                      ncclComm_t comm, int comm_size, bool asynchronous) {
+absl::Status NcclDataPlane::NcclCheck(ncclResult_t result, absl::string_view call,
+                                      absl::string_view tensor, ncclComm_t comm, int comm_size,
+                                      bool asynchronous) {
   if (result == ncclSuccess) return absl::OkStatus();
   NcclErrorContext where;
   where.call = std::string(call);
@@ -303,15 +314,17 @@ absl::Status NcclDataPlane::Setup() {
   if (!device.ok()) {
     mine.error = std::string(device.status().message());
   } else if (*device != ctx_.device.index) {
-    mine.error = absl::StrCat("a tensor is on cuda:", ctx_.device.index, " but local rank ", ctx_.local_rank,
-                              " on host ", host_, " uses cuda:", *device,
-                              "; put this rank's tensors on the GPU of its local rank (see BindLocalDevice)");
+    mine.error = absl::StrCat(
+        "a tensor is on cuda:", ctx_.device.index, " but local rank ", ctx_.local_rank, " on host ",
+        host_, " uses cuda:", *device,
+        "; put this rank's tensors on the GPU of its local rank (see BindLocalDevice)");
   } else {
     mine.device = *device;
     char bus[64] = {};
     cudaError_t err = cudaDeviceGetPCIBusId(bus, sizeof(bus), *device);
     if (err != cudaSuccess) {
-      mine.error = std::string(CudaStatus(err, absl::StrCat("cudaDeviceGetPCIBusId(", *device, ")")).message());
+      mine.error = std::string(
+          CudaStatus(err, absl::StrCat("cudaDeviceGetPCIBusId(", *device, ")")).message());
     }
     mine.gpu = bus;
   }
@@ -351,7 +364,8 @@ absl::Status NcclDataPlane::Setup() {
   std::string offer;
   if (!have_local && local_index_ == 0) {
     ncclUniqueId id;
-    HVX_RETURN_IF_ERROR(NcclCheck(ncclGetUniqueId(&id), "ncclGetUniqueId", "", nullptr, local_size_));
+    HVX_RETURN_IF_ERROR(
+        NcclCheck(ncclGetUniqueId(&id), "ncclGetUniqueId", "", nullptr, local_size_));
     offer.assign(id.internal, sizeof(id.internal));
   }
   std::vector<std::string> offers;
@@ -360,9 +374,9 @@ absl::Status NcclDataPlane::Setup() {
   const std::string& leader_offer = offers[local.front()];
   if (!have_local) {
     if (leader_offer.size() != sizeof(local_id.internal)) {
-      return absl::InternalError(absl::StrCat("rank ", ctx_.global_rank, ": the NCCL id from host leader rank ",
-                                              ctx_.global_ranks[local.front()], " has ", leader_offer.size(),
-                                              " bytes"));
+      return absl::InternalError(
+          absl::StrCat("rank ", ctx_.global_rank, ": the NCCL id from host leader rank ",
+                       ctx_.global_ranks[local.front()], " has ", leader_offer.size(), " bytes"));
     }
     std::copy(leader_offer.begin(), leader_offer.end(), local_id.internal);
   }
@@ -371,11 +385,13 @@ absl::Status NcclDataPlane::Setup() {
   // Cross-host communicators on the control plane's transport, one per local index; every member
   // takes part in creating each (Subset is collective over the set).
   for (int l = 0; l < local_size_; ++l) {
-    HVX_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> cross, ctx_.comm->Subset(layout.CrossMembers(l)));
+    HVX_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> cross,
+                         ctx_.comm->Subset(layout.CrossMembers(l)));
     if (l == local_index_) cross_ = std::move(cross);
   }
   if (cross_ == nullptr) {
-    return absl::InternalError(absl::StrCat("rank ", ctx_.global_rank, " is in no cross-host communicator"));
+    return absl::InternalError(
+        absl::StrCat("rank ", ctx_.global_rank, " is in no cross-host communicator"));
   }
   return absl::OkStatus();
 }
@@ -390,18 +406,21 @@ absl::StatusOr<ncclComm_t> NcclDataPlane::CommFor(const std::vector<int>& set_me
     if (leader_id_ready) {
       uid = *id;
     } else {
-      // The whole set: rank 0 makes the id and broadcasts it, or its failure, over the control plane.
+      // The whole set: rank 0 makes the id and broadcasts it, or its failure, over the control
+      // plane.
       std::string message;
       if (set_rank() == 0) {
         ncclResult_t r = ncclGetUniqueId(&uid);
-        message = r == ncclSuccess ? absl::StrCat("I", std::string(uid.internal, sizeof(uid.internal)))
-                                   : absl::StrCat("E", NcclCheck(r, "ncclGetUniqueId", "", nullptr, n).message());
+        message =
+            r == ncclSuccess
+                ? absl::StrCat("I", std::string(uid.internal, sizeof(uid.internal)))
+                : absl::StrCat("E", NcclCheck(r, "ncclGetUniqueId", "", nullptr, n).message());
       }
       HVX_RETURN_IF_ERROR(ctx_.comm->Broadcast(&message));
       if (message.empty() || message[0] != 'I' || message.size() != 1 + sizeof(uid.internal)) {
         return absl::UnavailableError(
-            absl::StrCat("rank ", ctx_.global_rank, ": no NCCL id from rank ", ctx_.global_ranks[0], ": ",
-                         message.empty() ? std::string("empty message") : message.substr(1)));
+            absl::StrCat("rank ", ctx_.global_rank, ": no NCCL id from rank ", ctx_.global_ranks[0],
+                         ": ", message.empty() ? std::string("empty message") : message.substr(1)));
       }
       std::copy(message.begin() + 1, message.end(), uid.internal);
     }
@@ -417,45 +436,53 @@ absl::StatusOr<ncclComm_t> NcclDataPlane::CommFor(const std::vector<int>& set_me
 
 absl::Status NcclDataPlane::CheckDevice(const TensorRef& t, const std::string& name) const {
   if (t.data() == nullptr || t.device() == Device::Cuda(dev_->device())) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "' on rank ", ctx_.global_rank, " is on ",
-                                                 t.device().ToString(), ", but this rank's GPU is cuda:",
-                                                 dev_->device()));
+  return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "' on rank ", ctx_.global_rank,
+                                                 " is on ", t.device().ToString(),
+                                                 ", but this rank's GPU is cuda:", dev_->device()));
 }
 
-absl::Status NcclDataPlane::ScaleCopy(const void* in, DataType in_type, void* out, DataType out_type, int64_t n,
-                                      double factor, const std::string& tensor) {
+absl::Status NcclDataPlane::ScaleCopy(const void* in, DataType in_type, void* out,
+                                      DataType out_type, int64_t n, double factor,
+                                      const std::string& tensor) {
   if (n == 0) return absl::OkStatus();
   if (in_type == DataType::kBool) {
     if (in == out) return absl::OkStatus();
-    return CudaStatus(cudaMemcpyAsync(out, in, static_cast<size_t>(n), cudaMemcpyDeviceToDevice, dev_->stream()),
-                      absl::StrCat("copying tensor '", tensor, "'"));
+    return CudaStatus(
+        cudaMemcpyAsync(out, in, static_cast<size_t>(n), cudaMemcpyDeviceToDevice, dev_->stream()),
+        absl::StrCat("copying tensor '", tensor, "'"));
   }
-  return CudaStatus(ScaleConvert(in, in_type, out, out_type, n, factor, dev_->limits(), dev_->stream()),
-                    absl::StrCat("scaling tensor '", tensor, "' (", DataTypeName(in_type), " -> ",
-                                 DataTypeName(out_type), ")"));
+  return CudaStatus(
+      ScaleConvert(in, in_type, out, out_type, n, factor, dev_->limits(), dev_->stream()),
+      absl::StrCat("scaling tensor '", tensor, "' (", DataTypeName(in_type), " -> ",
+                   DataTypeName(out_type), ")"));
 }
 
 absl::Status NcclDataPlane::Complete(absl::string_view call, const std::string& tensor) {
   HVX_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(dev_->done(), dev_->stream()), "cudaEventRecord"));
-  HVX_RETURN_IF_ERROR(CudaStatus(cudaStreamWaitEvent(cudaStreamLegacy, dev_->done(), 0), "cudaStreamWaitEvent"));
+  HVX_RETURN_IF_ERROR(
+      CudaStatus(cudaStreamWaitEvent(cudaStreamLegacy, dev_->done(), 0), "cudaStreamWaitEvent"));
   // A peer that died or froze leaves the collective waiting on the GPU forever: give up at the
   // collective timeout and abort the communicators (Poison), as the CPU plane gives up its waits.
-  const absl::Duration timeout =
-      ctx_.options != nullptr ? absl::Seconds(ctx_.options->collective_timeout_s) : absl::InfiniteDuration();
+  const absl::Duration timeout = ctx_.options != nullptr
+                                     ? absl::Seconds(ctx_.options->collective_timeout_s)
+                                     : absl::InfiniteDuration();
   const absl::Time deadline = absl::Now() + timeout;
   while (true) {
     cudaError_t q = cudaEventQuery(dev_->done());
     if (q == cudaSuccess) return absl::OkStatus();
     if (absl::Now() >= deadline) {
-      absl::Status late = absl::DeadlineExceededError(absl::StrCat(
-          call, " for tensor '", tensor, "' on rank ", ctx_.global_rank, " did not complete within ",
-          absl::FormatDuration(timeout), " (HVX_COLLECTIVE_TIMEOUT_S): not every one of global ranks ",
-          RankRanges(ctx_.global_ranks), " took part; a rank failed, froze or is waiting in another collective"));
+      absl::Status late = absl::DeadlineExceededError(
+          absl::StrCat(call, " for tensor '", tensor, "' on rank ", ctx_.global_rank,
+                       " did not complete within ", absl::FormatDuration(timeout),
+                       " (HVX_COLLECTIVE_TIMEOUT_S): not every one of global ranks ",
+                       RankRanges(ctx_.global_ranks),
+                       " took part; a rank failed, froze or is waiting in another collective"));
       dev_->Poison(late);
       return late;
     }
     if (q != cudaErrorNotReady) {
-      return CudaStatus(q, absl::StrCat(call, " for tensor '", tensor, "' on rank ", ctx_.global_rank));
+      return CudaStatus(
+          q, absl::StrCat(call, " for tensor '", tensor, "' on rank ", ctx_.global_rank));
     }
     for (ncclComm_t c : {comm_, local_comm_}) {
       if (c == nullptr) continue;
@@ -463,7 +490,8 @@ absl::Status NcclDataPlane::Complete(absl::string_view call, const std::string& 
       ncclResult_t r = ncclCommGetAsyncError(c, &async);
       if (r == ncclSuccess && async == ncclSuccess) continue;
       const int n = c == comm_ ? set_size() : local_size_;
-      absl::Status failed = NcclCheck(r != ncclSuccess ? r : async, call, tensor, c, n, /*asynchronous=*/true);
+      absl::Status failed =
+          NcclCheck(r != ncclSuccess ? r : async, call, tensor, c, n, /*asynchronous=*/true);
       dev_->Poison(failed);
       return failed;
     }
@@ -480,8 +508,8 @@ absl::Status NcclDataPlane::Allreduce(const AllreduceWork& work) {
   }
   const bool hierarchical = plan_.algorithm == AllreduceAlgorithm::kHierarchical;
   absl::StatusOr<ReductionChoice> choice =
-      ChooseReduction(work.op, work.dtype, work.prescale_factor, work.postscale_factor, set_size(), version_,
-                      options_.half_in_float32, /*allow_avg=*/!hierarchical);
+      ChooseReduction(work.op, work.dtype, work.prescale_factor, work.postscale_factor, set_size(),
+                      version_, options_.half_in_float32, /*allow_avg=*/!hierarchical);
   if (!choice.ok()) return Annotate(choice.status(), absl::StrCat("tensor '", label, "'"));
   const ReductionChoice rc = *choice;
   int64_t total = 0;
@@ -492,8 +520,8 @@ absl::Status NcclDataPlane::Allreduce(const AllreduceWork& work) {
   Phase phase(work.activity, hierarchical ? "NCCL_HIERARCHICAL_ALLREDUCE" : "NCCL_ALLREDUCE");
   HVX_RETURN_IF_ERROR(dev_->OrderAfterCaller());
 
-  const bool direct = work.inputs.size() == 1 && work.inputs[0].data() != nullptr && !rc.widen_to_float32 &&
-                      !hierarchical;
+  const bool direct = work.inputs.size() == 1 && work.inputs[0].data() != nullptr &&
+                      !rc.widen_to_float32 && !hierarchical;
   if (direct) {
     const void* in = work.inputs[0].data();
     void* out = work.outputs[0].data();
@@ -501,48 +529,52 @@ absl::Status NcclDataPlane::Allreduce(const AllreduceWork& work) {
       HVX_RETURN_IF_ERROR(ScaleCopy(in, work.dtype, out, work.dtype, total, rc.prescale, label));
       in = out;
     }
-    HVX_RETURN_IF_ERROR(NcclCheck(ncclAllReduce(in, out, total, NcclType(wire), NcclRedOp(rc.op), comm_,
-                                                dev_->stream()),
-                                  "ncclAllReduce", label, comm_, set_size()));
+    HVX_RETURN_IF_ERROR(NcclCheck(
+        ncclAllReduce(in, out, total, NcclType(wire), NcclRedOp(rc.op), comm_, dev_->stream()),
+        "ncclAllReduce", label, comm_, set_size()));
     HVX_RETURN_IF_ERROR(ScaleCopy(out, work.dtype, out, work.dtype, total, rc.postscale, label));
     return Complete("ncclAllReduce", label);
   }
 
   HierarchicalShards shards{total, total};
   if (hierarchical) shards = ShardForHierarchical(total, local_size_, kShardAlignElements);
-  HVX_ASSIGN_OR_RETURN(char* buf, dev_->Fusion(static_cast<size_t>(shards.padded_elements) * wire_size));
+  HVX_ASSIGN_OR_RETURN(char* buf,
+                       dev_->Fusion(static_cast<size_t>(shards.padded_elements) * wire_size));
   int64_t offset = 0;
   for (size_t i = 0; i < work.inputs.size(); ++i) {
     const TensorRef& in = work.inputs[i];
     const int64_t n = in.num_elements();
     char* at = buf + offset * wire_size;
     if (in.data() == nullptr) {
-      HVX_RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(at, 0, n * wire_size, dev_->stream()), "zeroing a joined slot"));
+      HVX_RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(at, 0, n * wire_size, dev_->stream()),
+                                     "zeroing a joined slot"));
     } else {
-      HVX_RETURN_IF_ERROR(ScaleCopy(in.data(), work.dtype, at, wire, n, rc.prescale, work.names[i]));
+      HVX_RETURN_IF_ERROR(
+          ScaleCopy(in.data(), work.dtype, at, wire, n, rc.prescale, work.names[i]));
     }
     offset += n;
   }
   if (shards.padded_elements > total) {
-    HVX_RETURN_IF_ERROR(CudaStatus(
-        cudaMemsetAsync(buf + total * wire_size, 0, (shards.padded_elements - total) * wire_size, dev_->stream()),
-        "zeroing the shard padding"));
+    HVX_RETURN_IF_ERROR(
+        CudaStatus(cudaMemsetAsync(buf + total * wire_size, 0,
+                                   (shards.padded_elements - total) * wire_size, dev_->stream()),
+                   "zeroing the shard padding"));
   }
   if (hierarchical) {
-    HVX_RETURN_IF_ERROR(HierarchicalAllreduce(buf, shards.shard_elements, wire, rc.op,
-                                              work, label));
+    HVX_RETURN_IF_ERROR(
+        HierarchicalAllreduce(buf, shards.shard_elements, wire, rc.op, work, label));
   } else {
-    HVX_RETURN_IF_ERROR(NcclCheck(ncclAllReduce(buf, buf, total, NcclType(wire), NcclRedOp(rc.op), comm_,
-                                                dev_->stream()),
-                                  "ncclAllReduce", label, comm_, set_size()));
+    HVX_RETURN_IF_ERROR(NcclCheck(
+        ncclAllReduce(buf, buf, total, NcclType(wire), NcclRedOp(rc.op), comm_, dev_->stream()),
+        "ncclAllReduce", label, comm_, set_size()));
   }
   offset = 0;
   for (size_t i = 0; i < work.outputs.size(); ++i) {
     const TensorRef& out = work.outputs[i];
     const int64_t n = work.inputs[i].num_elements();
     if (out.data() != nullptr) {
-      HVX_RETURN_IF_ERROR(ScaleCopy(buf + offset * wire_size, wire, out.data(), work.dtype, n, rc.postscale,
-                                    work.names[i]));
+      HVX_RETURN_IF_ERROR(ScaleCopy(buf + offset * wire_size, wire, out.data(), work.dtype, n,
+                                    rc.postscale, work.names[i]));
     }
     offset += n;
   }
@@ -550,15 +582,18 @@ absl::Status NcclDataPlane::Allreduce(const AllreduceWork& work) {
 }
 
 absl::Status NcclDataPlane::HierarchicalAllreduce(char* buf, int64_t shard, DataType wire,
-                                                  NcclOp op, const AllreduceWork& work, const std::string& label) {
+                                                  NcclOp op, const AllreduceWork& work,
+                                                  const std::string& label) {
   const size_t wire_size = DataTypeSize(wire);
   char* mine = buf + static_cast<int64_t>(local_index_) * shard * wire_size;
-  HVX_RETURN_IF_ERROR(NcclCheck(ncclReduceScatter(buf, mine, shard, NcclType(wire), NcclRedOp(op), local_comm_,
-                                                  dev_->stream()),
-                                "ncclReduceScatter (inside the host)", label, local_comm_, local_size_));
+  HVX_RETURN_IF_ERROR(NcclCheck(ncclReduceScatter(buf, mine, shard, NcclType(wire), NcclRedOp(op),
+                                                  local_comm_, dev_->stream()),
+                                "ncclReduceScatter (inside the host)", label, local_comm_,
+                                local_size_));
   HVX_ASSIGN_OR_RETURN(char* host, dev_->Host(shard * wire_size));
-  HVX_RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(host, mine, shard * wire_size, cudaMemcpyDeviceToHost, dev_->stream()),
-                                 "copying the shard to the host"));
+  HVX_RETURN_IF_ERROR(CudaStatus(
+      cudaMemcpyAsync(host, mine, shard * wire_size, cudaMemcpyDeviceToHost, dev_->stream()),
+      "copying the shard to the host"));
   HVX_RETURN_IF_ERROR(Complete("ncclReduceScatter (inside the host)", label));
 
   AllreduceWork across;
@@ -572,8 +607,9 @@ absl::Status NcclDataPlane::HierarchicalAllreduce(char* buf, int64_t shard, Data
   across.activity = work.activity;
   HVX_RETURN_IF_ERROR(Annotate(cross_->cpu().Allreduce(across), "allreduce across hosts"));
 
-  HVX_RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(mine, host, shard * wire_size, cudaMemcpyHostToDevice, dev_->stream()),
-                                 "copying the shard back to the GPU"));
+  HVX_RETURN_IF_ERROR(CudaStatus(
+      cudaMemcpyAsync(mine, host, shard * wire_size, cudaMemcpyHostToDevice, dev_->stream()),
+      "copying the shard back to the GPU"));
   return NcclCheck(ncclAllGather(mine, buf, shard, NcclType(wire), local_comm_, dev_->stream()),
                    "ncclAllGather (inside the host)", label, local_comm_, local_size_);
 }
@@ -583,28 +619,32 @@ absl::Status NcclDataPlane::Allgather(const AllgatherWork& work) {
   HVX_RETURN_IF_ERROR(CheckDevice(work.input, work.name));
   HVX_RETURN_IF_ERROR(CheckDevice(work.output, work.name));
   if (static_cast<int>(work.rows.size()) != set_size()) {
-    return absl::InvalidArgumentError(absl::StrCat("allgather '", work.name, "': ", work.rows.size(),
-                                                   " row counts for ", set_size(), " ranks"));
+    return absl::InvalidArgumentError(absl::StrCat("allgather '", work.name,
+                                                   "': ", work.rows.size(), " row counts for ",
+                                                   set_size(), " ranks"));
   }
-  const size_t row_bytes = static_cast<size_t>(work.row_elements) * DataTypeSize(work.input.dtype());
+  const size_t row_bytes =
+      static_cast<size_t>(work.row_elements) * DataTypeSize(work.input.dtype());
   Phase phase(work.activity, "NCCL_ALLGATHER");
   HVX_RETURN_IF_ERROR(dev_->OrderAfterCaller());
-  const bool equal = std::all_of(work.rows.begin(), work.rows.end(), [&](int64_t r) { return r == work.rows[0]; });
+  const bool equal =
+      std::all_of(work.rows.begin(), work.rows.end(), [&](int64_t r) { return r == work.rows[0]; });
   char* out = static_cast<char*>(work.output.data());
   if (equal) {
     if (work.rows[0] > 0) {
-      HVX_RETURN_IF_ERROR(NcclCheck(ncclAllGather(work.input.data(), out, work.rows[0] * row_bytes, ncclUint8,
-                                                  comm_, dev_->stream()),
+      HVX_RETURN_IF_ERROR(NcclCheck(ncclAllGather(work.input.data(), out, work.rows[0] * row_bytes,
+                                                  ncclUint8, comm_, dev_->stream()),
                                     "ncclAllGather", work.name, comm_, set_size()));
     }
   } else {
     // Differing first dimensions: every rank broadcasts its rows into place, in one group.
-    HVX_RETURN_IF_ERROR(NcclCheck(ncclGroupStart(), "ncclGroupStart", work.name, comm_, set_size()));
+    HVX_RETURN_IF_ERROR(
+        NcclCheck(ncclGroupStart(), "ncclGroupStart", work.name, comm_, set_size()));
     int64_t offset = 0;
     for (int r = 0; r < set_size(); ++r) {
       if (work.rows[r] > 0) {
-        ncclResult_t res = ncclBroadcast(work.input.data(), out + offset, work.rows[r] * row_bytes, ncclUint8, r,
-                                         comm_, dev_->stream());
+        ncclResult_t res = ncclBroadcast(work.input.data(), out + offset, work.rows[r] * row_bytes,
+                                         ncclUint8, r, comm_, dev_->stream());
         if (res != ncclSuccess) {
           ncclGroupEnd();
           return NcclCheck(res, "ncclBroadcast (allgather)", work.name, comm_, set_size());
@@ -612,7 +652,8 @@ absl::Status NcclDataPlane::Allgather(const AllgatherWork& work) {
       }
       offset += work.rows[r] * row_bytes;
     }
-    HVX_RETURN_IF_ERROR(NcclCheck(ncclGroupEnd(), "ncclGroupEnd (allgather)", work.name, comm_, set_size()));
+    HVX_RETURN_IF_ERROR(
+        NcclCheck(ncclGroupEnd(), "ncclGroupEnd (allgather)", work.name, comm_, set_size()));
   }
   return Complete("ncclAllGather", work.name);
 }
@@ -623,9 +664,10 @@ absl::Status NcclDataPlane::Broadcast(const BroadcastWork& work) {
   if (work.tensor.num_bytes() == 0) return absl::OkStatus();
   Phase phase(work.activity, "NCCL_BCAST");
   HVX_RETURN_IF_ERROR(dev_->OrderAfterCaller());
-  HVX_RETURN_IF_ERROR(NcclCheck(ncclBroadcast(work.tensor.data(), work.tensor.data(), work.tensor.num_bytes(),
-                                              ncclUint8, work.root, comm_, dev_->stream()),
-                                "ncclBroadcast", work.name, comm_, set_size()));
+  HVX_RETURN_IF_ERROR(
+      NcclCheck(ncclBroadcast(work.tensor.data(), work.tensor.data(), work.tensor.num_bytes(),
+                              ncclUint8, work.root, comm_, dev_->stream()),
+                "ncclBroadcast", work.name, comm_, set_size()));
   return Complete("ncclBroadcast", work.name);
 }
 
@@ -633,7 +675,8 @@ absl::Status NcclDataPlane::Alltoall(const AlltoallWork& work) {
   HVX_RETURN_IF_ERROR(Usable());
   HVX_RETURN_IF_ERROR(CheckDevice(work.input, work.name));
   HVX_RETURN_IF_ERROR(CheckDevice(work.output, work.name));
-  const size_t row_bytes = static_cast<size_t>(work.row_elements) * DataTypeSize(work.input.dtype());
+  const size_t row_bytes =
+      static_cast<size_t>(work.row_elements) * DataTypeSize(work.input.dtype());
   const char* in = static_cast<const char*>(work.input.data());
   char* out = static_cast<char*>(work.output.data());
   Phase phase(work.activity, "NCCL_ALLTOALL");
@@ -645,26 +688,30 @@ absl::Status NcclDataPlane::Alltoall(const AlltoallWork& work) {
   }
   const int me = set_rank();
   if (work.send_rows[me] > 0) {
-    HVX_RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(out + recv_off[me], in + send_off[me], work.send_rows[me] * row_bytes,
-                                                   cudaMemcpyDeviceToDevice, dev_->stream()),
-                                   absl::StrCat("alltoall '", work.name, "': copying this rank's own rows")));
+    HVX_RETURN_IF_ERROR(CudaStatus(
+        cudaMemcpyAsync(out + recv_off[me], in + send_off[me], work.send_rows[me] * row_bytes,
+                        cudaMemcpyDeviceToDevice, dev_->stream()),
+        absl::StrCat("alltoall '", work.name, "': copying this rank's own rows")));
   }
   HVX_RETURN_IF_ERROR(NcclCheck(ncclGroupStart(), "ncclGroupStart", work.name, comm_, set_size()));
   for (int j = 0; j < set_size(); ++j) {
     if (j == me) continue;
     ncclResult_t res = ncclSuccess;
     if (work.send_rows[j] > 0) {
-      res = ncclSend(in + send_off[j], work.send_rows[j] * row_bytes, ncclUint8, j, comm_, dev_->stream());
+      res = ncclSend(in + send_off[j], work.send_rows[j] * row_bytes, ncclUint8, j, comm_,
+                     dev_->stream());
     }
     if (res == ncclSuccess && work.recv_rows[j] > 0) {
-      res = ncclRecv(out + recv_off[j], work.recv_rows[j] * row_bytes, ncclUint8, j, comm_, dev_->stream());
+      res = ncclRecv(out + recv_off[j], work.recv_rows[j] * row_bytes, ncclUint8, j, comm_,
+                     dev_->stream());
     }
     if (res != ncclSuccess) {
       ncclGroupEnd();
       return NcclCheck(res, "ncclSend/ncclRecv (alltoall)", work.name, comm_, set_size());
     }
   }
-  HVX_RETURN_IF_ERROR(NcclCheck(ncclGroupEnd(), "ncclGroupEnd (alltoall)", work.name, comm_, set_size()));
+  HVX_RETURN_IF_ERROR(
+      NcclCheck(ncclGroupEnd(), "ncclGroupEnd (alltoall)", work.name, comm_, set_size()));
   return Complete("ncclSend/ncclRecv (alltoall)", work.name);
 }
 
@@ -674,8 +721,8 @@ absl::Status NcclDataPlane::ReduceScatter(const ReduceScatterWork& work) {
   HVX_RETURN_IF_ERROR(CheckDevice(work.output, work.name));
   const DataType dtype = work.input.dtype();
   absl::StatusOr<ReductionChoice> choice =
-      ChooseReduction(ReduceOp::kSum, dtype, work.prescale_factor, work.postscale_factor, set_size(), version_,
-                      options_.half_in_float32, /*allow_avg=*/true);
+      ChooseReduction(ReduceOp::kSum, dtype, work.prescale_factor, work.postscale_factor,
+                      set_size(), version_, options_.half_in_float32, /*allow_avg=*/true);
   if (!choice.ok()) return Annotate(choice.status(), absl::StrCat("tensor '", work.name, "'"));
   const ReductionChoice rc = *choice;
   const DataType wire = rc.widen_to_float32 ? DataType::kFloat32 : dtype;
@@ -693,30 +740,33 @@ absl::Status NcclDataPlane::ReduceScatter(const ReduceScatterWork& work) {
   HVX_RETURN_IF_ERROR(dev_->OrderAfterCaller());
   const bool equal = std::all_of(count.begin(), count.end(), [&](int64_t c) { return c == most; });
   if (equal && !rc.widen_to_float32 && rc.prescale == 1.0) {
-    HVX_RETURN_IF_ERROR(NcclCheck(ncclReduceScatter(work.input.data(), work.output.data(), most, NcclType(wire),
-                                                    NcclRedOp(rc.op), comm_, dev_->stream()),
-                                  "ncclReduceScatter", work.name, comm_, set_size()));
-    HVX_RETURN_IF_ERROR(ScaleCopy(work.output.data(), dtype, work.output.data(), dtype, most, rc.postscale, work.name));
+    HVX_RETURN_IF_ERROR(
+        NcclCheck(ncclReduceScatter(work.input.data(), work.output.data(), most, NcclType(wire),
+                                    NcclRedOp(rc.op), comm_, dev_->stream()),
+                  "ncclReduceScatter", work.name, comm_, set_size()));
+    HVX_RETURN_IF_ERROR(ScaleCopy(work.output.data(), dtype, work.output.data(), dtype, most,
+                                  rc.postscale, work.name));
     return Complete("ncclReduceScatter", work.name);
   }
   // Unequal slices (or a prescale, or float32 accumulation): equal zero-padded blocks in the fusion
   // buffer, reduced in place.
   HVX_ASSIGN_OR_RETURN(char* buf, dev_->Fusion(static_cast<size_t>(most) * set_size() * wire_size));
-  HVX_RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(buf, 0, static_cast<size_t>(most) * set_size() * wire_size,
-                                                 dev_->stream()),
-                                 "zeroing the reduce-scatter blocks"));
+  HVX_RETURN_IF_ERROR(CudaStatus(
+      cudaMemsetAsync(buf, 0, static_cast<size_t>(most) * set_size() * wire_size, dev_->stream()),
+      "zeroing the reduce-scatter blocks"));
   const char* in = static_cast<const char*>(work.input.data());
   int64_t in_offset = 0;
   for (int r = 0; r < set_size(); ++r) {
-    HVX_RETURN_IF_ERROR(ScaleCopy(in + in_offset * in_size, dtype, buf + r * most * wire_size, wire, count[r],
-                                  rc.prescale, work.name));
+    HVX_RETURN_IF_ERROR(ScaleCopy(in + in_offset * in_size, dtype, buf + r * most * wire_size, wire,
+                                  count[r], rc.prescale, work.name));
     in_offset += count[r];
   }
   char* block = buf + me * most * wire_size;
-  HVX_RETURN_IF_ERROR(NcclCheck(ncclReduceScatter(buf, block, most, NcclType(wire), NcclRedOp(rc.op), comm_,
-                                                  dev_->stream()),
-                                "ncclReduceScatter", work.name, comm_, set_size()));
-  HVX_RETURN_IF_ERROR(ScaleCopy(block, wire, work.output.data(), dtype, count[me], rc.postscale, work.name));
+  HVX_RETURN_IF_ERROR(NcclCheck(
+      ncclReduceScatter(buf, block, most, NcclType(wire), NcclRedOp(rc.op), comm_, dev_->stream()),
+      "ncclReduceScatter", work.name, comm_, set_size()));
+  HVX_RETURN_IF_ERROR(
+      ScaleCopy(block, wire, work.output.data(), dtype, count[me], rc.postscale, work.name));
   return Complete("ncclReduceScatter", work.name);
 }
 
@@ -724,14 +774,17 @@ absl::Status NcclDataPlane::ReduceScatter(const ReduceScatterWork& work) {
 
 absl::StatusOr<std::unique_ptr<DataPlane>> CreateNcclDataPlane(const DataPlaneContext& ctx,
                                                                const NcclOptions& options) {
-  if (ctx.comm == nullptr) return absl::InvalidArgumentError("CreateNcclDataPlane: no communicator");
+  if (ctx.comm == nullptr)
+    return absl::InvalidArgumentError("CreateNcclDataPlane: no communicator");
   auto plane = std::make_unique<NcclDataPlane>(ctx, options);
   HVX_RETURN_IF_ERROR(plane->Setup());
   return std::unique_ptr<DataPlane>(std::move(plane));
 }
 
-absl::StatusOr<std::unique_ptr<DataPlane>> CreateNcclDataPlaneForEngine(const DataPlaneContext& ctx) {
-  return CreateNcclDataPlane(ctx, ctx.options != nullptr ? NcclOptions::From(*ctx.options) : NcclOptions{});
+absl::StatusOr<std::unique_ptr<DataPlane>> CreateNcclDataPlaneForEngine(
+    const DataPlaneContext& ctx) {
+  return CreateNcclDataPlane(
+      ctx, ctx.options != nullptr ? NcclOptions::From(*ctx.options) : NcclOptions{});
 }
 
 int LoadedNcclVersion() {
@@ -744,7 +797,8 @@ absl::StatusOr<int> BindLocalDevice(int local_rank, int local_size) {
   int visible = 0;
   if (cudaGetDeviceCount(&visible) != cudaSuccess) visible = 0;
   HVX_ASSIGN_OR_RETURN(int device, SelectDevice(local_rank, local_size, visible, ThisHost()));
-  HVX_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device), absl::StrCat("cudaSetDevice(", device, ")")));
+  HVX_RETURN_IF_ERROR(
+      CudaStatus(cudaSetDevice(device), absl::StrCat("cudaSetDevice(", device, ")")));
   return device;
 }
 

@@ -5,12 +5,12 @@
 //   HVX_ASSIGN_OR_RETURN(std::unique_ptr<DataPlane> plane, CreateNcclDataPlane(ctx, options));
 //   HVX_RETURN_IF_ERROR(plane->Allreduce(work));   // outputs written when it returns
 //
-// Each rank uses the GPU of its local rank (SelectDevice); creation fails on every member alike when
-// a rank has no GPU of its own or two ranks on a host would share one. Work runs on one dedicated
-// CUDA stream per GPU: it first waits (with an event) for everything already queued on the legacy
-// default stream, the stream frameworks use unless told otherwise, and each call returns once its
-// work has completed on the GPU, so outputs are ready for any stream and the host. While waiting,
-// asynchronous NCCL errors are polled, so a dead peer fails the op instead of hanging it.
+// Each rank uses the GPU of its local rank (SelectDevice); creation fails on every member alike
+// when a rank has no GPU of its own or two ranks on a host would share one. Work runs on one
+// dedicated CUDA stream per GPU: it first waits (with an event) for everything already queued on
+// the legacy default stream, the stream frameworks use unless told otherwise, and each call returns
+// once its work has completed on the GPU, so outputs are ready for any stream and the host. While
+// waiting, asynchronous NCCL errors are polled, so a dead peer fails the op instead of hanging it.
 //
 // Allreduce: one tensor runs in place of its buffers; several (fused) or joined ranks' zeros go
 // through a device fusion buffer, with prescale on the way in and postscale on the way out.
@@ -38,7 +38,8 @@ absl::StatusOr<std::unique_ptr<DataPlane>> CreateNcclDataPlane(const DataPlaneCo
 
 // CreateNcclDataPlane with the knobs hvx::Init read (DataPlaneContext::options): the registered
 // factory.
-absl::StatusOr<std::unique_ptr<DataPlane>> CreateNcclDataPlaneForEngine(const DataPlaneContext& ctx);
+absl::StatusOr<std::unique_ptr<DataPlane>> CreateNcclDataPlaneForEngine(
+    const DataPlaneContext& ctx);
 
 // NCCL_VERSION_CODE of the loaded library (ncclGetVersion), e.g. 22809; 0 if it cannot say.
 int LoadedNcclVersion();

@@ -35,7 +35,9 @@ class DeviceVector {
     EXPECT_EQ(cudaMemcpy(out.data(), ptr_, n_ * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
     return out;
   }
-  TensorRef Ref(DataType t, TensorShape shape, int device) const { return TensorRef(t, shape, ptr_, Device::Cuda(device)); }
+  TensorRef Ref(DataType t, TensorShape shape, int device) const {
+    return TensorRef(t, shape, ptr_, Device::Cuda(device));
+  }
 
  private:
   void* ptr_ = nullptr;
@@ -77,7 +79,8 @@ class NcclDataPlaneTest : public ::testing::Test {
     ASSERT_TRUE(world->comm().BitwiseAnd(&enough).ok());
     if (enough[0] == 0) {
       GTEST_SKIP() << "needs one GPU per rank: " << ctx_.local_size << " ranks on this host, "
-                   << (err != cudaSuccess ? std::string(cudaGetErrorString(err)) : std::to_string(gpus) + " GPU(s)");
+                   << (err != cudaSuccess ? std::string(cudaGetErrorString(err))
+                                          : std::to_string(gpus) + " GPU(s)");
     }
     device_ = ctx_.local_rank;
     ctx_.device = Device::Cuda(device_);
@@ -108,7 +111,8 @@ TEST_F(NcclDataPlaneTest, AllreduceSumAverageMinMaxProduct) {
     ASSERT_TRUE(plane_->Allreduce(w).ok()) << ReduceOpName(op);
     std::vector<float> want(3);
     for (int i = 0; i < 3; ++i) {
-      float acc = op == ReduceOp::kProduct ? 1.0f : (op == ReduceOp::kSum ? 0.0f : (i == 0 ? 1.0f : x[i]));
+      float acc =
+          op == ReduceOp::kProduct ? 1.0f : (op == ReduceOp::kSum ? 0.0f : (i == 0 ? 1.0f : x[i]));
       for (int r = 0; r < size_; ++r) {
         const float v = i == 0 ? 1.0f + r : (i == 1 ? 2.0f : -3.0f * (r + 1));
         if (op == ReduceOp::kSum) acc += v;

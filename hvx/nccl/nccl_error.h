@@ -34,14 +34,15 @@ enum NcclResultCode : int {
 std::string NcclVersionString(int version_code);
 
 struct NcclErrorContext {
-  std::string call;         // "ncclCommInitRank", "ncclAllReduce", ...
-  std::string tensor;       // the tensor(s) being worked on; empty for communicator setup
-  int rank = -1;            // global rank
-  int set_size = 0;         // ranks in the communicator
-  int device = -1;          // CUDA ordinal
+  std::string call;    // "ncclCommInitRank", "ncclAllReduce", ...
+  std::string tensor;  // the tensor(s) being worked on; empty for communicator setup
+  int rank = -1;       // global rank
+  int set_size = 0;    // ranks in the communicator
+  int device = -1;     // CUDA ordinal
   std::string host;
-  bool asynchronous = false;  // found by ncclCommGetAsyncError while waiting, not returned by the call
-  std::string last_error;     // ncclGetLastError(), more specific than the result's string
+  bool asynchronous =
+      false;               // found by ncclCommGetAsyncError while waiting, not returned by the call
+  std::string last_error;  // ncclGetLastError(), more specific than the result's string
   int64_t dev_shm_bytes = -1;  // size of /dev/shm (-1 unknown)
   std::string socket_ifname;   // NCCL_SOCKET_IFNAME as set in the environment ("" unset)
 };

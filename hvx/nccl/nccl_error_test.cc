@@ -27,7 +27,9 @@ NcclErrorContext Where() {
   return c;
 }
 
-TEST(NcclErrorToStatusTest, SuccessIsOk) { EXPECT_TRUE(NcclErrorToStatus(kNcclSuccess, "", 22809, Where()).ok()); }
+TEST(NcclErrorToStatusTest, SuccessIsOk) {
+  EXPECT_TRUE(NcclErrorToStatus(kNcclSuccess, "", 22809, Where()).ok());
+}
 
 TEST(NcclErrorToStatusTest, SystemErrorAtInitNamesNetworkShmAndVersion) {
   NcclErrorContext c = Where();
@@ -36,8 +38,11 @@ TEST(NcclErrorToStatusTest, SystemErrorAtInitNamesNetworkShmAndVersion) {
   absl::Status s = NcclErrorToStatus(kNcclSystemError, "unhandled system error", 22809, c);
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
   const std::string m(s.message());
-  EXPECT_THAT(m, HasSubstr("ncclCommInitRank failed on rank 3 (host node2), cuda:1, communicator of 8 ranks"));
-  EXPECT_THAT(m, HasSubstr("unhandled system error (NCCL error 2, NCCL 2.28.9): socketStartConnect"));
+  EXPECT_THAT(
+      m,
+      HasSubstr("ncclCommInitRank failed on rank 3 (host node2), cuda:1, communicator of 8 ranks"));
+  EXPECT_THAT(m,
+              HasSubstr("unhandled system error (NCCL error 2, NCCL 2.28.9): socketStartConnect"));
   EXPECT_THAT(m, HasSubstr("NCCL_SOCKET_IFNAME=eth0 (it is unset)"));
   EXPECT_THAT(m, HasSubstr("/dev/shm is only 64 MiB"));
   EXPECT_THAT(m, HasSubstr("two ranks on one host use the same GPU"));
@@ -50,7 +55,8 @@ TEST(NcclErrorToStatusTest, LargeShmAndSetInterfaceAreNotBlamedBlindly) {
   c.tensor = "grad.fc1";
   c.dev_shm_bytes = int64_t{16} << 30;
   c.socket_ifname = "ib0";
-  const std::string m(NcclErrorToStatus(kNcclSystemError, "unhandled system error", 22809, c).message());
+  const std::string m(
+      NcclErrorToStatus(kNcclSystemError, "unhandled system error", 22809, c).message());
   EXPECT_THAT(m, HasSubstr("ncclAllReduce failed for tensor 'grad.fc1'"));
   EXPECT_THAT(m, HasSubstr("NCCL_SOCKET_IFNAME=ib0 may not name an interface"));
   EXPECT_THAT(m, Not(HasSubstr("/dev/shm")));
@@ -69,7 +75,8 @@ TEST(NcclErrorToStatusTest, AsynchronousRemoteErrorsBlameThePeer) {
   NcclErrorContext c = Where();
   c.call = "ncclAllReduce";
   c.asynchronous = true;
-  absl::Status s = NcclErrorToStatus(kNcclRemoteError, "remote process exited or there was a network error", 22809, c);
+  absl::Status s = NcclErrorToStatus(
+      kNcclRemoteError, "remote process exited or there was a network error", 22809, c);
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(std::string(s.message()), HasSubstr("ncclAllReduce failed asynchronously"));
   EXPECT_THAT(std::string(s.message()), HasSubstr("another rank failed or exited"));

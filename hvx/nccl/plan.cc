@@ -19,10 +19,11 @@ NcclOptions NcclOptions::From(const InitOptions& options) {
   return o;
 }
 
-absl::StatusOr<int> SelectDevice(int local_rank, int local_size, int visible_gpus, const std::string& host) {
+absl::StatusOr<int> SelectDevice(int local_rank, int local_size, int visible_gpus,
+                                 const std::string& host) {
   if (local_rank < 0 || local_rank >= local_size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("local rank ", local_rank, " is outside the host's ", local_size, " ranks on ", host));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "local rank ", local_rank, " is outside the host's ", local_size, " ranks on ", host));
   }
   if (visible_gpus <= 0) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -53,11 +54,15 @@ absl::StatusOr<MemberInfo> DecodeMemberInfo(const std::string& text) {
   return info;
 }
 
-absl::Status CheckMembers(const std::vector<MemberInfo>& members, const std::vector<int>& global_ranks) {
-  auto rank_of = [&](size_t i) { return i < global_ranks.size() ? global_ranks[i] : static_cast<int>(i); };
+absl::Status CheckMembers(const std::vector<MemberInfo>& members,
+                          const std::vector<int>& global_ranks) {
+  auto rank_of = [&](size_t i) {
+    return i < global_ranks.size() ? global_ranks[i] : static_cast<int>(i);
+  };
   for (size_t i = 0; i < members.size(); ++i) {
     if (!members[i].error.empty()) {
-      return absl::FailedPreconditionError(absl::StrCat("rank ", rank_of(i), ": ", members[i].error));
+      return absl::FailedPreconditionError(
+          absl::StrCat("rank ", rank_of(i), ": ", members[i].error));
     }
   }
   std::map<std::pair<std::string, std::string>, size_t> first_user;
@@ -66,11 +71,13 @@ absl::Status CheckMembers(const std::vector<MemberInfo>& members, const std::vec
     auto [it, inserted] = first_user.emplace(std::make_pair(members[i].host, members[i].gpu), i);
     if (!inserted) {
       const size_t j = it->second;
-      return absl::FailedPreconditionError(absl::StrCat(
-          "ranks ", rank_of(j), " and ", rank_of(i), " on host ", members[i].host, " would share the GPU at PCI ",
-          members[i].gpu, " (cuda:", members[j].device, " and cuda:", members[i].device,
-          " in their processes); each rank needs its own GPU: fewer ranks per host, or one GPU per rank in "
-          "CUDA_VISIBLE_DEVICES"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("ranks ", rank_of(j), " and ", rank_of(i), " on host ", members[i].host,
+                       " would share the GPU at PCI ", members[i].gpu, " (cuda:", members[j].device,
+                       " and cuda:", members[i].device,
+                       " in their processes); each rank needs its own GPU: fewer ranks per host, "
+                       "or one GPU per rank in "
+                       "CUDA_VISIBLE_DEVICES"));
     }
   }
   return absl::OkStatus();
@@ -112,11 +119,13 @@ AllreducePlan PlanAllreduce(bool hierarchical_requested, const SetLayout& layout
   } else if (layout.hosts() < 2) {
     plan.reason = "flat: hierarchical allreduce needs several hosts, the set has one";
   } else if (!layout.homogeneous) {
-    plan.reason = absl::StrCat("flat: hierarchical allreduce needs the same number of ranks on every host, the set has ",
-                               absl::StrJoin(layout.host_size, "/"), " over ", layout.hosts(), " hosts");
+    plan.reason = absl::StrCat(
+        "flat: hierarchical allreduce needs the same number of ranks on every host, the set has ",
+        absl::StrJoin(layout.host_size, "/"), " over ", layout.hosts(), " hosts");
   } else {
     plan.algorithm = AllreduceAlgorithm::kHierarchical;
-    plan.reason = absl::StrCat("hierarchical: ", layout.hosts(), " hosts x ", layout.host_size.front(), " ranks");
+    plan.reason = absl::StrCat("hierarchical: ", layout.hosts(), " hosts x ",
+                               layout.host_size.front(), " ranks");
   }
   return plan;
 }
@@ -129,9 +138,9 @@ HierarchicalShards ShardForHierarchical(int64_t elements, int local_size, int64_
   return s;
 }
 
-absl::StatusOr<ReductionChoice> ChooseReduction(ReduceOp op, DataType dtype, double prescale, double postscale,
-                                                int set_size, int nccl_version, bool half_in_float32,
-                                                bool allow_avg) {
+absl::StatusOr<ReductionChoice> ChooseReduction(ReduceOp op, DataType dtype, double prescale,
+                                                double postscale, int set_size, int nccl_version,
+                                                bool half_in_float32, bool allow_avg) {
   ReductionChoice c;
   c.prescale = prescale;
   c.postscale = postscale;

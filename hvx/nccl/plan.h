@@ -37,14 +37,16 @@ struct NcclOptions {
 // rank of several (each rank sees its own GPU through CUDA_VISIBLE_DEVICES, or all share one,
 // which CheckDistinctGpus then catches), ordinal 0. Fails when no GPU is visible, or when the host
 // runs more ranks than it shows GPUs; the message names the host and the counts.
-absl::StatusOr<int> SelectDevice(int local_rank, int local_size, int visible_gpus, const std::string& host);
+absl::StatusOr<int> SelectDevice(int local_rank, int local_size, int visible_gpus,
+                                 const std::string& host);
 
 // What each member of a process set reports when the set's GPU plane is created.
 struct MemberInfo {
-  std::string host;      // gethostname()
-  std::string gpu;       // PCI bus id of the GPU it uses ("0000:3b:00.0"); identifies it across processes
-  int device = -1;       // CUDA ordinal in that process
-  std::string error;     // why this member cannot take part (device selection failed); empty if fine
+  std::string host;  // gethostname()
+  std::string
+      gpu;  // PCI bus id of the GPU it uses ("0000:3b:00.0"); identifies it across processes
+  int device = -1;    // CUDA ordinal in that process
+  std::string error;  // why this member cannot take part (device selection failed); empty if fine
 };
 std::string EncodeMemberInfo(const MemberInfo& info);
 absl::StatusOr<MemberInfo> DecodeMemberInfo(const std::string& text);
@@ -53,7 +55,8 @@ absl::StatusOr<MemberInfo> DecodeMemberInfo(const std::string& text);
 // member without a GPU and without an error (device < 0: a CPU-only host at Init) is skipped. Every
 // member evaluates the same gathered list, so every member fails alike. Ranks in the message are
 // global ranks (global_ranks[i] is member i).
-absl::Status CheckMembers(const std::vector<MemberInfo>& members, const std::vector<int>& global_ranks);
+absl::Status CheckMembers(const std::vector<MemberInfo>& members,
+                          const std::vector<int>& global_ranks);
 
 // How the members of a process set (by set rank) spread over hosts. Hosts are numbered in order of
 // their first member; a member's local index counts the set's members on its host before it.
@@ -105,9 +108,9 @@ struct ReductionChoice {
 // bool reduces as uint8: Sum/Max are OR (max), Min/Product are AND (min), never scaled. Adasum and
 // unknown dtypes are InvalidArgument. `allow_avg` is false where the reduction is split in steps
 // (hierarchical), which must sum and scale at the end.
-absl::StatusOr<ReductionChoice> ChooseReduction(ReduceOp op, DataType dtype, double prescale, double postscale,
-                                                int set_size, int nccl_version, bool half_in_float32,
-                                                bool allow_avg);
+absl::StatusOr<ReductionChoice> ChooseReduction(ReduceOp op, DataType dtype, double prescale,
+                                                double postscale, int set_size, int nccl_version,
+                                                bool half_in_float32, bool allow_avg);
 
 // NCCL >= 2.10 has ncclAvg and ncclBfloat16.
 inline bool NcclHasAvg(int nccl_version) { return nccl_version >= 21000; }

@@ -39,10 +39,12 @@ TEST(SelectDeviceTest, MoreRanksThanGpusFailsNamingHostAndCounts) {
   auto s = SelectDevice(2, 4, 2, "node7");
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(std::string(s.status().message()), HasSubstr("host node7 runs 4 ranks but shows only 2 GPUs"));
+  EXPECT_THAT(std::string(s.status().message()),
+              HasSubstr("host node7 runs 4 ranks but shows only 2 GPUs"));
   auto none = SelectDevice(0, 1, 0, "node7");
   ASSERT_FALSE(none.ok());
-  EXPECT_THAT(std::string(none.status().message()), HasSubstr("no CUDA device is visible on host node7"));
+  EXPECT_THAT(std::string(none.status().message()),
+              HasSubstr("no CUDA device is visible on host node7"));
   EXPECT_FALSE(SelectDevice(4, 4, 8, "h").ok());
 }
 
@@ -59,21 +61,26 @@ TEST(MemberInfoTest, RoundTripsAndRejectsGarbage) {
 }
 
 TEST(CheckMembersTest, SharedGpuOnOneHostFails) {
-  std::vector<MemberInfo> m = {{"a", "0000:01:00.0", 0, ""}, {"a", "0000:02:00.0", 1, ""},
-                               {"b", "0000:01:00.0", 0, ""}, {"a", "0000:01:00.0", 0, ""}};
+  std::vector<MemberInfo> m = {{"a", "0000:01:00.0", 0, ""},
+                               {"a", "0000:02:00.0", 1, ""},
+                               {"b", "0000:01:00.0", 0, ""},
+                               {"a", "0000:01:00.0", 0, ""}};
   absl::Status s = CheckMembers(m, {4, 5, 6, 7});
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(std::string(s.message()), HasSubstr("ranks 4 and 7 on host a would share the GPU at PCI 0000:01:00.0"));
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("ranks 4 and 7 on host a would share the GPU at PCI 0000:01:00.0"));
   m.pop_back();
   EXPECT_TRUE(CheckMembers(m, {4, 5, 6}).ok());  // same bus id on another host is another GPU
 }
 
 TEST(CheckMembersTest, MembersWithoutGpuAreSkipped) {
   // At Init, ranks on hosts that show no GPU report neither a GPU nor an error.
-  std::vector<MemberInfo> m = {{"cpu", "", -1, ""}, {"cpu", "", -1, ""}, {"a", "0000:01:00.0", 0, ""}};
+  std::vector<MemberInfo> m = {
+      {"cpu", "", -1, ""}, {"cpu", "", -1, ""}, {"a", "0000:01:00.0", 0, ""}};
   EXPECT_TRUE(CheckMembers(m, {0, 1, 2}).ok());
   m.push_back({"a", "0000:01:00.0", 0, ""});
-  EXPECT_THAT(std::string(CheckMembers(m, {0, 1, 2, 3}).message()), HasSubstr("ranks 2 and 3 on host a"));
+  EXPECT_THAT(std::string(CheckMembers(m, {0, 1, 2, 3}).message()),
+              HasSubstr("ranks 2 and 3 on host a"));
 }
 
 TEST(CheckMembersTest, MemberErrorIsReportedWithItsRank) {
@@ -112,7 +119,8 @@ TEST(PlanAllreduceTest, HierarchicalOnlyForSeveralHomogeneousHosts) {
   EXPECT_THAT(uneven.reason, HasSubstr("the set has 2/1 over 2 hosts"));
 
   // One rank per host still splits across hosts (the host step is then a copy).
-  EXPECT_EQ(PlanAllreduce(true, BuildSetLayout({"a", "b", "c"})).algorithm, AllreduceAlgorithm::kHierarchical);
+  EXPECT_EQ(PlanAllreduce(true, BuildSetLayout({"a", "b", "c"})).algorithm,
+            AllreduceAlgorithm::kHierarchical);
 }
 
 TEST(ShardForHierarchicalTest, PadsToEqualAlignedShards) {
@@ -153,24 +161,33 @@ TEST(ChooseReductionTest, AverageBecomesNcclAvgWhereAvailable) {
 }
 
 TEST(ChooseReductionTest, OpsBoolsHalvesAndAdasum) {
-  EXPECT_EQ(ChooseReduction(ReduceOp::kMin, DataType::kInt64, 1, 1, 2, 22809, false, true)->op, NcclOp::kMin);
-  EXPECT_EQ(ChooseReduction(ReduceOp::kMax, DataType::kInt64, 1, 1, 2, 22809, false, true)->op, NcclOp::kMax);
-  EXPECT_EQ(ChooseReduction(ReduceOp::kProduct, DataType::kFloat64, 1, 1, 2, 22809, false, true)->op,
-            NcclOp::kProd);
+  EXPECT_EQ(ChooseReduction(ReduceOp::kMin, DataType::kInt64, 1, 1, 2, 22809, false, true)->op,
+            NcclOp::kMin);
+  EXPECT_EQ(ChooseReduction(ReduceOp::kMax, DataType::kInt64, 1, 1, 2, 22809, false, true)->op,
+            NcclOp::kMax);
+  EXPECT_EQ(
+      ChooseReduction(ReduceOp::kProduct, DataType::kFloat64, 1, 1, 2, 22809, false, true)->op,
+      NcclOp::kProd);
   auto b = ChooseReduction(ReduceOp::kSum, DataType::kBool, 2.0, 0.5, 2, 22809, false, true);
   EXPECT_EQ(b->op, NcclOp::kMax);
   EXPECT_EQ(b->prescale, 1.0);
   EXPECT_EQ(b->postscale, 1.0);
-  EXPECT_EQ(ChooseReduction(ReduceOp::kProduct, DataType::kBool, 1, 1, 2, 22809, false, true)->op, NcclOp::kMin);
+  EXPECT_EQ(ChooseReduction(ReduceOp::kProduct, DataType::kBool, 1, 1, 2, 22809, false, true)->op,
+            NcclOp::kMin);
 
-  EXPECT_FALSE(ChooseReduction(ReduceOp::kSum, DataType::kFloat16, 1, 1, 2, 22809, false, true)->widen_to_float32);
-  EXPECT_TRUE(ChooseReduction(ReduceOp::kSum, DataType::kFloat16, 1, 1, 2, 22809, true, true)->widen_to_float32);
-  EXPECT_TRUE(ChooseReduction(ReduceOp::kSum, DataType::kBfloat16, 1, 1, 2, 2708, false, true)->widen_to_float32);
-  EXPECT_FALSE(ChooseReduction(ReduceOp::kSum, DataType::kFloat32, 1, 1, 2, 22809, true, true)->widen_to_float32);
+  EXPECT_FALSE(ChooseReduction(ReduceOp::kSum, DataType::kFloat16, 1, 1, 2, 22809, false, true)
+                   ->widen_to_float32);
+  EXPECT_TRUE(ChooseReduction(ReduceOp::kSum, DataType::kFloat16, 1, 1, 2, 22809, true, true)
+                  ->widen_to_float32);
+  EXPECT_TRUE(ChooseReduction(ReduceOp::kSum, DataType::kBfloat16, 1, 1, 2, 2708, false, true)
+                  ->widen_to_float32);
+  EXPECT_FALSE(ChooseReduction(ReduceOp::kSum, DataType::kFloat32, 1, 1, 2, 22809, true, true)
+                   ->widen_to_float32);
 
   auto adasum = ChooseReduction(ReduceOp::kAdasum, DataType::kFloat32, 1, 1, 2, 22809, false, true);
   ASSERT_FALSE(adasum.ok());
-  EXPECT_THAT(std::string(adasum.status().message()), HasSubstr("Adasum is not available for GPU tensors"));
+  EXPECT_THAT(std::string(adasum.status().message()),
+              HasSubstr("Adasum is not available for GPU tensors"));
 }
 
 }  // namespace

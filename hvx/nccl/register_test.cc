@@ -19,7 +19,8 @@ TEST(RegisterTest, CudaTensorsHaveTheNcclDataPlane) {
 
 TEST(RegisterTest, DeviceBindingIsCheckedAtInit) {
   bool found = false;
-  for (const auto& [name, check] : RegisteredInitChecks()) found = found || name == "cuda_device_binding";
+  for (const auto& [name, check] : RegisteredInitChecks())
+    found = found || name == "cuda_device_binding";
   EXPECT_TRUE(found);
 }
 

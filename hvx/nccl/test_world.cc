@@ -17,7 +17,8 @@ namespace nccl {
 
 absl::StatusOr<std::unique_ptr<TestWorld>> TestWorld::Start() {
   TransportFactory factory = FindTransport("mpi");
-  if (!factory) return absl::FailedPreconditionError("no \"mpi\" transport linked (depend on //hvx/mpi:hvx)");
+  if (!factory)
+    return absl::FailedPreconditionError("no \"mpi\" transport linked (depend on //hvx/mpi:hvx)");
   std::unique_ptr<TestWorld> world(new TestWorld());
   world->transport_ = factory();
   HVX_ASSIGN_OR_RETURN(world->comm_, world->transport_->Start(InitOptions{}));

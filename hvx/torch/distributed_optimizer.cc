@@ -54,7 +54,8 @@ DistributedOptimizer::DistributedOptimizer(torch::optim::Optimizer& optimizer,
     : optimizer_(optimizer), options_(options), exchange_(options.process_set.size() > 1) {}
 
 absl::StatusOr<std::unique_ptr<DistributedOptimizer>> DistributedOptimizer::Create(
-    torch::optim::Optimizer& optimizer, const torch::OrderedDict<std::string, at::Tensor>& named_parameters,
+    torch::optim::Optimizer& optimizer,
+    const torch::OrderedDict<std::string, at::Tensor>& named_parameters,
     const DistributedOptimizerOptions& options) {
   if (options.backward_passes_per_step < 1) {
     return absl::InvalidArgumentError(absl::StrCat("backward_passes_per_step must be >= 1, got ",
@@ -69,7 +70,8 @@ absl::StatusOr<std::unique_ptr<DistributedOptimizer>> DistributedOptimizer::Crea
   for (const auto& item : named_parameters) {
     if (!item.value().requires_grad()) continue;
     if (!names.insert(item.key()).second) {
-      return absl::InvalidArgumentError(absl::StrCat("parameter name \"", item.key(), "\" appears twice"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("parameter name \"", item.key(), "\" appears twice"));
     }
     auto param = std::make_unique<Param>();
     param->name = "grad." + item.key();
@@ -106,9 +108,10 @@ void DistributedOptimizer::OnGradient(size_t index) {
   Param& p = *params_[index];
   if (p.submitted || p.passes_left <= 0) {
     if (hook_error_.ok()) {
-      hook_error_ = absl::FailedPreconditionError(absl::StrCat(
-          p.name, ": gradient computed more than backward_passes_per_step (",
-          options_.backward_passes_per_step, ") times before Step(); raise backward_passes_per_step"));
+      hook_error_ = absl::FailedPreconditionError(
+          absl::StrCat(p.name, ": gradient computed more than backward_passes_per_step (",
+                       options_.backward_passes_per_step,
+                       ") times before Step(); raise backward_passes_per_step"));
     }
     return;
   }
@@ -164,7 +167,8 @@ absl::Status DistributedOptimizer::Synchronize() {
     if (p->submitted) {
       absl::Status wait = Wait(p->handle);
       if (!wait.ok() && status.ok()) status = wait;
-      if (wait.ok() && !p->exchanged.is_same(p->tensor.grad())) p->tensor.grad().copy_(p->exchanged);
+      if (wait.ok() && !p->exchanged.is_same(p->tensor.grad()))
+        p->tensor.grad().copy_(p->exchanged);
     }
     p->submitted = false;
     p->passes_left = options_.backward_passes_per_step;
@@ -191,7 +195,8 @@ absl::Status DistributedOptimizer::ZeroGrad() {
     for (const auto& p : params_) {
       if (p->submitted) {
         return absl::FailedPreconditionError(absl::StrCat(
-            p->name, ": gradient exchange in flight; call Step() or Synchronize() before ZeroGrad()"));
+            p->name,
+            ": gradient exchange in flight; call Step() or Synchronize() before ZeroGrad()"));
       }
     }
   }

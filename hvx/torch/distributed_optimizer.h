@@ -1,7 +1,8 @@
 // Data-parallel gradient averaging for a LibTorch optimizer.
 //
-//   HVX_ASSIGN_OR_RETURN(auto opt, DistributedOptimizer::Create(sgd, model->named_parameters(), {}));
-//   loss.backward();  HVX_RETURN_IF_ERROR(opt->Step());   // gradients averaged over ranks, then SGD
+//   HVX_ASSIGN_OR_RETURN(auto opt, DistributedOptimizer::Create(sgd, model->named_parameters(),
+//   {})); loss.backward();  HVX_RETURN_IF_ERROR(opt->Step());   // gradients averaged over ranks,
+//   then SGD
 //
 // Each parameter gets a hook on its gradient accumulator: as soon as backward has produced the
 // parameter's gradient, the hook submits an asynchronous allreduce of it, named "grad.<parameter
@@ -52,7 +53,8 @@ class DistributedOptimizer {
   // that require gradients. InvalidArgument for duplicate names, backward_passes_per_step < 1 or a
   // predivide factor <= 0.
   static absl::StatusOr<std::unique_ptr<DistributedOptimizer>> Create(
-      torch::optim::Optimizer& optimizer, const torch::OrderedDict<std::string, at::Tensor>& named_parameters,
+      torch::optim::Optimizer& optimizer,
+      const torch::OrderedDict<std::string, at::Tensor>& named_parameters,
       const DistributedOptimizerOptions& options);
   DistributedOptimizer(const DistributedOptimizer&) = delete;
   DistributedOptimizer& operator=(const DistributedOptimizer&) = delete;
@@ -73,7 +75,8 @@ class DistributedOptimizer {
  private:
   struct Param;
   class Hook;
-  DistributedOptimizer(torch::optim::Optimizer& optimizer, const DistributedOptimizerOptions& options);
+  DistributedOptimizer(torch::optim::Optimizer& optimizer,
+                       const DistributedOptimizerOptions& options);
   // Called from backward (any autograd thread) when parameter `index` got its gradient.
   void OnGradient(size_t index);
   // Submits parameter `index`'s exchange; requires mu_.

@@ -168,19 +168,20 @@ absl::StatusOr<std::string> UseCachingHostAllocator(const Environment& env) {
         break;
       }
     }
-    const uint64_t physical =
-        static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+    const uint64_t physical = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) *
+                              static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
     options.max_cached_bytes = DefaultHostCacheBytes(physical, local);
-    why = absl::StrCat("a quarter of ", physical >> 30, " GiB over ", local, " local process", local == 1 ? "" : "es",
-                       ", at most 4 GiB");
+    why = absl::StrCat("a quarter of ", physical >> 30, " GiB over ", local, " local process",
+                       local == 1 ? "" : "es", ", at most 4 GiB");
   }
   std::call_once(g_install_once, [&] {
     // Never destroyed: tensors may outlive main().
     auto* allocator = new CachingHostAllocator(options);
     c10::SetCPUAllocator(allocator, /*priority=*/1);
     g_installed = allocator;
-    *g_installed_line = absl::StrCat("host tensors: blocks of 1 MiB and more cached for reuse (up to ",
-                                     options.max_cached_bytes >> 20, " MiB: ", why, ")");
+    *g_installed_line =
+        absl::StrCat("host tensors: blocks of 1 MiB and more cached for reuse (up to ",
+                     options.max_cached_bytes >> 20, " MiB: ", why, ")");
   });
   // Later calls change nothing: they report what the first one installed.
   return *g_installed_line;

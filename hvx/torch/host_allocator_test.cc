@@ -14,7 +14,8 @@ namespace {
 
 TEST(CachingHostAllocatorTest, FreedBlockOfTheSameSizeIsReusedWithoutPageFaults) {
   CachingHostAllocator a({});
-  // Over glibc's largest heap block (32 MiB); this and kBytes - 1000 round to the same 50 MiB block.
+  // Over glibc's largest heap block (32 MiB); this and kBytes - 1000 round to the same 50 MiB
+  // block.
   constexpr size_t kBytes = (size_t{50} << 20) - 4096;
   void* first;
   {
@@ -113,7 +114,8 @@ TEST(CachingHostAllocatorTest, InstalledItServesTorchTensors) {
   MapEnvironment bad({{"HVX_HOST_CACHE_MAX_BYTES", "lots"}});
   auto refused = UseCachingHostAllocator(bad);
   ASSERT_FALSE(refused.ok());
-  EXPECT_TRUE(absl::StrContains(refused.status().message(), "HVX_HOST_CACHE_MAX_BYTES='lots'")) << refused.status();
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "HVX_HOST_CACHE_MAX_BYTES='lots'"))
+      << refused.status();
   EXPECT_FALSE(UseCachingHostAllocator(MapEnvironment({{"HVX_HOST_ALLOCATOR", "perhaps"}})).ok());
   // Booleans are booleans: "off" and "no" turn it off like "0" (they used to leave it on).
   for (const char* off : {"0", "off", "no", "false"}) {

@@ -64,7 +64,8 @@ at::ScalarType ToScalarType(DataType dtype) {
 }
 
 absl::StatusOr<TensorRef> AsTensorRef(const at::Tensor& tensor, const std::string& name) {
-  if (!tensor.defined()) return absl::InvalidArgumentError(absl::StrCat(name, ": tensor is undefined"));
+  if (!tensor.defined())
+    return absl::InvalidArgumentError(absl::StrCat(name, ": tensor is undefined"));
   if (!tensor.is_contiguous()) {
     return absl::InvalidArgumentError(
         absl::StrCat(name, ": tensor is not contiguous; call .contiguous() first"));
@@ -194,8 +195,9 @@ absl::Status BroadcastOptimizerState(torch::optim::Optimizer& optimizer, int roo
       optimizer.param_groups()[i].options().serialize(options);
     }
   } catch (const c10::Error& e) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "optimizer state from rank ", root_rank, " does not fit this rank's optimizer: ", e.what_without_backtrace()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("optimizer state from rank ", root_rank,
+                     " does not fit this rank's optimizer: ", e.what_without_backtrace()));
   }
   return absl::OkStatus();
 }
@@ -206,9 +208,11 @@ absl::StatusOr<double> AverageMetric(double value, const std::string& name) {
   return value;
 }
 
-absl::StatusOr<std::vector<double>> SumMetrics(std::vector<double> values, const std::string& name) {
+absl::StatusOr<std::vector<double>> SumMetrics(std::vector<double> values,
+                                               const std::string& name) {
   if (values.empty()) return values;
-  TensorRef ref(DataType::kFloat64, TensorShape({static_cast<int64_t>(values.size())}), values.data());
+  TensorRef ref(DataType::kFloat64, TensorShape({static_cast<int64_t>(values.size())}),
+                values.data());
   AllreduceOptions options;
   options.op = ReduceOp::kSum;
   HVX_RETURN_IF_ERROR(Wait(Allreduce("metric." + name, ref, ref, options)));

@@ -48,7 +48,8 @@ torch::Tensor GatherParams(const torch::nn::Module& m, const std::string& name) 
 }
 
 void ExpectRowsEqual(const torch::Tensor& rows) {
-  for (int64_t r = 1; r < rows.size(0); ++r) EXPECT_TRUE(torch::equal(rows[0], rows[r])) << "rank " << r;
+  for (int64_t r = 1; r < rows.size(0); ++r)
+    EXPECT_TRUE(torch::equal(rows[0], rows[r])) << "rank " << r;
 }
 
 // The average over ranks of each parameter's gradient, computed locally from every rank's input.
@@ -60,7 +61,10 @@ std::vector<torch::Tensor> ExpectedAverage(Net& net, bool (*uses_side)(int), int
     int k = 0;
     for (const auto& p : net.parameters()) {
       torch::Tensor g = p.grad().defined() ? p.grad().clone() : torch::zeros_like(p);
-      if (r == 0) sum.push_back(g); else sum[k] += g;
+      if (r == 0)
+        sum.push_back(g);
+      else
+        sum[k] += g;
       ++k;
     }
   }
@@ -150,7 +154,8 @@ TEST(TorchTest, BackwardPassesPerStepAccumulatesAndRejectsExtraPasses) {
   for (int i = 0; i < 3; ++i) net->forward(InputFor(Rank()), true).pow(2).sum().backward();
   absl::Status status = (*opt)->Step();
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(status.message().find("more than backward_passes_per_step (2)"), std::string::npos) << status;
+  EXPECT_NE(status.message().find("more than backward_passes_per_step (2)"), std::string::npos)
+      << status;
 }
 
 TEST(TorchTest, PredivideAndCompressionKeepTheAverage) {
@@ -159,8 +164,9 @@ TEST(TorchTest, PredivideAndCompressionKeepTheAverage) {
     double predivide;
     double tolerance;
   };
-  for (const Case& c : {Case{GradientCompression::kNone, 4.0, 1e-5}, Case{GradientCompression::kFloat16, 1.0, 2e-3},
-                        Case{GradientCompression::kBfloat16, 2.0, 2e-2}}) {
+  for (const Case& c :
+       {Case{GradientCompression::kNone, 4.0, 1e-5}, Case{GradientCompression::kFloat16, 1.0, 2e-3},
+        Case{GradientCompression::kBfloat16, 2.0, 2e-2}}) {
     auto net = SameNetEverywhere(4);
     const auto expected = ExpectedAverage(*net, AllUseSide);
     torch::optim::SGD sgd(net->parameters(), torch::optim::SGDOptions(0.1));

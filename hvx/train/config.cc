@@ -47,7 +47,8 @@ class CollectErrors : public google::protobuf::io::ErrorCollector {
   explicit CollectErrors(std::string source) : source_(std::move(source)) {}
   void AddError(int line, google::protobuf::io::ColumnNumber column,
                 const std::string& message) override {
-    if (first_.empty()) first_ = absl::StrCat(source_, ":", line + 1, ":", column + 1, ": ", message);
+    if (first_.empty())
+      first_ = absl::StrCat(source_, ":", line + 1, ":", column + 1, ": ", message);
   }
   const std::string& first() const { return first_; }
 
@@ -64,10 +65,12 @@ absl::Status ParseInto(absl::string_view text, absl::string_view source, bool me
   parser.RecordErrorsTo(&errors);
   parser.WriteLocationsTo(tree);
   const std::string input(text);
-  const bool ok = merge ? parser.MergeFromString(input, config) : parser.ParseFromString(input, config);
+  const bool ok =
+      merge ? parser.MergeFromString(input, config) : parser.ParseFromString(input, config);
   if (!ok) {
-    return absl::InvalidArgumentError(
-        errors.first().empty() ? absl::StrCat(source, ": cannot parse the config") : errors.first());
+    return absl::InvalidArgumentError(errors.first().empty()
+                                          ? absl::StrCat(source, ": cannot parse the config")
+                                          : errors.first());
   }
   return absl::OkStatus();
 }
@@ -87,15 +90,16 @@ std::vector<FieldError> CheckConfig(const TrainConfig& c) {
   if (c.model().name().empty()) {
     add("model.name", absl::StrCat("no model given; set one of ", absl::StrJoin(models, ", ")));
   } else if (std::find(models.begin(), models.end(), c.model().name()) == models.end()) {
-    add("model.name", absl::StrCat("unknown model \"", c.model().name(), "\"; known models: ",
-                                   absl::StrJoin(models, ", ")));
+    add("model.name", absl::StrCat("unknown model \"", c.model().name(),
+                                   "\"; known models: ", absl::StrJoin(models, ", ")));
   }
   if (c.model().num_classes() < 2) add("model.num_classes", "must be at least 2");
   const DataConfig& d = c.data();
   if (d.train_files().empty()) add("data.train_files", "no training files given (a glob pattern)");
   if (d.format() == RECORD_FORMAT_UNSPECIFIED) add("data.format", "set FASHION_MNIST or IMAGENET");
   if (d.batch_size() <= 0) {
-    add("data.batch_size", absl::StrCat("must be > 0 (samples per rank per step), got ", d.batch_size()));
+    add("data.batch_size",
+        absl::StrCat("must be > 0 (samples per rank per step), got ", d.batch_size()));
   }
   if (d.eval_batch_size() < 0) add("data.eval_batch_size", "must be >= 0");
   if (d.reader_threads() < 0 || d.decode_threads() < 0 || d.prefetch_batches() < 0) {
@@ -103,8 +107,9 @@ std::vector<FieldError> CheckConfig(const TrainConfig& c) {
   }
   const bool image_model = c.model().name() == "mlp" || c.model().name() == "cnn";
   if (d.format() == IMAGENET && image_model) {
-    add("model.name", absl::StrCat("\"", c.model().name(),
-                                   "\" takes 28x28 grey images; use resnet18 or resnet50 for IMAGENET"));
+    add("model.name",
+        absl::StrCat("\"", c.model().name(),
+                     "\" takes 28x28 grey images; use resnet18 or resnet50 for IMAGENET"));
   }
   if (d.format() == IMAGENET && d.image_size() < 32) add("data.image_size", "must be at least 32");
   const OptimizerConfig& o = c.optimizer();
@@ -137,7 +142,8 @@ std::vector<FieldError> CheckConfig(const TrainConfig& c) {
   if (np != "auto") {
     int n = 0;
     if (!absl::SimpleAtoi(np, &n) || n <= 0) {
-      add("launch.num_processes", absl::StrCat("must be a positive number or \"auto\", got \"", np, "\""));
+      add("launch.num_processes",
+          absl::StrCat("must be a positive number or \"auto\", got \"", np, "\""));
     }
   }
   if (c.device() != "cpu" && c.device() != "cuda" && c.device() != "auto") {
@@ -186,13 +192,15 @@ absl::StatusOr<std::string> ExpandHome(absl::string_view path, const std::string
         absl::StrCat("\"", path, "\" refers to the home directory, but HOME is not set"));
   }
   if (leading_tilde) path.remove_prefix(1);
-  return absl::StrCat(leading_tilde ? home : "", absl::StrReplaceAll(path, {{"${HOME}", home}, {"$HOME", home}}));
+  return absl::StrCat(leading_tilde ? home : "",
+                      absl::StrReplaceAll(path, {{"${HOME}", home}, {"$HOME", home}}));
 }
 
 absl::Status ExpandConfigPaths(const std::string& home, TrainConfig* config) {
   auto expand = [&home](absl::string_view field, std::string* path) -> absl::Status {
     auto expanded = ExpandHome(*path, home);
-    if (!expanded.ok()) return absl::InvalidArgumentError(absl::StrCat(field, ": ", expanded.status().message()));
+    if (!expanded.ok())
+      return absl::InvalidArgumentError(absl::StrCat(field, ": ", expanded.status().message()));
     *path = *std::move(expanded);
     return absl::OkStatus();
   };
@@ -210,11 +218,13 @@ absl::Status ExpandConfigPaths(const std::string& home, TrainConfig* config) {
   HVX_RETURN_IF_ERROR(expand("data.fashion_mnist_source.output_dir", s->mutable_output_dir()));
   HVX_RETURN_IF_ERROR(expand("checkpoint.dir", config->mutable_checkpoint()->mutable_dir()));
   HVX_RETURN_IF_ERROR(expand("summaries_dir", config->mutable_summaries_dir()));
-  HVX_RETURN_IF_ERROR(expand("engine.timeline_path", config->mutable_engine()->mutable_timeline_path()));
+  HVX_RETURN_IF_ERROR(
+      expand("engine.timeline_path", config->mutable_engine()->mutable_timeline_path()));
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> ResolveConfigPath(absl::string_view name, const ConfigSearchPath& search) {
+absl::StatusOr<std::string> ResolveConfigPath(absl::string_view name,
+                                              const ConfigSearchPath& search) {
   if (name.empty()) return absl::InvalidArgumentError("--config is empty; name a .pbtxt file");
   const char* home = std::getenv("HOME");
   HVX_ASSIGN_OR_RETURN(const std::string expanded, ExpandHome(name, home != nullptr ? home : ""));
@@ -230,8 +240,8 @@ absl::StatusOr<std::string> ResolveConfigPath(absl::string_view name, const Conf
     tried.push_back(std::move(candidate));
   }
   if (search.working_dir.empty() && FileExists(expanded)) return expanded;
-  return absl::NotFoundError(absl::StrCat("config \"", name, "\" not found; tried ",
-                                          absl::StrJoin(tried, ", ")));
+  return absl::NotFoundError(
+      absl::StrCat("config \"", name, "\" not found; tried ", absl::StrJoin(tried, ", ")));
 }
 
 absl::StatusOr<TrainConfig> ParseTrainConfig(absl::string_view text, absl::string_view source) {
@@ -287,16 +297,18 @@ absl::StatusOr<LoadedConfig> LoadTrainConfig(absl::string_view name, const Confi
   // Locations of every parse, file first, so an error points at the text that set the value last.
   std::vector<std::pair<std::string, std::unique_ptr<TextFormat::ParseInfoTree>>> parses;
   parses.emplace_back(loaded.path, std::make_unique<TextFormat::ParseInfoTree>());
-  HVX_RETURN_IF_ERROR(ParseInto(text, loaded.path, false, &loaded.config, parses.back().second.get()));
+  HVX_RETURN_IF_ERROR(
+      ParseInto(text, loaded.path, false, &loaded.config, parses.back().second.get()));
   for (size_t i = 0; i < overrides.size(); ++i) {
     std::string source = absl::StrCat("--override #", i + 1);
     parses.emplace_back(source, std::make_unique<TextFormat::ParseInfoTree>());
-    HVX_RETURN_IF_ERROR(
-        ParseInto(overrides[i], source, /*merge=*/true, &loaded.config, parses.back().second.get()));
+    HVX_RETURN_IF_ERROR(ParseInto(overrides[i], source, /*merge=*/true, &loaded.config,
+                                  parses.back().second.get()));
   }
   FillDefaults(&loaded.config);
   const char* home = std::getenv("HOME");
-  HVX_RETURN_IF_ERROR(Annotate(ExpandConfigPaths(home != nullptr ? home : "", &loaded.config), loaded.path));
+  HVX_RETURN_IF_ERROR(
+      Annotate(ExpandConfigPaths(home != nullptr ? home : "", &loaded.config), loaded.path));
   const std::vector<FieldError> errors = CheckConfig(loaded.config);
   if (errors.empty()) return loaded;
   const FieldError& error = errors[0];
@@ -308,7 +320,8 @@ absl::StatusOr<LoadedConfig> LoadTrainConfig(absl::string_view name, const Confi
     }
   }
   // Unset in every source: the problem is a missing field.
-  return absl::InvalidArgumentError(absl::StrCat(loaded.path, ": ", error.field, ": ", error.message));
+  return absl::InvalidArgumentError(
+      absl::StrCat(loaded.path, ": ", error.field, ": ", error.message));
 }
 
 std::vector<std::string> SplitFilePatterns(absl::string_view patterns) {

@@ -28,7 +28,8 @@ struct ConfigSearchPath {
 };
 
 // The path --config=NAME names, or NotFound listing every place that was tried.
-absl::StatusOr<std::string> ResolveConfigPath(absl::string_view name, const ConfigSearchPath& search);
+absl::StatusOr<std::string> ResolveConfigPath(absl::string_view name,
+                                              const ConfigSearchPath& search);
 
 // Parses `text` as a TrainConfig; `source` names it in errors.
 absl::StatusOr<TrainConfig> ParseTrainConfig(absl::string_view text, absl::string_view source);

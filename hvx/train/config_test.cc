@@ -13,6 +13,8 @@ namespace hvx {
 namespace train {
 namespace {
 
+// The text is a config file, line numbers and all: kept as written.
+// clang-format off
 constexpr char kGood[] = R"pb(model { name: "cnn" }
 data {
   train_files: "/nonexistent/train-*"
@@ -22,6 +24,7 @@ data {
 optimizer { lr: 0.01 momentum: 0.9 }
 epochs: 2
 )pb";
+// clang-format on
 
 std::string TempDir() {
   const char* dir = std::getenv("TEST_TMPDIR");
@@ -37,8 +40,9 @@ std::string WriteFile(const std::string& dir, const std::string& name, const std
 TEST(ConfigTest, ParseErrorNamesFileLineAndColumn) {
   auto config = ParseTrainConfig("model { name: \"cnn\" }\ndata { batch_sise: 3 }\n", "x.pbtxt");
   ASSERT_FALSE(config.ok());
-  EXPECT_EQ(config.status().message(),
-            "x.pbtxt:2:18: Message type \"hvx.train.DataConfig\" has no field named \"batch_sise\".");
+  EXPECT_EQ(
+      config.status().message(),
+      "x.pbtxt:2:18: Message type \"hvx.train.DataConfig\" has no field named \"batch_sise\".");
 }
 
 TEST(ConfigTest, LoadsFillsDefaultsAndResolvesAgainstWorkingDir) {
@@ -63,13 +67,15 @@ TEST(ConfigTest, FallsBackToBundledDir) {
   EXPECT_EQ(*path, bundled + "/b.pbtxt");
   auto missing = ResolveConfigPath("nope.pbtxt", {"/w", "/b"});
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(missing.status().message(), "config \"nope.pbtxt\" not found; tried /w/nope.pbtxt, /b/nope.pbtxt");
+  EXPECT_EQ(missing.status().message(),
+            "config \"nope.pbtxt\" not found; tried /w/nope.pbtxt, /b/nope.pbtxt");
 }
 
 TEST(ConfigTest, OverridesMergeInOrder) {
   const std::string path = WriteFile(TempDir(), "o.pbtxt", kGood);
-  auto loaded = LoadTrainConfig(path, {}, {"data { batch_size: 8 }", "epochs: 5 data { batch_size: 16 }",
-                                           "optimizer { step_epochs: 1 } optimizer { step_epochs: 2 }"});
+  auto loaded = LoadTrainConfig(path, {},
+                                {"data { batch_size: 8 }", "epochs: 5 data { batch_size: 16 }",
+                                 "optimizer { step_epochs: 1 } optimizer { step_epochs: 2 }"});
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   EXPECT_EQ(loaded->config.data().batch_size(), 16);
   EXPECT_EQ(loaded->config.epochs(), 5);
@@ -90,7 +96,8 @@ TEST(ConfigTest, SemanticErrorPointsAtTheTextThatSetTheValue) {
   loaded = LoadTrainConfig(good, {}, {"epochs: 1", "\n model { name: \"vgg\" }"});
   ASSERT_FALSE(loaded.ok());
   EXPECT_EQ(loaded.status().message(),
-            "--override #2:2:10: model.name: unknown model \"vgg\"; known models: mlp, cnn, resnet18, resnet50");
+            "--override #2:2:10: model.name: unknown model \"vgg\"; known models: mlp, cnn, "
+            "resnet18, resnet50");
 }
 
 TEST(ConfigTest, OverrideSyntaxErrorIsNamed) {
@@ -104,11 +111,13 @@ TEST(ConfigTest, MissingFieldsAreReportedWithoutLocation) {
   const std::string path = WriteFile(TempDir(), "m.pbtxt", "model { name: \"mlp\" }\n");
   auto loaded = LoadTrainConfig(path, {}, {});
   ASSERT_FALSE(loaded.ok());
-  EXPECT_EQ(loaded.status().message(), path + ": data.train_files: no training files given (a glob pattern)");
+  EXPECT_EQ(loaded.status().message(),
+            path + ": data.train_files: no training files given (a glob pattern)");
 }
 
 TEST(ConfigTest, SplitFilePatternsSplitsAndTrims) {
-  EXPECT_EQ(SplitFilePatterns("~/a/train-*, /b/c-*,"), (std::vector<std::string>{"~/a/train-*", "/b/c-*"}));
+  EXPECT_EQ(SplitFilePatterns("~/a/train-*, /b/c-*,"),
+            (std::vector<std::string>{"~/a/train-*", "/b/c-*"}));
 }
 
 TEST(ConfigTest, ExpandHomeRules) {
@@ -120,7 +129,8 @@ TEST(ConfigTest, ExpandHomeRules) {
   EXPECT_EQ(*ExpandHome("/plain", ""), "/plain");
   auto no_home = ExpandHome("~/x", "");
   EXPECT_EQ(no_home.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(no_home.status().message(), "\"~/x\" refers to the home directory, but HOME is not set");
+  EXPECT_EQ(no_home.status().message(),
+            "\"~/x\" refers to the home directory, but HOME is not set");
 }
 
 TEST(ConfigTest, ExpandConfigPathsCoversEveryPath) {
@@ -144,7 +154,8 @@ TEST(ConfigTest, ExpandConfigPathsCoversEveryPath) {
   TrainConfig unset;
   unset.mutable_checkpoint()->set_dir("~/ck");
   const absl::Status status = ExpandConfigPaths("", &unset);
-  EXPECT_EQ(status.message(), "checkpoint.dir: \"~/ck\" refers to the home directory, but HOME is not set");
+  EXPECT_EQ(status.message(),
+            "checkpoint.dir: \"~/ck\" refers to the home directory, but HOME is not set");
 }
 
 // The shipped config keeps its data, checkpoints and summaries under ~/.cache: once loaded, no
@@ -169,8 +180,9 @@ TEST(ConfigTest, LoadingTheShippedConfigExpandsHome) {
   auto no_home = LoadTrainConfig("fashion_mnist.pbtxt", {"/nonexistent", "data"}, {});
   ASSERT_FALSE(no_home.ok());
   EXPECT_EQ(no_home.status().message(),
-            loaded->path + ": data.train_files: \"~/.cache/hvx/fashion_mnist/train-*\" refers to the home "
-            "directory, but HOME is not set");
+            loaded->path +
+                ": data.train_files: \"~/.cache/hvx/fashion_mnist/train-*\" refers to the home "
+                "directory, but HOME is not set");
 }
 
 }  // namespace

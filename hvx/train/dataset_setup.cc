@@ -31,12 +31,14 @@ bool Exists(const std::string& path) {
 
 // "<dir>/<name>" or "<dir>/<name>.gz", whichever exists.
 absl::StatusOr<std::string> FindIdx(const std::string& dir, const std::string& name) {
-  for (const std::string& candidate : {absl::StrCat(dir, "/", name, ".gz"), absl::StrCat(dir, "/", name)}) {
+  for (const std::string& candidate :
+       {absl::StrCat(dir, "/", name, ".gz"), absl::StrCat(dir, "/", name)}) {
     if (Exists(candidate)) return candidate;
   }
-  return absl::NotFoundError(absl::StrCat(
-      "data.fashion_mnist_source.idx_dir: ", dir, " has no ", name, "(.gz); install Debian's "
-      "dataset-fashion-mnist package or point idx_dir at the IDX files"));
+  return absl::NotFoundError(
+      absl::StrCat("data.fashion_mnist_source.idx_dir: ", dir, " has no ", name,
+                   "(.gz); install Debian's "
+                   "dataset-fashion-mnist package or point idx_dir at the IDX files"));
 }
 
 // Converts into a private folder, then moves the files into place (index files first), so
@@ -51,10 +53,16 @@ absl::Status WriteFashionMnistShards(const FashionMnistSource& source) {
     const char* idx_prefix;
     int shards;
   };
-  for (const Part& part : {Part{"train", "train", source.num_train_shards()}, Part{"test", "t10k", source.num_test_shards()}}) {
-    HVX_ASSIGN_OR_RETURN(std::string images, FindIdx(source.idx_dir(), absl::StrCat(part.idx_prefix, "-images-idx3-ubyte")));
-    HVX_ASSIGN_OR_RETURN(std::string labels, FindIdx(source.idx_dir(), absl::StrCat(part.idx_prefix, "-labels-idx1-ubyte")));
-    HVX_ASSIGN_OR_RETURN(auto shards, data::WriteIdxShards(images, labels, tmp, part.prefix, part.shards));
+  for (const Part& part : {Part{"train", "train", source.num_train_shards()},
+                           Part{"test", "t10k", source.num_test_shards()}}) {
+    HVX_ASSIGN_OR_RETURN(
+        std::string images,
+        FindIdx(source.idx_dir(), absl::StrCat(part.idx_prefix, "-images-idx3-ubyte")));
+    HVX_ASSIGN_OR_RETURN(
+        std::string labels,
+        FindIdx(source.idx_dir(), absl::StrCat(part.idx_prefix, "-labels-idx1-ubyte")));
+    HVX_ASSIGN_OR_RETURN(auto shards,
+                         data::WriteIdxShards(images, labels, tmp, part.prefix, part.shards));
     written.insert(written.end(), shards.begin(), shards.end());
   }
   std::vector<std::string> files;
@@ -69,24 +77,28 @@ absl::Status WriteFashionMnistShards(const FashionMnistSource& source) {
   });
   for (const std::string& f : files) {
     const std::string from = absl::StrCat(tmp, "/", f), to = absl::StrCat(out, "/", f);
-    if (rename(from.c_str(), to.c_str()) != 0) return ErrnoToStatus(errno, absl::StrCat("rename ", from, " -> ", to));
+    if (rename(from.c_str(), to.c_str()) != 0)
+      return ErrnoToStatus(errno, absl::StrCat("rename ", from, " -> ", to));
   }
   rmdir(tmp.c_str());
   return absl::OkStatus();
 }
 
-absl::Status CheckPatterns(const std::string& patterns, const std::string& field, const TrainConfig& config) {
+absl::Status CheckPatterns(const std::string& patterns, const std::string& field,
+                           const TrainConfig& config) {
   auto files = data::ExpandFilePatterns(SplitFilePatterns(patterns));
   if (files.ok()) return absl::OkStatus();
   std::string hint = "check that the data is there, or point the config at it";
   if (config.data().format() == IMAGENET) {
-    hint = "ImageNet is expected as TFRecord shards in the standard layout (train-00000-of-01024 ..., "
-           "validation-00000-of-00128 ..., JPEG image/encoded, 1-based image/class/label); point "
-           "data.train_files / data.eval_files at them with --override, or convert an image folder "
-           "(root/<class>/*.JPEG) with `bazel run //tools:make_records -- --image_folder=ROOT/train "
-           "--out_dir=DIR --prefix=train --shards=1024`";
+    hint =
+        "ImageNet is expected as TFRecord shards in the standard layout (train-00000-of-01024 ..., "
+        "validation-00000-of-00128 ..., JPEG image/encoded, 1-based image/class/label); point "
+        "data.train_files / data.eval_files at them with --override, or convert an image folder "
+        "(root/<class>/*.JPEG) with `bazel run //tools:make_records -- --image_folder=ROOT/train "
+        "--out_dir=DIR --prefix=train --shards=1024`";
   }
-  return absl::Status(files.status().code(), absl::StrCat(field, ": ", files.status().message(), "; ", hint));
+  return absl::Status(files.status().code(),
+                      absl::StrCat(field, ": ", files.status().message(), "; ", hint));
 }
 
 }  // namespace
@@ -98,7 +110,8 @@ absl::Status PrepareDataset(const TrainConfig& config) {
     // Rank 0 decides and converts; the others learn the outcome through a broadcast, so a failed
     // conversion ends every rank instead of leaving them waiting.
     int64_t outcome = 0;
-    if (Rank() == 0 && !data::ExpandFilePatterns(SplitFilePatterns(config.data().train_files())).ok()) {
+    if (Rank() == 0 &&
+        !data::ExpandFilePatterns(SplitFilePatterns(config.data().train_files())).ok()) {
       absl::Status status = MakeDirs(source.output_dir());
       if (status.ok()) status = WriteFashionMnistShards(source);
       if (!status.ok()) {
@@ -108,7 +121,8 @@ absl::Status PrepareDataset(const TrainConfig& config) {
     }
     TensorRef ref(DataType::kInt64, TensorShape({1}), &outcome);
     HVX_RETURN_IF_ERROR(Wait(Broadcast("data.prepare", ref, 0)));
-    if (outcome != 0) return absl::InternalError("rank 0 could not create the Fashion-MNIST shards (see its log)");
+    if (outcome != 0)
+      return absl::InternalError("rank 0 could not create the Fashion-MNIST shards (see its log)");
   }
   HVX_RETURN_IF_ERROR(CheckPatterns(config.data().train_files(), "data.train_files", config));
   if (!config.data().eval_files().empty()) {
@@ -117,14 +131,19 @@ absl::Status PrepareDataset(const TrainConfig& config) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::shared_ptr<const data::Decoder>> MakeImageNetDecoder(const TrainConfig& config, bool train) {
-  data::ImageNetDecoderOptions o = train ? data::ImageNetDecoderOptions::Train() : data::ImageNetDecoderOptions::Eval();
+absl::StatusOr<std::shared_ptr<const data::Decoder>> MakeImageNetDecoder(const TrainConfig& config,
+                                                                         bool train) {
+  data::ImageNetDecoderOptions o =
+      train ? data::ImageNetDecoderOptions::Train() : data::ImageNetDecoderOptions::Eval();
   o.out_size = config.data().image_size();
-  // Evaluation keeps the standard 224/256 ratio between the centre crop and the resized shorter side.
+  // Evaluation keeps the standard 224/256 ratio between the centre crop and the resized shorter
+  // side.
   o.resize_shorter = static_cast<int>(std::lround(o.out_size * 256.0 / 224.0));
-  // The trainer adds data.label_offset to the labels of every format, so the decoder keeps them as stored.
+  // The trainer adds data.label_offset to the labels of every format, so the decoder keeps them as
+  // stored.
   o.label_offset = 0;
-  return std::shared_ptr<const data::Decoder>(std::make_shared<data::ImageNetDecoder>(std::move(o)));
+  return std::shared_ptr<const data::Decoder>(
+      std::make_shared<data::ImageNetDecoder>(std::move(o)));
 }
 
 }  // namespace train

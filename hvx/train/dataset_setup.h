@@ -26,7 +26,8 @@ absl::Status PrepareDataset(const TrainConfig& config);
 // training, shorter side to image_size * 256 / 224 and centre crop for evaluation, normalised
 // float32 [3, image_size, image_size]. Labels come out as stored (1..1000 in the standard layout);
 // the trainer adds data.label_offset.
-absl::StatusOr<std::shared_ptr<const data::Decoder>> MakeImageNetDecoder(const TrainConfig& config, bool train);
+absl::StatusOr<std::shared_ptr<const data::Decoder>> MakeImageNetDecoder(const TrainConfig& config,
+                                                                         bool train);
 
 }  // namespace train
 }  // namespace hvx

@@ -22,24 +22,31 @@ bool HasGpuBackend() {
 #endif
 }
 
-absl::StatusOr<torch::Device> ChooseTrainingDevice(const std::string& device, const DeviceFacts& facts) {
+absl::StatusOr<torch::Device> ChooseTrainingDevice(const std::string& device,
+                                                   const DeviceFacts& facts) {
   if (device == "cpu") return torch::Device(torch::kCPU);
   if (device != "cuda" && device != "auto") {
-    return absl::InvalidArgumentError(absl::StrCat("device: must be \"cpu\", \"cuda\" or \"auto\", got \"", device, "\""));
+    return absl::InvalidArgumentError(
+        absl::StrCat("device: must be \"cpu\", \"cuda\" or \"auto\", got \"", device, "\""));
   }
   if (!facts.gpu_backend) {
     if (device == "auto") return torch::Device(torch::kCPU);
     return absl::FailedPreconditionError(
-        "device: \"cuda\" needs the NCCL backend, which this binary was built without; build it with "
+        "device: \"cuda\" needs the NCCL backend, which this binary was built without; build it "
+        "with "
         "`bazel build --config=cuda //tools:train`, or set device: \"cpu\"");
   }
   // "auto" without a GPU LibTorch can use (none visible, or a CPU-only LibTorch) is the CPU.
   if (device == "auto" && !facts.torch_cuda) return torch::Device(torch::kCPU);
-  auto ordinal = nccl::SelectDevice(facts.local_rank, facts.local_size, facts.visible_gpus, facts.host);
-  if (!ordinal.ok()) return Annotate(ordinal.status(), absl::StrCat("device: \"", device, "\" on rank ", facts.rank));
+  auto ordinal =
+      nccl::SelectDevice(facts.local_rank, facts.local_size, facts.visible_gpus, facts.host);
+  if (!ordinal.ok())
+    return Annotate(ordinal.status(),
+                    absl::StrCat("device: \"", device, "\" on rank ", facts.rank));
   if (!facts.torch_cuda) {
     return absl::FailedPreconditionError(
-        "device: \"cuda\": this LibTorch has no CUDA support (torch::cuda::is_available() is false); build "
+        "device: \"cuda\": this LibTorch has no CUDA support (torch::cuda::is_available() is "
+        "false); build "
         "with HVX_TORCH_PATH pointing at a CUDA LibTorch");
   }
   return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(*ordinal));
@@ -63,9 +70,12 @@ absl::StatusOr<torch::Device> SelectTrainingDevice(const std::string& device) {
     // Bound before torch does any CUDA work of its own, so that its context and allocations land on
     // this rank's GPU rather than on GPU 0.
     auto bound = nccl::BindLocalDevice(facts.local_rank, facts.local_size);
-    if (!bound.ok()) return Annotate(bound.status(), absl::StrCat("device: \"", device, "\" on rank ", facts.rank));
+    if (!bound.ok())
+      return Annotate(bound.status(),
+                      absl::StrCat("device: \"", device, "\" on rank ", facts.rank));
     if (*bound != chosen.index()) {
-      return absl::InternalError(absl::StrCat("device: bound cuda:", *bound, " but chose ", chosen.str()));
+      return absl::InternalError(
+          absl::StrCat("device: bound cuda:", *bound, " but chose ", chosen.str()));
     }
   }
 #endif

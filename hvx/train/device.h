@@ -7,8 +7,8 @@
 // hvx::nccl::BindLocalDevice(LocalRank(), LocalSize()) so that the CUDA context, LibTorch's
 // allocations and the NCCL data plane all use it; fails with the reason when this binary was built
 // without --config=cuda (no NCCL backend to average CUDA gradients), when the host runs more ranks
-// than it shows GPUs, or when LibTorch itself has no CUDA support. "auto": "cuda" when the binary has
-// the NCCL backend and LibTorch sees a GPU, else "cpu". Call once per process, after hvx::Init.
+// than it shows GPUs, or when LibTorch itself has no CUDA support. "auto": "cuda" when the binary
+// has the NCCL backend and LibTorch sees a GPU, else "cpu". Call once per process, after hvx::Init.
 #ifndef HVX_TRAIN_DEVICE_H_
 #define HVX_TRAIN_DEVICE_H_
 
@@ -36,7 +36,8 @@ struct DeviceFacts {
 
 // The pure part of SelectTrainingDevice: "cuda" is cuda:<local rank> (hvx::nccl::SelectDevice),
 // with the reason when the build, the host's GPUs or LibTorch cannot give it; it binds nothing.
-absl::StatusOr<torch::Device> ChooseTrainingDevice(const std::string& device, const DeviceFacts& facts);
+absl::StatusOr<torch::Device> ChooseTrainingDevice(const std::string& device,
+                                                   const DeviceFacts& facts);
 
 // Whether this binary links the NCCL data plane (built with --config=cuda).
 bool HasGpuBackend();

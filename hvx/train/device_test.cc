@@ -27,7 +27,8 @@ TEST(DeviceTest, TwoHostsOfFourGpusPutEachRankOnItsOwnGpu) {
     for (int rank = 0; rank < 8; ++rank) {
       auto d = ChooseTrainingDevice(device, GpuHost(rank, rank % 4, 4, 4));
       ASSERT_TRUE(d.ok()) << d.status();
-      EXPECT_EQ(*d, torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(rank % 4))) << device << " rank " << rank;
+      EXPECT_EQ(*d, torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(rank % 4)))
+          << device << " rank " << rank;
     }
   }
   // CUDA_VISIBLE_DEVICES giving each rank only its own GPU: it is device 0 for each of them.
@@ -40,7 +41,9 @@ TEST(DeviceTest, MoreRanksThanGpusFailsNamingTheHost) {
   auto d = ChooseTrainingDevice("cuda", GpuHost(5, 1, 4, 2));
   ASSERT_FALSE(d.ok());
   EXPECT_TRUE(absl::StrContains(d.status().message(), "device: \"cuda\" on rank 5")) << d.status();
-  EXPECT_TRUE(absl::StrContains(d.status().message(), "host gpuhost1 runs 4 ranks but shows only 2 GPUs")) << d.status();
+  EXPECT_TRUE(
+      absl::StrContains(d.status().message(), "host gpuhost1 runs 4 ranks but shows only 2 GPUs"))
+      << d.status();
 }
 
 TEST(DeviceTest, AutoFallsBackToTheCpuAndCudaSaysWhyNot) {
@@ -48,11 +51,13 @@ TEST(DeviceTest, AutoFallsBackToTheCpuAndCudaSaysWhyNot) {
   no_backend.gpu_backend = false;
   EXPECT_EQ(*ChooseTrainingDevice("auto", no_backend), torch::Device(torch::kCPU));
   auto cuda = ChooseTrainingDevice("cuda", no_backend);
-  EXPECT_TRUE(absl::StrContains(cuda.status().message(), "bazel build --config=cuda //tools:train")) << cuda.status();
+  EXPECT_TRUE(absl::StrContains(cuda.status().message(), "bazel build --config=cuda //tools:train"))
+      << cuda.status();
   DeviceFacts cpu_torch = GpuHost(0, 0, 1, 8);
   cpu_torch.torch_cuda = false;
   EXPECT_EQ(*ChooseTrainingDevice("auto", cpu_torch), torch::Device(torch::kCPU));
-  EXPECT_TRUE(absl::StrContains(ChooseTrainingDevice("cuda", cpu_torch).status().message(), "no CUDA support"));
+  EXPECT_TRUE(absl::StrContains(ChooseTrainingDevice("cuda", cpu_torch).status().message(),
+                                "no CUDA support"));
   EXPECT_EQ(*ChooseTrainingDevice("cpu", GpuHost(0, 0, 1, 8)), torch::Device(torch::kCPU));
   EXPECT_FALSE(ChooseTrainingDevice("tpu", GpuHost(0, 0, 1, 8)).ok());
 }

@@ -36,12 +36,13 @@ namespace train {
 
 // What a checkpoint records of where training stands, besides model and optimizer.
 struct TrainingPosition {
-  int64_t epoch = 0;             // the epoch in progress (0-based)
-  int64_t steps_in_epoch = 0;    // its step counter at the writer's size
-  int64_t global_step = 0;       // optimizer steps taken, all runs together
-  int64_t world_size = 1;        // of the run that wrote it
-  int64_t batch_size = 0;        // per rank, of the run that wrote it
-  int64_t samples_in_epoch = 0;  // positions of the epoch trained on, over all ranks, padding included
+  int64_t epoch = 0;           // the epoch in progress (0-based)
+  int64_t steps_in_epoch = 0;  // its step counter at the writer's size
+  int64_t global_step = 0;     // optimizer steps taken, all runs together
+  int64_t world_size = 1;      // of the run that wrote it
+  int64_t batch_size = 0;      // per rank, of the run that wrote it
+  int64_t samples_in_epoch =
+      0;  // positions of the epoch trained on, over all ranks, padding included
 };
 
 // The stored form: {epoch, steps_in_epoch, global_step, world_size, batch_size, samples_in_epoch}.
@@ -70,10 +71,11 @@ int64_t StepsPerEpoch(const EpochShape& shape);
 struct EpochContinuation {
   int64_t steps_per_epoch = 0;  // StepsPerEpoch(shape)
   int64_t steps = 0;            // steps to train
-  int64_t first_step = 0;       // the epoch's step counter before the first: steps_per_epoch - steps
-  int64_t remaining = 0;        // samples of the epoch not yet trained on (num_samples - samples_in_epoch)
-  int64_t trained = 0;          // positions the steps train: steps x global batch
-  bool capped = false;          // max_steps_per_epoch leaves out more than the remainder policy does
+  int64_t first_step = 0;  // the epoch's step counter before the first: steps_per_epoch - steps
+  int64_t remaining =
+      0;                // samples of the epoch not yet trained on (num_samples - samples_in_epoch)
+  int64_t trained = 0;  // positions the steps train: steps x global batch
+  bool capped = false;  // max_steps_per_epoch leaves out more than the remainder policy does
 };
 
 EpochContinuation ContinueEpoch(const EpochShape& shape, int64_t samples_in_epoch);
@@ -84,7 +86,8 @@ std::string DescribeGlobalBatch(int64_t world_size, int64_t batch_size);
 // The line a resumed run logs, e.g. "epoch 2 resumes at step 4/8: 220 of its 320 samples
 // remain; 5 steps of 4 ranks x batch 10 train 200 of them, the last 20 (less than one global
 // batch) are left out (data.remainder: DROP)". `epoch` is 0-based.
-std::string DescribeContinuation(const EpochShape& shape, int64_t epoch, const EpochContinuation& rest);
+std::string DescribeContinuation(const EpochShape& shape, int64_t epoch,
+                                 const EpochContinuation& rest);
 
 }  // namespace train
 }  // namespace hvx

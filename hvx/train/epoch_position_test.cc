@@ -11,8 +11,8 @@ namespace {
 
 using data::RemainderPolicy;
 
-EpochShape Shape(int64_t n, int world_size, int batch_size, RemainderPolicy remainder = RemainderPolicy::kDrop,
-                 int64_t max_steps = 0) {
+EpochShape Shape(int64_t n, int world_size, int batch_size,
+                 RemainderPolicy remainder = RemainderPolicy::kDrop, int64_t max_steps = 0) {
   return EpochShape{n, world_size, batch_size, remainder, max_steps};
 }
 
@@ -85,8 +85,9 @@ TEST(EpochPositionTest, ResumedAtAnotherSizeEveryPositionOnce) {
               const EpochShape after = Shape(n, w2, b2, policy);
               const int64_t g2 = int64_t{w2} * b2;
               for (int64_t k = 1; k < StepsPerEpoch(before); ++k) {
-                SCOPED_TRACE(testing::Message() << "N " << n << ", " << w1 << "x" << b1 << " step " << k << " -> " << w2
-                                                << "x" << b2 << (policy == RemainderPolicy::kPad ? " pad" : ""));
+                SCOPED_TRACE(testing::Message()
+                             << "N " << n << ", " << w1 << "x" << b1 << " step " << k << " -> "
+                             << w2 << "x" << b2 << (policy == RemainderPolicy::kPad ? " pad" : ""));
                 const int64_t c = k * w1 * b1;
                 const EpochContinuation rest = ContinueEpoch(after, c);
                 std::vector<int64_t> all = TrainedPositions(before, 0, k);
@@ -119,7 +120,8 @@ TEST(EpochPositionTest, MaxStepsPerEpochCapsTheRest) {
   EXPECT_EQ(rest.first_step, 4);
   EXPECT_TRUE(rest.capped);
   EXPECT_EQ(DescribeContinuation(Shape(320, 2, 10, RemainderPolicy::kDrop, 4), 0, rest),
-            "epoch 1 has no step left at 2 ranks x batch 10: 220 of its 320 samples remain and are left out "
+            "epoch 1 has no step left at 2 ranks x batch 10: 220 of its 320 samples remain and are "
+            "left out "
             "(logging.max_steps_per_epoch: 4)");
   // 40 seen: steps 3 and 4 remain.
   rest = ContinueEpoch(Shape(320, 2, 10, RemainderPolicy::kDrop, 4), 40);
@@ -127,7 +129,8 @@ TEST(EpochPositionTest, MaxStepsPerEpochCapsTheRest) {
   EXPECT_EQ(rest.first_step, 2);
   EXPECT_TRUE(rest.capped);
   EXPECT_EQ(DescribeContinuation(Shape(320, 2, 10, RemainderPolicy::kDrop, 4), 1, rest),
-            "epoch 2 resumes at step 3/4: 280 of its 320 samples remain; 2 steps of 2 ranks x batch 10 train 40 "
+            "epoch 2 resumes at step 3/4: 280 of its 320 samples remain; 2 steps of 2 ranks x "
+            "batch 10 train 40 "
             "of them, the last 240 are left out (logging.max_steps_per_epoch: 4)");
 }
 
@@ -137,27 +140,33 @@ TEST(EpochPositionTest, Descriptions) {
   EpochContinuation rest = ContinueEpoch(shape, 100);
   EXPECT_EQ(rest.steps, 5);
   EXPECT_EQ(rest.first_step, 3);
-  EXPECT_EQ(DescribeContinuation(shape, 0, rest),
-            "epoch 1 resumes at step 4/8: 220 of its 320 samples remain; 5 steps of 4 ranks x batch 10 train 200 "
-            "of them, the last 20 (less than one global batch) are left out (data.remainder: DROP)");
+  EXPECT_EQ(
+      DescribeContinuation(shape, 0, rest),
+      "epoch 1 resumes at step 4/8: 220 of its 320 samples remain; 5 steps of 4 ranks x batch 10 "
+      "train 200 "
+      "of them, the last 20 (less than one global batch) are left out (data.remainder: DROP)");
   // Batch 64 -> 32 after 1 of 2 steps.
   shape = Shape(320, 2, 32);
   EXPECT_EQ(DescribeContinuation(shape, 0, ContinueEpoch(shape, 128)),
-            "epoch 1 resumes at step 3/5: 192 of its 320 samples remain; 3 steps of 2 ranks x batch 32 train all of "
+            "epoch 1 resumes at step 3/5: 192 of its 320 samples remain; 3 steps of 2 ranks x "
+            "batch 32 train all of "
             "them");
   // PAD: 13 samples, 4 ranks x 3 after 1 step of 1 rank x 3: 10 remain, one step of 12.
   shape = Shape(13, 4, 3, RemainderPolicy::kPad);
   EXPECT_EQ(DescribeContinuation(shape, 2, ContinueEpoch(shape, 3)),
-            "epoch 3 resumes at step 1/1: 10 of its 13 samples remain; 1 step of 4 ranks x batch 3 train all of them "
+            "epoch 3 resumes at step 1/1: 10 of its 13 samples remain; 1 step of 4 ranks x batch 3 "
+            "train all of them "
             "and 2 padding duplicates (data.remainder: PAD)");
   // Less than one global batch left.
   shape = Shape(320, 4, 10);
   EXPECT_EQ(DescribeContinuation(shape, 0, ContinueEpoch(shape, 300)),
-            "epoch 1 has no step left at 4 ranks x batch 10: 20 of its 320 samples remain, less than one global "
+            "epoch 1 has no step left at 4 ranks x batch 10: 20 of its 320 samples remain, less "
+            "than one global "
             "batch, and are left out (data.remainder: DROP)");
   shape = Shape(64, 1, 16);
   EXPECT_EQ(DescribeContinuation(shape, 0, ContinueEpoch(shape, 32)),
-            "epoch 1 resumes at step 3/4: 32 of its 64 samples remain; 2 steps of 1 rank x batch 16 train all of "
+            "epoch 1 resumes at step 3/4: 32 of its 64 samples remain; 2 steps of 1 rank x batch "
+            "16 train all of "
             "them");
 }
 
@@ -179,7 +188,8 @@ TEST(EpochPositionTest, StoredPositions) {
   auto zero_ranks = DecodePosition(std::vector<int64_t>{1, 5, 17, 0, 10, 0});
   EXPECT_EQ(zero_ranks.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_EQ(zero_ranks.status().message(),
-            "checkpoint position {1, 5, 17, 0, 10, 0} (epoch, steps in epoch, global step, world size, batch "
+            "checkpoint position {1, 5, 17, 0, 10, 0} (epoch, steps in epoch, global step, world "
+            "size, batch "
             "size[, samples in epoch]) is impossible");
 }
 

@@ -1,14 +1,16 @@
-// The learning rate of every training step, from the optimizer config (hvx/train/train_config.proto).
+// The learning rate of every training step, from the optimizer config
+// (hvx/train/train_config.proto).
 //
-//   LrSchedule schedule(config.optimizer(), Size(), config.data().batch_size(), steps_per_epoch, epochs);
-//   SetLr(optimizer, schedule.At(global_step));
+//   LrSchedule schedule(config.optimizer(), Size(), config.data().batch_size(), steps_per_epoch,
+//   epochs); SetLr(optimizer, schedule.At(global_step));
 //
 // Peak rate: lr as written (NONE), lr x world size (BY_WORLD_SIZE) or lr x global batch /
-// reference_batch (BY_GLOBAL_BATCH). Warmup climbs linearly over warmup_epochs from peak / world size
-// (scaled) or 0 (unscaled) to the peak, reaching it at the last warmup step. After warmup: the peak
-// (CONSTANT), the peak x step_gamma for every step_epochs entry already reached (STEP; warmup does
-// not shift the boundaries), or a half cosine from the peak at the end of warmup towards 0 at the
-// end of the last step (COSINE). Steps are counted from 0 over the whole run, so a resumed run gets the same rates.
+// reference_batch (BY_GLOBAL_BATCH). Warmup climbs linearly over warmup_epochs from peak / world
+// size (scaled) or 0 (unscaled) to the peak, reaching it at the last warmup step. After warmup: the
+// peak (CONSTANT), the peak x step_gamma for every step_epochs entry already reached (STEP; warmup
+// does not shift the boundaries), or a half cosine from the peak at the end of warmup towards 0 at
+// the end of the last step (COSINE). Steps are counted from 0 over the whole run, so a resumed run
+// gets the same rates.
 #ifndef HVX_TRAIN_LR_SCHEDULE_H_
 #define HVX_TRAIN_LR_SCHEDULE_H_
 
@@ -22,8 +24,8 @@ namespace train {
 class LrSchedule {
  public:
   // `batch_size` is per rank; steps_per_epoch < 1 counts as 1.
-  LrSchedule(const OptimizerConfig& optimizer, int world_size, int batch_size, int64_t steps_per_epoch,
-             int epochs);
+  LrSchedule(const OptimizerConfig& optimizer, int world_size, int batch_size,
+             int64_t steps_per_epoch, int epochs);
 
   // The rate at global step `step` (0-based).
   double At(int64_t step) const;

@@ -22,20 +22,31 @@ OptimizerConfig Sgd(double lr, OptimizerConfig::LrScaling scaling, double warmup
 
 TEST(LrScheduleTest, ScalingOfThePeak) {
   // 4 ranks x 64 samples.
-  EXPECT_DOUBLE_EQ(LrSchedule(Sgd(0.1, OptimizerConfig::NONE, 0, OptimizerConfig::CONSTANT), 4, 64, 10, 1).At(0),
-                   0.1);
   EXPECT_DOUBLE_EQ(
-      LrSchedule(Sgd(0.1, OptimizerConfig::BY_WORLD_SIZE, 0, OptimizerConfig::CONSTANT), 4, 64, 10, 1).At(5), 0.4);
+      LrSchedule(Sgd(0.1, OptimizerConfig::NONE, 0, OptimizerConfig::CONSTANT), 4, 64, 10, 1).At(0),
+      0.1);
+  EXPECT_DOUBLE_EQ(
+      LrSchedule(Sgd(0.1, OptimizerConfig::BY_WORLD_SIZE, 0, OptimizerConfig::CONSTANT), 4, 64, 10,
+                 1)
+          .At(5),
+      0.4);
   // 0.1 per 256 samples of global batch: 4 x 64 = 256 -> 0.1; 8 x 128 = 1024 -> 0.4.
   EXPECT_DOUBLE_EQ(
-      LrSchedule(Sgd(0.1, OptimizerConfig::BY_GLOBAL_BATCH, 0, OptimizerConfig::CONSTANT), 4, 64, 10, 1).At(9), 0.1);
+      LrSchedule(Sgd(0.1, OptimizerConfig::BY_GLOBAL_BATCH, 0, OptimizerConfig::CONSTANT), 4, 64,
+                 10, 1)
+          .At(9),
+      0.1);
   EXPECT_DOUBLE_EQ(
-      LrSchedule(Sgd(0.1, OptimizerConfig::BY_GLOBAL_BATCH, 0, OptimizerConfig::CONSTANT), 8, 128, 10, 1).At(9), 0.4);
+      LrSchedule(Sgd(0.1, OptimizerConfig::BY_GLOBAL_BATCH, 0, OptimizerConfig::CONSTANT), 8, 128,
+                 10, 1)
+          .At(9),
+      0.4);
 }
 
 TEST(LrScheduleTest, WarmupFromPeakOverWorldSizeWhenScaled) {
   // Peak 0.4 (4 ranks), warmup 0.5 epoch of 20 steps = 10 steps from 0.1 to 0.4.
-  const LrSchedule s(Sgd(0.1, OptimizerConfig::BY_WORLD_SIZE, 0.5, OptimizerConfig::CONSTANT), 4, 32, 20, 3);
+  const LrSchedule s(Sgd(0.1, OptimizerConfig::BY_WORLD_SIZE, 0.5, OptimizerConfig::CONSTANT), 4,
+                     32, 20, 3);
   EXPECT_EQ(s.warmup_steps(), 10);
   EXPECT_NEAR(s.At(0), 0.1 + 0.3 * 1 / 10, 1e-12);
   EXPECT_NEAR(s.At(4), 0.1 + 0.3 * 5 / 10, 1e-12);
@@ -52,7 +63,8 @@ TEST(LrScheduleTest, WarmupFromZeroWhenUnscaled) {
   EXPECT_NEAR(s.At(3), 0.2 * 4 / 8, 1e-12);
   EXPECT_NEAR(s.At(7), 0.2, 1e-12);
   // One rank: scaled or not, the world size does not change the rate.
-  const LrSchedule one(Sgd(0.2, OptimizerConfig::BY_WORLD_SIZE, 0, OptimizerConfig::CONSTANT), 1, 32, 8, 2);
+  const LrSchedule one(Sgd(0.2, OptimizerConfig::BY_WORLD_SIZE, 0, OptimizerConfig::CONSTANT), 1,
+                       32, 8, 2);
   EXPECT_DOUBLE_EQ(one.At(0), 0.2);
 }
 
@@ -74,7 +86,8 @@ TEST(LrScheduleTest, StepDecayAtEpochBoundaries) {
 
 TEST(LrScheduleTest, CosineFromPeakAfterWarmupTowardsZero) {
   // Peak 0.3 (3 ranks), 10 steps per epoch, 4 epochs, warmup 1 epoch: cosine over steps 10..39.
-  const LrSchedule s(Sgd(0.1, OptimizerConfig::BY_WORLD_SIZE, 1, OptimizerConfig::COSINE), 3, 16, 10, 4);
+  const LrSchedule s(Sgd(0.1, OptimizerConfig::BY_WORLD_SIZE, 1, OptimizerConfig::COSINE), 3, 16,
+                     10, 4);
   EXPECT_NEAR(s.At(9), 0.3, 1e-12);
   EXPECT_NEAR(s.At(10), 0.3, 1e-12);
   EXPECT_NEAR(s.At(25), 0.15, 1e-12);  // half way
@@ -82,7 +95,8 @@ TEST(LrScheduleTest, CosineFromPeakAfterWarmupTowardsZero) {
   EXPECT_LT(s.At(39), 0.001);
   for (int64_t step = 11; step < 40; ++step) EXPECT_LT(s.At(step), s.At(step - 1)) << step;
   // Unscaled, no warmup: starts at lr.
-  const LrSchedule plain(Sgd(0.05, OptimizerConfig::NONE, 0, OptimizerConfig::COSINE), 3, 16, 10, 4);
+  const LrSchedule plain(Sgd(0.05, OptimizerConfig::NONE, 0, OptimizerConfig::COSINE), 3, 16, 10,
+                         4);
   EXPECT_DOUBLE_EQ(plain.At(0), 0.05);
   EXPECT_NEAR(plain.At(20), 0.025, 1e-12);
 }

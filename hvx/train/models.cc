@@ -40,23 +40,27 @@ class SmallCnn : public Classifier {
   explicit SmallCnn(int num_classes) {
     features_ = register_module(
         "features",
-        nn::Sequential(nn::Conv2d(nn::Conv2dOptions(1, 32, 3).padding(1).bias(false)), nn::BatchNorm2d(32),
-                       nn::ReLU(), nn::Conv2d(nn::Conv2dOptions(32, 32, 3).padding(1).bias(false)),
+        nn::Sequential(nn::Conv2d(nn::Conv2dOptions(1, 32, 3).padding(1).bias(false)),
+                       nn::BatchNorm2d(32), nn::ReLU(),
+                       nn::Conv2d(nn::Conv2dOptions(32, 32, 3).padding(1).bias(false)),
                        nn::BatchNorm2d(32), nn::ReLU(), nn::MaxPool2d(2), nn::Dropout(0.1),
-                       nn::Conv2d(nn::Conv2dOptions(32, 64, 3).padding(1).bias(false)), nn::BatchNorm2d(64),
-                       nn::ReLU(), nn::MaxPool2d(2), nn::Dropout(0.2)));
+                       nn::Conv2d(nn::Conv2dOptions(32, 64, 3).padding(1).bias(false)),
+                       nn::BatchNorm2d(64), nn::ReLU(), nn::MaxPool2d(2), nn::Dropout(0.2)));
     classifier_ = register_module(
-        "classifier", nn::Sequential(nn::Flatten(), nn::Linear(64 * 7 * 7, 128), nn::ReLU(), nn::Dropout(0.3),
-                                     nn::Linear(128, num_classes)));
+        "classifier", nn::Sequential(nn::Flatten(), nn::Linear(64 * 7 * 7, 128), nn::ReLU(),
+                                     nn::Dropout(0.3), nn::Linear(128, num_classes)));
   }
-  at::Tensor forward(const at::Tensor& images) override { return classifier_->forward(features_->forward(images)); }
+  at::Tensor forward(const at::Tensor& images) override {
+    return classifier_->forward(features_->forward(images));
+  }
 
  private:
   nn::Sequential features_{nullptr}, classifier_{nullptr};
 };
 
 nn::Conv2d Conv(int in, int out, int kernel, int stride) {
-  return nn::Conv2d(nn::Conv2dOptions(in, out, kernel).stride(stride).padding(kernel / 2).bias(false));
+  return nn::Conv2d(
+      nn::Conv2dOptions(in, out, kernel).stride(stride).padding(kernel / 2).bias(false));
 }
 
 // One residual block; `bottleneck` selects 1x1-3x3-1x1 (expansion 4) over 3x3-3x3.
@@ -65,15 +69,18 @@ class ResidualBlock : public nn::Module {
   ResidualBlock(int in, int width, int stride, bool bottleneck) {
     const int out = bottleneck ? width * 4 : width;
     if (bottleneck) {
-      body_ = register_module("body", nn::Sequential(Conv(in, width, 1, 1), nn::BatchNorm2d(width), nn::ReLU(),
-                                                     Conv(width, width, 3, stride), nn::BatchNorm2d(width),
-                                                     nn::ReLU(), Conv(width, out, 1, 1), nn::BatchNorm2d(out)));
+      body_ = register_module(
+          "body", nn::Sequential(Conv(in, width, 1, 1), nn::BatchNorm2d(width), nn::ReLU(),
+                                 Conv(width, width, 3, stride), nn::BatchNorm2d(width), nn::ReLU(),
+                                 Conv(width, out, 1, 1), nn::BatchNorm2d(out)));
     } else {
-      body_ = register_module("body", nn::Sequential(Conv(in, width, 3, stride), nn::BatchNorm2d(width),
-                                                     nn::ReLU(), Conv(width, out, 3, 1), nn::BatchNorm2d(out)));
+      body_ = register_module(
+          "body", nn::Sequential(Conv(in, width, 3, stride), nn::BatchNorm2d(width), nn::ReLU(),
+                                 Conv(width, out, 3, 1), nn::BatchNorm2d(out)));
     }
     if (stride != 1 || in != out) {
-      shortcut_ = register_module("shortcut", nn::Sequential(Conv(in, out, 1, stride), nn::BatchNorm2d(out)));
+      shortcut_ = register_module("shortcut",
+                                  nn::Sequential(Conv(in, out, 1, stride), nn::BatchNorm2d(out)));
     }
   }
   at::Tensor forward(const at::Tensor& x) {
@@ -88,8 +95,9 @@ class ResidualBlock : public nn::Module {
 class ResNet : public Classifier {
  public:
   ResNet(const std::vector<int>& blocks, bool bottleneck, int num_classes) {
-    stem_ = register_module("stem", nn::Sequential(Conv(3, 64, 7, 2), nn::BatchNorm2d(64), nn::ReLU(),
-                                                   nn::MaxPool2d(nn::MaxPool2dOptions(3).stride(2).padding(1))));
+    stem_ = register_module(
+        "stem", nn::Sequential(Conv(3, 64, 7, 2), nn::BatchNorm2d(64), nn::ReLU(),
+                               nn::MaxPool2d(nn::MaxPool2dOptions(3).stride(2).padding(1))));
     int in = 64;
     const int widths[] = {64, 128, 256, 512};
     stages_ = register_module("stages", nn::Sequential());
@@ -125,10 +133,14 @@ absl::StatusOr<std::shared_ptr<Classifier>> CreateModel(const ModelConfig& confi
   const std::string& name = config.name();
   if (name == "mlp") return std::shared_ptr<Classifier>(std::make_shared<Mlp>(classes));
   if (name == "cnn") return std::shared_ptr<Classifier>(std::make_shared<SmallCnn>(classes));
-  if (name == "resnet18") return std::shared_ptr<Classifier>(std::make_shared<ResNet>(std::vector<int>{2, 2, 2, 2}, false, classes));
-  if (name == "resnet50") return std::shared_ptr<Classifier>(std::make_shared<ResNet>(std::vector<int>{3, 4, 6, 3}, true, classes));
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown model \"", name, "\"; known models: ", absl::StrJoin(KnownModels(), ", ")));
+  if (name == "resnet18")
+    return std::shared_ptr<Classifier>(
+        std::make_shared<ResNet>(std::vector<int>{2, 2, 2, 2}, false, classes));
+  if (name == "resnet50")
+    return std::shared_ptr<Classifier>(
+        std::make_shared<ResNet>(std::vector<int>{3, 4, 6, 3}, true, classes));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown model \"", name, "\"; known models: ", absl::StrJoin(KnownModels(), ", ")));
 }
 
 int64_t CountParameters(const torch::nn::Module& module) {

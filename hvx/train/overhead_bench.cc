@@ -12,14 +12,14 @@
 #include <cstdio>
 #include <string>
 
-#include "absl/strings/strip.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/strip.h"
 #include "hvx/common/env.h"
 #include "hvx/core/api.h"
+#include "hvx/torch/host_allocator.h"
 #include "hvx/train/config.h"
 #include "hvx/train/models.h"
 #include "hvx/train/trainer.h"
-#include "hvx/torch/host_allocator.h"
 
 namespace hvx {
 namespace train {
@@ -30,9 +30,9 @@ double PlainLoop(const TrainConfig& config, int steps) {
   auto model = *CreateModel(config.model());
   model->train();
   torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(config.optimizer().lr())
-                                                  .momentum(config.optimizer().momentum())
-                                                  .nesterov(config.optimizer().nesterov())
-                                                  .weight_decay(config.optimizer().weight_decay()));
+                                                 .momentum(config.optimizer().momentum())
+                                                 .nesterov(config.optimizer().nesterov())
+                                                 .weight_decay(config.optimizer().weight_decay()));
   const int batch = config.data().batch_size();
   // Batches already in memory: the loop measures compute only.
   torch::Tensor images = torch::randn({16, batch, 1, 28, 28});
@@ -40,7 +40,8 @@ double PlainLoop(const TrainConfig& config, int steps) {
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < steps; ++i) {
     sgd.zero_grad();
-    torch::Tensor loss = torch::nn::functional::cross_entropy(model->forward(images[i % 16]), labels[i % 16]);
+    torch::Tensor loss =
+        torch::nn::functional::cross_entropy(model->forward(images[i % 16]), labels[i % 16]);
     loss.backward();
     sgd.step();
     loss.item<double>();
@@ -87,11 +88,12 @@ int Main(int argc, char** argv) {
       return 1;
     }
     best_trainer = std::max(best_trainer, result->samples_per_s);
-    std::printf("round %d: plain %.0f samples/s, trainer %.0f samples/s (data wait %.1f%%)\n", round + 1,
-                best_plain, result->samples_per_s, 100 * result->data_wait_fraction);
+    std::printf("round %d: plain %.0f samples/s, trainer %.0f samples/s (data wait %.1f%%)\n",
+                round + 1, best_plain, result->samples_per_s, 100 * result->data_wait_fraction);
   }
-  std::printf("overhead ratio trainer/plain = %.3f (model %s, batch %d, %d steps)\n", best_trainer / best_plain,
-              config.model().name().c_str(), config.data().batch_size(), steps);
+  std::printf("overhead ratio trainer/plain = %.3f (model %s, batch %d, %d steps)\n",
+              best_trainer / best_plain, config.model().name().c_str(), config.data().batch_size(),
+              steps);
   Shutdown().IgnoreError();
   return 0;
 }

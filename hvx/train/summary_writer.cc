@@ -23,8 +23,8 @@ double NowSeconds() { return absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch
 
 absl::StatusOr<std::unique_ptr<SummaryWriter>> SummaryWriter::Create(const std::string& dir) {
   HVX_RETURN_IF_ERROR(MakeDirs(dir));
-  const std::string path =
-      absl::StrCat(dir, "/events.out.tfevents.", absl::ToUnixSeconds(absl::Now()), ".", HostName("localhost"));
+  const std::string path = absl::StrCat(
+      dir, "/events.out.tfevents.", absl::ToUnixSeconds(absl::Now()), ".", HostName("localhost"));
   HVX_ASSIGN_OR_RETURN(auto records, data::RecordWriter::Open(path, {}));
   std::unique_ptr<SummaryWriter> writer(new SummaryWriter(std::move(records)));
   Event first;
@@ -59,7 +59,8 @@ absl::StatusOr<std::vector<ScalarEvent>> ReadScalarEvents(const std::string& pat
     HVX_RETURN_IF_ERROR(status);
     Event event;
     if (!event.ParseFromString(payload)) {
-      return absl::DataLossError(absl::StrCat(path, ":", reader->offset(), ": record is not an Event"));
+      return absl::DataLossError(
+          absl::StrCat(path, ":", reader->offset(), ": record is not an Event"));
     }
     for (const SummaryValue& v : event.summary().value()) {
       scalars.push_back({v.tag(), event.step(), v.simple_value(), event.wall_time()});

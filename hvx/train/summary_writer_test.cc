@@ -43,7 +43,9 @@ TEST(SummaryWriterTest, ScalarsReadBackInOrderAfterAFileVersionRecord) {
   ASSERT_TRUE(first.ParseFromString(payload));
   EXPECT_EQ(first.file_version(), "brain.Event:2");
   // Field 3 (file_version), wire type 2: tag byte 0x1a, as in TensorFlow's event.proto.
-  EXPECT_NE(payload.find(std::string("\x1a\x0d" "brain.Event:2")), std::string::npos);
+  EXPECT_NE(payload.find(std::string("\x1a\x0d"
+                                     "brain.Event:2")),
+            std::string::npos);
 }
 
 TEST(SummaryWriterTest, UnwritableDirectoryIsAnError) {

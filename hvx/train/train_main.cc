@@ -30,13 +30,17 @@ namespace train {
 namespace {
 
 constexpr char kUsage[] =
-    "usage: train --config=NAME [--override='<text proto>']... [--sample_log=DIR] [--max_steps=N] [--fresh]\n"
-    "  --config      a TrainConfig text file: a path, a name in the invoking directory, or a bundled\n"
+    "usage: train --config=NAME [--override='<text proto>']... [--sample_log=DIR] [--max_steps=N] "
+    "[--fresh]\n"
+    "  --config      a TrainConfig text file: a path, a name in the invoking directory, or a "
+    "bundled\n"
     "                config (fashion_mnist.pbtxt, imagenet.pbtxt)\n"
-    "  --override    text proto merged into the config, e.g. --override='epochs: 2 data { batch_size: 64 }'\n"
+    "  --override    text proto merged into the config, e.g. --override='epochs: 2 data { "
+    "batch_size: 64 }'\n"
     "  --sample_log  write the sample ids each rank trained on, per epoch, into DIR\n"
     "  --max_steps   stop after N global steps (writing a checkpoint when checkpoints are on)\n"
-    "  --fresh       start over instead of resuming: the checkpoints already in checkpoint.dir are\n"
+    "  --fresh       start over instead of resuming: the checkpoints already in checkpoint.dir "
+    "are\n"
     "                moved into checkpoint.dir/replaced-<unix seconds>/\n";
 
 bool IsDir(const std::string& path) {
@@ -127,17 +131,20 @@ absl::StatusOr<int> Main(int argc, char** argv) {
   if (Rank() == 0 && result->already_complete) {
     const std::string& dir = config.checkpoint().dir();
     std::printf(
-        "the run in %s is already complete (%lld of %d epochs done, %lld steps); nothing to train. To start "
+        "the run in %s is already complete (%lld of %d epochs done, %lld steps); nothing to train. "
+        "To start "
         "fresh, pass --fresh (moves its checkpoints to %s/replaced-<time>/) or another directory: "
-        "--override='checkpoint { dir: \"NEW_DIR\" }'; to train longer, raise epochs: --override='epochs: N'\n",
+        "--override='checkpoint { dir: \"NEW_DIR\" }'; to train longer, raise epochs: "
+        "--override='epochs: N'\n",
         dir.c_str(), static_cast<long long>(result->epochs_done), config.epochs(),
         static_cast<long long>(result->global_step), dir.c_str());
     std::fflush(stdout);
   } else if (Rank() == 0) {
-    std::string final_line = absl::StrFormat("done: %d steps in %.1f s", result->global_step, result->wall_s);
+    std::string final_line =
+        absl::StrFormat("done: %d steps in %.1f s", result->global_step, result->wall_s);
     if (!result->evals.empty()) {
-      absl::StrAppendFormat(&final_line, ", eval accuracy %.4f on %d samples", result->evals.back().accuracy,
-                            result->evals.back().samples);
+      absl::StrAppendFormat(&final_line, ", eval accuracy %.4f on %d samples",
+                            result->evals.back().accuracy, result->evals.back().samples);
     }
     absl::StrAppendFormat(&final_line, ", %.0f samples/s", result->samples_per_s);
     std::printf("%s\n", final_line.c_str());
@@ -167,7 +174,8 @@ absl::StatusOr<TrainFlags> ParseTrainFlags(const std::vector<std::string>& args)
       name = arg.substr(0, eq);
       value = arg.substr(eq + 1);
     } else if (absl::StartsWith(arg, "--")) {
-      if (i + 1 >= args.size()) return absl::InvalidArgumentError(absl::StrCat(arg, " needs a value"));
+      if (i + 1 >= args.size())
+        return absl::InvalidArgumentError(absl::StrCat(arg, " needs a value"));
       value = args[++i];
     }
     if (name == "--config") {
@@ -178,7 +186,8 @@ absl::StatusOr<TrainFlags> ParseTrainFlags(const std::vector<std::string>& args)
       flags.sample_log = value;
     } else if (name == "--max_steps") {
       if (!absl::SimpleAtoi(value, &flags.max_steps) || flags.max_steps < 0) {
-        return absl::InvalidArgumentError(absl::StrCat("--max_steps: not a count: \"", value, "\""));
+        return absl::InvalidArgumentError(
+            absl::StrCat("--max_steps: not a count: \"", value, "\""));
       }
     } else {
       return absl::InvalidArgumentError(absl::StrCat("unknown argument \"", arg, "\"\n", kUsage));

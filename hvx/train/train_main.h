@@ -1,13 +1,15 @@
 // The trainer program behind tools/train: flags, config loading, self-launch, init, training.
 //
 //   int main(int argc, char** argv) { return hvx::train::TrainMain(argc, argv); }
-//   // train --config=fashion_mnist.pbtxt --override='epochs: 2' --override='launch { num_processes: "4" }'
+//   // train --config=fashion_mnist.pbtxt --override='epochs: 2' --override='launch {
+//   num_processes: "4" }'
 //
 // Flags: --config=NAME (required; see ConfigSearchPath), --override=TEXT (repeatable, merged in
 // order), --sample_log=DIR (RunOptions::sample_log_dir), --max_steps=N (RunOptions::max_steps),
 // --fresh (RunOptions::fresh), --help. A config whose checkpoint.dir holds a finished run prints
-// (rank 0) that the run in DIR is already complete and how to start fresh, and exits 0. Not under a launcher and asked for more than one process, the program starts itself
-// under hvxrun with the same arguments and returns the job's exit code.
+// (rank 0) that the run in DIR is already complete and how to start fresh, and exits 0. Not under a
+// launcher and asked for more than one process, the program starts itself under hvxrun with the
+// same arguments and returns the job's exit code.
 #ifndef HVX_TRAIN_TRAIN_MAIN_H_
 #define HVX_TRAIN_TRAIN_MAIN_H_
 

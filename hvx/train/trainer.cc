@@ -3,9 +3,8 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
-#include <unistd.h>
-
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -16,10 +15,10 @@
 #include <memory>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/match.h"
 #include "absl/strings/strip.h"
 #include "hvx/common/failpoint.h"
 #include "hvx/common/files.h"
@@ -52,7 +51,8 @@ double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).coun
 constexpr float kFashionMean = 0.2860f;
 constexpr float kFashionStd = 0.3530f;
 
-absl::StatusOr<std::shared_ptr<const data::Decoder>> MakeDecoder(const TrainConfig& config, bool train) {
+absl::StatusOr<std::shared_ptr<const data::Decoder>> MakeDecoder(const TrainConfig& config,
+                                                                 bool train) {
   switch (config.data().format()) {
     case FASHION_MNIST: {
       data::RawImageDecoderOptions o;
@@ -74,14 +74,20 @@ std::string FormatDuration(double s) {
   return absl::StrFormat("%dm%02ds", t / 60, t % 60);
 }
 
-std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const OptimizerConfig& o, torch::nn::Module& model) {
+std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const OptimizerConfig& o,
+                                                       torch::nn::Module& model) {
   if (o.kind() == OptimizerConfig::ADAM) {
-    return std::make_unique<torch::optim::Adam>(
-        model.parameters(), torch::optim::AdamOptions(o.lr()).betas({o.beta1(), o.beta2()}).eps(o.eps()).weight_decay(o.weight_decay()));
+    return std::make_unique<torch::optim::Adam>(model.parameters(),
+                                                torch::optim::AdamOptions(o.lr())
+                                                    .betas({o.beta1(), o.beta2()})
+                                                    .eps(o.eps())
+                                                    .weight_decay(o.weight_decay()));
   }
-  return std::make_unique<torch::optim::SGD>(
-      model.parameters(),
-      torch::optim::SGDOptions(o.lr()).momentum(o.momentum()).nesterov(o.nesterov()).weight_decay(o.weight_decay()));
+  return std::make_unique<torch::optim::SGD>(model.parameters(),
+                                             torch::optim::SGDOptions(o.lr())
+                                                 .momentum(o.momentum())
+                                                 .nesterov(o.nesterov())
+                                                 .weight_decay(o.weight_decay()));
 }
 
 void SetLr(torch::optim::Optimizer& optimizer, double lr) {
@@ -101,8 +107,8 @@ std::vector<std::pair<int64_t, std::string>> ListCheckpoints(const std::string& 
   while (dirent* e = readdir(d)) {
     absl::string_view name = e->d_name;
     int64_t step = 0;
-    if (absl::ConsumePrefix(&name, kCheckpointPrefix) && absl::ConsumeSuffix(&name, kCheckpointSuffix) &&
-        absl::SimpleAtoi(name, &step)) {
+    if (absl::ConsumePrefix(&name, kCheckpointPrefix) &&
+        absl::ConsumeSuffix(&name, kCheckpointSuffix) && absl::SimpleAtoi(name, &step)) {
       found.emplace_back(step, absl::StrCat(dir, "/", e->d_name));
     }
   }
@@ -136,7 +142,8 @@ absl::StatusOr<std::vector<torch::Tensor>> GatherBuffers(Classifier& model) {
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> gathered;
   for (const auto& [name, buffer] : FloatBuffers(model)) {
-    HVX_ASSIGN_OR_RETURN(torch::Tensor all, Allgather("checkpoint.buffer." + name, buffer.reshape({1, -1}).contiguous()));
+    HVX_ASSIGN_OR_RETURN(torch::Tensor all, Allgather("checkpoint.buffer." + name,
+                                                      buffer.reshape({1, -1}).contiguous()));
     gathered.push_back(all.cpu());
   }
   return gathered;
@@ -146,10 +153,12 @@ absl::StatusOr<std::vector<torch::Tensor>> GatherBuffers(Classifier& model) {
 // the new one, never a torn file under a checkpoint's name. The model part holds the buffers
 // averaged over ranks (what evaluation uses: the checkpoint alone is a usable model);
 // "rank_buffers" holds each rank's own. The live buffers are left as they were.
-absl::Status WriteCheckpoint(const CheckpointConfig& c, Classifier& model, torch::optim::Optimizer& optimizer,
-                             const TrainingPosition& p, const std::vector<torch::Tensor>& rank_buffers) {
+absl::Status WriteCheckpoint(const CheckpointConfig& c, Classifier& model,
+                             torch::optim::Optimizer& optimizer, const TrainingPosition& p,
+                             const std::vector<torch::Tensor>& rank_buffers) {
   HVX_RETURN_IF_ERROR(MakeDirs(c.dir()));
-  const std::string final_path = absl::StrCat(c.dir(), "/", kCheckpointPrefix, p.global_step, kCheckpointSuffix);
+  const std::string final_path =
+      absl::StrCat(c.dir(), "/", kCheckpointPrefix, p.global_step, kCheckpointSuffix);
   const std::string tmp_path = absl::StrCat(final_path, ".tmp.", getpid());
   torch::NoGradGuard no_grad;
   const auto buffers = FloatBuffers(model);
@@ -163,14 +172,16 @@ absl::Status WriteCheckpoint(const CheckpointConfig& c, Classifier& model, torch
     torch::serialize::OutputArchive archive, model_archive, optimizer_archive, buffer_archive;
     model.save(model_archive);
     optimizer.save(optimizer_archive);
-    for (size_t i = 0; i < rank_buffers.size(); ++i) buffer_archive.write(absl::StrCat("b", i), rank_buffers[i]);
+    for (size_t i = 0; i < rank_buffers.size(); ++i)
+      buffer_archive.write(absl::StrCat("b", i), rank_buffers[i]);
     archive.write("model", model_archive);
     archive.write("optimizer", optimizer_archive);
     archive.write("rank_buffers", buffer_archive);
     archive.write("position", torch::tensor(EncodePosition(p), torch::kInt64));
     archive.save_to(tmp_path);
   } catch (const c10::Error& e) {
-    status = absl::InternalError(absl::StrCat("writing checkpoint ", tmp_path, ": ", e.what_without_backtrace()));
+    status = absl::InternalError(
+        absl::StrCat("writing checkpoint ", tmp_path, ": ", e.what_without_backtrace()));
   }
   for (size_t i = 0; i < buffers.size(); ++i) buffers[i].second.copy_(live[i]);
   HVX_RETURN_IF_ERROR(status);
@@ -202,7 +213,8 @@ absl::Status LoadCheckpoint(const std::string& path, const torch::Device& device
     torch::Tensor position;
     archive.read("position", position);
     position = position.cpu().to(torch::kInt64).contiguous().reshape({-1});
-    auto decoded = DecodePosition({position.data_ptr<int64_t>(), static_cast<size_t>(position.numel())});
+    auto decoded =
+        DecodePosition({position.data_ptr<int64_t>(), static_cast<size_t>(position.numel())});
     if (!decoded.ok()) return Annotate(decoded.status(), absl::StrCat("checkpoint ", path));
     *p = *decoded;
     if (archive.try_read("rank_buffers", buffer_archive)) {
@@ -215,7 +227,8 @@ absl::Status LoadCheckpoint(const std::string& path, const torch::Device& device
       if (rank_buffers->size() != n) rank_buffers->clear();
     }
   } catch (const c10::Error& e) {
-    return absl::DataLossError(absl::StrCat("checkpoint ", path, " cannot be loaded: ", e.what_without_backtrace()));
+    return absl::DataLossError(
+        absl::StrCat("checkpoint ", path, " cannot be loaded: ", e.what_without_backtrace()));
   }
   return absl::OkStatus();
 }
@@ -229,7 +242,8 @@ absl::StatusOr<std::string> MoveCheckpointsAside(const std::string& dir) {
   HVX_RETURN_IF_ERROR(MakeDirs(aside));
   for (const auto& [step, path] : all) {
     const std::string to = absl::StrCat(aside, "/", path.substr(path.rfind('/') + 1));
-    if (rename(path.c_str(), to.c_str()) != 0) return ErrnoToStatus(errno, absl::StrCat("rename ", path, " -> ", to));
+    if (rename(path.c_str(), to.c_str()) != 0)
+      return ErrnoToStatus(errno, absl::StrCat("rename ", path, " -> ", to));
   }
   return aside;
 }
@@ -238,8 +252,9 @@ absl::StatusOr<std::string> MoveCheckpointsAside(const std::string& dir) {
 // takes its model, optimizer and position, and, when the world size is unchanged, its own
 // BatchNorm statistics. Returns false when there is none. Works without a file system shared
 // between hosts.
-absl::StatusOr<bool> Resume(const CheckpointConfig& c, bool fresh, const torch::Device& device, Classifier& model,
-                            torch::optim::Optimizer& optimizer, TrainingPosition* p) {
+absl::StatusOr<bool> Resume(const CheckpointConfig& c, bool fresh, const torch::Device& device,
+                            Classifier& model, torch::optim::Optimizer& optimizer,
+                            TrainingPosition* p) {
   // EncodePosition's values with epoch -1 (none) or -2 (error on rank 0), then whether per-rank
   // buffers follow.
   constexpr int kPositionSize = static_cast<int>(kEncodedPositionSize);
@@ -250,7 +265,8 @@ absl::StatusOr<bool> Resume(const CheckpointConfig& c, bool fresh, const torch::
     if (fresh) {
       auto aside = MoveCheckpointsAside(c.dir());
       rank0_status = aside.status();
-      if (aside.ok() && !aside->empty()) HVX_LOG(INFO) << "--fresh: moved the previous checkpoints to " << *aside;
+      if (aside.ok() && !aside->empty())
+        HVX_LOG(INFO) << "--fresh: moved the previous checkpoints to " << *aside;
     }
     auto all = ListCheckpoints(c.dir());
     if (rank0_status.ok() && !all.empty()) {
@@ -260,8 +276,8 @@ absl::StatusOr<bool> Resume(const CheckpointConfig& c, bool fresh, const torch::
         const std::vector<int64_t> stored = EncodePosition(*p);
         std::copy(stored.begin(), stored.end(), meta);
         meta[kPositionSize] = own_buffers ? 1 : 0;
-        HVX_LOG(INFO) << "resuming from " << all.back().second << " (epoch " << p->epoch + 1 << ", step "
-                      << p->global_step << ")";
+        HVX_LOG(INFO) << "resuming from " << all.back().second << " (epoch " << p->epoch + 1
+                      << ", step " << p->global_step << ")";
       }
     }
     if (!rank0_status.ok()) meta[0] = -2;
@@ -269,7 +285,8 @@ absl::StatusOr<bool> Resume(const CheckpointConfig& c, bool fresh, const torch::
   TensorRef ref(DataType::kInt64, TensorShape({kPositionSize + 1}), meta);
   HVX_RETURN_IF_ERROR(Wait(Broadcast("resume.position", ref, 0)));
   if (meta[0] == -2) {
-    return !rank0_status.ok() ? rank0_status : absl::DataLossError("rank 0 could not load the newest checkpoint");
+    return !rank0_status.ok() ? rank0_status
+                              : absl::DataLossError("rank 0 could not load the newest checkpoint");
   }
   if (meta[0] < 0) return false;
   HVX_ASSIGN_OR_RETURN(*p, DecodePosition(absl::MakeConstSpan(meta, kPositionSize)));
@@ -280,8 +297,9 @@ absl::StatusOr<bool> Resume(const CheckpointConfig& c, bool fresh, const torch::
   const auto buffers = FloatBuffers(model);
   for (size_t i = 0; i < buffers.size(); ++i) {
     const torch::Tensor& buffer = buffers[i].second;
-    torch::Tensor all = Rank() == 0 ? rank_buffers[i].contiguous()
-                                    : torch::empty({Size(), buffer.numel()}, torch::dtype(buffer.scalar_type()));
+    torch::Tensor all =
+        Rank() == 0 ? rank_buffers[i].contiguous()
+                    : torch::empty({Size(), buffer.numel()}, torch::dtype(buffer.scalar_type()));
     HVX_RETURN_IF_ERROR(BroadcastInPlace("resume.buffer." + buffers[i].first, all, 0));
     buffer.copy_(all[Rank()].view_as(buffer));
   }
@@ -301,8 +319,8 @@ absl::Status AverageBuffers(Classifier& model) {
 }
 
 // Every rank takes part (the buffers are gathered); rank 0 writes.
-absl::Status SaveCheckpoint(const CheckpointConfig& c, Classifier& model, torch::optim::Optimizer& optimizer,
-                            const TrainingPosition& p) {
+absl::Status SaveCheckpoint(const CheckpointConfig& c, Classifier& model,
+                            torch::optim::Optimizer& optimizer, const TrainingPosition& p) {
   HVX_ASSIGN_OR_RETURN(std::vector<torch::Tensor> rank_buffers, GatherBuffers(model));
   if (Rank() != 0) return absl::OkStatus();
   return WriteCheckpoint(c, model, optimizer, p, rank_buffers);
@@ -311,8 +329,9 @@ absl::Status SaveCheckpoint(const CheckpointConfig& c, Classifier& model, torch:
 // Wraps a pipeline batch as a tensor without copying; the tensor owns the batch.
 torch::Tensor ImagesOf(std::unique_ptr<data::Batch>& batch) {
   data::Batch* raw = batch.release();
-  return torch::from_blob(raw->data(), raw->shape().dims(), [raw](void*) { delete raw; },
-                          torch::TensorOptions().dtype(ToScalarType(raw->dtype())));
+  return torch::from_blob(
+      raw->data(), raw->shape().dims(), [raw](void*) { delete raw; },
+      torch::TensorOptions().dtype(ToScalarType(raw->dtype())));
 }
 
 // The batch's labels plus data.label_offset, checked against the model's classes (an unchecked
@@ -325,8 +344,9 @@ absl::StatusOr<torch::Tensor> LabelsOf(const data::Batch& batch, const TrainConf
     labels[i] += offset;
     if (labels[i] < 0 || labels[i] >= classes) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "rank ", Rank(), ": sample ", batch.sample_ids()[i], " has label ", batch.labels()[i], ", which with ",
-          "data.label_offset ", offset, " is ", labels[i], ", outside [0, ", classes, ") of model.num_classes; ",
+          "rank ", Rank(), ": sample ", batch.sample_ids()[i], " has label ", batch.labels()[i],
+          ", which with ", "data.label_offset ", offset, " is ", labels[i], ", outside [0, ",
+          classes, ") of model.num_classes; ",
           "check data.label_offset (-1 for ImageNet's 1-based labels) and model.num_classes"));
     }
   }
@@ -349,7 +369,8 @@ struct Run {
 };
 
 data::RemainderPolicy TrainRemainder(const TrainConfig& config) {
-  return config.data().remainder() == PAD ? data::RemainderPolicy::kPad : data::RemainderPolicy::kDrop;
+  return config.data().remainder() == PAD ? data::RemainderPolicy::kPad
+                                          : data::RemainderPolicy::kDrop;
 }
 
 // How this run's epochs fall into steps.
@@ -392,9 +413,10 @@ absl::StatusOr<EvalResult> Evaluate(Run& run, int64_t epoch) {
     torch::Tensor logits = run.model->forward(images).narrow(0, 0, real);
     labels = labels.narrow(0, 0, real);
     sums[0] += logits.argmax(1).eq(labels).sum().item<double>();
-    sums[1] += torch::nn::functional::cross_entropy(
-                   logits, labels, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
-                   .item<double>();
+    sums[1] +=
+        torch::nn::functional::cross_entropy(
+            logits, labels, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+            .item<double>();
     sums[2] += real;
   }
   HVX_ASSIGN_OR_RETURN(sums, SumMetrics(sums, absl::StrCat("eval.", epoch)));
@@ -417,9 +439,11 @@ std::string FilesFingerprint(const data::Dataset& d) {
   std::string text;
   for (const std::string& path : d.files()) {
     struct stat st {};
-    absl::StrAppend(&text, path, " ", stat(path.c_str(), &st) == 0 ? static_cast<int64_t>(st.st_size) : -1, "\n");
+    absl::StrAppend(&text, path, " ",
+                    stat(path.c_str(), &st) == 0 ? static_cast<int64_t>(st.st_size) : -1, "\n");
   }
-  return absl::StrCat(d.files().size(), " files, fingerprint ", absl::Hex(Fingerprint(text), absl::kZeroPad16));
+  return absl::StrCat(d.files().size(), " files, fingerprint ",
+                      absl::Hex(Fingerprint(text), absl::kZeroPad16));
 }
 
 // What every rank must share: each rank's number of samples decides its steps per epoch, so a
@@ -438,7 +462,8 @@ std::vector<std::pair<std::string, std::string>> SettingsEveryRankShares(const R
 absl::Status OpenData(Run& run) {
   const TrainConfig& config = run.config;
   HVX_RETURN_IF_ERROR(PrepareDataset(config));
-  HVX_ASSIGN_OR_RETURN(auto train, data::Dataset::Open(SplitFilePatterns(config.data().train_files()), {}));
+  HVX_ASSIGN_OR_RETURN(auto train,
+                       data::Dataset::Open(SplitFilePatterns(config.data().train_files()), {}));
   run.train_data = std::move(train);
   const std::string& eval_pattern =
       config.data().eval_files().empty() ? config.data().train_files() : config.data().eval_files();
@@ -481,7 +506,8 @@ absl::Status MaybeSummarize(Run& run, absl::string_view tag, double value, int64
 }
 
 // The training pipeline of `epoch` from `consumed` samples on, for `steps` batches.
-data::PipelineOptions TrainPipelineOptions(const Run& run, int64_t epoch, int64_t consumed, int64_t steps) {
+data::PipelineOptions TrainPipelineOptions(const Run& run, int64_t epoch, int64_t consumed,
+                                           int64_t steps) {
   const TrainConfig& config = run.config;
   data::PipelineOptions po;
   po.rank = Rank();
@@ -509,22 +535,25 @@ absl::StatusOr<TrainResult> Train(Run& run) {
   const int64_t global_batch = int64_t{size} * config.data().batch_size();
   run.steps_per_epoch = StepsPerEpoch(shape);
   if (run.steps_per_epoch <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "data.batch_size: ", config.data().batch_size(), " per rank x ", size, " ranks is more than the ",
-        run.train_data->num_samples(), " training samples; lower batch_size or use fewer processes"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("data.batch_size: ", config.data().batch_size(), " per rank x ", size,
+                     " ranks is more than the ", run.train_data->num_samples(),
+                     " training samples; lower batch_size or use fewer processes"));
   }
   HVX_LOG_RANK0(INFO) << "training " << config.model().name() << " (" << CountParameters(*run.model)
                       << " parameters) on " << run.train_data->num_samples() << " samples, "
-                      << run.eval_data->num_samples() << " for evaluation; " << size << " ranks x batch "
-                      << config.data().batch_size() << ", " << run.steps_per_epoch << " steps per epoch";
-  const LrSchedule schedule(config.optimizer(), size, config.data().batch_size(), run.steps_per_epoch, config.epochs());
+                      << run.eval_data->num_samples() << " for evaluation; " << size
+                      << " ranks x batch " << config.data().batch_size() << ", "
+                      << run.steps_per_epoch << " steps per epoch";
+  const LrSchedule schedule(config.optimizer(), size, config.data().batch_size(),
+                            run.steps_per_epoch, config.epochs());
 
   TrainingPosition pos;
   pos.world_size = size;
   pos.batch_size = config.data().batch_size();
   if (!config.checkpoint().dir().empty() && (config.checkpoint().resume() || run.options.fresh)) {
-    HVX_ASSIGN_OR_RETURN(bool resumed, Resume(config.checkpoint(), run.options.fresh, run.device, *run.model,
-                                              *run.optimizer, &pos));
+    HVX_ASSIGN_OR_RETURN(bool resumed, Resume(config.checkpoint(), run.options.fresh, run.device,
+                                              *run.model, *run.optimizer, &pos));
     if (resumed) result.resumed_from_step = pos.global_step;
   }
   if (pos.epoch >= config.epochs()) {
@@ -537,7 +566,8 @@ absl::StatusOr<TrainResult> Train(Run& run) {
   // Samples of the resumed epoch already trained on, over all ranks of the runs before: the data
   // position whatever their world size and batch size (see hvx/train/epoch_position.h).
   int64_t consumed = pos.samples_in_epoch;
-  if (result.resumed_from_step >= 0 && (pos.world_size != size || pos.batch_size != config.data().batch_size())) {
+  if (result.resumed_from_step >= 0 &&
+      (pos.world_size != size || pos.batch_size != config.data().batch_size())) {
     HVX_LOG_RANK0(INFO) << "world size or batch size changed since the checkpoint: "
                         << DescribeGlobalBatch(pos.world_size, pos.batch_size) << ", now "
                         << DescribeGlobalBatch(size, config.data().batch_size());
@@ -553,13 +583,16 @@ absl::StatusOr<TrainResult> Train(Run& run) {
     std::unique_ptr<data::Pipeline> pipeline;
     if (rest.steps > 0) {
       HVX_ASSIGN_OR_RETURN(
-          pipeline, data::Pipeline::Create(run.train_data, TrainPipelineOptions(run, epoch, consumed, rest.steps)));
+          pipeline, data::Pipeline::Create(run.train_data,
+                                           TrainPipelineOptions(run, epoch, consumed, rest.steps)));
       if (pipeline->num_batches() != rest.steps) {
-        return absl::InternalError(absl::StrCat("rank ", rank, ": epoch ", epoch + 1, " from sample ", consumed,
-                                                " has ", pipeline->num_batches(), " batches, expected ", rest.steps));
+        return absl::InternalError(
+            absl::StrCat("rank ", rank, ": epoch ", epoch + 1, " from sample ", consumed, " has ",
+                         pipeline->num_batches(), " batches, expected ", rest.steps));
       }
     }
-    HVX_RETURN_IF_ERROR(sample_log.Open(run.options.sample_log_dir, epoch, /*append=*/consumed > 0));
+    HVX_RETURN_IF_ERROR(
+        sample_log.Open(run.options.sample_log_dir, epoch, /*append=*/consumed > 0));
     const int64_t epoch_steps = run.steps_per_epoch;
     run.model->train();
     double window_loss = 0;
@@ -583,7 +616,8 @@ absl::StatusOr<TrainResult> Train(Run& run) {
       torch::Tensor images = ImagesOf(*batch).to(run.device);
       // The random stream (dropout) depends only on where training stands, so a resumed run
       // draws exactly what the uninterrupted run drew.
-      torch::manual_seed(config.seed() * 1000003 + static_cast<uint64_t>(pos.global_step) * 131 + rank);
+      torch::manual_seed(config.seed() * 1000003 + static_cast<uint64_t>(pos.global_step) * 131 +
+                         rank);
       // The schedule at this run's size, where an uninterrupted run at this size stands at this
       // point of the epoch: the global step itself unless a resume changed the size.
       const double lr = schedule.At(epoch * epoch_steps + pos.steps_in_epoch);
@@ -608,18 +642,24 @@ absl::StatusOr<TrainResult> Train(Run& run) {
           HVX_ASSIGN_OR_RETURN(mean_loss, AverageMetric(mean_loss, "train.loss"));
         }
         const double window_s = Seconds(Clock::now() - window_start);
-        const double samples_per_s = window_steps * config.data().batch_size() * size / std::max(window_s, 1e-9);
-        const int64_t steps_left = (config.epochs() - epoch - 1) * epoch_steps + (epoch_steps - pos.steps_in_epoch);
+        const double samples_per_s =
+            window_steps * config.data().batch_size() * size / std::max(window_s, 1e-9);
+        const int64_t steps_left =
+            (config.epochs() - epoch - 1) * epoch_steps + (epoch_steps - pos.steps_in_epoch);
         const double eta_s = steps_left * window_s / window_steps;
         if (rank == 0) {
-          std::printf("epoch %lld/%d step %lld/%lld loss %.7g lr %.6g samples/s %.0f data_wait %.1f%% eta %s\n",
-                      static_cast<long long>(epoch + 1), config.epochs(), static_cast<long long>(pos.steps_in_epoch),
-                      static_cast<long long>(epoch_steps), mean_loss, lr, samples_per_s,
-                      100.0 * window_wait / std::max(window_s, 1e-9), FormatDuration(eta_s).c_str());
+          std::printf(
+              "epoch %lld/%d step %lld/%lld loss %.7g lr %.6g samples/s %.0f data_wait %.1f%% eta "
+              "%s\n",
+              static_cast<long long>(epoch + 1), config.epochs(),
+              static_cast<long long>(pos.steps_in_epoch), static_cast<long long>(epoch_steps),
+              mean_loss, lr, samples_per_s, 100.0 * window_wait / std::max(window_s, 1e-9),
+              FormatDuration(eta_s).c_str());
           std::fflush(stdout);
           HVX_RETURN_IF_ERROR(MaybeSummarize(run, "train/loss", mean_loss, pos.global_step));
           HVX_RETURN_IF_ERROR(MaybeSummarize(run, "train/lr", lr, pos.global_step));
-          HVX_RETURN_IF_ERROR(MaybeSummarize(run, "train/samples_per_s", samples_per_s, pos.global_step));
+          HVX_RETURN_IF_ERROR(
+              MaybeSummarize(run, "train/samples_per_s", samples_per_s, pos.global_step));
         }
         window_loss = 0;
         window_steps = 0;
@@ -627,7 +667,8 @@ absl::StatusOr<TrainResult> Train(Run& run) {
         window_start = Clock::now();
       }
       const bool step_checkpoint = config.checkpoint().every_steps() > 0 &&
-                                   pos.global_step % config.checkpoint().every_steps() == 0 && !last_step;
+                                   pos.global_step % config.checkpoint().every_steps() == 0 &&
+                                   !last_step;
       if (!config.checkpoint().dir().empty() && (step_checkpoint || (stop && !last_step))) {
         HVX_RETURN_IF_ERROR(SaveCheckpoint(config.checkpoint(), *run.model, *run.optimizer, pos));
       }
@@ -651,16 +692,18 @@ absl::StatusOr<TrainResult> Train(Run& run) {
     if ((epoch + 1) % config.logging().eval_every_epochs() == 0 || last_epoch) {
       HVX_ASSIGN_OR_RETURN(EvalResult eval, Evaluate(run, epoch));
       result.evals.push_back(eval);
-      HVX_LOG_RANK0(INFO) << absl::StrFormat("epoch %d/%d eval accuracy %.4f loss %.6f on %d samples (%.1f s/epoch, %.0f samples/s)",
-                                             epoch + 1, config.epochs(), eval.accuracy, eval.loss, eval.samples, epoch_s,
-                                             result.samples_per_s);
+      HVX_LOG_RANK0(INFO) << absl::StrFormat(
+          "epoch %d/%d eval accuracy %.4f loss %.6f on %d samples (%.1f s/epoch, %.0f samples/s)",
+          epoch + 1, config.epochs(), eval.accuracy, eval.loss, eval.samples, epoch_s,
+          result.samples_per_s);
       if (rank == 0) {
         HVX_RETURN_IF_ERROR(MaybeSummarize(run, "eval/accuracy", eval.accuracy, pos.global_step));
         HVX_RETURN_IF_ERROR(MaybeSummarize(run, "eval/loss", eval.loss, pos.global_step));
         if (run.summaries) HVX_RETURN_IF_ERROR(run.summaries->Flush());
       }
     }
-    if (!config.checkpoint().dir().empty() && ((epoch + 1) % config.checkpoint().every_epochs() == 0 || last_epoch || stop)) {
+    if (!config.checkpoint().dir().empty() &&
+        ((epoch + 1) % config.checkpoint().every_epochs() == 0 || last_epoch || stop)) {
       HVX_RETURN_IF_ERROR(SaveCheckpoint(config.checkpoint(), *run.model, *run.optimizer, pos));
     }
     if (stop) break;
@@ -680,11 +723,13 @@ absl::StatusOr<TrainResult> RunTraining(const TrainConfig& config, const RunOpti
   HVX_LOG_RANK0(INFO) << "training on " << run.device.str();
   const int threads = config.threads() > 0
                           ? config.threads()
-                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, LocalSize()));
+                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
+                                            std::max(1, LocalSize()));
   torch::set_num_threads(threads);
   HVX_RETURN_IF_ERROR(OpenData(run));
-  HVX_RETURN_IF_ERROR(Annotate(CheckSameOnEveryRank("trainer.settings", SettingsEveryRankShares(run)),
-                               "the trainer's ranks disagree"));
+  HVX_RETURN_IF_ERROR(
+      Annotate(CheckSameOnEveryRank("trainer.settings", SettingsEveryRankShares(run)),
+               "the trainer's ranks disagree"));
   torch::manual_seed(config.seed());
   HVX_ASSIGN_OR_RETURN(run.model, CreateModel(config.model()));
   run.model->to(run.device);
@@ -694,7 +739,8 @@ absl::StatusOr<TrainResult> RunTraining(const TrainConfig& config, const RunOpti
   DistributedOptimizerOptions dopts;
   HVX_ASSIGN_OR_RETURN(dopts.compression, ParseGradientCompression(config.engine().compression()));
   dopts.gradient_predivide_factor = config.engine().gradient_predivide_factor();
-  HVX_ASSIGN_OR_RETURN(run.distributed, DistributedOptimizer::Create(*run.optimizer, run.model->named_parameters(), dopts));
+  HVX_ASSIGN_OR_RETURN(run.distributed, DistributedOptimizer::Create(
+                                            *run.optimizer, run.model->named_parameters(), dopts));
   if (Rank() == 0 && !config.summaries_dir().empty()) {
     HVX_ASSIGN_OR_RETURN(run.summaries, SummaryWriter::Create(config.summaries_dir()));
   }

@@ -1,6 +1,6 @@
-#include "tests/deps/cuda_scale.h"
-
 #include <cuda_runtime.h>
+
+#include "tests/deps/cuda_scale.h"
 
 namespace {
 __global__ void ScaleKernel(float* data, int n, float factor) {

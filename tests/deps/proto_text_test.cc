@@ -11,7 +11,8 @@ namespace {
 
 class Collector : public google::protobuf::io::ErrorCollector {
  public:
-  void AddError(int line, google::protobuf::io::ColumnNumber column, const std::string& msg) override {
+  void AddError(int line, google::protobuf::io::ColumnNumber column,
+                const std::string& msg) override {
     errors += std::to_string(line + 1) + ":" + std::to_string(column + 1) + ": " + msg + "\n";
   }
   std::string errors;
@@ -32,7 +33,8 @@ TEST(ProtoTextTest, ErrorsCarryLineAndColumn) {
   Collector c;
   parser.RecordErrorsTo(&c);
   EXPECT_FALSE(parser.ParseFromString("name: 'x'\n  wrold_size: 3\n", &p));
-  EXPECT_EQ(c.errors, "2:13: Message type \"hvx.tests.LinkProof\" has no field named \"wrold_size\".\n");
+  EXPECT_EQ(c.errors,
+            "2:13: Message type \"hvx.tests.LinkProof\" has no field named \"wrold_size\".\n");
 }
 
 }  // namespace

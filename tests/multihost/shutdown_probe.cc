@@ -27,7 +27,8 @@ int main(int argc, char** argv) {
     } else if (!std::strcmp(argv[i], "--code") && i + 1 < argc) {
       code = std::atoi(argv[++i]);
     } else {
-      std::fprintf(stderr, "usage: shutdown_probe [--at-exit] [--code-rank R | --fail-rank R] [--code C]\n");
+      std::fprintf(
+          stderr, "usage: shutdown_probe [--at-exit] [--code-rank R | --fail-rank R] [--code C]\n");
       return 2;
     }
   }

@@ -18,7 +18,8 @@ namespace {
 absl::Status Make(const std::string& out, int classes, int train_per_class, int val_per_class) {
   const std::string train_root = out + "/raw/train", val_root = out + "/raw/validation";
   // Not square and not 224: both crops (random-resized and centre) have work to do.
-  absl::Status s = hvx::data::WriteSyntheticImageFolder(train_root, classes, train_per_class, 96, 72, 1);
+  absl::Status s =
+      hvx::data::WriteSyntheticImageFolder(train_root, classes, train_per_class, 96, 72, 1);
   if (s.ok()) s = hvx::data::WriteSyntheticImageFolder(val_root, classes, val_per_class, 96, 72, 2);
   if (s.ok()) s = hvx::data::WriteImageFolderShards(train_root, out, "train", 2).status();
   if (s.ok()) s = hvx::data::WriteImageFolderShards(val_root, out, "validation", 1).status();
@@ -31,7 +32,8 @@ int main(int argc, char** argv) {
   int classes = 0, train = 0, val = 0;
   if (argc != 5 || !absl::SimpleAtoi(argv[2], &classes) || !absl::SimpleAtoi(argv[3], &train) ||
       !absl::SimpleAtoi(argv[4], &val) || classes < 1 || train < 1 || val < 1) {
-    std::fprintf(stderr, "usage: make_tiny_imagenet OUT_DIR CLASSES TRAIN_PER_CLASS VAL_PER_CLASS\n");
+    std::fprintf(stderr,
+                 "usage: make_tiny_imagenet OUT_DIR CLASSES TRAIN_PER_CLASS VAL_PER_CLASS\n");
     return 2;
   }
   const absl::Status status = Make(argv[1], classes, train, val);

@@ -7,7 +7,8 @@
 int main(int argc, char** argv) {
   const int rc = hvx::launch::MaybeRunRankWrapper(argc, argv);
   if (rc >= 0) return rc;
-  hvx::launch::WriteFully(2, std::string("usage: ") + argv[0] + " " + hvx::launch::kRankWrapperFlag +
+  hvx::launch::WriteFully(2, std::string("usage: ") + argv[0] + " " +
+                                 hvx::launch::kRankWrapperFlag +
                                  " --plan HOST:N,... -- PROGRAM [ARGS...] (started by hvxrun)\n");
   return 2;
 }

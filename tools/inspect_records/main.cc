@@ -1,8 +1,8 @@
 // inspect_records: record counts, CRC verification, a record's features, index files.
 //
-//   inspect_records /data/train-*                 # counts; exit 1 and "file:offset: reason" if corrupt
-//   inspect_records --dump=5 /data/train-00000-of-00004
-//   inspect_records --index /data/train-*         # (re)build the .idx files
+//   inspect_records /data/train-*                 # counts; exit 1 and "file:offset: reason" if
+//   corrupt inspect_records --dump=5 /data/train-00000-of-00004 inspect_records --index
+//   /data/train-*         # (re)build the .idx files
 #include <iostream>
 #include <string>
 #include <vector>

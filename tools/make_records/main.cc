@@ -27,7 +27,8 @@ int main(int argc, char** argv) {
       "make_records (--idx_images=F --idx_labels=F | --image_folder=DIR) --out_dir=DIR "
       "[--prefix=train] [--shards=N]");
   std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
-  const bool idx = !absl::GetFlag(FLAGS_idx_images).empty() || !absl::GetFlag(FLAGS_idx_labels).empty();
+  const bool idx =
+      !absl::GetFlag(FLAGS_idx_images).empty() || !absl::GetFlag(FLAGS_idx_labels).empty();
   const bool folder = !absl::GetFlag(FLAGS_image_folder).empty();
   if (rest.size() > 1 || idx == folder || absl::GetFlag(FLAGS_out_dir).empty()) {
     std::cerr << "usage: " << absl::ProgramUsageMessage() << "\n";
@@ -39,7 +40,8 @@ int main(int argc, char** argv) {
                                       absl::GetFlag(FLAGS_prefix), absl::GetFlag(FLAGS_shards))
           : hvx::data::WriteImageFolderShards(
                 absl::GetFlag(FLAGS_image_folder), absl::GetFlag(FLAGS_out_dir),
-                absl::GetFlag(FLAGS_prefix), absl::GetFlag(FLAGS_shards), absl::GetFlag(FLAGS_seed));
+                absl::GetFlag(FLAGS_prefix), absl::GetFlag(FLAGS_shards),
+                absl::GetFlag(FLAGS_seed));
   if (!shards.ok()) {
     std::cerr << "make_records: " << shards.status().message() << "\n";
     return 1;
