@@ -107,30 +107,38 @@ absl::StatusOr<std::vector<std::string>> WriteIdxShards(const std::string& image
                                                    labels_path, " holds ", labels.dims[0],
                                                    " labels"));
   }
+  Example example;
+  SetInt64(&example, "image/height", h);
+  SetInt64(&example, "image/width", w);
+  SetInt64(&example, "image/channels", 1);
+  return WriteShards(out_dir, prefix, num_shards, n, [&](int64_t i) -> absl::StatusOr<std::string> {
+    SetBytes(&example, "image/raw",
+             absl::string_view(images.data)
+                 .substr(static_cast<size_t>(i * h * w), static_cast<size_t>(h * w)));
+    SetInt64(&example, "image/class/label",
+             static_cast<uint8_t>(labels.data[static_cast<size_t>(i)]));
+    std::string serialized;
+    SerializeExample(example, &serialized);
+    return serialized;
+  });
+}
+
+absl::StatusOr<std::vector<std::string>> WriteShards(
+    const std::string& out_dir, const std::string& prefix, int num_shards, int64_t n,
+    const std::function<absl::StatusOr<std::string>(int64_t i)>& record) {
   if (num_shards < 1 || num_shards > n) {
     return absl::InvalidArgumentError(
         absl::StrCat("cannot split ", n, " samples into ", num_shards, " shards"));
   }
   HVX_RETURN_IF_ERROR(MakeDirs(out_dir));
   std::vector<std::string> paths;
-  Example example;
-  SetInt64(&example, "image/height", h);
-  SetInt64(&example, "image/width", w);
-  SetInt64(&example, "image/channels", 1);
-  std::string serialized;
   for (int s = 0; s < num_shards; ++s) {
     const std::string path = absl::StrCat(out_dir, "/", ShardFileName(prefix, s, num_shards));
     RecordWriterOptions options;
     options.write_index = true;
     HVX_ASSIGN_OR_RETURN(auto writer, RecordWriter::Open(path, options));
-    const int64_t begin = n * s / num_shards, end = n * (s + 1) / num_shards;
-    for (int64_t i = begin; i < end; ++i) {
-      SetBytes(&example, "image/raw",
-               absl::string_view(images.data)
-                   .substr(static_cast<size_t>(i * h * w), static_cast<size_t>(h * w)));
-      SetInt64(&example, "image/class/label",
-               static_cast<uint8_t>(labels.data[static_cast<size_t>(i)]));
-      SerializeExample(example, &serialized);
+    for (int64_t i = n * s / num_shards; i < n * (s + 1) / num_shards; ++i) {
+      HVX_ASSIGN_OR_RETURN(const std::string serialized, record(i));
       HVX_RETURN_IF_ERROR(writer->Write(serialized));
     }
     HVX_RETURN_IF_ERROR(writer->Close());

@@ -17,6 +17,7 @@
 #define HVX_DATA_IDX_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,14 @@ absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path);
 
 // "<prefix>-<k, 5 digits>-of-<n, 5 digits>", the TensorFlow shard naming.
 std::string ShardFileName(const std::string& prefix, int shard, int num_shards);
+
+// Writes samples 0..n-1 in order into `num_shards` record files (with index files) named by
+// ShardFileName under `out_dir` (created if missing), shard s holding samples [n*s/num_shards,
+// n*(s+1)/num_shards); `record(i)` returns sample i's serialized record. Returns the paths.
+// InvalidArgument when num_shards is not in [1, n]; the first error of `record` or of a write.
+absl::StatusOr<std::vector<std::string>> WriteShards(
+    const std::string& out_dir, const std::string& prefix, int num_shards, int64_t n,
+    const std::function<absl::StatusOr<std::string>(int64_t i)>& record);
 
 // Converts an image IDX file (uint8, N x H x W) and a label IDX file (uint8, N) into `num_shards`
 // record files plus their index files in out_dir (created if missing). Returns the shard paths.

@@ -81,38 +81,27 @@ absl::StatusOr<std::vector<std::string>> WriteImageFolderShards(const std::strin
   }
   SampleRng rng(MixSeed(seed, 0x1f01de7));
   for (size_t i = items.size() - 1; i > 0; --i) std::swap(items[i], items[rng.Below(i + 1)]);
-  HVX_RETURN_IF_ERROR(MakeDirs(out_dir));
-  std::vector<std::string> paths;
   const int64_t n = static_cast<int64_t>(items.size());
-  std::string serialized;
-  for (int s = 0; s < num_shards; ++s) {
-    const std::string path = absl::StrCat(out_dir, "/", ShardFileName(prefix, s, num_shards));
-    RecordWriterOptions options;
-    options.write_index = true;
-    HVX_ASSIGN_OR_RETURN(auto writer, RecordWriter::Open(path, options));
-    for (int64_t i = n * s / num_shards; i < n * (s + 1) / num_shards; ++i) {
-      const Item& item = items[static_cast<size_t>(i)];
-      HVX_ASSIGN_OR_RETURN(std::string jpeg, ReadFile(item.path));
-      absl::StatusOr<JpegInfo> info = ReadJpegHeader(jpeg);
-      if (!info.ok()) return Annotate(info.status(), item.path);
-      Example e;
-      SetBytes(&e, "image/encoded", jpeg);
-      SetInt64(&e, "image/height", info->height);
-      SetInt64(&e, "image/width", info->width);
-      SetInt64(&e, "image/channels", 3);
-      SetBytes(&e, "image/colorspace", "RGB");
-      SetBytes(&e, "image/format", "JPEG");
-      SetBytes(&e, "image/filename", item.name);
-      SetInt64(&e, "image/class/label", item.label);
-      SetBytes(&e, "image/class/synset", item.synset);
-      SetBytes(&e, "image/class/text", item.synset);
-      SerializeExample(e, &serialized);
-      HVX_RETURN_IF_ERROR(writer->Write(serialized));
-    }
-    HVX_RETURN_IF_ERROR(writer->Close());
-    paths.push_back(path);
-  }
-  return paths;
+  return WriteShards(out_dir, prefix, num_shards, n, [&](int64_t i) -> absl::StatusOr<std::string> {
+    const Item& item = items[static_cast<size_t>(i)];
+    HVX_ASSIGN_OR_RETURN(std::string jpeg, ReadFile(item.path));
+    absl::StatusOr<JpegInfo> info = ReadJpegHeader(jpeg);
+    if (!info.ok()) return Annotate(info.status(), item.path);
+    Example e;
+    SetBytes(&e, "image/encoded", jpeg);
+    SetInt64(&e, "image/height", info->height);
+    SetInt64(&e, "image/width", info->width);
+    SetInt64(&e, "image/channels", 3);
+    SetBytes(&e, "image/colorspace", "RGB");
+    SetBytes(&e, "image/format", "JPEG");
+    SetBytes(&e, "image/filename", item.name);
+    SetInt64(&e, "image/class/label", item.label);
+    SetBytes(&e, "image/class/synset", item.synset);
+    SetBytes(&e, "image/class/text", item.synset);
+    std::string serialized;
+    SerializeExample(e, &serialized);
+    return serialized;
+  });
 }
 
 absl::Status WriteSyntheticImageFolder(const std::string& root, int num_classes, int per_class,
