@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "hvx/common/failpoint.h"
 #include "hvx/common/memory.h"
@@ -144,7 +145,7 @@ std::string GlobalRanks(MPI_Comm comm) {
 }
 
 absl::Status WaitPolitely(MPI_Comm comm, int count, MPI_Request* requests, absl::string_view what,
-                          WaitPolicy policy, absl::string_view waiting_on) {
+                          WaitPolicy policy, std::initializer_list<int> peers) {
   const auto start = std::chrono::steady_clock::now();
   const auto spin = std::chrono::microseconds(policy.spin_micros);
   const auto max_pause = std::chrono::microseconds(policy.max_pause_micros);
@@ -159,11 +160,13 @@ absl::Status WaitPolitely(MPI_Comm comm, int count, MPI_Request* requests, absl:
     if (!s.ok() || done) return s;
     const auto waited = std::chrono::steady_clock::now() - start;
     if (waited >= limit) {
+      std::vector<std::string> named;
+      for (int peer : peers) named.push_back(GlobalRank(comm, peer));
       return absl::DeadlineExceededError(absl::StrCat(
           what, " did not complete within ", absl::FormatDuration(timeout),
           " (HVX_COLLECTIVE_TIMEOUT_S): ",
-          waiting_on.empty() ? absl::StrCat("not every one of ", GlobalRanks(comm), " took part")
-                             : absl::StrCat(waiting_on, " did not answer"),
+          named.empty() ? absl::StrCat("not every one of ", GlobalRanks(comm), " took part")
+                        : absl::StrCat(absl::StrJoin(named, " or "), " did not answer"),
           "; a rank failed, froze or is waiting in another collective"));
     }
     if (waited < spin) continue;
@@ -217,11 +220,9 @@ absl::Status ChunkedAllreduce(MPI_Comm comm, void* data, int64_t count, DataType
   char* p = static_cast<char*>(data);
   for (int64_t done = 0; done < count; done += per) {
     const int n = static_cast<int>(std::min(per, count - done));
-    MPI_Request request = MPI_REQUEST_NULL;
-    HVX_RETURN_IF_ERROR(
-        MpiStatus(MPI_Iallreduce(MPI_IN_PLACE, p + done * esize, n, t.type, t.op, comm, &request),
-                  "MPI_Iallreduce"));
-    HVX_RETURN_IF_ERROR(WaitPolitely(comm, 1, &request, "MPI_Iallreduce", kDataWait));
+    HVX_RETURN_IF_ERROR(StartAndWait(comm, "MPI_Iallreduce", kDataWait, [&](MPI_Request* q) {
+      return MPI_Iallreduce(MPI_IN_PLACE, p + done * esize, n, t.type, t.op, comm, q);
+    }));
   }
   return absl::OkStatus();
 }
@@ -258,21 +259,21 @@ absl::Status AgreeOnEveryRank(MPI_Comm comm, const absl::Status& local) {
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
   int failing = local.ok() ? size : rank;
-  MPI_Request q = MPI_REQUEST_NULL;
-  HVX_RETURN_IF_ERROR(
-      MpiStatus(MPI_Iallreduce(MPI_IN_PLACE, &failing, 1, MPI_INT, MPI_MIN, comm, &q),
-                "MPI_Iallreduce (agreeing on a local step)"));
-  HVX_RETURN_IF_ERROR(WaitPolitely(comm, 1, &q, "agreeing on a local step", kDataWait));
+  HVX_RETURN_IF_ERROR(StartAndWait(
+      comm, "MPI_Iallreduce (agreeing on a local step)", kDataWait, [&](MPI_Request* q) {
+        return MPI_Iallreduce(MPI_IN_PLACE, &failing, 1, MPI_INT, MPI_MIN, comm, q);
+      }));
   if (failing == size) return absl::OkStatus();
   std::string message(local.message());
   int64_t len = static_cast<int64_t>(message.size());
-  HVX_RETURN_IF_ERROR(MpiStatus(MPI_Ibcast(&len, 1, MPI_INT64_T, failing, comm, &q), "MPI_Ibcast"));
-  HVX_RETURN_IF_ERROR(WaitPolitely(comm, 1, &q, "MPI_Ibcast (a rank's error)", kDataWait));
+  HVX_RETURN_IF_ERROR(StartAndWait(
+      comm, "MPI_Ibcast (a rank's error)", kDataWait,
+      [&](MPI_Request* q) { return MPI_Ibcast(&len, 1, MPI_INT64_T, failing, comm, q); }));
   message.resize(static_cast<size_t>(len));
   HVX_RETURN_IF_ERROR(
-      MpiStatus(MPI_Ibcast(message.data(), static_cast<int>(len), MPI_BYTE, failing, comm, &q),
-                "MPI_Ibcast"));
-  HVX_RETURN_IF_ERROR(WaitPolitely(comm, 1, &q, "MPI_Ibcast (a rank's error)", kDataWait));
+      StartAndWait(comm, "MPI_Ibcast (a rank's error)", kDataWait, [&](MPI_Request* q) {
+        return MPI_Ibcast(message.data(), static_cast<int>(len), MPI_BYTE, failing, comm, q);
+      }));
   if (!local.ok()) return local;
   return absl::FailedPreconditionError(
       absl::StrCat(GlobalRank(comm, failing), " failed: ", message));
@@ -348,9 +349,7 @@ absl::Status Exchange(MPI_Comm comm, int right, int left, int tag, const Virtual
     if (code != MPI_SUCCESS && status.ok()) status = MpiStatus(code, "ring MPI_Isend");
   });
   const absl::Status wait = WaitPolitely(comm, static_cast<int>(requests->size()), requests->data(),
-                                         "ring allreduce step", kDataWait,
-                                         absl::StrCat(GlobalRank(comm, left), " (receiving) or ",
-                                                      GlobalRank(comm, right), " (sending)"));
+                                         "ring allreduce step", kDataWait, {left, right});
   return status.ok() ? wait : status;
 }
 
@@ -487,11 +486,10 @@ absl::Status GatherAllreduce(MPI_Comm comm, char* data, const std::vector<int64_
   }
   HVX_ASSIGN_OR_RETURN(char* all,
                        gathered->GetOnEveryRank(std::max<int64_t>(1, bytes * size), comm));
-  MPI_Request request = MPI_REQUEST_NULL;
-  HVX_RETURN_IF_ERROR(MpiStatus(MPI_Iallgather(data, static_cast<int>(bytes), MPI_BYTE, all,
-                                               static_cast<int>(bytes), MPI_BYTE, comm, &request),
-                                "MPI_Iallgather"));
-  HVX_RETURN_IF_ERROR(WaitPolitely(comm, 1, &request, "MPI_Iallgather", kDataWait));
+  HVX_RETURN_IF_ERROR(StartAndWait(comm, "MPI_Iallgather", kDataWait, [&](MPI_Request* q) {
+    return MPI_Iallgather(data, static_cast<int>(bytes), MPI_BYTE, all, static_cast<int>(bytes),
+                          MPI_BYTE, comm, q);
+  }));
   // Segment k as the ring reduces it: x[k], then x[k+1] ... x[k-1] folded in one at a time.
   for (int k = 0; k < size; ++k) {
     const int64_t b = bounds[k] * esize, n = bounds[k + 1] - bounds[k];

@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -48,11 +49,21 @@ inline constexpr WaitPolicy kControlWait = {50, 500};
 // otherwise). Sleeping even 10-100 us between tests made the 64 MiB allreduce 1.8x slower.
 inline constexpr WaitPolicy kDataWait = {1000, 0};
 // Fails with DeadlineExceeded once the wait has lasted CollectiveTimeout(comm): the message names
-// `what`, `waiting_on` (the peers it waits for, when the caller knows them) or else the global
-// ranks of `comm`, and HVX_COLLECTIVE_TIMEOUT_S. The requests are left pending: the caller's
-// communicator is unusable afterwards.
+// `what`, the global ranks of `peers` (ranks of `comm` it waits for, when the caller knows them;
+// named only then, off the hot path) or else all of `comm`'s, and HVX_COLLECTIVE_TIMEOUT_S. The
+// requests are left pending: the caller's communicator is unusable afterwards.
 absl::Status WaitPolitely(MPI_Comm comm, int count, MPI_Request* requests, absl::string_view what,
-                          WaitPolicy policy, absl::string_view waiting_on = "");
+                          WaitPolicy policy, std::initializer_list<int> peers = {});
+
+// Starts one nonblocking MPI call with `start` (it fills the request) and completes it with
+// WaitPolitely; errors of either name `what`.
+template <typename Start>
+absl::Status StartAndWait(MPI_Comm comm, absl::string_view what, WaitPolicy policy, Start start) {
+  MPI_Request request = MPI_REQUEST_NULL;
+  absl::Status started = MpiStatus(start(&request), what);
+  if (!started.ok()) return started;
+  return WaitPolitely(comm, 1, &request, what, policy);
+}
 
 // The longest a wait for the peers on `comm` may last (InitOptions::collective_timeout_s), kept on
 // the communicator as an MPI attribute (MPI_Comm_dup copies it; give a split communicator its own).

@@ -261,15 +261,10 @@ class MpiCpuPlane : public DataPlane {
     // This rank's counts are its own: if they overflow here, every rank must fail, not just this
     // one.
     absl::Status fits;
-    for (int r = 0; r < size_ && fits.ok(); ++r) {
+    for (int r = 0; r < size_; ++r) {
       fits = CheckInt(std::max(so + w.send_rows[r] * row_bytes, ro + w.recv_rows[r] * row_bytes),
                       w.name);
-      so += w.send_rows[r] * row_bytes;
-      ro += w.recv_rows[r] * row_bytes;
-    }
-    HVX_RETURN_IF_ERROR(AgreeOnEveryRank(comm_, fits));
-    so = ro = 0;
-    for (int r = 0; r < size_; ++r) {
+      if (!fits.ok()) break;
       sc[r] = static_cast<int>(w.send_rows[r] * row_bytes);
       sd[r] = static_cast<int>(so);
       so += sc[r];
@@ -277,6 +272,7 @@ class MpiCpuPlane : public DataPlane {
       rd[r] = static_cast<int>(ro);
       ro += rc[r];
     }
+    HVX_RETURN_IF_ERROR(AgreeOnEveryRank(comm_, fits));
     ScopedActivity a(w.activity, "MPI_ALLTOALLV");
     return Complete(absl::StrCat("MPI_Ialltoallv of '", w.name, "'"), [&](MPI_Request* q) {
       return MPI_Ialltoallv(w.input.data(), sc.data(), sd.data(), MPI_BYTE, w.output.data(),
@@ -317,9 +313,7 @@ class MpiCpuPlane : public DataPlane {
   // communicator's collective timeout.
   template <typename Start>
   absl::Status Complete(const std::string& what, Start start) {
-    MPI_Request request = MPI_REQUEST_NULL;
-    HVX_RETURN_IF_ERROR(MpiStatus(start(&request), what));
-    return WaitPolitely(comm_, 1, &request, what, kDataWait);
+    return StartAndWait(comm_, what, kDataWait, start);
   }
 
   absl::Status FusedAdasum(const AllreduceWork& w) {
@@ -353,8 +347,7 @@ class MpiCpuPlane : public DataPlane {
                                       "Adasum MPI_Irecv"));
         HVX_RETURN_IF_ERROR(MpiStatus(MPI_Isend(buf + off, n, MPI_BYTE, partner, 7, comm_, &q[1]),
                                       "Adasum MPI_Isend"));
-        HVX_RETURN_IF_ERROR(
-            WaitPolitely(comm_, 2, q, "Adasum exchange", kDataWait, GlobalRank(comm_, partner)));
+        HVX_RETURN_IF_ERROR(WaitPolitely(comm_, 2, q, "Adasum exchange", kDataWait, {partner}));
       }
       int64_t off = 0;
       for (const TensorRef& t : w.inputs) {
@@ -472,9 +465,7 @@ class MpiCommunicator : public Communicator {
   // plane runs every cycle, and a rank whose peers are still computing must not spin meanwhile.
   template <typename Start>
   absl::Status Politely(absl::string_view what, Start start) {
-    MPI_Request request = MPI_REQUEST_NULL;
-    HVX_RETURN_IF_ERROR(MpiStatus(start(&request), what));
-    return WaitPolitely(comm_, 1, &request, what, kControlWait);
+    return StartAndWait(comm_, what, kControlWait, start);
   }
 
   absl::StatusOr<std::unique_ptr<Communicator>> Subset(const std::vector<int>& ranks) override {

@@ -24,7 +24,7 @@ TEST(TimeoutTest, AWaitForAPeerThatNeverSendsEndsAtTheTimeout) {
     MPI_Request q;
     MPI_Irecv(&x, 1, MPI_INT, 1, 99, comm, &q);
     const auto start = std::chrono::steady_clock::now();
-    absl::Status s = WaitPolitely(comm, 1, &q, "test receive", kDataWait, GlobalRank(comm, 1));
+    absl::Status s = WaitPolitely(comm, 1, &q, "test receive", kDataWait, {1});
     const double waited =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
