@@ -859,6 +859,16 @@ absl::StatusOr<TensorRef> Engine::AllocateOutput(Entry& entry, const std::vector
   return entry.state->output;
 }
 
+absl::StatusOr<Engine::PreparedOutput> Engine::PrepareOutput(SetState& set, Entry& entry,
+                                                             const std::vector<int64_t>& shape) {
+  // The plane first, on every rank: a factory may run collectives of its own.
+  absl::StatusOr<DataPlane*> plane = PlaneFor(set, entry.request.device);
+  absl::StatusOr<TensorRef> output = AllocateOutput(entry, shape);
+  HVX_RETURN_IF_ERROR(
+      AgreeBeforeDataPlane(set, entry.request.name, plane.ok() ? output.status() : plane.status()));
+  return PreparedOutput{*plane, *output};
+}
+
 absl::Status Engine::AgreeBeforeDataPlane(SetState& set, const std::string& name,
                                           const absl::Status& local) {
   std::vector<uint64_t> ok = {local.ok() ? ~uint64_t{0} : 0};
@@ -966,19 +976,20 @@ absl::Status Engine::Execute(SetState& set, const Response& r) {
       int64_t total = 0;
       for (int64_t rows : r.rows) total += rows;
       shape[0] = total;
-      auto plane = PlaneFor(set, e->request.device);
-      auto out = AllocateOutput(*e, shape);
-      status = AgreeBeforeDataPlane(set, r.names[0], plane.ok() ? out.status() : plane.status());
-      if (!status.ok()) break;
+      auto prepared = PrepareOutput(set, *e, shape);
+      if (!prepared.ok()) {
+        status = prepared.status();
+        break;
+      }
       AllgatherWork w;
       w.name = r.names[0];
       w.input = e->input;
-      w.output = *out;
+      w.output = prepared->output;
       w.rows = r.rows;
       w.row_elements = e->input.shape().row_elements();
       Recorder rec(timeline, &r.names);
       w.activity = &rec;
-      status = (*plane)->Allgather(w);
+      status = prepared->plane->Allgather(w);
       break;
     }
     case OpType::kBroadcast: {
@@ -1008,15 +1019,16 @@ absl::Status Engine::Execute(SetState& set, const Response& r) {
       }
       std::vector<int64_t> shape = e->request.shape;
       shape[0] = total;
-      auto plane = PlaneFor(set, e->request.device);
-      auto out = AllocateOutput(*e, shape);
-      status = AgreeBeforeDataPlane(set, r.names[0], plane.ok() ? out.status() : plane.status());
-      if (!status.ok()) break;
-      w.output = *out;
+      auto prepared = PrepareOutput(set, *e, shape);
+      if (!prepared.ok()) {
+        status = prepared.status();
+        break;
+      }
+      w.output = prepared->output;
       e->state->received_splits = w.recv_rows;
       Recorder rec(timeline, &r.names);
       w.activity = &rec;
-      status = (*plane)->Alltoall(w);
+      status = prepared->plane->Alltoall(w);
       break;
     }
     case OpType::kReduceScatter: {
@@ -1031,14 +1043,15 @@ absl::Status Engine::Execute(SetState& set, const Response& r) {
       w.postscale_factor = r.postscale / (r.reduce_op == ReduceOp::kAverage ? n : 1);
       std::vector<int64_t> shape = r.shapes[0];
       shape[0] = w.recv_rows[me];
-      auto plane = PlaneFor(set, e->request.device);
-      auto out = AllocateOutput(*e, shape);
-      status = AgreeBeforeDataPlane(set, r.names[0], plane.ok() ? out.status() : plane.status());
-      if (!status.ok()) break;
-      w.output = *out;
+      auto prepared = PrepareOutput(set, *e, shape);
+      if (!prepared.ok()) {
+        status = prepared.status();
+        break;
+      }
+      w.output = prepared->output;
       Recorder rec(timeline, &r.names);
       w.activity = &rec;
-      status = (*plane)->ReduceScatter(w);
+      status = prepared->plane->ReduceScatter(w);
       break;
     }
     case OpType::kBarrier:

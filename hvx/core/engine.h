@@ -147,6 +147,14 @@ class Engine {
   // Runs `response` and completes its handles; returns an error only when the engine must stop
   // (a collective timed out).
   absl::Status Execute(SetState& set, const Response& response);
+  struct PreparedOutput {
+    DataPlane* plane;
+    TensorRef output;
+  };
+  // This rank's data plane and output buffer for `entry`'s op (allgather, alltoall,
+  // reducescatter), agreed across `set` so that a failure of either on one rank fails every rank.
+  absl::StatusOr<PreparedOutput> PrepareOutput(SetState& set, Entry& entry,
+                                               const std::vector<int64_t>& shape);
   // Collective over `set`: OK when `local` (this rank's preparation of tensor `name` for the data
   // plane) is OK on every member; else every member fails, the others with the failing rank's
   // message, so that no rank enters the data-plane collective alone.
