@@ -64,24 +64,6 @@ void ShutdownAtExit(int exit_status, void*) {
 
 }  // namespace
 
-absl::string_view ReduceOpName(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kAverage:
-      return "average";
-    case ReduceOp::kSum:
-      return "sum";
-    case ReduceOp::kMin:
-      return "min";
-    case ReduceOp::kMax:
-      return "max";
-    case ReduceOp::kProduct:
-      return "product";
-    case ReduceOp::kAdasum:
-      return "adasum";
-  }
-  return "unknown";
-}
-
 absl::StatusOr<InitOptions> InitOptions::FromEnv(const Environment& env) {
   InitOptions o;
   KnobReader knobs(env);

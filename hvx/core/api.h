@@ -35,20 +35,9 @@
 #include "absl/strings/string_view.h"
 #include "hvx/common/env.h"
 #include "hvx/common/types.h"
+#include "hvx/core/reduce_op.h"
 
 namespace hvx {
-
-// How values from several ranks are combined.
-enum class ReduceOp : uint8_t {
-  kAverage = 0,  // Sum divided by the number of ranks (integers: truncated toward zero).
-  kSum,
-  kMin,
-  kMax,
-  kProduct,
-  kAdasum,  // Adaptive summation (Maleki et al.); CPU, float types, power-of-two set sizes.
-};
-// "average", "sum", "min", "max", "product", "adasum".
-absl::string_view ReduceOpName(ReduceOp op);
 
 // Settings of one hvx job. Every field has a default; FromEnv reads the HVX_* knobs over them.
 struct InitOptions {

@@ -11,7 +11,7 @@
 #include <cstdint>
 
 #include "hvx/common/types.h"
-#include "hvx/core/api.h"
+#include "hvx/core/reduce_op.h"
 
 namespace hvx {
 
