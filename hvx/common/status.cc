@@ -45,4 +45,9 @@ absl::Status ErrnoToStatus(int errnum, absl::string_view context) {
   }
 }
 
+absl::Status Unshared(const absl::Status& status) {
+  return status.ok() ? absl::OkStatus()
+                     : absl::Status(status.code(), std::string(status.message()));
+}
+
 }  // namespace hvx

@@ -23,6 +23,11 @@ absl::Status Annotate(const absl::Status& status, absl::string_view context);
 // PermissionDenied, ...), the message is "<context>: <strerror(errnum)>".
 absl::Status ErrnoToStatus(int errnum, absl::string_view context);
 
+// A copy of `status` that shares no heap state with it. absl::Status shares its message between
+// copies through a reference count inside the system Abseil library, which ThreadSanitizer cannot
+// see; a status handed to another thread is therefore copied deeply.
+absl::Status Unshared(const absl::Status& status);
+
 }  // namespace hvx
 
 #define HVX_STATUS_CONCAT_INNER_(a, b) a##b

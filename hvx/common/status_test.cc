@@ -37,6 +37,14 @@ TEST(StatusTest, ReturnIfError) {
   EXPECT_EQ(FailIfNegative(-1).code(), absl::StatusCode::kOutOfRange);
 }
 
+TEST(StatusTest, UnsharedKeepsCodeAndMessage) {
+  const absl::Status s = absl::NotFoundError("no such tensor");
+  const absl::Status u = Unshared(s);
+  EXPECT_EQ(u, s);
+  EXPECT_NE(u.message().data(), s.message().data());
+  EXPECT_TRUE(Unshared(absl::OkStatus()).ok());
+}
+
 TEST(StatusTest, AnnotateKeepsCodeAndPrefixesMessage) {
   absl::Status s = Annotate(absl::DataLossError("bad crc"), "/data/a.rec:120");
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
