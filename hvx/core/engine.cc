@@ -18,24 +18,22 @@
 
 namespace hvx {
 namespace internal {
-namespace {
-
-// A status that shares no heap state with `s`. absl::Status shares its message between copies
-// through a reference count inside the system Abseil library, which ThreadSanitizer cannot see;
-// statuses that cross threads are therefore copied deeply.
-absl::Status Isolated(const absl::Status& s) {
-  return s.ok() ? absl::OkStatus() : absl::Status(s.code(), std::string(s.message()));
-}
-
-}  // namespace
 
 void OpState::Complete(absl::Status s) {
   std::lock_guard<std::mutex> lock(mu);
-  if (status.ok() && !s.ok()) status = Isolated(s);
+  if (status.ok() && !s.ok()) status = Unshared(s);
   if (--parts_left == 0) {
     finished.store(true, std::memory_order_release);
     cv.notify_all();
   }
+}
+
+void OpState::Reject(absl::Status s) {
+  std::lock_guard<std::mutex> lock(mu);
+  status = Unshared(s);
+  parts_left = 0;
+  finished.store(true, std::memory_order_release);
+  cv.notify_all();
 }
 
 bool OpState::done() const { return finished.load(std::memory_order_acquire); }
@@ -43,16 +41,12 @@ bool OpState::done() const { return finished.load(std::memory_order_acquire); }
 absl::Status OpState::Wait() const {
   std::unique_lock<std::mutex> lock(mu);
   cv.wait(lock, [this] { return finished.load(std::memory_order_acquire); });
-  return Isolated(status);
+  return Unshared(status);
 }
 
 }  // namespace internal
 
 namespace {
-
-constexpr uint64_t kFlagUncached = 1;
-constexpr uint64_t kFlagJoined = 2;
-constexpr uint64_t kFlagShutdown = 4;
 
 absl::Status ShutDownError() {
   return absl::FailedPreconditionError(
@@ -61,57 +55,7 @@ absl::Status ShutDownError() {
       "can no longer run");
 }
 
-std::string ShapeJson(const TensorRef& t) {
-  return absl::StrCat("{\"dtype\":\"", DataTypeName(t.dtype()), "\",\"shape\":\"",
-                      t.shape().DebugString(), "\"}");
-}
-
 }  // namespace
-
-struct Engine::SetState {
-  int id = 0;
-  std::vector<int> global_ranks;
-  std::unique_ptr<Communicator> owned_comm;  // null for the world set and for non-members
-  Communicator* comm = nullptr;              // null when this rank is not a member
-  std::unique_ptr<ResponseCache> cache;
-  std::unique_ptr<Coordinator> coordinator;
-  std::map<DeviceType, std::unique_ptr<DataPlane>> device_planes;
-  // This rank's device of each non-CPU type: the one its first tensor of that type was on.
-  std::map<DeviceType, Device> own_device;
-
-  // Guarded by Engine::mu_.
-  std::deque<Entry> incoming;
-  std::set<std::string> inflight;
-
-  // Background thread only.
-  std::map<std::string, Entry> pending;
-  std::vector<std::string> order;  // pending names by submission
-  bool eviction_warned = false;
-
-  int rank() const { return comm ? comm->rank() : -1; }
-  int size() const { return static_cast<int>(global_ranks.size()); }
-};
-
-// Marks activities of every tensor of one response in the timeline.
-class Engine::Recorder : public ActivityRecorder {
- public:
-  Recorder(Timeline* timeline, const std::vector<std::string>* names)
-      : timeline_(timeline), names_(names) {}
-  void Start(absl::string_view activity) override {
-    if (timeline_) {
-      for (const auto& n : *names_) timeline_->ActivityStart(n, activity);
-    }
-  }
-  void End() override {
-    if (timeline_) {
-      for (const auto& n : *names_) timeline_->ActivityEnd(n);
-    }
-  }
-
- private:
-  Timeline* timeline_;
-  const std::vector<std::string>* names_;
-};
 
 Engine::Engine(const InitOptions& options, std::unique_ptr<Transport> transport,
                EngineOptions engine_options)
@@ -145,10 +89,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(const InitOptions& options
           " s (HVX_COLLECTIVE_TIMEOUT_S): a rank of the job did not join it (failed, froze or "
           "never started)"));
     }
-    status = engine->setup_status_.ok()
-                 ? absl::OkStatus()
-                 : absl::Status(engine->setup_status_.code(),
-                                std::string(engine->setup_status_.message()));
+    status = Unshared(engine->setup_status_);
   }
   if (!status.ok()) {
     engine->thread_.join();
@@ -481,13 +422,7 @@ Handle Engine::Submit(int set_id, std::vector<Entry> entries,
       }
     }
   }
-  if (!error.ok()) {
-    std::lock_guard<std::mutex> lock(state->mu);
-    state->status = absl::Status(error.code(), std::string(error.message()));
-    state->parts_left = 0;
-    state->finished.store(true, std::memory_order_release);
-    state->cv.notify_all();
-  }
+  if (!error.ok()) state->Reject(error);
   return Handle(state);
 }
 
@@ -624,6 +559,7 @@ std::vector<int> Engine::ProcessSetRanks(int id) const {
 }
 
 bool Engine::RunCycle(SetState& set) {
+  bool shutdown_local;
   {
     std::lock_guard<std::mutex> lock(mu_);
     while (!set.incoming.empty()) {
@@ -635,96 +571,37 @@ bool Engine::RunCycle(SetState& set) {
       std::string name = e.request.name;
       set.pending.emplace(std::move(name), std::move(e));
     }
-  }
-  bool shutdown_local;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
     shutdown_local = shutdown_requested_;
   }
-  const bool global = set.id == 0;
-  const bool joined_here = global && joined_;
-  const absl::Time now = absl::Now();
+  const bool joined_here = set.id == 0 && joined_;
   std::vector<Response> cached;
-  std::vector<std::string> to_send;
   bool slow = true;
   bool any_joined = joined_here;
-
-  ResponseCache& cache = *set.cache;
-  if (cache.capacity() > 0) {
-    const size_t words = static_cast<size_t>(cache.capacity() + 63) / 64;
-    std::vector<uint64_t> bits(2 * words + 1, 0);
-    std::fill(bits.begin() + words, bits.end(), ~uint64_t{0});
-    uint64_t flags = 0;
-    for (const std::string& name : set.order) {
-      Entry& e = set.pending.at(name);
-      if (e.sent) continue;
-      int bit = -1;
-      auto lookup = cache.Find(e.request, &bit);
-      // A tensor on another device than this rank's own must reach the coordinator, which fails it
-      // on every rank: invalidate its entry so that every rank sends it.
-      if (lookup == ResponseCache::Lookup::kHit && !OnOwnDevice(set, e.request))
-        lookup = ResponseCache::Lookup::kInvalid;
-      if (lookup == ResponseCache::Lookup::kHit) {
-        const bool stalled = options_.stall_check_time_s > 0 &&
-                             now - e.submitted > absl::Seconds(options_.stall_check_time_s);
-        if (stalled) {
-          bits[words + bit / 64] &= ~(uint64_t{1} << (bit % 64));
-        } else {
-          bits[bit / 64] |= uint64_t{1} << (bit % 64);
-        }
-      } else if (lookup == ResponseCache::Lookup::kInvalid) {
-        bits[words + bit / 64] &= ~(uint64_t{1} << (bit % 64));
-      } else {
-        flags |= kFlagUncached;
-      }
+  if (set.cache->capacity() > 0) {
+    absl::StatusOr<CacheOutcome> outcome = VoteOnCache(set, joined_here, shutdown_local);
+    if (!outcome.ok()) {
+      return Stop(Annotate(outcome.status(), absl::StrCat("negotiation on process set ", set.id)));
     }
-    if (joined_here) flags |= kFlagJoined;
-    if (shutdown_local && global) flags |= kFlagShutdown;
-    bits[2 * words] = ~flags;
-    absl::Status s = set.comm->BitwiseAnd(&bits);
-    if (!s.ok()) return Stop(Annotate(s, absl::StrCat("negotiation on process set ", set.id)));
-    const uint64_t all_flags = ~bits[2 * words];
-    any_joined = (all_flags & kFlagJoined) != 0;
-    bool any_invalid = false;
-    for (size_t w = 0; w < words; ++w) {
-      uint64_t invalid = ~bits[words + w];
-      while (invalid) {
-        const int b = __builtin_ctzll(invalid);
-        invalid &= invalid - 1;
-        any_invalid = true;
-        cache.Erase(static_cast<int>(w * 64 + b));
-      }
-    }
-    if (!any_joined) {
-      for (size_t w = 0; w < words; ++w) {
-        uint64_t common = bits[w] & bits[words + w];
-        while (common) {
-          const int b = __builtin_ctzll(common);
-          common &= common - 1;
-          const int bit = static_cast<int>(w * 64 + b);
-          if (!cache.InUse(bit)) continue;
-          cached.push_back(cache.Get(bit));
-          set.pending.at(cached.back().names[0]).sent = true;
-        }
-      }
-    }
-    slow = any_invalid || (all_flags & (kFlagUncached | kFlagJoined | kFlagShutdown)) != 0;
+    cached = std::move(outcome->ready);
+    slow = outcome->negotiate;
+    any_joined = outcome->any_joined;
   }
 
   ResponseList slow_list;
   if (slow) {
+    std::vector<std::string> to_send;
     for (const std::string& name : set.order) {
       Entry& e = set.pending.at(name);
       if (e.sent) continue;
       int bit;
-      if (!any_joined && cache.capacity() > 0 &&
-          cache.Find(e.request, &bit) == ResponseCache::Lookup::kHit) {
+      if (!any_joined && set.cache->capacity() > 0 &&
+          set.cache->Find(e.request, &bit) == ResponseCache::Lookup::kHit) {
         continue;  // agreed through the bit vector once every rank has it
       }
       e.sent = true;
       to_send.push_back(name);
     }
-    auto list = SlowPath(set, to_send, joined_here);
+    auto list = GatherPlanBroadcast(set, to_send, joined_here);
     if (!list.ok())
       return Stop(Annotate(list.status(), absl::StrCat("negotiation on process set ", set.id)));
     slow_list = std::move(*list);
@@ -738,6 +615,52 @@ bool Engine::RunCycle(SetState& set) {
   }
   if (slow_list.shutdown) return false;
   return true;
+}
+
+absl::StatusOr<Engine::CacheOutcome> Engine::VoteOnCache(SetState& set, bool joined_here,
+                                                         bool shutdown_here) {
+  ResponseCache& cache = *set.cache;
+  CacheVote vote(cache.capacity());
+  const absl::Time now = absl::Now();
+  for (const std::string& name : set.order) {
+    const Entry& e = set.pending.at(name);
+    if (e.sent) continue;
+    int bit = -1;
+    ResponseCache::Lookup lookup = cache.Find(e.request, &bit);
+    // A tensor on another device than this rank's own must reach the coordinator, which fails it
+    // on every rank: invalidate its entry so that every rank sends it.
+    if (lookup == ResponseCache::Lookup::kHit && !OnOwnDevice(set, e.request))
+      lookup = ResponseCache::Lookup::kInvalid;
+    // A stalled tensor leaves the cache so that the coordinator's stall inspector sees it.
+    const bool stalled = options_.stall_check_time_s > 0 &&
+                         now - e.submitted > absl::Seconds(options_.stall_check_time_s);
+    if (lookup == ResponseCache::Lookup::kHit && !stalled) {
+      vote.Ready(bit);
+    } else if (lookup != ResponseCache::Lookup::kMiss) {
+      vote.Invalidate(bit);
+    } else {
+      vote.Raise(CacheVote::kUncached);
+    }
+  }
+  if (joined_here) vote.Raise(CacheVote::kJoined);
+  if (shutdown_here && set.id == 0) vote.Raise(CacheVote::kShutdown);
+  HVX_RETURN_IF_ERROR(set.comm->BitwiseAnd(vote.words()));
+
+  CacheOutcome outcome;
+  outcome.any_joined = vote.AnyRank(CacheVote::kJoined);
+  const std::vector<int> invalidated = vote.Invalidated();
+  for (int bit : invalidated) cache.Erase(bit);
+  // While a rank has joined, every tensor goes through the coordinator, which stands in for it.
+  if (!outcome.any_joined) {
+    for (int bit : vote.ReadyOnEveryRank()) {
+      if (!cache.InUse(bit)) continue;
+      outcome.ready.push_back(cache.Get(bit));
+      set.pending.at(outcome.ready.back().names[0]).sent = true;
+    }
+  }
+  outcome.negotiate = !invalidated.empty() || vote.AnyRank(CacheVote::kUncached) ||
+                      outcome.any_joined || vote.AnyRank(CacheVote::kShutdown);
+  return outcome;
 }
 
 bool Engine::Stop(absl::Status cause) {
@@ -759,9 +682,9 @@ absl::Status Engine::StopReasonLocked() const {
       absl::StrCat("hvx has stopped, so collectives can no longer run: ", stop_cause_.message()));
 }
 
-absl::StatusOr<ResponseList> Engine::SlowPath(SetState& set,
-                                              const std::vector<std::string>& to_send,
-                                              bool joined) {
+absl::StatusOr<ResponseList> Engine::GatherPlanBroadcast(SetState& set,
+                                                         const std::vector<std::string>& to_send,
+                                                         bool joined) {
   RequestList mine;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -831,254 +754,6 @@ absl::StatusOr<DataPlane*> Engine::PlaneFor(SetState& set, const Device& device)
   DataPlane* raw = plane.get();
   set.device_planes[device.type] = std::move(plane);
   return raw;
-}
-
-absl::StatusOr<TensorRef> Engine::AllocateOutput(Entry& entry, const std::vector<int64_t>& shape) {
-  TensorShape s{std::vector<int64_t>(shape)};
-  if (entry.allocator) {
-    HVX_ASSIGN_OR_RETURN(TensorRef t,
-                         entry.allocator(entry.request.dtype, s, entry.request.device));
-    if (t.num_elements() != s.num_elements() || t.dtype() != entry.request.dtype) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tensor '", entry.request.name, "': the output allocator returned ", t.DebugString(),
-          " for ", DataTypeName(entry.request.dtype), s.DebugString()));
-    }
-    entry.state->output = t;
-    return t;
-  }
-  if (!entry.request.device.is_cpu()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("tensor '", entry.request.name, "' is on ", entry.request.device.ToString(),
-                     ": pass an OutputAllocator for non-CPU outputs"));
-  }
-  auto& buf = entry.state->owned_output;
-  buf.assign(std::max<size_t>(
-                 1, static_cast<size_t>(s.num_elements()) * DataTypeSize(entry.request.dtype)),
-             0);
-  entry.state->output = TensorRef(entry.request.dtype, s, buf.data());
-  return entry.state->output;
-}
-
-absl::StatusOr<Engine::PreparedOutput> Engine::PrepareOutput(SetState& set, Entry& entry,
-                                                             const std::vector<int64_t>& shape) {
-  // The plane first, on every rank: a factory may run collectives of its own.
-  absl::StatusOr<DataPlane*> plane = PlaneFor(set, entry.request.device);
-  absl::StatusOr<TensorRef> output = AllocateOutput(entry, shape);
-  HVX_RETURN_IF_ERROR(
-      AgreeBeforeDataPlane(set, entry.request.name, plane.ok() ? output.status() : plane.status()));
-  return PreparedOutput{*plane, *output};
-}
-
-absl::Status Engine::AgreeBeforeDataPlane(SetState& set, const std::string& name,
-                                          const absl::Status& local) {
-  std::vector<uint64_t> ok = {local.ok() ? ~uint64_t{0} : 0};
-  HVX_RETURN_IF_ERROR(set.comm->BitwiseAnd(&ok));
-  if (ok[0] != 0) return absl::OkStatus();
-  std::vector<std::string> why;
-  HVX_RETURN_IF_ERROR(
-      set.comm->Allgather(local.ok() ? std::string() : std::string(local.message()), &why));
-  for (int r = 0; r < static_cast<int>(why.size()); ++r) {
-    if (why[r].empty()) continue;
-    if (r == set.rank()) return local;
-    const int global = set.global_ranks[r];
-    return absl::FailedPreconditionError(absl::StrCat("tensor '", name, "': rank ", global,
-                                                      " (host ", hosts_[global],
-                                                      ") could not take part: ", why[r]));
-  }
-  return absl::InternalError("AgreeBeforeDataPlane: no rank failed");
-}
-
-void Engine::CompleteEntry(SetState& set, const std::string& name, absl::Status status) {
-  auto it = set.pending.find(name);
-  if (it == set.pending.end()) return;
-  std::shared_ptr<internal::OpState> state = it->second.state;
-  set.pending.erase(it);
-  set.order.erase(std::find(set.order.begin(), set.order.end(), name));
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    set.inflight.erase(name);
-  }
-  state->Complete(std::move(status));
-}
-
-absl::Status Engine::ExecuteAllreduce(SetState& set, const Response& r,
-                                      const std::vector<Entry*>& entries) {
-  AllreduceWork work;
-  work.names = r.names;
-  work.dtype = r.dtype;
-  work.device = LocalDevice(set, r, entries);
-  work.op = r.reduce_op == ReduceOp::kAverage ? ReduceOp::kSum : r.reduce_op;
-  work.prescale_factor = r.prescale;
-  work.postscale_factor = r.postscale / (r.reduce_op == ReduceOp::kAverage ? set.size() : 1);
-  work.fusion_buffer_bytes = std::max(options_.fusion_threshold_bytes, r.TotalBytes());
-  work.fixed_order = options_.fixed_reduction_order;
-  for (size_t i = 0; i < r.names.size(); ++i) {
-    Entry* e = entries[i];
-    if (e != nullptr) {
-      work.inputs.push_back(e->input);
-      work.outputs.push_back(e->output);
-    } else {
-      work.inputs.push_back(
-          TensorRef(r.dtype, TensorShape(std::vector<int64_t>(r.shapes[i])), nullptr, work.device));
-      work.outputs.push_back(work.inputs.back());
-    }
-  }
-  Recorder recorder(set.id == 0 ? timeline_.get() : nullptr, &work.names);
-  work.activity = &recorder;
-  HVX_ASSIGN_OR_RETURN(DataPlane * plane, PlaneFor(set, work.device));
-  return plane->Allreduce(work);
-}
-
-absl::Status Engine::Execute(SetState& set, const Response& r) {
-  Timeline* timeline = set.id == 0 ? timeline_.get() : nullptr;
-  std::vector<Entry*> entries;
-  for (const std::string& n : r.names) {
-    auto it = set.pending.find(n);
-    entries.push_back(it == set.pending.end() ? nullptr : &it->second);
-  }
-  if (timeline && r.type != OpType::kError) {
-    for (const std::string& n : r.names) timeline->OpStart(n, r.type);
-  }
-  absl::Status status;
-  Entry* e = entries.empty() ? nullptr : entries[0];
-  const int me = set.rank();
-  switch (r.type) {
-    case OpType::kError:
-      status = absl::FailedPreconditionError(r.error);
-      break;
-    case OpType::kAllreduce: {
-      status = ExecuteAllreduce(set, r, entries);
-      if (set.cache->capacity() > 0) {
-        Response single;  // r without its list of names: copying that per name is quadratic
-        single.type = r.type;
-        single.dtype = r.dtype;
-        single.device_type = r.device_type;
-        single.reduce_op = r.reduce_op;
-        single.prescale = r.prescale;
-        single.postscale = r.postscale;
-        for (size_t i = 0; i < r.names.size(); ++i) {
-          single.names = {r.names[i]};
-          single.shapes = {r.shapes[i]};
-          if (set.cache->Put(single) && !set.eviction_warned) {
-            set.eviction_warned = true;
-            HVX_LOG_RANK0(WARNING)
-                << "the response cache (HVX_CACHE_CAPACITY=" << set.cache->capacity()
-                << ") is full and evicts entries, which slows negotiation; raise it above the "
-                   "number of distinct tensor names per step";
-          }
-        }
-      }
-      break;
-    }
-    case OpType::kAllgather: {
-      if (e == nullptr) break;
-      std::vector<int64_t> shape = r.shapes[0];
-      int64_t total = 0;
-      for (int64_t rows : r.rows) total += rows;
-      shape[0] = total;
-      auto prepared = PrepareOutput(set, *e, shape);
-      if (!prepared.ok()) {
-        status = prepared.status();
-        break;
-      }
-      AllgatherWork w;
-      w.name = r.names[0];
-      w.input = e->input;
-      w.output = prepared->output;
-      w.rows = r.rows;
-      w.row_elements = e->input.shape().row_elements();
-      Recorder rec(timeline, &r.names);
-      w.activity = &rec;
-      status = prepared->plane->Allgather(w);
-      break;
-    }
-    case OpType::kBroadcast: {
-      if (e == nullptr) break;
-      BroadcastWork w;
-      w.name = r.names[0];
-      w.tensor = e->input;
-      w.root = r.root;
-      Recorder rec(timeline, &r.names);
-      w.activity = &rec;
-      auto plane = PlaneFor(set, e->request.device);
-      status = plane.ok() ? (*plane)->Broadcast(w) : plane.status();
-      break;
-    }
-    case OpType::kAlltoall: {
-      if (e == nullptr) break;
-      const int n = set.size();
-      AlltoallWork w;
-      w.name = r.names[0];
-      w.input = e->input;
-      w.row_elements = e->input.shape().row_elements();
-      int64_t total = 0;
-      for (int j = 0; j < n; ++j) {
-        w.send_rows.push_back(r.rows[me * n + j]);
-        w.recv_rows.push_back(r.rows[j * n + me]);
-        total += w.recv_rows.back();
-      }
-      std::vector<int64_t> shape = e->request.shape;
-      shape[0] = total;
-      auto prepared = PrepareOutput(set, *e, shape);
-      if (!prepared.ok()) {
-        status = prepared.status();
-        break;
-      }
-      w.output = prepared->output;
-      e->state->received_splits = w.recv_rows;
-      Recorder rec(timeline, &r.names);
-      w.activity = &rec;
-      status = prepared->plane->Alltoall(w);
-      break;
-    }
-    case OpType::kReduceScatter: {
-      if (e == nullptr) break;
-      const int n = set.size();
-      ReduceScatterWork w;
-      w.name = r.names[0];
-      w.input = e->input;
-      w.row_elements = e->input.shape().row_elements();
-      for (int j = 0; j < n; ++j) w.recv_rows.push_back(ReduceScatterRows(r.shapes[0][0], n, j));
-      w.prescale_factor = r.prescale;
-      w.postscale_factor = r.postscale / (r.reduce_op == ReduceOp::kAverage ? n : 1);
-      std::vector<int64_t> shape = r.shapes[0];
-      shape[0] = w.recv_rows[me];
-      auto prepared = PrepareOutput(set, *e, shape);
-      if (!prepared.ok()) {
-        status = prepared.status();
-        break;
-      }
-      w.output = prepared->output;
-      Recorder rec(timeline, &r.names);
-      w.activity = &rec;
-      status = prepared->plane->ReduceScatter(w);
-      break;
-    }
-    case OpType::kBarrier:
-      break;
-    case OpType::kJoin:
-      joined_ = false;
-      if (e != nullptr) e->state->last_joined_rank = r.last_joined_rank;
-      break;
-    case OpType::kAddProcessSet: {
-      int id = -1;
-      status = AddSet(std::vector<int>(r.rows.begin(), r.rows.end()), &id);
-      if (e != nullptr) e->state->process_set_id = id;
-      break;
-    }
-  }
-  if (timeline && r.type != OpType::kError) {
-    for (size_t i = 0; i < r.names.size(); ++i) {
-      timeline->OpEnd(r.names[i], entries[i] ? ShapeJson(entries[i]->input) : "");
-    }
-  }
-  if (!status.ok() && r.type != OpType::kError) {
-    HVX_LOG(DEBUG) << OpTypeName(r.type) << " failed: " << status;
-  }
-  for (const std::string& n : r.names) CompleteEntry(set, n, status);
-  // A collective whose peers never answered leaves requests pending in the transport: nothing
-  // more can run on it.
-  return absl::IsDeadlineExceeded(status) ? status : absl::OkStatus();
 }
 
 }  // namespace hvx

@@ -45,6 +45,9 @@ struct OpState {
 
   // Completes one part (grouped ops have several); the first error wins. Thread-safe.
   void Complete(absl::Status status);
+  // Completes the op with `status` at once, whatever parts are left: it was rejected before any
+  // part ran.
+  void Reject(absl::Status status);
   bool done() const;
   absl::Status Wait() const;
 
@@ -127,7 +130,6 @@ class Engine {
     bool sent = false;
   };
   struct SetState;
-  class Recorder;
 
   Engine(const InitOptions& options, std::unique_ptr<Transport> transport,
          EngineOptions engine_options);
@@ -142,11 +144,43 @@ class Engine {
   absl::Status AddSet(std::vector<int> ranks, int* id);
   // One negotiation+execution cycle of one set. Returns false when the job shuts down.
   bool RunCycle(SetState& set);
-  absl::StatusOr<ResponseList> SlowPath(SetState& set, const std::vector<std::string>& to_send,
-                                        bool joined);
+  // What the cache vote decided this cycle: the cached responses every rank has ready, whether
+  // the coordinator must run too, and whether any rank has joined.
+  struct CacheOutcome {
+    std::vector<Response> ready;
+    bool negotiate = false;
+    bool any_joined = false;
+  };
+  // Votes with the other members of `set` on the pending tensors the response cache knows (one
+  // bitwise AND); erases entries any rank invalidated and marks the agreed ones sent.
+  absl::StatusOr<CacheOutcome> VoteOnCache(SetState& set, bool joined_here, bool shutdown_here);
+  // The coordinator's round: gathers the requests in `to_send` from every member of `set` at its
+  // rank 0, which validates them and plans the responses (order, fusion, errors), and broadcasts
+  // that plan back to every member.
+  absl::StatusOr<ResponseList> GatherPlanBroadcast(SetState& set,
+                                                   const std::vector<std::string>& to_send,
+                                                   bool joined);
   // Runs `response` and completes its handles; returns an error only when the engine must stop
   // (a collective timed out).
   absl::Status Execute(SetState& set, const Response& response);
+  // One response being executed (execute.cc): `entries` are this rank's pending entries for its
+  // names, null where this rank has joined; `activity` marks the timeline.
+  struct Execution {
+    SetState& set;
+    const Response& r;
+    const std::vector<Entry*>& entries;
+    ActivityRecorder* activity;
+  };
+  // This rank's part of the response, by op type: the executors below, each returning the op's
+  // status.
+  absl::Status ExecuteOp(const Execution& x);
+  absl::Status ExecuteAllreduce(const Execution& x);
+  absl::Status ExecuteAllgather(const Execution& x, Entry& entry);
+  absl::Status ExecuteBroadcast(const Execution& x, Entry& entry);
+  absl::Status ExecuteAlltoall(const Execution& x, Entry& entry);
+  absl::Status ExecuteReduceScatter(const Execution& x, Entry& entry);
+  // Records an executed allreduce's tensors in the set's response cache.
+  void RememberInCache(SetState& set, const Response& r);
   struct PreparedOutput {
     DataPlane* plane;
     TensorRef output;
@@ -165,8 +199,6 @@ class Engine {
   // The error pending and later ops fail with: the stop's cause, or "shut down".
   absl::Status StopReason() const;
   absl::Status StopReasonLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status ExecuteAllreduce(SetState& set, const Response& response,
-                                const std::vector<Entry*>& entries);
   // The data plane of `device` (this rank's own device of its type) in `set`, made on first use.
   absl::StatusOr<DataPlane*> PlaneFor(SetState& set, const Device& device);
   std::vector<std::string> HostsOf(const std::vector<int>& ranks) const;
@@ -205,6 +237,32 @@ class Engine {
   std::unique_ptr<Communicator> world_;
   bool joined_ = false;
   std::thread thread_;
+};
+
+// One process set as this rank sees it: its communicator, cache, coordinator (at its rank 0) and
+// pending ops.
+struct Engine::SetState {
+  int id = 0;
+  std::vector<int> global_ranks;
+  std::unique_ptr<Communicator> owned_comm;  // null for the world set and for non-members
+  Communicator* comm = nullptr;              // null when this rank is not a member
+  std::unique_ptr<ResponseCache> cache;
+  std::unique_ptr<Coordinator> coordinator;
+  std::map<DeviceType, std::unique_ptr<DataPlane>> device_planes;
+  // This rank's device of each non-CPU type: the one its first tensor of that type was on.
+  std::map<DeviceType, Device> own_device;
+
+  // Guarded by Engine::mu_.
+  std::deque<Entry> incoming;
+  std::set<std::string> inflight;
+
+  // Background thread only.
+  std::map<std::string, Entry> pending;
+  std::vector<std::string> order;  // pending names by submission
+  bool eviction_warned = false;
+
+  int rank() const { return comm ? comm->rank() : -1; }
+  int size() const { return static_cast<int>(global_ranks.size()); }
 };
 
 }  // namespace hvx

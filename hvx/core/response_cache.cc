@@ -62,4 +62,49 @@ void ResponseCache::Erase(int bit) {
   used_[bit] = false;
 }
 
+namespace {
+
+// The set bits of `words`, ascending.
+std::vector<int> SetBits(const uint64_t* words, size_t n) {
+  std::vector<int> bits;
+  for (size_t w = 0; w < n; ++w) {
+    for (uint64_t v = words[w]; v != 0; v &= v - 1) {
+      bits.push_back(static_cast<int>(w * 64) + __builtin_ctzll(v));
+    }
+  }
+  return bits;
+}
+
+}  // namespace
+
+CacheVote::CacheVote(int64_t capacity)
+    : section_words_(static_cast<size_t>(std::max<int64_t>(capacity, 0) + 63) / 64),
+      words_(2 * section_words_ + 1, 0) {
+  std::fill(words_.begin() + section_words_, words_.end(), ~uint64_t{0});
+}
+
+void CacheVote::Ready(int bit) { words_[bit / 64] |= uint64_t{1} << (bit % 64); }
+
+void CacheVote::Invalidate(int bit) {
+  words_[section_words_ + bit / 64] &= ~(uint64_t{1} << (bit % 64));
+}
+
+void CacheVote::Raise(Flag flag) { words_[2 * section_words_] &= ~static_cast<uint64_t>(flag); }
+
+bool CacheVote::AnyRank(Flag flag) const {
+  return (~words_[2 * section_words_] & static_cast<uint64_t>(flag)) != 0;
+}
+
+std::vector<int> CacheVote::Invalidated() const {
+  std::vector<uint64_t> invalid(section_words_);
+  for (size_t w = 0; w < section_words_; ++w) invalid[w] = ~words_[section_words_ + w];
+  return SetBits(invalid.data(), invalid.size());
+}
+
+std::vector<int> CacheVote::ReadyOnEveryRank() const {
+  std::vector<uint64_t> ready(section_words_);
+  for (size_t w = 0; w < section_words_; ++w) ready[w] = words_[w] & words_[section_words_ + w];
+  return SetBits(ready.data(), ready.size());
+}
+
 }  // namespace hvx

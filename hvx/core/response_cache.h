@@ -58,6 +58,49 @@ class ResponseCache {
   std::list<int> lru_;  // front = most recent
 };
 
+// One cycle's vote on the response cache, combined across the ranks of a set by a single bitwise
+// AND of words(); then every rank reads the same outcome.
+//
+//   CacheVote vote(cache.capacity());
+//   vote.Ready(bit);                                  // this rank's tensor on `bit` is ready
+//   HVX_RETURN_IF_ERROR(comm->BitwiseAnd(vote.words()));
+//   for (int bit : vote.ReadyOnEveryRank()) ...       // run these without negotiation
+//
+// words() is [ready bits | valid bits | flags, inverted]. A ready bit survives the AND only if
+// every rank set it; a valid bit starts set and is clear after the AND if any rank invalidated it;
+// the flag word is inverted so that the AND yields the OR of every rank's flags.
+class CacheVote {
+ public:
+  // Conditions any rank may raise; each sends the whole set to the coordinator this cycle.
+  enum Flag : uint64_t {
+    kUncached = 1,  // a tensor that is not in the cache
+    kJoined = 2,    // this rank has joined
+    kShutdown = 4,  // this rank is shutting down
+  };
+
+  explicit CacheVote(int64_t capacity);
+
+  // Before the AND. `bit` must be in [0, capacity).
+  void Ready(int bit);
+  // The entry on `bit` must leave every rank's cache: stale here (another shape, dtype, op or
+  // scale under its name) or stalled, so that the coordinator sees it.
+  void Invalidate(int bit);
+  void Raise(Flag flag);
+
+  // The words to AND across the set, in place.
+  std::vector<uint64_t>* words() { return &words_; }
+
+  // After the AND: whether any rank raised `flag`; the bits some rank invalidated; the bits ready
+  // on every rank and invalidated by none. Both lists ascend.
+  bool AnyRank(Flag flag) const;
+  std::vector<int> Invalidated() const;
+  std::vector<int> ReadyOnEveryRank() const;
+
+ private:
+  size_t section_words_;         // words per section (ready, valid)
+  std::vector<uint64_t> words_;  // 2 * section_words_ + 1
+};
+
 // Whether a request is exactly what a cached response describes.
 bool RequestMatchesResponse(const Request& request, const Response& response);
 

@@ -1,0 +1,291 @@
+// The engine's execution of agreed responses: one executor per op type. Every rank of a set runs
+// the same responses in the same order; each executor runs this rank's part on the data plane.
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "hvx/common/logging.h"
+#include "hvx/common/status.h"
+#include "hvx/core/engine.h"
+
+namespace hvx {
+namespace {
+
+// Marks activities of every tensor of one response in the timeline (which may be null).
+class Recorder : public ActivityRecorder {
+ public:
+  Recorder(Timeline* timeline, const std::vector<std::string>* names)
+      : timeline_(timeline), names_(names) {}
+  void Start(absl::string_view activity) override {
+    if (timeline_) {
+      for (const auto& n : *names_) timeline_->ActivityStart(n, activity);
+    }
+  }
+  void End() override {
+    if (timeline_) {
+      for (const auto& n : *names_) timeline_->ActivityEnd(n);
+    }
+  }
+
+ private:
+  Timeline* timeline_;
+  const std::vector<std::string>* names_;
+};
+
+std::string ShapeJson(const TensorRef& t) {
+  return absl::StrCat("{\"dtype\":\"", DataTypeName(t.dtype()), "\",\"shape\":\"",
+                      t.shape().DebugString(), "\"}");
+}
+
+// Average is a sum on the data plane, divided by the set's size in the postscale.
+double Postscale(const Response& r, int set_size) {
+  return r.postscale / (r.reduce_op == ReduceOp::kAverage ? set_size : 1);
+}
+
+}  // namespace
+
+absl::Status Engine::Execute(SetState& set, const Response& r) {
+  Timeline* timeline = set.id == 0 ? timeline_.get() : nullptr;
+  std::vector<Entry*> entries;
+  for (const std::string& n : r.names) {
+    auto it = set.pending.find(n);
+    entries.push_back(it == set.pending.end() ? nullptr : &it->second);
+  }
+  if (timeline && r.type != OpType::kError) {
+    for (const std::string& n : r.names) timeline->OpStart(n, r.type);
+  }
+  Recorder recorder(timeline, &r.names);
+  const Execution x{set, r, entries, &recorder};
+  absl::Status status = ExecuteOp(x);
+  if (timeline && r.type != OpType::kError) {
+    for (size_t i = 0; i < r.names.size(); ++i) {
+      timeline->OpEnd(r.names[i], entries[i] ? ShapeJson(entries[i]->input) : "");
+    }
+  }
+  if (!status.ok() && r.type != OpType::kError) {
+    HVX_LOG(DEBUG) << OpTypeName(r.type) << " failed: " << status;
+  }
+  for (const std::string& n : r.names) CompleteEntry(set, n, status);
+  // A collective whose peers never answered leaves requests pending in the transport: nothing
+  // more can run on it.
+  return absl::IsDeadlineExceeded(status) ? status : absl::OkStatus();
+}
+
+absl::Status Engine::ExecuteOp(const Execution& x) {
+  Entry* first = x.entries.empty() ? nullptr : x.entries[0];
+  switch (x.r.type) {
+    case OpType::kError:
+      return absl::FailedPreconditionError(x.r.error);
+    case OpType::kAllreduce: {
+      absl::Status status = ExecuteAllreduce(x);
+      RememberInCache(x.set, x.r);
+      return status;
+    }
+    // A rank that has joined has no tensor in the ops below and takes no part in them.
+    case OpType::kAllgather:
+      return first == nullptr ? absl::OkStatus() : ExecuteAllgather(x, *first);
+    case OpType::kBroadcast:
+      return first == nullptr ? absl::OkStatus() : ExecuteBroadcast(x, *first);
+    case OpType::kAlltoall:
+      return first == nullptr ? absl::OkStatus() : ExecuteAlltoall(x, *first);
+    case OpType::kReduceScatter:
+      return first == nullptr ? absl::OkStatus() : ExecuteReduceScatter(x, *first);
+    case OpType::kBarrier:
+      return absl::OkStatus();
+    case OpType::kJoin:
+      joined_ = false;
+      if (first != nullptr) first->state->last_joined_rank = x.r.last_joined_rank;
+      return absl::OkStatus();
+    case OpType::kAddProcessSet: {
+      int id = -1;
+      absl::Status status = AddSet(std::vector<int>(x.r.rows.begin(), x.r.rows.end()), &id);
+      if (first != nullptr) first->state->process_set_id = id;
+      return status;
+    }
+  }
+  return absl::InternalError(absl::StrCat("unknown op type ", static_cast<int>(x.r.type)));
+}
+
+absl::Status Engine::ExecuteAllreduce(const Execution& x) {
+  const Response& r = x.r;
+  AllreduceWork work;
+  work.names = r.names;
+  work.dtype = r.dtype;
+  work.device = LocalDevice(x.set, r, x.entries);
+  work.op = r.reduce_op == ReduceOp::kAverage ? ReduceOp::kSum : r.reduce_op;
+  work.prescale_factor = r.prescale;
+  work.postscale_factor = Postscale(r, x.set.size());
+  work.fusion_buffer_bytes = std::max(options_.fusion_threshold_bytes, r.TotalBytes());
+  work.fixed_order = options_.fixed_reduction_order;
+  for (size_t i = 0; i < r.names.size(); ++i) {
+    const Entry* e = x.entries[i];
+    if (e != nullptr) {
+      work.inputs.push_back(e->input);
+      work.outputs.push_back(e->output);
+    } else {
+      // Joined: this rank contributes zeros, which the plane reads from no buffer.
+      work.inputs.push_back(
+          TensorRef(r.dtype, TensorShape(std::vector<int64_t>(r.shapes[i])), nullptr, work.device));
+      work.outputs.push_back(work.inputs.back());
+    }
+  }
+  work.activity = x.activity;
+  HVX_ASSIGN_OR_RETURN(DataPlane * plane, PlaneFor(x.set, work.device));
+  return plane->Allreduce(work);
+}
+
+void Engine::RememberInCache(SetState& set, const Response& r) {
+  if (set.cache->capacity() == 0) return;
+  Response single;  // r without its list of names: copying that per name is quadratic
+  single.type = r.type;
+  single.dtype = r.dtype;
+  single.device_type = r.device_type;
+  single.reduce_op = r.reduce_op;
+  single.prescale = r.prescale;
+  single.postscale = r.postscale;
+  for (size_t i = 0; i < r.names.size(); ++i) {
+    single.names = {r.names[i]};
+    single.shapes = {r.shapes[i]};
+    if (set.cache->Put(single) && !set.eviction_warned) {
+      set.eviction_warned = true;
+      HVX_LOG_RANK0(WARNING) << "the response cache (HVX_CACHE_CAPACITY=" << set.cache->capacity()
+                             << ") is full and evicts entries, which slows negotiation; raise it "
+                                "above the number of distinct tensor names per step";
+    }
+  }
+}
+
+absl::Status Engine::ExecuteAllgather(const Execution& x, Entry& e) {
+  std::vector<int64_t> shape = x.r.shapes[0];
+  shape[0] = 0;
+  for (int64_t rows : x.r.rows) shape[0] += rows;
+  HVX_ASSIGN_OR_RETURN(PreparedOutput prepared, PrepareOutput(x.set, e, shape));
+  AllgatherWork w;
+  w.name = x.r.names[0];
+  w.input = e.input;
+  w.output = prepared.output;
+  w.rows = x.r.rows;
+  w.row_elements = e.input.shape().row_elements();
+  w.activity = x.activity;
+  return prepared.plane->Allgather(w);
+}
+
+absl::Status Engine::ExecuteBroadcast(const Execution& x, Entry& e) {
+  BroadcastWork w;
+  w.name = x.r.names[0];
+  w.tensor = e.input;
+  w.root = x.r.root;
+  w.activity = x.activity;
+  HVX_ASSIGN_OR_RETURN(DataPlane * plane, PlaneFor(x.set, e.request.device));
+  return plane->Broadcast(w);
+}
+
+absl::Status Engine::ExecuteAlltoall(const Execution& x, Entry& e) {
+  const int n = x.set.size();
+  const int me = x.set.rank();
+  AlltoallWork w;
+  w.name = x.r.names[0];
+  w.input = e.input;
+  w.row_elements = e.input.shape().row_elements();
+  // r.rows is the n x n matrix of rows sent, by sender (row) and receiver (column).
+  int64_t total = 0;
+  for (int j = 0; j < n; ++j) {
+    w.send_rows.push_back(x.r.rows[me * n + j]);
+    w.recv_rows.push_back(x.r.rows[j * n + me]);
+    total += w.recv_rows.back();
+  }
+  std::vector<int64_t> shape = e.request.shape;
+  shape[0] = total;
+  HVX_ASSIGN_OR_RETURN(PreparedOutput prepared, PrepareOutput(x.set, e, shape));
+  w.output = prepared.output;
+  e.state->received_splits = w.recv_rows;
+  w.activity = x.activity;
+  return prepared.plane->Alltoall(w);
+}
+
+absl::Status Engine::ExecuteReduceScatter(const Execution& x, Entry& e) {
+  const int n = x.set.size();
+  ReduceScatterWork w;
+  w.name = x.r.names[0];
+  w.input = e.input;
+  w.row_elements = e.input.shape().row_elements();
+  for (int j = 0; j < n; ++j) w.recv_rows.push_back(ReduceScatterRows(x.r.shapes[0][0], n, j));
+  w.prescale_factor = x.r.prescale;
+  w.postscale_factor = Postscale(x.r, n);
+  std::vector<int64_t> shape = x.r.shapes[0];
+  shape[0] = w.recv_rows[x.set.rank()];
+  HVX_ASSIGN_OR_RETURN(PreparedOutput prepared, PrepareOutput(x.set, e, shape));
+  w.output = prepared.output;
+  w.activity = x.activity;
+  return prepared.plane->ReduceScatter(w);
+}
+
+absl::StatusOr<TensorRef> Engine::AllocateOutput(Entry& entry, const std::vector<int64_t>& shape) {
+  TensorShape s{std::vector<int64_t>(shape)};
+  if (entry.allocator) {
+    HVX_ASSIGN_OR_RETURN(TensorRef t,
+                         entry.allocator(entry.request.dtype, s, entry.request.device));
+    if (t.num_elements() != s.num_elements() || t.dtype() != entry.request.dtype) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor '", entry.request.name, "': the output allocator returned ", t.DebugString(),
+          " for ", DataTypeName(entry.request.dtype), s.DebugString()));
+    }
+    entry.state->output = t;
+    return t;
+  }
+  if (!entry.request.device.is_cpu()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", entry.request.name, "' is on ", entry.request.device.ToString(),
+                     ": pass an OutputAllocator for non-CPU outputs"));
+  }
+  auto& buf = entry.state->owned_output;
+  buf.assign(std::max<size_t>(
+                 1, static_cast<size_t>(s.num_elements()) * DataTypeSize(entry.request.dtype)),
+             0);
+  entry.state->output = TensorRef(entry.request.dtype, s, buf.data());
+  return entry.state->output;
+}
+
+absl::StatusOr<Engine::PreparedOutput> Engine::PrepareOutput(SetState& set, Entry& entry,
+                                                             const std::vector<int64_t>& shape) {
+  // The plane first, on every rank: a factory may run collectives of its own.
+  absl::StatusOr<DataPlane*> plane = PlaneFor(set, entry.request.device);
+  absl::StatusOr<TensorRef> output = AllocateOutput(entry, shape);
+  HVX_RETURN_IF_ERROR(
+      AgreeBeforeDataPlane(set, entry.request.name, plane.ok() ? output.status() : plane.status()));
+  return PreparedOutput{*plane, *output};
+}
+
+absl::Status Engine::AgreeBeforeDataPlane(SetState& set, const std::string& name,
+                                          const absl::Status& local) {
+  std::vector<uint64_t> ok = {local.ok() ? ~uint64_t{0} : 0};
+  HVX_RETURN_IF_ERROR(set.comm->BitwiseAnd(&ok));
+  if (ok[0] != 0) return absl::OkStatus();
+  std::vector<std::string> why;
+  HVX_RETURN_IF_ERROR(
+      set.comm->Allgather(local.ok() ? std::string() : std::string(local.message()), &why));
+  for (int r = 0; r < static_cast<int>(why.size()); ++r) {
+    if (why[r].empty()) continue;
+    if (r == set.rank()) return local;
+    const int global = set.global_ranks[r];
+    return absl::FailedPreconditionError(absl::StrCat("tensor '", name, "': rank ", global,
+                                                      " (host ", hosts_[global],
+                                                      ") could not take part: ", why[r]));
+  }
+  return absl::InternalError("AgreeBeforeDataPlane: no rank failed");
+}
+
+void Engine::CompleteEntry(SetState& set, const std::string& name, absl::Status status) {
+  auto it = set.pending.find(name);
+  if (it == set.pending.end()) return;
+  std::shared_ptr<internal::OpState> state = it->second.state;
+  set.pending.erase(it);
+  set.order.erase(std::find(set.order.begin(), set.order.end(), name));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    set.inflight.erase(name);
+  }
+  state->Complete(std::move(status));
+}
+
+}  // namespace hvx
