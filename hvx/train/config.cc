@@ -226,8 +226,7 @@ absl::Status ExpandConfigPaths(const std::string& home, TrainConfig* config) {
 absl::StatusOr<std::string> ResolveConfigPath(absl::string_view name,
                                               const ConfigSearchPath& search) {
   if (name.empty()) return absl::InvalidArgumentError("--config is empty; name a .pbtxt file");
-  const char* home = std::getenv("HOME");
-  HVX_ASSIGN_OR_RETURN(const std::string expanded, ExpandHome(name, home != nullptr ? home : ""));
+  HVX_ASSIGN_OR_RETURN(const std::string expanded, ExpandHome(name, search.home));
   if (expanded[0] == '/') {
     if (FileExists(expanded)) return expanded;
     return absl::NotFoundError(absl::StrCat("config file ", expanded, " does not exist"));
@@ -306,9 +305,7 @@ absl::StatusOr<LoadedConfig> LoadTrainConfig(absl::string_view name, const Confi
                                   parses.back().second.get()));
   }
   FillDefaults(&loaded.config);
-  const char* home = std::getenv("HOME");
-  HVX_RETURN_IF_ERROR(
-      Annotate(ExpandConfigPaths(home != nullptr ? home : "", &loaded.config), loaded.path));
+  HVX_RETURN_IF_ERROR(Annotate(ExpandConfigPaths(search.home, &loaded.config), loaded.path));
   const std::vector<FieldError> errors = CheckConfig(loaded.config);
   if (errors.empty()) return loaded;
   const FieldError& error = errors[0];

@@ -21,10 +21,12 @@ namespace train {
 
 // Where --config=NAME is looked for, in order: NAME itself when absolute, then
 // <working_dir>/NAME (BUILD_WORKING_DIRECTORY under `bazel run`, else the current directory),
-// then <bundled_dir>/NAME (the data/ configs shipped with the trainer).
+// then <bundled_dir>/NAME (the data/ configs shipped with the trainer). `home` (the caller's
+// $HOME; empty when unset) expands "~" and "$HOME" in NAME and in the config's paths.
 struct ConfigSearchPath {
   std::string working_dir;
   std::string bundled_dir;
+  std::string home;
 };
 
 // The path --config=NAME names, or NotFound listing every place that was tried.
@@ -41,7 +43,7 @@ struct LoadedConfig {
 
 // Resolves and parses --config, merges each override in order (text-format merge: scalars
 // replace, messages merge, repeated fields append), fills defaults, expands home directories in
-// paths (ExpandConfigPaths with $HOME) and validates.
+// paths (ExpandConfigPaths with search.home) and validates.
 absl::StatusOr<LoadedConfig> LoadTrainConfig(absl::string_view name, const ConfigSearchPath& search,
                                              const std::vector<std::string>& overrides);
 

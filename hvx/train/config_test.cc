@@ -161,8 +161,8 @@ TEST(ConfigTest, ExpandConfigPathsCoversEveryPath) {
 // The shipped config keeps its data, checkpoints and summaries under ~/.cache: once loaded, no
 // path may still start with "~" (a run once made a directory literally named "~" in its cwd).
 TEST(ConfigTest, LoadingTheShippedConfigExpandsHome) {
-  setenv("HOME", "/home/tester", 1);
-  auto loaded = LoadTrainConfig("fashion_mnist.pbtxt", {"/nonexistent", "data"}, {});
+  auto loaded =
+      LoadTrainConfig("fashion_mnist.pbtxt", {"/nonexistent", "data", "/home/tester"}, {});
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   const TrainConfig& c = loaded->config;
   EXPECT_EQ(c.data().train_files(), "/home/tester/.cache/hvx/fashion_mnist/train-*");
@@ -171,12 +171,11 @@ TEST(ConfigTest, LoadingTheShippedConfigExpandsHome) {
   EXPECT_EQ(c.checkpoint().dir(), "/home/tester/.cache/hvx/runs/fashion_mnist/checkpoints");
   EXPECT_EQ(c.summaries_dir(), "/home/tester/.cache/hvx/runs/fashion_mnist/summaries");
 
-  auto overridden = LoadTrainConfig("fashion_mnist.pbtxt", {"/nonexistent", "data"},
+  auto overridden = LoadTrainConfig("fashion_mnist.pbtxt", {"/nonexistent", "data", "/home/tester"},
                                     {"checkpoint { dir: \"~/elsewhere\" }"});
   ASSERT_TRUE(overridden.ok()) << overridden.status();
   EXPECT_EQ(overridden->config.checkpoint().dir(), "/home/tester/elsewhere");
 
-  unsetenv("HOME");
   auto no_home = LoadTrainConfig("fashion_mnist.pbtxt", {"/nonexistent", "data"}, {});
   ASSERT_FALSE(no_home.ok());
   EXPECT_EQ(no_home.status().message(),

@@ -65,7 +65,9 @@ int Main(int argc, char** argv) {
     if (absl::ConsumePrefix(&arg, "--config=")) config_path = std::string(arg);
     if (absl::ConsumePrefix(&arg, "--steps=") && !absl::SimpleAtoi(arg, &steps)) return 2;
   }
-  auto loaded = LoadTrainConfig(config_path, {}, {});
+  ConfigSearchPath search;
+  search.home = Environment::Process().Get("HOME").value_or("");
+  auto loaded = LoadTrainConfig(config_path, search, {});
   if (!loaded.ok()) {
     std::fprintf(stderr, "%s\n", std::string(loaded.status().message()).c_str());
     return 2;

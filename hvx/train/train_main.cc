@@ -91,7 +91,8 @@ absl::StatusOr<int> Main(int argc, char** argv) {
     char cwd[PATH_MAX];
     if (getcwd(cwd, sizeof(cwd)) != nullptr) search.working_dir = cwd;
   }
-  search.bundled_dir = FindBundledConfigDir(argv[0]);
+  search.bundled_dir = FindBundledConfigDir(argv[0], env);
+  search.home = env.Get("HOME").value_or("");
   HVX_ASSIGN_OR_RETURN(LoadedConfig loaded, LoadTrainConfig(flags.config, search, flags.overrides));
   const TrainConfig& config = loaded.config;
   HVX_ASSIGN_OR_RETURN(const int np, ResolveNumProcesses(config));
@@ -116,8 +117,7 @@ absl::StatusOr<int> Main(int argc, char** argv) {
   HVX_LOG_RANK0(INFO) << "config " << loaded.path;
   HVX_LOG_RANK0(INFO) << host_memory;
   RunOptions options;
-  const char* home = std::getenv("HOME");
-  auto sample_log = ExpandHome(flags.sample_log, home != nullptr ? home : "");
+  auto sample_log = ExpandHome(flags.sample_log, search.home);
   if (!sample_log.ok()) return Annotate(sample_log.status(), "--sample_log");
   options.sample_log_dir = *sample_log;
   options.max_steps = flags.max_steps;
@@ -199,9 +199,9 @@ absl::StatusOr<TrainFlags> ParseTrainFlags(const std::vector<std::string>& args)
   return flags;
 }
 
-std::string FindBundledConfigDir(const std::string& argv0) {
+std::string FindBundledConfigDir(const std::string& argv0, const Environment& env) {
   std::vector<std::string> roots;
-  if (const char* dir = std::getenv("RUNFILES_DIR")) roots.push_back(dir);
+  if (std::optional<std::string> dir = env.GetNonEmpty("RUNFILES_DIR")) roots.push_back(*dir);
   roots.push_back(SelfPath(argv0) + ".runfiles");
   roots.push_back(argv0 + ".runfiles");
   for (const std::string& root : roots) {

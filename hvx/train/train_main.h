@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "hvx/common/env.h"
 
 namespace hvx {
 namespace train {
@@ -34,7 +35,7 @@ struct TrainFlags {
 absl::StatusOr<TrainFlags> ParseTrainFlags(const std::vector<std::string>& args);
 
 // The bundled data/ directory in this binary's runfiles ("" when not found).
-std::string FindBundledConfigDir(const std::string& argv0);
+std::string FindBundledConfigDir(const std::string& argv0, const Environment& env);
 
 int TrainMain(int argc, char** argv);
 
