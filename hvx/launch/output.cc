@@ -179,14 +179,7 @@ OutputRouter::~OutputRouter() {
 }
 
 absl::Status OutputRouter::OpenOutputDir(const std::string& dir) {
-  std::string path;
-  for (absl::string_view part : absl::StrSplit(dir, '/')) {
-    absl::StrAppend(&path, path.empty() && dir[0] != '/' ? "" : "/", part);
-    if (part.empty()) continue;
-    if (mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) {
-      return ErrnoToStatus(errno, absl::StrCat("--output-dir: cannot create ", path));
-    }
-  }
+  HVX_RETURN_IF_ERROR(Annotate(MakeDirs(dir), "--output-dir"));
   for (const RankPlacement& p : plan_.ranks) {
     std::string file = absl::StrCat(dir, "/rank.", p.rank, ".log");
     int fd = open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
