@@ -67,9 +67,8 @@ struct InitOptions {
   // CPU tensors, more than two ranks: reduce each floating-point element in one order whatever a
   // cycle fuses with it, so float sums are the same bits from run to run and resumed runs repeat
   // uninterrupted ones exactly (HVX_FIXED_REDUCTION_ORDER). false: the CPU ring cuts the fused
-  // buffer instead of each tensor, fewer messages per step (the ResNet-50 set on 4 ranks sharing 2
-  // cores: 160-191 ms instead of 220-228 ms), but the rounding then follows the fusion, which
-  // follows timing.
+  // buffer instead of each tensor, fewer messages per step (BENCHMARKS.md has the difference), but
+  // the rounding then follows the fusion, which follows timing.
   bool fixed_reduction_order = true;
   // GPU tensors (the NCCL data plane): reduce-scatter inside each host, the transport across hosts,
   // allgather inside the host, on several homogeneous hosts (HVX_HIERARCHICAL_ALLREDUCE).
