@@ -1,14 +1,13 @@
 // MPI building blocks of the MPICH backend: dtype/op mapping (float16/bfloat16 as user ops that
-// accumulate in float32), error conversion, and the chunked in-place allreduce.
+// accumulate in float32), error conversion, waits that time out, and the allreduces of the CPU
+// data plane (MPI_Iallreduce for small buffers, hvx's own ring for large ones).
 //
 //   HVX_RETURN_IF_ERROR(MpiOps::Get().Init());
-//   HVX_RETURN_IF_ERROR(ChunkedAllreduce(comm, buf, n, DataType::kFloat32, ReduceOp::kSum, 1 <<
-//   20));
+//   HVX_RETURN_IF_ERROR(Allreduce(comm, p, n, DataType::kFloat32, ReduceOp::kSum, 1.0, &scratch));
 //
-// Why chunked: MPICH 4.0.2 allocates a message-sized temporary inside every large MPI_Allreduce.
-// Over 32 MiB glibc serves that with a fresh mmap whose first touch costs ~3.3 ms/MiB on this
-// project's VMs (shared/notes/perf.md). Pieces of about a MiB reuse heap memory, so the reduction
-// runs at memory speed without any tunable from the user.
+// Why a ring of our own for large buffers: MPICH 4.0 allocates a message-sized temporary inside
+// every large MPI_Allreduce, so each call pays the page faults of fresh memory; the ring reduces
+// through a scratch buffer touched once (HostBuffer) and allocates nothing per call.
 #ifndef HVX_MPI_MPI_COLLECTIVES_H_
 #define HVX_MPI_MPI_COLLECTIVES_H_
 
@@ -46,7 +45,7 @@ inline constexpr WaitPolicy kControlWait = {50, 500};
 // Data: every rank enters together (negotiation said so) unless one was descheduled, and a
 // transfer in progress advances only inside MPI_Test, so it never sleeps: after the spin it yields
 // the core between tests (to a descheduled peer when ranks outnumber cores; an immediate return
-// otherwise). Sleeping even 10-100 us between tests made the 64 MiB allreduce 1.8x slower.
+// otherwise). Even short sleeps between tests stall the transfer.
 inline constexpr WaitPolicy kDataWait = {1000, 0};
 // Fails with DeadlineExceeded once the wait has lasted CollectiveTimeout(comm): the message names
 // `what`, the global ranks of `peers` (ranks of `comm` it waits for, when the caller knows them;
@@ -106,7 +105,7 @@ absl::Status ChunkedAllreduce(MPI_Comm comm, void* data, int64_t count, DataType
                               int64_t chunk_bytes);
 
 // A pre-touched host buffer that only grows, backed by transparent huge pages where available:
-// first touches of fresh pages dominate large-buffer time on the VMs this runs on.
+// its page faults are paid once, when it grows, not in every collective that uses it.
 class HostBuffer {
  public:
   HostBuffer() = default;
@@ -129,7 +128,7 @@ class HostBuffer {
 // around the ring, each step exchanged in pieces of at most `piece_bytes` through `scratch`. Unlike
 // MPI_Allreduce it allocates nothing per call: MPICH allocates a message-sized temporary inside
 // each reduction, and from any thread but the main one glibc returns that memory to the kernel
-// after every call, so each call pays fresh page faults (~1 s per 64 MiB measured here).
+// after every call, so each call pays fresh page faults.
 // Every rank must pass the same count; results are bitwise identical on all ranks.
 // A run of elements in host memory.
 struct Span {
@@ -183,8 +182,8 @@ absl::Status Allreduce(MPI_Comm comm, void* data, int64_t count, DataType dtype,
                        double postscale, HostBuffer* scratch);
 
 inline constexpr int64_t kRingMinBytes = int64_t{256} << 10;
-// Ring piece: the scratch a received piece lands in is re-read from cache at this size (16 MiB
-// was 1-4 ms slower on the ResNet-50 set, 256 KiB slower again; see README, Benchmark).
+// Ring piece: the scratch a received piece lands in is re-read from cache at this size; larger
+// pieces go to memory, smaller ones cost more messages (BENCHMARKS.md compares them).
 inline constexpr int64_t kRingPieceBytes = int64_t{4} << 20;
 // Largest size x bytes of a small response's GatherAllreduce (with a fixed reduction order); over
 // it the ring runs instead.
@@ -194,7 +193,7 @@ inline constexpr int64_t kGatherMaxBytes = int64_t{8} << 20;
 // ring step.
 inline constexpr int64_t kRingPackBytes = int64_t{64} << 10;
 
-// Bytes of one piece that ChunkedAllreduce uses by default (measured by //hvx/mpi:allreduce_bench).
+// A piece size for callers of ChunkedAllreduce (1 MiB).
 inline constexpr int64_t kDefaultChunkBytes = int64_t{1} << 20;
 
 }  // namespace hvx
