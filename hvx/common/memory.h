@@ -4,14 +4,12 @@
 //   HVX_ASSIGN_OR_RETURN(std::string line,
 //   hvx::RetainFreedHeapMemory(hvx::Environment::Process()));
 //
-// Why: on the VMs hvx is measured on, the first touch of a fresh 4 KiB page costs about 3.3 ms
-// per MiB (hvx/mpi/README.md has the measurements). A training step allocates its activations and
-// gradients and frees them again, and glibc's default policy hands freed memory at the top of the
-// main heap back to the kernel (trim) and serves blocks over its adaptive threshold with a fresh
-// mmap, so every step paid those faults again:
-// LibTorch's CPU training of the Fashion-MNIST CNN spent ~30% of its time in the kernel and ran at
-// about half speed. Keeping freed memory in the process (it is reused by the next step) removes
-// that; the cost is that the heap does not shrink after a peak.
+// Why: the first touch of every fresh page is a page fault, expensive in a virtual machine. A
+// training step allocates its activations and gradients and frees them again, and glibc's default
+// policy hands freed memory at the top of the main heap back to the kernel (trim) and serves blocks
+// over its adaptive threshold with a fresh mmap, so every step paid those faults again (LibTorch's
+// CPU training ran at about half speed). Keeping freed memory in the process (it is reused by the
+// next step) removes that; the cost is that the heap does not shrink after a peak.
 #ifndef HVX_COMMON_MEMORY_H_
 #define HVX_COMMON_MEMORY_H_
 
@@ -43,8 +41,8 @@ inline size_t RoundUpToHugePages(size_t bytes) {
 
 enum class FaultScope { kThisThread, kThisProcess };
 
-// Minor page faults so far (getrusage): the cost that dominates large fresh buffers on these VMs,
-// counted around a step by benchmarks and tests.
+// Minor page faults so far (getrusage): the cost that dominates large fresh buffers, counted around
+// a step by benchmarks and tests.
 long MinorPageFaults(FaultScope scope);
 
 }  // namespace hvx
