@@ -5,7 +5,7 @@
 //   hvx::UseCachingHostAllocator(hvx::Environment::Process());  // before the model is built
 //   at::Tensor t = torch::empty({64, 512, 28, 28});               // served from the cache
 //
-// Why: the first touch of fresh memory costs ~3.3 ms per MiB on the VMs hvx is measured on, and
+// Why: the first touch of every fresh page is a page fault, expensive in a virtual machine, and
 // glibc serves every allocation over 32 MiB with a fresh mmap and unmaps it on free. A training or
 // evaluation step allocates the same activation sizes every time (an evaluation batch of 500
 // Fashion-MNIST images has 50 MiB activations; a ResNet-50 batch of 64, 200 MiB ones), so each step
