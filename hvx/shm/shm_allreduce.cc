@@ -1,0 +1,221 @@
+#include "hvx/shm/shm_allreduce.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "hvx/common/status.h"
+#include "hvx/core/cpu_ops.h"
+
+namespace hvx {
+namespace shm {
+
+// The spans of one call as one sequence of elements: where each span starts in it.
+class SpanIndex {
+ public:
+  explicit SpanIndex(const std::vector<ReduceSpan>& spans) : spans_(spans) {
+    int64_t at = 0;
+    for (const ReduceSpan& s : spans) {
+      starts_.push_back(at);
+      at += s.count;
+    }
+    total_ = at;
+  }
+  int64_t total() const { return total_; }
+
+  // Calls fn(span, first element in it, count) for the pieces of [begin, begin + count).
+  template <typename Fn>
+  void ForEach(int64_t begin, int64_t count, Fn fn) const {
+    size_t i = std::upper_bound(starts_.begin(), starts_.end(), begin) - starts_.begin() - 1;
+    while (count > 0) {
+      const ReduceSpan& s = spans_[i];
+      const int64_t first = begin - starts_[i];
+      const int64_t n = std::min(count, s.count - first);
+      if (n > 0) fn(s, first, n);
+      begin += n;
+      count -= n;
+      ++i;
+    }
+  }
+
+  // The input of [begin, begin + count) where it lies, when it is one piece of a real input.
+  const char* Contiguous(int64_t begin, int64_t count, size_t esize) const {
+    size_t i = std::upper_bound(starts_.begin(), starts_.end(), begin) - starts_.begin() - 1;
+    const ReduceSpan& s = spans_[i];
+    const int64_t first = begin - starts_[i];
+    if (s.in == nullptr || first + count > s.count) return nullptr;
+    return s.in + first * static_cast<int64_t>(esize);
+  }
+
+ private:
+  const std::vector<ReduceSpan>& spans_;
+  std::vector<int64_t> starts_;
+  int64_t total_ = 0;
+};
+
+namespace {
+
+void GatherInputs(const SpanIndex& index, int64_t begin, int64_t count, size_t esize, char* dst) {
+  index.ForEach(begin, count, [&](const ReduceSpan& s, int64_t first, int64_t n) {
+    if (s.in == nullptr) {
+      std::memset(dst, 0, n * esize);
+    } else {
+      std::memcpy(dst, s.in + first * static_cast<int64_t>(esize), n * esize);
+    }
+    dst += n * esize;
+  });
+}
+
+void ScatterOutputs(const SpanIndex& index, int64_t begin, int64_t count, size_t esize,
+                    const char* src) {
+  index.ForEach(begin, count, [&](const ReduceSpan& s, int64_t first, int64_t n) {
+    if (s.out != nullptr) std::memcpy(s.out + first * static_cast<int64_t>(esize), src, n * esize);
+    src += n * esize;
+  });
+}
+
+}  // namespace
+
+ShmAllreducer::ShmAllreducer(ShmGroup* group, CrossHostLink* cross, const Options& options)
+    : group_(group), cross_(cross), options_(options), scratch_(options.chunk_bytes) {}
+
+absl::Status ShmAllreducer::Allreduce(const std::vector<ReduceSpan>& spans, DataType dtype,
+                                      ReduceOp op, double prescale, double postscale,
+                                      absl::string_view what) {
+  if (!broken_.ok()) return broken_;
+  dtype_ = dtype;
+  op_ = op;
+  prescale_ = prescale;
+  postscale_ = postscale;
+  what_ = std::string(what);
+  esize_ = DataTypeSize(dtype);
+  const SpanIndex index(spans);
+  const int64_t chunk = std::max<int64_t>(1, options_.chunk_bytes / static_cast<int64_t>(esize_));
+  const int64_t round =
+      std::max<int64_t>(1, options_.round_bytes / static_cast<int64_t>(esize_) / chunk) * chunk;
+  absl::Status status;
+  for (int64_t begin = 0; begin < index.total() && status.ok(); begin += round) {
+    status = Round(index, begin, std::min(round, index.total() - begin));
+  }
+  if (!status.ok()) {
+    group_->MarkFailed();
+    broken_ = Annotate(status, "the shared-memory CPU data plane stopped");
+  }
+  return status;
+}
+
+const char* ShmAllreducer::ValueOf(int k, const SpanIndex& index, int64_t begin, int64_t count,
+                                   size_t offset) {
+  if (k != group_->rank()) return group_->data(k) + offset;
+  if (prescale_ == 1.0) {
+    if (const char* in = index.Contiguous(begin, count, esize_)) return in;
+  }
+  GatherInputs(index, begin, count, esize_, scratch_.data());
+  ScaleInPlace(dtype_, scratch_.data(), count, prescale_);
+  return scratch_.data();
+}
+
+absl::Status ShmAllreducer::ReduceChunk(const SpanIndex& index, int64_t begin, int64_t count,
+                                        uint64_t chunk_id, char* slot) {
+  const int size = group_->size();
+  const size_t bytes = static_cast<size_t>(count) * esize_;
+  const size_t offset = static_cast<size_t>(slot - group_->data(group_->rank()));
+  const bool first_host = cross_ == nullptr || cross_->host() == 0;
+  const bool last_host = cross_ == nullptr || cross_->host() == cross_->hosts() - 1;
+  int k = 0;
+  if (!first_host) {
+    HVX_RETURN_IF_ERROR(cross_->Recv(cross_->host() - 1, slot, bytes));
+  } else {
+    if (group_->rank() != 0) {
+      HVX_RETURN_IF_ERROR(group_->WaitFor(0, ShmGroup::kPublished, chunk_id + 1, what_));
+    }
+    std::memcpy(slot, ValueOf(0, index, begin, count, offset), bytes);
+    k = 1;
+  }
+  for (; k < size; ++k) {
+    if (k != group_->rank()) {
+      HVX_RETURN_IF_ERROR(group_->WaitFor(k, ShmGroup::kPublished, chunk_id + 1, what_));
+    }
+    ReduceInto(dtype_, op_, slot, ValueOf(k, index, begin, count, offset), count);
+  }
+  if (last_host) {
+    ScaleInPlace(dtype_, slot, count, postscale_);
+  } else {
+    HVX_RETURN_IF_ERROR(cross_->Send(cross_->host() + 1, slot, bytes));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShmAllreducer::Round(const SpanIndex& index, int64_t begin, int64_t count) {
+  const int size = group_->size();
+  const int me = group_->rank();
+  const uint64_t round = rounds_;
+  const uint64_t base = chunks_;
+  const size_t buffer = static_cast<size_t>(round % 2) * static_cast<size_t>(options_.round_bytes);
+  const int64_t chunk = std::max<int64_t>(1, options_.chunk_bytes / static_cast<int64_t>(esize_));
+  const int64_t chunks = (count + chunk - 1) / chunk;
+  const auto owner = [&](int64_t j) { return static_cast<int>((base + j) % size); };
+  const auto first = [&](int64_t j) { return j * chunk; };
+  const auto length = [&](int64_t j) { return std::min(chunk, count - j * chunk); };
+  const auto offset = [&](int64_t j) { return buffer + static_cast<size_t>(j * chunk) * esize_; };
+  char* const mine = group_->data(me);
+
+  // This rank's half of the double buffer was last used two rounds ago: every peer must be done
+  // reading it.
+  if (round >= 2) {
+    for (int q = 0; q < size; ++q) {
+      if (q != me) HVX_RETURN_IF_ERROR(group_->WaitFor(q, ShmGroup::kConsumed, round - 1, what_));
+    }
+  }
+  // 1. Publish the chunks other ranks own.
+  for (int64_t j = 0; j < chunks; ++j) {
+    if (owner(j) != me) {
+      char* dst = mine + offset(j);
+      GatherInputs(index, begin + first(j), length(j), esize_, dst);
+      ScaleInPlace(dtype_, dst, length(j), prescale_);
+    }
+    group_->Set(ShmGroup::kPublished, base + j + 1);
+  }
+  // 2. Reduce this rank's chunks.
+  for (int64_t j = 0; j < chunks; ++j) {
+    if (owner(j) != me) continue;
+    char* slot = mine + offset(j);
+    HVX_RETURN_IF_ERROR(ReduceChunk(index, begin + first(j), length(j), base + j, slot));
+    if (cross_ == nullptr) {
+      ScatterOutputs(index, begin + first(j), length(j), esize_, slot);
+      group_->Set(ShmGroup::kReduced, base + j + 1);
+    }
+  }
+  if (cross_ != nullptr) {
+    // The last host has the results; every other host receives them.
+    HVX_RETURN_IF_ERROR(cross_->Flush());
+    const int last = cross_->hosts() - 1;
+    for (int64_t j = 0; j < chunks; ++j) {
+      if (owner(j) != me) continue;
+      char* slot = mine + offset(j);
+      const size_t bytes = static_cast<size_t>(length(j)) * esize_;
+      if (cross_->host() == last) {
+        for (int h = 0; h < last; ++h) HVX_RETURN_IF_ERROR(cross_->Send(h, slot, bytes));
+      } else {
+        HVX_RETURN_IF_ERROR(cross_->Recv(last, slot, bytes));
+      }
+      ScatterOutputs(index, begin + first(j), length(j), esize_, slot);
+      group_->Set(ShmGroup::kReduced, base + j + 1);
+    }
+  }
+  // 3. Fetch the other owners' results.
+  for (int64_t j = 0; j < chunks; ++j) {
+    const int o = owner(j);
+    if (o == me) continue;
+    HVX_RETURN_IF_ERROR(group_->WaitFor(o, ShmGroup::kReduced, base + j + 1, what_));
+    ScatterOutputs(index, begin + first(j), length(j), esize_, group_->data(o) + offset(j));
+  }
+  if (cross_ != nullptr) HVX_RETURN_IF_ERROR(cross_->Flush());
+  group_->Set(ShmGroup::kConsumed, round + 1);
+  rounds_ = round + 1;
+  chunks_ = base + static_cast<uint64_t>(chunks);
+  return absl::OkStatus();
+}
+
+}  // namespace shm
+}  // namespace hvx

@@ -1,0 +1,122 @@
+// Allreduce through shared memory among the ranks of one host, and hierarchically across hosts.
+//
+//   ShmAllreducer reducer(group.get(), /*cross=*/nullptr, ShmAllreducer::Options());
+//   HVX_RETURN_IF_ERROR(reducer.Allreduce({{grad, grad, n}}, DataType::kFloat32, ReduceOp::kSum,
+//                                         /*prescale=*/1.0, /*postscale=*/0.5, "grad"));
+//
+// The data is cut into chunks, chunk j owned by local rank j mod L. Per round (of at most
+// Options::round_bytes, double-buffered in each rank's region):
+//   1. publish: each rank copies its inputs of the chunks it does not own into its region;
+//   2. reduce: each owner folds every local rank's value of its chunks into its region, reading
+//      the peers' published copies in place and its own input where it lies;
+//   3. fetch: each rank copies the finished chunks of the other owners into its outputs.
+// Counters in each rank's header (ShmGroup) order the phases chunk by chunk, so an owner starts
+// on a chunk as soon as its peers have published it.
+//
+// Across hosts (`cross` given: the same local rank on every host, hosts in order), an owner's
+// fold starts from the partial result of the previous host and passes its result to the next;
+// the last host scales it and sends it back to every host. So each element is folded in one
+// order: (host 0, local rank 0), (host 0, local rank 1), ..., (host 1, local rank 0), ... which
+// is global rank order when ranks are placed on hosts in blocks (hvxrun's and mpiexec's default).
+// The result's bits therefore do not depend on fusion, timing, chunking or how the same ranks
+// are spread over hosts, and are identical on every rank.
+//
+// Not thread-safe; every rank of the group makes the same calls in the same order.
+#ifndef HVX_SHM_SHM_ALLREDUCE_H_
+#define HVX_SHM_SHM_ALLREDUCE_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "hvx/common/types.h"
+#include "hvx/core/reduce_op.h"
+#include "hvx/shm/shm_group.h"
+
+namespace hvx {
+namespace shm {
+
+// One tensor of a fused allreduce: `count` elements read from `in` and written to `out` (which
+// may be `in`). in == nullptr contributes zeros (a joined rank); out == nullptr is not written.
+struct ReduceSpan {
+  const char* in;
+  char* out;
+  int64_t count;
+};
+
+// Point-to-point between the ranks of the same local rank on every host (hosts numbered
+// 0..hosts()-1 in rank order). Implemented by the transport (hvx/mpi over MPI).
+class CrossHostLink {
+ public:
+  virtual ~CrossHostLink() = default;
+  virtual int host() const = 0;
+  virtual int hosts() const = 0;
+  // Starts sending `n` bytes to `to_host`; `data` must stay unchanged until Flush returns.
+  virtual absl::Status Send(int to_host, const char* data, size_t n) = 0;
+  // Receives `n` bytes from `from_host` (messages between two hosts arrive in sending order).
+  virtual absl::Status Recv(int from_host, char* data, size_t n) = 0;
+  // Completes every Send started so far.
+  virtual absl::Status Flush() = 0;
+};
+
+class SpanIndex;
+
+class ShmAllreducer {
+ public:
+  struct Options {
+    // Data per round; each rank's region holds two rounds.
+    int64_t round_bytes = int64_t{8} << 20;
+    // Unit of ownership and of progress between ranks.
+    int64_t chunk_bytes = int64_t{256} << 10;
+  };
+
+  // The region bytes each rank needs for `options`.
+  static size_t RegionBytes(const Options& options) {
+    return static_cast<size_t>(2 * options.round_bytes);
+  }
+
+  // `group` (with at least RegionBytes(options) per rank) and `cross` (may be null: one host)
+  // must outlive the reducer.
+  ShmAllreducer(ShmGroup* group, CrossHostLink* cross, const Options& options);
+
+  // Element-wise `op` (kSum, kMin, kMax, kProduct) of every rank's spans, in place into the
+  // outputs: each input multiplied by `prescale` first, the result by `postscale`. Every rank
+  // passes spans of the same counts. Errors name `what`; after one, every later call fails too
+  // (the peers' progress can no longer be trusted).
+  absl::Status Allreduce(const std::vector<ReduceSpan>& spans, DataType dtype, ReduceOp op,
+                         double prescale, double postscale, absl::string_view what);
+
+ private:
+  // One round: elements [begin, begin + count) of the concatenated spans.
+  absl::Status Round(const SpanIndex& index, int64_t begin, int64_t count);
+  // Folds every rank's value of elements [begin, begin + count) (chunk `chunk_id`) into `slot`.
+  absl::Status ReduceChunk(const SpanIndex& index, int64_t begin, int64_t count, uint64_t chunk_id,
+                           char* slot);
+  // Local rank k's value of elements [begin, begin + count): this rank's own input (scaled,
+  // through scratch_ when needed) or k's published copy in its region at `offset`.
+  const char* ValueOf(int k, const SpanIndex& index, int64_t begin, int64_t count, size_t offset);
+
+  ShmGroup* const group_;
+  CrossHostLink* const cross_;
+  const Options options_;
+
+  // The call in progress.
+  DataType dtype_ = DataType::kFloat32;
+  ReduceOp op_ = ReduceOp::kSum;
+  double prescale_ = 1.0;
+  double postscale_ = 1.0;
+  std::string what_;
+  size_t esize_ = 4;
+
+  uint64_t rounds_ = 0;  // rounds completed by this rank, over all calls
+  uint64_t chunks_ = 0;  // chunks of those rounds
+  std::vector<char> scratch_;
+  absl::Status broken_;
+};
+
+}  // namespace shm
+}  // namespace hvx
+
+#endif  // HVX_SHM_SHM_ALLREDUCE_H_

@@ -1,0 +1,439 @@
+// The shared-memory allreduce with threads as ranks: each thread maps the others' regions through
+// /dev/shm exactly as processes do. Results are compared bit for bit with a fold of every rank's
+// values in rank order, the order the plane promises.
+#include "hvx/shm/shm_allreduce.h"
+
+#include <dirent.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "hvx/common/half.h"
+#include "hvx/core/cpu_ops.h"
+
+namespace hvx {
+namespace shm {
+namespace {
+
+// An allgather of strings among `size` threads.
+class ThreadExchange {
+ public:
+  explicit ThreadExchange(int size) : size_(size) {}
+  absl::Status Exchange(int rank, const std::string& mine, std::vector<std::string>* all) {
+    std::unique_lock<std::mutex> lock(mu_);
+    const uint64_t gen = generation_;
+    if (values_.empty()) values_.resize(size_);
+    values_[rank] = mine;
+    if (++arrived_ == size_) {
+      result_ = values_;
+      values_.clear();
+      arrived_ = 0;
+      ++generation_;
+      cv_.notify_all();
+    } else {
+      cv_.wait(lock, [&] { return generation_ != gen; });
+    }
+    *all = result_;
+    return absl::OkStatus();
+  }
+
+ private:
+  const int size_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::string> values_, result_;
+  int arrived_ = 0;
+  uint64_t generation_ = 0;
+};
+
+// Messages between threads standing for hosts: one FIFO per (from, to) pair.
+class ThreadLinks {
+ public:
+  std::deque<std::string>& Queue(int slot, int from, int to) { return queues_[{slot, from, to}]; }
+  std::mutex mu;
+  std::condition_variable cv;
+
+ private:
+  std::map<std::tuple<int, int, int>, std::deque<std::string>> queues_;
+};
+
+class ThreadLink : public CrossHostLink {
+ public:
+  ThreadLink(ThreadLinks* links, int slot, int host, int hosts)
+      : links_(links), slot_(slot), host_(host), hosts_(hosts) {}
+  int host() const override { return host_; }
+  int hosts() const override { return hosts_; }
+  absl::Status Send(int to, const char* data, size_t n) override {
+    std::lock_guard<std::mutex> lock(links_->mu);
+    links_->Queue(slot_, host_, to).emplace_back(data, n);
+    links_->cv.notify_all();
+    return absl::OkStatus();
+  }
+  absl::Status Recv(int from, char* data, size_t n) override {
+    std::unique_lock<std::mutex> lock(links_->mu);
+    auto& q = links_->Queue(slot_, from, host_);
+    links_->cv.wait(lock, [&] { return !q.empty(); });
+    if (q.front().size() != n) return absl::InternalError("message size");
+    std::memcpy(data, q.front().data(), n);
+    q.pop_front();
+    return absl::OkStatus();
+  }
+  absl::Status Flush() override { return absl::OkStatus(); }
+
+ private:
+  ThreadLinks* links_;
+  int slot_, host_, hosts_;
+};
+
+std::vector<std::string> Names(int size) {
+  std::vector<std::string> names;
+  for (int r = 0; r < size; ++r) names.push_back(absl::StrCat("rank ", r));
+  return names;
+}
+
+ShmAllreducer::Options SmallRounds() {
+  ShmAllreducer::Options o;
+  o.round_bytes = 64 << 10;  // many rounds, so both halves of the double buffer are reused
+  o.chunk_bytes = 4 << 10;
+  return o;
+}
+
+// Per rank: tensors of `counts` elements of `dtype` filled from a seed.
+std::vector<std::vector<char>> MakeInputs(int rank, const std::vector<int64_t>& counts,
+                                          DataType dtype) {
+  std::mt19937 rng(1234 + rank);
+  std::uniform_real_distribution<float> real(-3.0f, 3.0f);
+  std::uniform_int_distribution<int> small(-50, 50);
+  std::vector<std::vector<char>> out;
+  for (int64_t n : counts) {
+    std::vector<char> t(n * DataTypeSize(dtype));
+    for (int64_t i = 0; i < n; ++i) {
+      switch (dtype) {
+        case DataType::kFloat32:
+          reinterpret_cast<float*>(t.data())[i] = real(rng);
+          break;
+        case DataType::kFloat64:
+          reinterpret_cast<double*>(t.data())[i] = real(rng);
+          break;
+        case DataType::kFloat16:
+          reinterpret_cast<uint16_t*>(t.data())[i] = FloatToHalf(real(rng));
+          break;
+        case DataType::kInt32:
+          reinterpret_cast<int32_t*>(t.data())[i] = small(rng);
+          break;
+        default:
+          t[i] = static_cast<char>(small(rng) > 0);
+      }
+    }
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+// Rank 0's value, then each later rank's folded in, each scaled first; then the postscale.
+std::vector<std::vector<char>> Reference(const std::vector<std::vector<std::vector<char>>>& in,
+                                         DataType dtype, ReduceOp op, double pre, double post) {
+  std::vector<std::vector<char>> acc = in[0];
+  const size_t esize = DataTypeSize(dtype);
+  for (auto& t : acc) ScaleInPlace(dtype, t.data(), t.size() / esize, pre);
+  for (size_t r = 1; r < in.size(); ++r) {
+    for (size_t i = 0; i < acc.size(); ++i) {
+      std::vector<char> v = in[r][i];
+      ScaleInPlace(dtype, v.data(), v.size() / esize, pre);
+      ReduceInto(dtype, op, acc[i].data(), v.data(), v.size() / esize);
+    }
+  }
+  for (auto& t : acc) ScaleInPlace(dtype, t.data(), t.size() / esize, post);
+  return acc;
+}
+
+struct Job {
+  int hosts = 1;
+  int local = 2;
+  DataType dtype = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  double pre = 1.0, post = 1.0;
+  std::vector<int64_t> counts;
+  int calls = 1;
+  ShmAllreducer::Options options = SmallRounds();
+};
+
+// Runs `job` with hosts x local threads; returns each rank's outputs.
+std::vector<std::vector<std::vector<char>>> RunJob(const Job& job, bool in_place = true) {
+  const int world = job.hosts * job.local;
+  std::vector<std::vector<std::vector<char>>> data(world), outs(world);
+  for (int r = 0; r < world; ++r) data[r] = MakeInputs(r, job.counts, job.dtype);
+  std::deque<ThreadExchange> exchanges;
+  for (int h = 0; h < job.hosts; ++h) exchanges.emplace_back(job.local);
+  ThreadLinks links;
+  std::vector<std::thread> threads;
+  std::vector<absl::Status> status(world);
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      const int h = r / job.local, l = r % job.local;
+      auto group = ShmGroup::Create(
+          l, job.local, ShmAllreducer::RegionBytes(job.options),
+          [&, l, h](const std::string& m, std::vector<std::string>* a) {
+            return exchanges[h].Exchange(l, m, a);
+          },
+          Names(job.local), absl::Seconds(30));
+      if (!group.ok()) {
+        status[r] = group.status();
+        return;
+      }
+      ThreadLink link(&links, l, h, job.hosts);
+      ShmAllreducer reducer(group->get(), job.hosts > 1 ? &link : nullptr, job.options);
+      for (int call = 0; call < job.calls && status[r].ok(); ++call) {
+        outs[r] = data[r];
+        std::vector<ReduceSpan> spans;
+        for (size_t i = 0; i < job.counts.size(); ++i) {
+          char* out = outs[r][i].data();
+          spans.push_back({in_place ? out : data[r][i].data(), out, job.counts[i]});
+        }
+        status[r] = reducer.Allreduce(spans, job.dtype, job.op, job.pre, job.post, "test");
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < world; ++r) EXPECT_TRUE(status[r].ok()) << "rank " << r << ": " << status[r];
+  return outs;
+}
+
+void ExpectBitsEqual(const std::vector<std::vector<char>>& got,
+                     const std::vector<std::vector<char>>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(got[i].size(), want[i].size());
+    EXPECT_EQ(std::memcmp(got[i].data(), want[i].data(), got[i].size()), 0)
+        << what << ": tensor " << i;
+  }
+}
+
+void CheckAgainstReference(const Job& job) {
+  const auto outs = RunJob(job);
+  std::vector<std::vector<std::vector<char>>> in;
+  for (int r = 0; r < job.hosts * job.local; ++r)
+    in.push_back(MakeInputs(r, job.counts, job.dtype));
+  const auto want = Reference(in, job.dtype, job.op, job.pre, job.post);
+  for (size_t r = 0; r < outs.size(); ++r) ExpectBitsEqual(outs[r], want, absl::StrCat("rank ", r));
+}
+
+TEST(ShmAllreduceTest, FloatSumMatchesTheRankOrderFoldBitForBit) {
+  for (int local : {2, 3, 4}) {
+    Job job;
+    job.local = local;
+    job.counts = {1, 1000, 70001, 3, 16384};  // straddles chunks, spans and rounds
+    job.post = 1.0 / local;
+    CheckAgainstReference(job);
+  }
+}
+
+TEST(ShmAllreduceTest, RepeatedCallsReuseTheDoubleBuffer) {
+  Job job;
+  job.local = 3;
+  job.counts = {50000};
+  job.calls = 7;
+  CheckAgainstReference(job);
+}
+
+TEST(ShmAllreduceTest, EveryDtypeAndOp) {
+  const std::vector<std::pair<DataType, ReduceOp>> cases = {
+      {DataType::kFloat64, ReduceOp::kSum},   {DataType::kFloat16, ReduceOp::kSum},
+      {DataType::kInt32, ReduceOp::kMin},     {DataType::kInt32, ReduceOp::kMax},
+      {DataType::kInt32, ReduceOp::kProduct}, {DataType::kBool, ReduceOp::kSum},
+  };
+  for (const auto& [dtype, op] : cases) {
+    Job job;
+    job.local = 3;
+    job.dtype = dtype;
+    job.op = op;
+    job.counts = {10, 20000};
+    CheckAgainstReference(job);
+  }
+}
+
+TEST(ShmAllreduceTest, PrescaleAndPostscaleAndSeparateOutputs) {
+  Job job;
+  job.local = 3;
+  job.pre = 0.5;
+  job.post = 0.25;
+  job.counts = {7, 9000};
+  const auto outs = RunJob(job, /*in_place=*/false);
+  std::vector<std::vector<std::vector<char>>> in;
+  for (int r = 0; r < 3; ++r) in.push_back(MakeInputs(r, job.counts, job.dtype));
+  const auto want = Reference(in, job.dtype, job.op, job.pre, job.post);
+  for (int r = 0; r < 3; ++r) ExpectBitsEqual(outs[r], want, absl::StrCat("rank ", r));
+}
+
+// The same 4 ranks as 1 host x 4 and as 2 hosts x 2: the same bits, because each element is
+// folded in global rank order either way.
+TEST(ShmAllreduceTest, HierarchicalAcrossHostsEqualsOneHost) {
+  Job one;
+  one.local = 4;
+  one.counts = {5, 100000, 333};
+  Job two = one;
+  two.hosts = 2;
+  two.local = 2;
+  Job three = one;
+  three.hosts = 3;
+  three.local = 1;
+  three.counts = {5, 100000};
+  const auto a = RunJob(one);
+  const auto b = RunJob(two);
+  for (int r = 0; r < 4; ++r) ExpectBitsEqual(b[r], a[0], absl::StrCat("2x2 rank ", r));
+  CheckAgainstReference(two);
+  CheckAgainstReference(three);
+}
+
+TEST(ShmAllreduceTest, JoinedRankContributesZerosAndWritesNothing) {
+  const int n = 5000;
+  ThreadExchange exchange(2);
+  std::vector<float> a(n, 1.5f), result(n, 0.0f);
+  absl::Status status[2];
+  std::thread t[2];
+  for (int r = 0; r < 2; ++r) {
+    t[r] = std::thread([&, r] {
+      auto group = ShmGroup::Create(
+          r, 2, ShmAllreducer::RegionBytes(SmallRounds()),
+          [&, r](const std::string& m, std::vector<std::string>* all) {
+            return exchange.Exchange(r, m, all);
+          },
+          Names(2), absl::Seconds(30));
+      ASSERT_TRUE(group.ok()) << group.status();
+      ShmAllreducer reducer(group->get(), nullptr, SmallRounds());
+      std::vector<ReduceSpan> spans;
+      if (r == 0) {
+        spans.push_back(
+            {reinterpret_cast<char*>(a.data()), reinterpret_cast<char*>(result.data()), n});
+      } else {
+        spans.push_back({nullptr, nullptr, n});
+      }
+      status[r] = reducer.Allreduce(spans, DataType::kFloat32, ReduceOp::kSum, 1.0, 1.0, "join");
+    });
+  }
+  for (auto& th : t) th.join();
+  ASSERT_TRUE(status[0].ok()) << status[0];
+  ASSERT_TRUE(status[1].ok()) << status[1];
+  for (int i = 0; i < n; ++i) ASSERT_EQ(result[i], 1.5f) << i;
+}
+
+// A peer that fails mid-collective, and one that never comes: the other ranks' waits end with an
+// error naming the peer instead of spinning.
+TEST(ShmAllreduceTest, APeerThatFailsOrNeverComesEndsTheWait) {
+  ThreadExchange exchange(2);
+  absl::Status waited;
+  std::thread t[2];
+  for (int r = 0; r < 2; ++r) {
+    t[r] = std::thread([&, r] {
+      auto group = ShmGroup::Create(
+          r, 2, 1 << 20,
+          [&, r](const std::string& m, std::vector<std::string>* all) {
+            return exchange.Exchange(r, m, all);
+          },
+          {"global rank 0 (host a)", "global rank 1 (host a)"}, absl::Milliseconds(300));
+      ASSERT_TRUE(group.ok()) << group.status();
+      std::vector<std::string> sync;
+      if (r == 1) {
+        (*group)->MarkFailed();
+        ASSERT_TRUE(exchange.Exchange(r, "", &sync).ok());
+        ASSERT_TRUE(exchange.Exchange(r, "", &sync).ok());
+        return;
+      }
+      ASSERT_TRUE(exchange.Exchange(r, "", &sync).ok());
+      waited = (*group)->WaitFor(1, ShmGroup::kPublished, 1, "allreduce 'w'");
+      EXPECT_TRUE(absl::IsAborted(waited)) << waited;
+      EXPECT_EQ(waited.message(),
+                "allreduce 'w': global rank 1 (host a) failed during the collective");
+      ASSERT_TRUE(exchange.Exchange(r, "", &sync).ok());
+    });
+  }
+  for (auto& th : t) th.join();
+
+  ThreadExchange exchange2(2);
+  std::unique_ptr<ShmGroup> groups[2];
+  for (int r = 0; r < 2; ++r) {
+    t[r] = std::thread([&, r] {
+      auto g = ShmGroup::Create(
+          r, 2, 1 << 20,
+          [&, r](const std::string& m, std::vector<std::string>* all) {
+            return exchange2.Exchange(r, m, all);
+          },
+          Names(2), absl::Milliseconds(200));
+      ASSERT_TRUE(g.ok()) << g.status();
+      groups[r] = std::move(*g);
+    });
+  }
+  for (auto& th : t) th.join();
+  const absl::Time start = absl::Now();
+  const absl::Status late = groups[0]->WaitFor(1, ShmGroup::kReduced, 5, "allreduce 'late'");
+  EXPECT_TRUE(absl::IsDeadlineExceeded(late)) << late;
+  EXPECT_TRUE(absl::StrContains(late.message(), "rank 1")) << late;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+}
+
+TEST(ShmGroupTest, NothingIsLeftInDevShm) {
+  ThreadExchange exchange(3);
+  std::vector<std::thread> t;
+  std::vector<std::unique_ptr<ShmGroup>> groups(3);
+  for (int r = 0; r < 3; ++r) {
+    t.emplace_back([&, r] {
+      auto g = ShmGroup::Create(
+          r, 3, 1 << 20,
+          [&, r](const std::string& m, std::vector<std::string>* all) {
+            return exchange.Exchange(r, m, all);
+          },
+          Names(3), absl::Seconds(30));
+      ASSERT_TRUE(g.ok()) << g.status();
+      groups[r] = std::move(*g);
+    });
+  }
+  for (auto& th : t) th.join();
+  // Mapped by all, named by none.
+  const std::string prefix = absl::StrCat("hvx.", getpid(), ".");
+  DIR* dir = opendir("/dev/shm");
+  ASSERT_NE(dir, nullptr);
+  while (dirent* e = readdir(dir)) {
+    EXPECT_FALSE(absl::StartsWith(e->d_name, prefix)) << e->d_name;
+  }
+  closedir(dir);
+  groups[1]->data(1)[0] = 42;
+  EXPECT_EQ(groups[0]->data(1)[0], 42);
+  EXPECT_EQ(groups[2]->data(1)[0], 42);
+}
+
+TEST(ShmGroupTest, AFailureOnOneRankFailsEveryRank) {
+  ThreadExchange exchange(2);
+  std::thread t[2];
+  absl::Status status[2];
+  for (int r = 0; r < 2; ++r) {
+    t[r] = std::thread([&, r] {
+      // Rank 1 asks for more than any /dev/shm holds.
+      const size_t bytes = r == 1 ? (size_t{1} << 50) : (1 << 20);
+      auto g = ShmGroup::Create(
+          r, 2, bytes,
+          [&, r](const std::string& m, std::vector<std::string>* all) {
+            return exchange.Exchange(r, m, all);
+          },
+          {"global rank 0 (host a)", "global rank 1 (host a)"}, absl::Seconds(30));
+      status[r] = g.status();
+    });
+  }
+  for (auto& th : t) th.join();
+  EXPECT_TRUE(absl::StrContains(status[1].message(), "HVX_CPU_PLANE=mpi")) << status[1];
+  EXPECT_TRUE(absl::StrContains(status[0].message(), "failed on global rank 1 (host a)"))
+      << status[0];
+}
+
+}  // namespace
+}  // namespace shm
+}  // namespace hvx

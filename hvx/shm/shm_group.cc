@@ -1,0 +1,237 @@
+#include "hvx/shm/shm_group.h"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "hvx/common/status.h"
+
+namespace hvx {
+namespace shm {
+namespace {
+
+constexpr uint64_t kMagic = 0x68767873686d3031;  // "hvxshm01"
+
+// A peer's progress usually arrives within microseconds of this rank's own: spinning that long
+// costs nothing. Past it the waiter yields its core between checks, which lets a descheduled
+// peer (more ranks than cores) run.
+constexpr absl::Duration kSpin = absl::Microseconds(100);
+// How often a long wait checks that the peer's process still exists.
+constexpr absl::Duration kLivenessInterval = absl::Milliseconds(20);
+
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+size_t RoundUpToPage(size_t n) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  return (n + page - 1) / page * page;
+}
+
+std::string RegionName() {
+  static std::atomic<uint64_t> next{0};
+  return absl::StrCat("/hvx.", getpid(), ".", next.fetch_add(1));
+}
+
+// Every rank's verdict of one step: OK when all are OK, else the error every rank returns (its
+// own for the failing rank, the failing rank's message for the others).
+absl::Status Agree(const ShmGroup::Exchange& exchange, const absl::Status& local,
+                   const std::vector<std::string>& names, int rank, absl::string_view step) {
+  std::vector<std::string> all;
+  HVX_RETURN_IF_ERROR(exchange(local.ok() ? std::string() : std::string(local.message()), &all));
+  for (int r = 0; r < static_cast<int>(all.size()); ++r) {
+    if (all[r].empty()) continue;
+    if (r == rank) return local;
+    return absl::FailedPreconditionError(absl::StrCat(step, " failed on ", names[r], ": ", all[r]));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+struct ShmGroup::Header {
+  struct alignas(64) Line {
+    std::atomic<uint64_t> value;
+  };
+  uint64_t magic;
+  int64_t pid;
+  uint64_t bytes;
+  Line counters[kNumCounters];
+  Line failed;
+};
+
+ShmGroup::ShmGroup(int rank, int size, size_t bytes, std::vector<std::string> names,
+                   absl::Duration timeout)
+    : rank_(rank),
+      size_(size),
+      bytes_(bytes),
+      names_(std::move(names)),
+      timeout_(timeout),
+      regions_(size) {}
+
+ShmGroup::~ShmGroup() {
+  for (Region& r : regions_) {
+    if (r.header != nullptr) munmap(r.header, r.mapped);
+  }
+}
+
+absl::StatusOr<std::unique_ptr<ShmGroup>> ShmGroup::Create(int rank, int size, size_t bytes,
+                                                           const Exchange& exchange,
+                                                           std::vector<std::string> names,
+                                                           absl::Duration timeout) {
+  if (rank < 0 || rank >= size || static_cast<int>(names.size()) != size) {
+    return absl::InvalidArgumentError(absl::StrCat("ShmGroup::Create: rank ", rank, " of ", size,
+                                                   " with ", names.size(), " names"));
+  }
+  static_assert(sizeof(Header) <= kShmHeaderBytes, "the header outgrew its page");
+  std::unique_ptr<ShmGroup> group(new ShmGroup(rank, size, bytes, std::move(names), timeout));
+  const size_t total = RoundUpToPage(kShmHeaderBytes + bytes);
+  const std::string name = RegionName();
+
+  // 1. This rank's region, reserved in full and mapped with its pages present.
+  absl::Status created = [&]() -> absl::Status {
+    const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("creating /dev/shm", name));
+    const int reserve = posix_fallocate(fd, 0, static_cast<off_t>(total));
+    if (reserve != 0) {
+      close(fd);
+      shm_unlink(name.c_str());
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "cannot reserve ", total >> 20, " MiB of shared memory in /dev/shm (", strerror(reserve),
+          "): give the job a larger /dev/shm (docker run --shm-size; a Kubernetes emptyDir "
+          "volume with medium: Memory) or set HVX_CPU_PLANE=mpi"));
+    }
+    void* p = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED) {
+      const int e = errno;
+      shm_unlink(name.c_str());
+      return ErrnoToStatus(e, absl::StrCat("mapping /dev/shm", name));
+    }
+    Region& own = group->regions_[rank];
+    own.header = static_cast<Header*>(p);
+    own.data = static_cast<char*>(p) + kShmHeaderBytes;
+    own.mapped = total;
+    own.header->pid = getpid();
+    own.header->bytes = bytes;
+    own.header->magic = kMagic;
+    return absl::OkStatus();
+  }();
+  std::vector<std::string> all;
+  HVX_RETURN_IF_ERROR(exchange(created.ok() ? name : "!" + std::string(created.message()), &all));
+  for (int r = 0; r < size && created.ok(); ++r) {
+    if (absl::StartsWith(all[r], "!")) {
+      created = absl::FailedPreconditionError(
+          absl::StrCat("shared memory for the CPU data plane failed on ", group->names_[r], ": ",
+                       all[r].substr(1)));
+    }
+  }
+  if (!created.ok()) {
+    if (group->regions_[rank].header != nullptr) shm_unlink(name.c_str());
+    return created;
+  }
+
+  // 2. Every peer's region.
+  absl::Status mapped;
+  for (int r = 0; r < size && mapped.ok(); ++r) {
+    if (r == rank) continue;
+    mapped = [&]() -> absl::Status {
+      const int fd = shm_open(all[r].c_str(), O_RDWR | O_CLOEXEC, 0);
+      if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("opening /dev/shm", all[r]));
+      struct stat st;
+      if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != total) {
+        close(fd);
+        return absl::InternalError(absl::StrCat("/dev/shm", all[r], " of ", group->names_[r],
+                                                " is not ", total, " bytes"));
+      }
+      void* p = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+      close(fd);
+      if (p == MAP_FAILED) return ErrnoToStatus(errno, absl::StrCat("mapping /dev/shm", all[r]));
+      Region& peer = group->regions_[r];
+      peer.header = static_cast<Header*>(p);
+      peer.data = static_cast<char*>(p) + kShmHeaderBytes;
+      peer.mapped = total;
+      if (peer.header->magic != kMagic || peer.header->bytes != bytes) {
+        return absl::InternalError(absl::StrCat("/dev/shm", all[r], " of ", group->names_[r],
+                                                " is not an hvx region of ", bytes, " bytes"));
+      }
+      return absl::OkStatus();
+    }();
+  }
+  absl::Status agreed = Agree(exchange, Annotate(mapped, "mapping a peer's shared memory"),
+                              group->names_, rank, "mapping shared memory for the CPU data plane");
+  // Every rank has mapped (or given up on) every region: the names can go.
+  shm_unlink(name.c_str());
+  HVX_RETURN_IF_ERROR(agreed);
+  return group;
+}
+
+uint64_t ShmGroup::Get(int r, Counter c) const {
+  return regions_[r].header->counters[c].value.load(std::memory_order_acquire);
+}
+
+void ShmGroup::Set(Counter c, uint64_t value) {
+  regions_[rank_].header->counters[c].value.store(value, std::memory_order_release);
+}
+
+void ShmGroup::MarkFailed() {
+  regions_[rank_].header->failed.value.store(1, std::memory_order_release);
+}
+
+absl::Status ShmGroup::CheckPeer(int r, absl::string_view what) const {
+  const Header* h = regions_[r].header;
+  if (h->failed.value.load(std::memory_order_acquire) != 0) {
+    return absl::AbortedError(absl::StrCat(what, ": ", names_[r], " failed during the collective"));
+  }
+  // A pid this process cannot see (another pid namespace) reads as gone: only a pid that was
+  // visible counts.
+  if (kill(static_cast<pid_t>(h->pid), 0) != 0 && errno == ESRCH) {
+    return absl::UnavailableError(
+        absl::StrCat(what, ": ", names_[r], " (pid ", h->pid, ") exited during the collective"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShmGroup::WaitFor(int r, Counter c, uint64_t target, absl::string_view what) {
+  const std::atomic<uint64_t>& value = regions_[r].header->counters[c].value;
+  if (value.load(std::memory_order_acquire) >= target) return absl::OkStatus();
+  const absl::Time start = absl::Now();
+  absl::Time next_check = start + kLivenessInterval;
+  bool yielding = false;
+  for (uint64_t polls = 1;; ++polls) {
+    if (value.load(std::memory_order_acquire) >= target) return absl::OkStatus();
+    if (yielding) {
+      sched_yield();
+    } else {
+      CpuRelax();
+    }
+    if (polls % 64 != 0) continue;
+    const absl::Time now = absl::Now();
+    yielding = now - start > kSpin;
+    if (now < next_check) continue;
+    next_check = now + kLivenessInterval;
+    if (value.load(std::memory_order_acquire) >= target) return absl::OkStatus();
+    HVX_RETURN_IF_ERROR(CheckPeer(r, what));
+    if (now - start > timeout_) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          what, ": waited ", absl::FormatDuration(now - start), " for ", names_[r],
+          " (HVX_COLLECTIVE_TIMEOUT_S): it failed, froze or stopped calling collectives"));
+    }
+  }
+}
+
+}  // namespace shm
+}  // namespace hvx
