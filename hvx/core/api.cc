@@ -76,6 +76,7 @@ absl::StatusOr<InitOptions> InitOptions::FromEnv(const Environment& env) {
   knobs.Read("HVX_LOG_LEVEL", &o.log_level);
   knobs.Read("HVX_ALLOW_SINGLETON", &o.allow_singleton);
   knobs.Read("HVX_FIXED_REDUCTION_ORDER", &o.fixed_reduction_order);
+  knobs.Read("HVX_CPU_PLANE", &o.cpu_plane);
   knobs.Read("HVX_HIERARCHICAL_ALLREDUCE", &o.hierarchical_allreduce);
   knobs.Read("HVX_NCCL_HALF_IN_FLOAT32", &o.nccl_half_in_float32);
   knobs.Read("HVX_SHUTDOWN_TIMEOUT_S", &o.shutdown_timeout_s, 0.0);
@@ -101,6 +102,10 @@ absl::Status InitOptions::Validate() const {
     if (!(value > 0))
       return absl::InvalidArgumentError(
           absl::StrCat(name, "='", value, "': must be more than 0 seconds"));
+  }
+  if (cpu_plane != "auto" && cpu_plane != "shm" && cpu_plane != "mpi") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("HVX_CPU_PLANE='", cpu_plane, "': must be auto, shm or mpi"));
   }
   if (stall_shutdown_time_s > 0 &&
       (stall_check_time_s <= 0 || stall_shutdown_time_s <= stall_check_time_s)) {

@@ -70,6 +70,11 @@ struct InitOptions {
   // buffer instead of each tensor, fewer messages per step (BENCHMARKS.md has the difference), but
   // the rounding then follows the fusion, which follows timing.
   bool fixed_reduction_order = true;
+  // How CPU tensors are allreduced (HVX_CPU_PLANE): "shm" through shared memory among the ranks
+  // of each host, and hierarchically across hosts (shared memory inside each host, MPI between
+  // them); "mpi" by MPI point-to-point (a ring); "auto" shm wherever a process set has several
+  // ranks on a host and the same number on every host, else mpi. Other ops always use MPI.
+  std::string cpu_plane = "auto";
   // GPU tensors (the NCCL data plane): reduce-scatter inside each host, the transport across hosts,
   // allgather inside the host, on several homogeneous hosts (HVX_HIERARCHICAL_ALLREDUCE).
   bool hierarchical_allreduce = false;

@@ -206,6 +206,7 @@ Settings Engine::SettingsThatMustAgree() const {
       {"HVX_CACHE_CAPACITY", absl::StrCat(options_.cache_capacity)},
       {"HVX_FIXED_REDUCTION_ORDER", options_.fixed_reduction_order ? "1" : "0"},
       {"HVX_COLLECTIVE_TIMEOUT_S", absl::StrCat(options_.collective_timeout_s)},
+      {"HVX_CPU_PLANE", options_.cpu_plane},
       {"HVX_HIERARCHICAL_ALLREDUCE", options_.hierarchical_allreduce ? "1" : "0"},
       {"HVX_NCCL_HALF_IN_FLOAT32", options_.nccl_half_in_float32 ? "1" : "0"},
       {"process sets", absl::StrJoin(sets, " ")},

@@ -18,7 +18,7 @@ namespace {
 class HvxEnvironment : public ::testing::Environment {
  public:
   void SetUp() override {
-    InitOptions o;
+    InitOptions o = *InitOptions::FromEnv(hvx::Environment::Process());  // HVX_CPU_PLANE from BUILD
     o.stall_check_time_s = 0;
     o.shutdown_timeout_s = 20;
     ASSERT_TRUE(Init(o).ok());

@@ -254,6 +254,40 @@ absl::StatusOr<char*> HostBuffer::GetOnEveryRank(size_t bytes, MPI_Comm comm) {
   return got;
 }
 
+absl::Status CheckFitsInt(int64_t bytes, absl::string_view what) {
+  if (bytes > INT_MAX) {
+    return absl::UnimplementedError(
+        absl::StrCat(what, ": ", bytes, " bytes exceed MPI's int count limit"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AllgatherStrings(MPI_Comm comm, const std::string& mine,
+                              std::vector<std::string>* all) {
+  int size = 0;
+  MPI_Comm_size(comm, &size);
+  HVX_RETURN_IF_ERROR(CheckFitsInt(static_cast<int64_t>(mine.size()), "control allgather"));
+  int len = static_cast<int>(mine.size());
+  std::vector<int> lens(size), displs(size);
+  HVX_RETURN_IF_ERROR(StartAndWait(comm, "MPI_Iallgather", kControlWait, [&](MPI_Request* q) {
+    return MPI_Iallgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, comm, q);
+  }));
+  int64_t off = 0;
+  for (int r = 0; r < size; ++r) {
+    displs[r] = static_cast<int>(off);
+    off += lens[r];
+  }
+  HVX_RETURN_IF_ERROR(CheckFitsInt(off, "control allgather"));
+  std::string flat(off, '\0');
+  HVX_RETURN_IF_ERROR(StartAndWait(comm, "MPI_Iallgatherv", kControlWait, [&](MPI_Request* q) {
+    return MPI_Iallgatherv(mine.data(), len, MPI_BYTE, flat.data(), lens.data(), displs.data(),
+                           MPI_BYTE, comm, q);
+  }));
+  all->clear();
+  for (int r = 0; r < size; ++r) all->push_back(flat.substr(displs[r], lens[r]));
+  return absl::OkStatus();
+}
+
 absl::Status AgreeOnEveryRank(MPI_Comm comm, const absl::Status& local) {
   int rank = 0, size = 1;
   MPI_Comm_rank(comm, &rank);

@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -78,6 +79,14 @@ std::string GlobalRank(MPI_Comm comm, int rank);
 // error: the failing rank its own, the others FailedPrecondition with the lowest failing rank's
 // global rank and message. For a step that may fail on one rank only, before a collective.
 absl::Status AgreeOnEveryRank(MPI_Comm comm, const absl::Status& local);
+
+// Unimplemented naming `what` when `bytes` exceeds MPI's int count limit.
+absl::Status CheckFitsInt(int64_t bytes, absl::string_view what);
+
+// Every rank's `mine`, in rank order, into *all: a control-plane allgather (two nonblocking
+// collectives waited for with kControlWait).
+absl::Status AllgatherStrings(MPI_Comm comm, const std::string& mine,
+                              std::vector<std::string>* all);
 
 // The MPI_Datatype and MPI_Op pair used to reduce `dtype` with `op` (kSum, kMin, kMax, kProduct).
 struct MpiReduceType {

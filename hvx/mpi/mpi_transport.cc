@@ -18,17 +18,10 @@
 #include "hvx/common/status.h"
 #include "hvx/core/cpu_ops.h"
 #include "hvx/mpi/mpi_collectives.h"
+#include "hvx/mpi/shm_plane.h"
 
 namespace hvx {
 namespace {
-
-absl::Status CheckInt(int64_t n, absl::string_view what) {
-  if (n > INT_MAX) {
-    return absl::UnimplementedError(
-        absl::StrCat(what, ": ", n, " bytes exceed MPI's int count limit"));
-  }
-  return absl::OkStatus();
-}
 
 class MpiCpuPlane : public DataPlane {
  public:
@@ -227,7 +220,7 @@ class MpiCpuPlane : public DataPlane {
     std::vector<int> counts(size_), displs(size_);
     int64_t off = 0;
     for (int r = 0; r < size_; ++r) {
-      HVX_RETURN_IF_ERROR(CheckInt(off + w.rows[r] * row_bytes, w.name));
+      HVX_RETURN_IF_ERROR(CheckFitsInt(off + w.rows[r] * row_bytes, w.name));
       counts[r] = static_cast<int>(w.rows[r] * row_bytes);
       displs[r] = static_cast<int>(off);
       off += counts[r];
@@ -262,8 +255,8 @@ class MpiCpuPlane : public DataPlane {
     // one.
     absl::Status fits;
     for (int r = 0; r < size_; ++r) {
-      fits = CheckInt(std::max(so + w.send_rows[r] * row_bytes, ro + w.recv_rows[r] * row_bytes),
-                      w.name);
+      fits = CheckFitsInt(
+          std::max(so + w.send_rows[r] * row_bytes, ro + w.recv_rows[r] * row_bytes), w.name);
       if (!fits.ok()) break;
       sc[r] = static_cast<int>(w.send_rows[r] * row_bytes);
       sd[r] = static_cast<int>(so);
@@ -293,7 +286,7 @@ class MpiCpuPlane : public DataPlane {
     std::vector<int> counts(size_);
     for (int r = 0; r < size_; ++r) {
       HVX_RETURN_IF_ERROR(
-          CheckInt(w.recv_rows[r] * w.row_elements * static_cast<int64_t>(esize), w.name));
+          CheckFitsInt(w.recv_rows[r] * w.row_elements * static_cast<int64_t>(esize), w.name));
       counts[r] = static_cast<int>(w.recv_rows[r] * w.row_elements);
     }
     const MpiReduceType t = MpiOps::Get().For(dt, ReduceOp::kSum);
@@ -377,7 +370,12 @@ class MpiCpuPlane : public DataPlane {
 
 class MpiCommunicator : public Communicator {
  public:
-  explicit MpiCommunicator(MPI_Comm comm) : comm_(comm), plane_(comm) {
+  MpiCommunicator(MPI_Comm comm, CpuPlaneMode mode)
+      : comm_(comm),
+        mode_(mode),
+        plane_(mode == CpuPlaneMode::kMpi
+                   ? std::make_unique<MpiCpuPlane>(comm)
+                   : MakeShmCpuPlane(comm, std::make_unique<MpiCpuPlane>(comm), mode)) {
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
@@ -388,7 +386,7 @@ class MpiCommunicator : public Communicator {
   int size() const override { return size_; }
 
   absl::Status Gather(const std::string& mine, std::vector<std::string>* all) override {
-    HVX_RETURN_IF_ERROR(CheckInt(mine.size(), "control gather"));
+    HVX_RETURN_IF_ERROR(CheckFitsInt(mine.size(), "control gather"));
     int len = static_cast<int>(mine.size());
     std::vector<int> lens(rank_ == 0 ? size_ : 0), displs(lens.size());
     HVX_RETURN_IF_ERROR(Politely("MPI_Igather", [&](MPI_Request* q) {
@@ -401,7 +399,7 @@ class MpiCommunicator : public Communicator {
         displs[r] = static_cast<int>(off);
         off += lens[r];
       }
-      HVX_RETURN_IF_ERROR(CheckInt(off, "control gather"));
+      HVX_RETURN_IF_ERROR(CheckFitsInt(off, "control gather"));
       flat.resize(off);
     }
     HVX_RETURN_IF_ERROR(Politely("MPI_Igatherv", [&](MPI_Request* q) {
@@ -420,7 +418,7 @@ class MpiCommunicator : public Communicator {
     HVX_RETURN_IF_ERROR(Politely("MPI_Ibcast", [&](MPI_Request* q) {
       return MPI_Ibcast(&len, 1, MPI_INT64_T, 0, comm_, q);
     }));
-    HVX_RETURN_IF_ERROR(CheckInt(len, "control broadcast"));
+    HVX_RETURN_IF_ERROR(CheckFitsInt(len, "control broadcast"));
     message->resize(len);
     return Politely("MPI_Ibcast", [&](MPI_Request* q) {
       return MPI_Ibcast(message->data(), static_cast<int>(len), MPI_BYTE, 0, comm_, q);
@@ -428,24 +426,7 @@ class MpiCommunicator : public Communicator {
   }
 
   absl::Status Allgather(const std::string& mine, std::vector<std::string>* all) override {
-    int len = static_cast<int>(mine.size());
-    std::vector<int> lens(size_), displs(size_);
-    HVX_RETURN_IF_ERROR(Politely("MPI_Iallgather", [&](MPI_Request* q) {
-      return MPI_Iallgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, comm_, q);
-    }));
-    int64_t off = 0;
-    for (int r = 0; r < size_; ++r) {
-      displs[r] = static_cast<int>(off);
-      off += lens[r];
-    }
-    std::string flat(off, '\0');
-    HVX_RETURN_IF_ERROR(Politely("MPI_Iallgatherv", [&](MPI_Request* q) {
-      return MPI_Iallgatherv(mine.data(), len, MPI_BYTE, flat.data(), lens.data(), displs.data(),
-                             MPI_BYTE, comm_, q);
-    }));
-    all->clear();
-    for (int r = 0; r < size_; ++r) all->push_back(flat.substr(displs[r], lens[r]));
-    return absl::OkStatus();
+    return AllgatherStrings(comm_, mine, all);
   }
 
   absl::Status BitwiseAnd(std::vector<uint64_t>* bits) override {
@@ -459,7 +440,7 @@ class MpiCommunicator : public Communicator {
     return Politely("MPI_Ibarrier", [&](MPI_Request* q) { return MPI_Ibarrier(comm_, q); });
   }
 
-  DataPlane& cpu() override { return plane_; }
+  DataPlane& cpu() override { return *plane_; }
 
   // Starts a nonblocking collective with `start` and completes it with WaitPolitely: the control
   // plane runs every cycle, and a rank whose peers are still computing must not spin meanwhile.
@@ -477,20 +458,21 @@ class MpiCommunicator : public Communicator {
                                   "MPI_Comm_split (process set)"));
     if (!member) return std::unique_ptr<Communicator>();
     SetCollectiveTimeout(sub, CollectiveTimeout(comm_));
-    return std::unique_ptr<Communicator>(new MpiCommunicator(sub));
+    return std::unique_ptr<Communicator>(new MpiCommunicator(sub, mode_));
   }
 
  private:
   MPI_Comm comm_;
+  const CpuPlaneMode mode_;
   int rank_ = 0;
   int size_ = 1;
-  MpiCpuPlane plane_;
+  std::unique_ptr<DataPlane> plane_;
 };
 
 }  // namespace
 
-std::unique_ptr<Communicator> MakeMpiCommunicator(MPI_Comm comm) {
-  return std::unique_ptr<Communicator>(new MpiCommunicator(comm));
+std::unique_ptr<Communicator> MakeMpiCommunicator(MPI_Comm comm, CpuPlaneMode mode) {
+  return std::unique_ptr<Communicator>(new MpiCommunicator(comm, mode));
 }
 
 absl::StatusOr<std::unique_ptr<Communicator>> MpiTransport::Start(const InitOptions& options) {
@@ -533,7 +515,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> MpiTransport::Start(const InitOpti
   MPI_Comm world;
   HVX_RETURN_IF_ERROR(MpiStatus(MPI_Comm_dup(MPI_COMM_WORLD, &world), "MPI_Comm_dup"));
   SetCollectiveTimeout(world, absl::Seconds(options.collective_timeout_s));
-  return MakeMpiCommunicator(world);
+  return MakeMpiCommunicator(world, ParseCpuPlaneMode(options.cpu_plane));
 }
 
 std::string ThreadLevelName(int level) {
