@@ -12,8 +12,9 @@
 // (hvx/mpi: mpi_abort, MPI_Abort(MPI_COMM_WORLD, 3)). It fires once per process, after
 // writing "hvx failpoint POINT: rank R ACTION" to stderr. The points: "init" (hvx::Init, after
 // the transport started), "negotiation" (a cycle that gathers requests), "allreduce" (between the
-// steps of a ring allreduce), "shutdown" (before the transport's finalization), "checkpoint" (the
-// trainer's checkpoint file written but not yet renamed into place).
+// steps of a CPU allreduce: the ring's, or the shared-memory plane's publish and fold), "shutdown"
+// (before the transport's finalization), "checkpoint" (the trainer's checkpoint file written but
+// not yet renamed into place).
 #ifndef HVX_COMMON_FAILPOINT_H_
 #define HVX_COMMON_FAILPOINT_H_
 

@@ -66,6 +66,13 @@ class ShmCpuPlane : public DataPlane {
       : comm_(comm), mpi_(std::move(mpi)), mode_(mode) {}
 
   ~ShmCpuPlane() override {
+    if (reducer_ != nullptr && reducer_->stats().calls > 0) {
+      const shm::ShmAllreducer::Stats& s = reducer_->stats();
+      HVX_LOG(DEBUG) << "CPU allreduce through shared memory: " << s.calls << " calls, "
+                     << (s.bytes >> 20) << " MiB, " << absl::ToDoubleMilliseconds(s.total)
+                     << " ms, of which " << absl::ToDoubleMilliseconds(s.cross)
+                     << " ms between hosts";
+    }
     reducer_.reset();
     cross_.reset();
     group_.reset();

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "hvx/common/failpoint.h"
 #include "hvx/common/status.h"
 #include "hvx/core/cpu_ops.h"
 
@@ -83,6 +84,7 @@ absl::Status ShmAllreducer::Allreduce(const std::vector<ReduceSpan>& spans, Data
                                       ReduceOp op, double prescale, double postscale,
                                       absl::string_view what) {
   if (!broken_.ok()) return broken_;
+  const absl::Time start = absl::Now();
   dtype_ = dtype;
   op_ = op;
   prescale_ = prescale;
@@ -97,6 +99,9 @@ absl::Status ShmAllreducer::Allreduce(const std::vector<ReduceSpan>& spans, Data
   for (int64_t begin = 0; begin < index.total() && status.ok(); begin += round) {
     status = Round(index, begin, std::min(round, index.total() - begin));
   }
+  stats_.calls++;
+  stats_.bytes += index.total() * static_cast<int64_t>(esize_);
+  stats_.total += absl::Now() - start;
   if (!status.ok()) {
     group_->MarkFailed();
     broken_ = Annotate(status, "the shared-memory CPU data plane stopped");
@@ -124,7 +129,7 @@ absl::Status ShmAllreducer::ReduceChunk(const SpanIndex& index, int64_t begin, i
   const bool last_host = cross_ == nullptr || cross_->host() == cross_->hosts() - 1;
   int k = 0;
   if (!first_host) {
-    HVX_RETURN_IF_ERROR(cross_->Recv(cross_->host() - 1, slot, bytes));
+    HVX_RETURN_IF_ERROR(Cross([&] { return cross_->Recv(cross_->host() - 1, slot, bytes); }));
   } else {
     if (group_->rank() != 0) {
       HVX_RETURN_IF_ERROR(group_->WaitFor(0, ShmGroup::kPublished, chunk_id + 1, what_));
@@ -141,7 +146,7 @@ absl::Status ShmAllreducer::ReduceChunk(const SpanIndex& index, int64_t begin, i
   if (last_host) {
     ScaleInPlace(dtype_, slot, count, postscale_);
   } else {
-    HVX_RETURN_IF_ERROR(cross_->Send(cross_->host() + 1, slot, bytes));
+    HVX_RETURN_IF_ERROR(Cross([&] { return cross_->Send(cross_->host() + 1, slot, bytes); }));
   }
   return absl::OkStatus();
 }
@@ -176,6 +181,7 @@ absl::Status ShmAllreducer::Round(const SpanIndex& index, int64_t begin, int64_t
     }
     group_->Set(ShmGroup::kPublished, base + j + 1);
   }
+  Failpoint("allreduce");
   // 2. Reduce this rank's chunks.
   for (int64_t j = 0; j < chunks; ++j) {
     if (owner(j) != me) continue;
@@ -188,16 +194,18 @@ absl::Status ShmAllreducer::Round(const SpanIndex& index, int64_t begin, int64_t
   }
   if (cross_ != nullptr) {
     // The last host has the results; every other host receives them.
-    HVX_RETURN_IF_ERROR(cross_->Flush());
+    HVX_RETURN_IF_ERROR(Cross([&] { return cross_->Flush(); }));
     const int last = cross_->hosts() - 1;
     for (int64_t j = 0; j < chunks; ++j) {
       if (owner(j) != me) continue;
       char* slot = mine + offset(j);
       const size_t bytes = static_cast<size_t>(length(j)) * esize_;
       if (cross_->host() == last) {
-        for (int h = 0; h < last; ++h) HVX_RETURN_IF_ERROR(cross_->Send(h, slot, bytes));
+        for (int h = 0; h < last; ++h) {
+          HVX_RETURN_IF_ERROR(Cross([&] { return cross_->Send(h, slot, bytes); }));
+        }
       } else {
-        HVX_RETURN_IF_ERROR(cross_->Recv(last, slot, bytes));
+        HVX_RETURN_IF_ERROR(Cross([&] { return cross_->Recv(last, slot, bytes); }));
       }
       ScatterOutputs(index, begin + first(j), length(j), esize_, slot);
       group_->Set(ShmGroup::kReduced, base + j + 1);
@@ -210,7 +218,7 @@ absl::Status ShmAllreducer::Round(const SpanIndex& index, int64_t begin, int64_t
     HVX_RETURN_IF_ERROR(group_->WaitFor(o, ShmGroup::kReduced, base + j + 1, what_));
     ScatterOutputs(index, begin + first(j), length(j), esize_, group_->data(o) + offset(j));
   }
-  if (cross_ != nullptr) HVX_RETURN_IF_ERROR(cross_->Flush());
+  if (cross_ != nullptr) HVX_RETURN_IF_ERROR(Cross([&] { return cross_->Flush(); }));
   group_->Set(ShmGroup::kConsumed, round + 1);
   rounds_ = round + 1;
   chunks_ = base + static_cast<uint64_t>(chunks);

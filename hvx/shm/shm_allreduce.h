@@ -31,6 +31,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "hvx/common/types.h"
 #include "hvx/core/reduce_op.h"
 #include "hvx/shm/shm_group.h"
@@ -88,9 +89,27 @@ class ShmAllreducer {
   absl::Status Allreduce(const std::vector<ReduceSpan>& spans, DataType dtype, ReduceOp op,
                          double prescale, double postscale, absl::string_view what);
 
+  // Where the time of the calls so far went: all of it, and the part spent in the cross-host
+  // link's Recv and Flush (waiting for other hosts and moving data between them).
+  struct Stats {
+    int64_t calls = 0;
+    int64_t bytes = 0;
+    absl::Duration total;
+    absl::Duration cross;
+  };
+  const Stats& stats() const { return stats_; }
+
  private:
   // One round: elements [begin, begin + count) of the concatenated spans.
   absl::Status Round(const SpanIndex& index, int64_t begin, int64_t count);
+  // Runs one call of the cross-host link, counting its time in stats_.cross.
+  template <typename Fn>
+  absl::Status Cross(Fn fn) {
+    const absl::Time start = absl::Now();
+    absl::Status s = fn();
+    stats_.cross += absl::Now() - start;
+    return s;
+  }
   // Folds every rank's value of elements [begin, begin + count) (chunk `chunk_id`) into `slot`.
   absl::Status ReduceChunk(const SpanIndex& index, int64_t begin, int64_t count, uint64_t chunk_id,
                            char* slot);
@@ -114,6 +133,7 @@ class ShmAllreducer {
   uint64_t chunks_ = 0;  // chunks of those rounds
   std::vector<char> scratch_;
   absl::Status broken_;
+  Stats stats_;
 };
 
 }  // namespace shm

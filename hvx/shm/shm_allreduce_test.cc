@@ -4,6 +4,8 @@
 #include "hvx/shm/shm_allreduce.h"
 
 #include <dirent.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <condition_variable>
@@ -409,6 +411,64 @@ TEST(ShmGroupTest, NothingIsLeftInDevShm) {
   groups[1]->data(1)[0] = 42;
   EXPECT_EQ(groups[0]->data(1)[0], 42);
   EXPECT_EQ(groups[2]->data(1)[0], 42);
+}
+
+// Two processes over a socket pair, as two ranks of one host.
+absl::Status SocketExchange(int fd, int rank, const std::string& mine,
+                            std::vector<std::string>* all) {
+  const uint32_t n = static_cast<uint32_t>(mine.size());
+  if (write(fd, &n, 4) != 4 || write(fd, mine.data(), n) != static_cast<ssize_t>(n)) {
+    return absl::InternalError("write");
+  }
+  uint32_t m = 0;
+  if (read(fd, &m, 4) != 4) return absl::InternalError("read");
+  std::string theirs(m, '\0');
+  size_t got = 0;
+  while (got < m) {
+    const ssize_t k = read(fd, theirs.data() + got, m - got);
+    if (k <= 0) return absl::InternalError("read");
+    got += static_cast<size_t>(k);
+  }
+  *all =
+      rank == 0 ? std::vector<std::string>{mine, theirs} : std::vector<std::string>{theirs, mine};
+  return absl::OkStatus();
+}
+
+TEST(ShmGroupTest, APeerProcessThatDiesEndsTheWait) {
+  int fds[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+  const std::vector<std::string> names = {"global rank 0 (host a)", "global rank 1 (host a)"};
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto g = ShmGroup::Create(
+        1, 2, 1 << 20,
+        [&](const std::string& m, std::vector<std::string>* all) {
+          return SocketExchange(fds[1], 1, m, all);
+        },
+        names, absl::Seconds(30));
+    _exit(g.ok() ? 0 : 1);  // dies without ever publishing
+  }
+  auto g = ShmGroup::Create(
+      0, 2, 1 << 20,
+      [&](const std::string& m, std::vector<std::string>* all) {
+        return SocketExchange(fds[0], 0, m, all);
+      },
+      names, absl::Seconds(30));
+  ASSERT_TRUE(g.ok()) << g.status();
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  const absl::Time start = absl::Now();
+  const absl::Status s = (*g)->WaitFor(1, ShmGroup::kPublished, 1, "allreduce 'grad'");
+  EXPECT_TRUE(absl::IsUnavailable(s)) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "allreduce 'grad': global rank 1 (host a) (pid " +
+                                                 std::to_string(child) +
+                                                 ") exited during the collective"))
+      << s;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  close(fds[0]);
+  close(fds[1]);
 }
 
 TEST(ShmGroupTest, AFailureOnOneRankFailsEveryRank) {
