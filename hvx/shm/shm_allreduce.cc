@@ -56,12 +56,18 @@ class SpanIndex {
 
 namespace {
 
-void GatherInputs(const SpanIndex& index, int64_t begin, int64_t count, size_t esize, char* dst) {
+// Copies inputs [begin, begin + count) to dst (zeros for missing inputs); `stream` when this core
+// will not read dst again soon (StreamBytes).
+void GatherInputs(const SpanIndex& index, int64_t begin, int64_t count, size_t esize, char* dst,
+                  bool stream) {
   index.ForEach(begin, count, [&](const ReduceSpan& s, int64_t first, int64_t n) {
+    const char* src = s.in + first * static_cast<int64_t>(esize);
     if (s.in == nullptr) {
       std::memset(dst, 0, n * esize);
+    } else if (stream) {
+      StreamBytes(dst, src, n * esize);
     } else {
-      std::memcpy(dst, s.in + first * static_cast<int64_t>(esize), n * esize);
+      CopyBytes(dst, src, n * esize);
     }
     dst += n * esize;
   });
@@ -70,7 +76,7 @@ void GatherInputs(const SpanIndex& index, int64_t begin, int64_t count, size_t e
 void ScatterOutputs(const SpanIndex& index, int64_t begin, int64_t count, size_t esize,
                     const char* src) {
   index.ForEach(begin, count, [&](const ReduceSpan& s, int64_t first, int64_t n) {
-    if (s.out != nullptr) std::memcpy(s.out + first * static_cast<int64_t>(esize), src, n * esize);
+    if (s.out != nullptr) StreamBytes(s.out + first * static_cast<int64_t>(esize), src, n * esize);
     src += n * esize;
   });
 }
@@ -115,7 +121,7 @@ const char* ShmAllreducer::ValueOf(int k, const SpanIndex& index, int64_t begin,
   if (prescale_ == 1.0) {
     if (const char* in = index.Contiguous(begin, count, esize_)) return in;
   }
-  GatherInputs(index, begin, count, esize_, scratch_.data());
+  GatherInputs(index, begin, count, esize_, scratch_.data(), /*stream=*/false);
   ScaleInPlace(dtype_, scratch_.data(), count, prescale_);
   return scratch_.data();
 }
@@ -134,7 +140,7 @@ absl::Status ShmAllreducer::ReduceChunk(const SpanIndex& index, int64_t begin, i
     if (group_->rank() != 0) {
       HVX_RETURN_IF_ERROR(group_->WaitFor(0, ShmGroup::kPublished, chunk_id + 1, what_));
     }
-    std::memcpy(slot, ValueOf(0, index, begin, count, offset), bytes);
+    CopyBytes(slot, ValueOf(0, index, begin, count, offset), bytes);
     k = 1;
   }
   for (; k < size; ++k) {
@@ -176,7 +182,8 @@ absl::Status ShmAllreducer::Round(const SpanIndex& index, int64_t begin, int64_t
   for (int64_t j = 0; j < chunks; ++j) {
     if (owner(j) != me) {
       char* dst = mine + offset(j);
-      GatherInputs(index, begin + first(j), length(j), esize_, dst);
+      // Scaled in place afterwards, it is read again at once.
+      GatherInputs(index, begin + first(j), length(j), esize_, dst, prescale_ == 1.0);
       ScaleInPlace(dtype_, dst, length(j), prescale_);
     }
     group_->Set(ShmGroup::kPublished, base + j + 1);
