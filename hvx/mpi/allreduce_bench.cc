@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -29,6 +30,7 @@
 #include "hvx/core/api.h"
 #include "hvx/core/cpu_ops.h"
 #include "hvx/mpi/mpi_collectives.h"
+#include "hvx/mpi/mpi_transport.h"
 
 namespace {
 
@@ -178,6 +180,62 @@ absl::Status PiecewiseAllreduce(MPI_Comm comm, const std::vector<hvx::Span>& spa
   return absl::OkStatus();
 }
 
+// The machine's own speed, measured on every rank at once (as the ranks of an allreduce run):
+// median ms for one pre-touched `bytes` memcpy and for y += x over `bytes` of float32.
+struct MachineSpeed {
+  double copy_ms;
+  double add_ms;
+  int64_t bytes;
+  // The least time a staged shared-memory allreduce of `b` bytes over `n` ranks of one host can
+  // take: each rank copies its (n-1)/n share in and the others' results out, and folds n-1 peers'
+  // values into its 1/n.
+  double BoundMs(int64_t b, int n) const {
+    const double share = static_cast<double>(b) / static_cast<double>(bytes);
+    return share * ((n - 1.0) / n * 2.0 * copy_ms + (n - 1.0) / n * add_ms);
+  }
+};
+
+MachineSpeed MeasureMachine(int reps) {
+  const int64_t n = int64_t{16} << 20;  // 64 MiB of float32
+  std::vector<float> x(n, 1.0f), y(n, 2.0f);
+  MachineSpeed speed;
+  speed.bytes = n * 4;
+  speed.copy_ms = MedianMs(reps, [&] { std::memcpy(y.data(), x.data(), n * 4); });
+  speed.add_ms = MedianMs(reps, [&] {
+    hvx::ReduceInto(hvx::DataType::kFloat32, hvx::ReduceOp::kSum, y.data(), x.data(), n);
+  });
+  return speed;
+}
+
+class NoActivity : public hvx::ActivityRecorder {
+ public:
+  void Start(absl::string_view) override {}
+  void End() override {}
+};
+
+// One CPU data plane of a communicator of its own (MPI_COMM_WORLD's ranks).
+struct Plane {
+  std::unique_ptr<hvx::Communicator> comm;
+  absl::Status Allreduce(std::vector<hvx::TensorRef> tensors, double postscale) {
+    hvx::AllreduceWork w;
+    for (size_t i = 0; i < tensors.size(); ++i) w.names.push_back(absl::StrCat("t", i));
+    w.inputs = tensors;
+    w.outputs = tensors;
+    w.op = hvx::ReduceOp::kSum;
+    w.postscale_factor = postscale;
+    w.fusion_buffer_bytes = int64_t{128} << 20;
+    static NoActivity none;
+    w.activity = &none;
+    return comm->cpu().Allreduce(w);
+  }
+};
+
+Plane MakePlane(hvx::CpuPlaneMode mode) {
+  MPI_Comm dup;
+  MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+  return Plane{hvx::MakeMpiCommunicator(dup, mode)};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -222,6 +280,88 @@ int main(int argc, char** argv) {
                     MPI_COMM_WORLD);
     }
   };
+
+  // The machine's copy and add speed, then raw MPI against both CPU planes, interleaved.
+  (void)hvx::MpiOps::Get().Init();
+  const MachineSpeed speed = MeasureMachine(reps);
+  g_lines.push_back(absl::StrFormat(
+      "machine, every rank at once: memcpy 64 MiB %.3f ms (%.1f GB/s), y += x 64 MiB %.3f ms",
+      speed.copy_ms, speed.bytes / speed.copy_ms / 1e6, speed.add_ms));
+  {
+    Plane mpi = MakePlane(hvx::CpuPlaneMode::kMpi);
+    Plane shm = MakePlane(hvx::CpuPlaneMode::kShm);
+    std::vector<hvx::TensorRef> big_ref = {
+        hvx::TensorRef(hvx::DataType::kFloat32, {static_cast<int64_t>(big.size())}, big.data())};
+    std::vector<hvx::TensorRef> set_ref;
+    for (auto& g : grads) {
+      set_ref.push_back(
+          hvx::TensorRef(hvx::DataType::kFloat32, {static_cast<int64_t>(g.size())}, g.data()));
+    }
+    std::vector<hvx::TensorRef> tiny_ref = {hvx::TensorRef(hvx::DataType::kFloat32, {1}, &tiny)};
+    const int64_t big_bytes = static_cast<int64_t>(big.size()) * 4, set_bytes = total * 4;
+    struct Case {
+      std::string name;
+      int64_t bytes;
+      std::vector<Variant> variants;
+      int ops = 1;
+    };
+    std::vector<Case> cases;
+    cases.push_back({"(a) 64 MiB",
+                     big_bytes,
+                     {{"raw MPI_Allreduce",
+                       [&] {
+                         MPI_Allreduce(MPI_IN_PLACE, big.data(), static_cast<int>(big.size()),
+                                       MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+                       },
+                       false},
+                      {"MPI plane", [&] { (void)mpi.Allreduce(big_ref, 1.0); }},
+                      {"shm plane", [&] { (void)shm.Allreduce(big_ref, 1.0); }}}});
+    cases.push_back({"(b) ResNet-50 set",
+                     set_bytes,
+                     {{"raw MPI, one MPI_Allreduce per tensor", per_tensor, false},
+                      {"MPI plane, fused", [&] { (void)mpi.Allreduce(set_ref, 0.5); }},
+                      {"shm plane, fused", [&] { (void)shm.Allreduce(set_ref, 0.5); }}}});
+    const int tiny_ops = std::max(1, tiny_reps / 4);
+    cases.push_back({"(c) 4 B",
+                     4,
+                     {{"raw MPI_Allreduce",
+                       [&] {
+                         for (int i = 0; i < tiny_ops; ++i)
+                           MPI_Allreduce(MPI_IN_PLACE, &tiny, 1, MPI_FLOAT, MPI_SUM,
+                                         MPI_COMM_WORLD);
+                       },
+                       false},
+                      {"MPI plane",
+                       [&] {
+                         for (int i = 0; i < tiny_ops; ++i) (void)mpi.Allreduce(tiny_ref, 1.0);
+                       },
+                       false},
+                      {"shm plane",
+                       [&] {
+                         for (int i = 0; i < tiny_ops; ++i) (void)shm.Allreduce(tiny_ref, 1.0);
+                       },
+                       false}},
+                     tiny_ops});
+    for (Case& k : cases) {
+      for (Variant& v : k.variants) v.fn();  // warm-up: the shm plane maps its regions here
+      RunInterleaved(k.name, k.variants, reps);
+      const double raw = k.variants[0].ms[k.variants[0].ms.size() / 2] / k.ops;
+      const double mpi_ms = k.variants[1].ms[k.variants[1].ms.size() / 2] / k.ops;
+      const double shm_ms = k.variants[2].ms[k.variants[2].ms.size() / 2] / k.ops;
+      if (k.bytes > 4) {
+        const double bound = speed.BoundMs(k.bytes, size);
+        g_lines.push_back(absl::StrFormat(
+            "%s: bound %.3f ms; shm plane %.2fx the bound, MPI plane %.2fx; shm %.2fx faster "
+            "than %s, %.2fx faster than the MPI plane",
+            k.name, bound, shm_ms / bound, mpi_ms / bound, raw / shm_ms, k.variants[0].name,
+            mpi_ms / shm_ms));
+      } else {
+        g_lines.push_back(
+            absl::StrFormat("%s per op: raw MPI %.4f ms, MPI plane %.4f ms, shm plane %.4f ms",
+                            k.name, raw, mpi_ms, shm_ms));
+      }
+    }
+  }
 
   // Raw MPI baselines, on the main thread before hvx exists.
   const double raw_big = Measure("(a) raw MPI_Allreduce 64 MiB", reps, [&] {
