@@ -1,0 +1,173 @@
+// What one negotiation cycle costs the coordinator as the job grows: rank 0's CPU time and the
+// bytes each cycle moves, for R simulated ranks and T tensors per cycle, on the two paths a cycle
+// takes (hvx/core/SCALING.md reads the numbers):
+//
+//   bazel run -c opt //hvx/core:scale_bench
+//
+//   miss  every rank sends a RequestList of T allreduce requests; rank 0 decodes all R, adds them
+//         to the Coordinator, builds the response list and encodes it for the broadcast. Bytes:
+//         gathered at rank 0, and broadcast to every rank.
+//   hit   every rank marks its T cached tensors in a CacheVote, the votes are ANDed (the transport
+//         does this in log2(R) exchanges; here the R-way AND on one core, an upper bound of the
+//         work any one rank does), and every rank reads the agreed bits and their responses.
+//         Bytes: the vote each rank sends per exchange.
+//
+// Then the same two paths through whole engines over the in-process transport (one thread per
+// rank) for small R, to check that the coordinator's share is what the engine spends per cycle.
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "hvx/core/coordinator.h"
+#include "hvx/core/in_process_ranks.h"
+#include "hvx/core/message.h"
+#include "hvx/core/response_cache.h"
+
+namespace hvx {
+namespace {
+
+// Microseconds per call of fn, over at least 50 ms of calls.
+double MicrosPerCall(const std::function<void()>& fn) {
+  fn();
+  int64_t calls = 0;
+  const absl::Time start = absl::Now();
+  absl::Duration spent;
+  do {
+    fn();
+    ++calls;
+    spent = absl::Now() - start;
+  } while (spent < absl::Milliseconds(50));
+  return absl::ToDoubleMicroseconds(spent) / static_cast<double>(calls);
+}
+
+RequestList Requests(int rank, int tensors) {
+  RequestList list;
+  for (int i = 0; i < tensors; ++i) {
+    Request r;
+    r.rank = rank;
+    r.name = absl::StrCat("model.layer", i / 4, ".grad", i % 4);
+    r.shape = {256, 64 + i % 7};
+    r.reduce_op = ReduceOp::kAverage;
+    list.requests.push_back(std::move(r));
+  }
+  return list;
+}
+
+void Miss(int ranks, int tensors) {
+  std::vector<std::string> sent;
+  size_t gathered = 0;
+  for (int r = 0; r < ranks; ++r) {
+    sent.push_back(EncodeRequestList(Requests(r, tensors)));
+    gathered += sent.back().size();
+  }
+  CoordinatorOptions options;
+  options.stall_check_time_s = 0;
+  for (int r = 0; r < ranks; ++r) {
+    options.global_ranks.push_back(r);
+    options.hosts.push_back(absl::StrCat("host", r / 8));
+  }
+  size_t broadcast = 0;
+  const double us = MicrosPerCall([&] {
+    Coordinator coordinator(ranks, options);
+    const absl::Time now = absl::Now();
+    for (int r = 0; r < ranks; ++r) coordinator.Add(r, *DecodeRequestList(sent[r]), now);
+    broadcast = EncodeResponseList(coordinator.Build(now)).size();
+  });
+  std::printf(
+      "miss  ranks %5d  tensors %5d  rank 0: %10.1f us/cycle  gathered %9zu B  "
+      "broadcast %7zu B\n",
+      ranks, tensors, us, gathered, broadcast);
+}
+
+void Hit(int ranks, int tensors) {
+  const int64_t capacity = std::max<int64_t>(1024, tensors);
+  ResponseCache cache(capacity);
+  for (int i = 0; i < tensors; ++i) {
+    Response r;
+    r.names = {absl::StrCat("t", i)};
+    r.shapes = {{256, 64}};
+    cache.Put(r);
+  }
+  std::vector<CacheVote> votes(ranks, CacheVote(capacity));
+  const double mark = MicrosPerCall([&] {
+    CacheVote v(capacity);
+    for (int i = 0; i < tensors; ++i) v.Ready(i);
+    votes[0] = v;
+  });
+  for (CacheVote& v : votes) v = votes[0];
+  std::vector<uint64_t> combined;
+  const double and_all = MicrosPerCall([&] {
+    combined = *votes[0].words();
+    for (int r = 1; r < ranks; ++r) {
+      const std::vector<uint64_t>& w = *votes[r].words();
+      for (size_t i = 0; i < combined.size(); ++i) combined[i] &= w[i];
+    }
+  });
+  *votes[0].words() = combined;
+  size_t agreed = 0;
+  const double read = MicrosPerCall([&] {
+    std::vector<Response> ready;
+    for (int bit : votes[0].ReadyOnEveryRank()) ready.push_back(cache.Get(bit));
+    agreed = ready.size();
+  });
+  int rounds = 0;
+  while ((1 << rounds) < ranks) ++rounds;
+  std::printf(
+      "hit   ranks %5d  tensors %5d  per rank: mark %6.1f us, read %7.1f us; "
+      "%d-way AND %8.1f us; vote %6zu B x %2d exchanges (%zu agreed)\n",
+      ranks, tensors, mark, read, ranks, and_all, combined.size() * 8, rounds, agreed);
+}
+
+// Whole engines: `ranks` threads each allreduce `tensors` 1-element tensors per step; the time
+// per step of rank 0 with the cache off (every cycle a miss) and on (every step after the first
+// a hit).
+void Engines(int ranks, int tensors, int64_t cache_capacity) {
+  InitOptions options = InProcessOptions();
+  options.cache_capacity = cache_capacity;
+  options.cycle_time_ms = 0.2;
+  double per_step_us = 0;
+  RunInProcessRanks(
+      ranks,
+      [&](Engine& e, int rank) {
+        std::vector<float> data(tensors, 1.0f);
+        const int steps = 20;
+        absl::Time start;
+        for (int step = 0; step <= steps; ++step) {
+          if (step == 1) start = absl::Now();
+          std::vector<Handle> handles;
+          for (int i = 0; i < tensors; ++i) {
+            TensorRef t(DataType::kFloat32, {1}, &data[i]);
+            handles.push_back(e.Allreduce(absl::StrCat("t", i), t, t, AllreduceOptions()));
+          }
+          for (Handle& h : handles) (void)h.state()->Wait();
+        }
+        if (rank == 0) per_step_us = absl::ToDoubleMicroseconds(absl::Now() - start) / steps;
+      },
+      options);
+  std::printf("engine ranks %3d  tensors %5d  cache %s: %10.1f us per step\n", ranks, tensors,
+              cache_capacity > 0 ? "on " : "off", per_step_us);
+}
+
+}  // namespace
+}  // namespace hvx
+
+int main() {
+  for (int tensors : {10, 100, 1000}) {
+    for (int ranks : {8, 64, 256, 1024}) hvx::Miss(ranks, tensors);
+  }
+  for (int tensors : {10, 100, 1000}) {
+    for (int ranks : {8, 64, 256, 1024}) hvx::Hit(ranks, tensors);
+  }
+  for (int tensors : {10, 100}) {
+    for (int ranks : {2, 8}) {
+      hvx::Engines(ranks, tensors, 0);
+      hvx::Engines(ranks, tensors, 1024);
+    }
+  }
+  return 0;
+}
