@@ -81,6 +81,21 @@ TEST(AgreementTest, InitFailsOnEveryRankWhenAKnobDiffers) {
   }
 }
 
+// One rank on the MPI ring while the others read shared memory would wait forever in different
+// collectives.
+TEST(AgreementTest, TheCpuPlaneMustAgreeAndBeKnown) {
+  const std::vector<absl::Status> results =
+      StartRanks(2, [](int r, InitOptions* o) { o->cpu_plane = r == 0 ? "auto" : "mpi"; });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(
+        absl::StrContains(results[r].message(), "HVX_CPU_PLANE: rank 0 has auto, rank 1 has mpi"))
+        << "rank " << r << ": " << results[r];
+  }
+  MapEnvironment env({{"HVX_CPU_PLANE", "gpu"}});
+  const absl::StatusOr<InitOptions> bad = InitOptions::FromEnv(env);
+  EXPECT_EQ(bad.status().message(), "HVX_CPU_PLANE='gpu': must be auto, shm or mpi");
+}
+
 TEST(AgreementTest, ProcessSetsMustAgree) {
   constexpr int kRanks = 2;
   const std::vector<absl::Status> results = StartRanks(kRanks, [](int r, InitOptions* o) {
