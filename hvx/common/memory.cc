@@ -5,6 +5,8 @@
 #include <sys/resource.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -46,6 +48,57 @@ char* MapHugePages(size_t bytes) {
   if (base + span > end) munmap(end, base + span - end);
   madvise(aligned, size, MADV_HUGEPAGE);  // without THP (or in "never" mode) it does nothing
   return aligned;
+}
+
+namespace {
+
+// The block a thread released last (the largest one of one or two huge pages), for its next
+// AllocatePages.
+struct SpareBlock {
+  char* data = nullptr;
+  size_t capacity = 0;
+  // Blocks released after this thread's SpareBlock is gone (by objects destroyed later, such as
+  // statics) are freed: no capacity is larger than SIZE_MAX.
+  ~SpareBlock() {
+    std::free(data);
+    data = nullptr;
+    capacity = SIZE_MAX;
+  }
+};
+thread_local SpareBlock spare_block;
+constexpr size_t kMaxSpareBytes = 2 * kHugePageBytes;
+
+}  // namespace
+
+void* AllocateHugePages(size_t bytes) {
+  const size_t size = RoundUpToHugePages(bytes);
+  void* p = std::aligned_alloc(kHugePageBytes, size);
+  if (p != nullptr) madvise(p, size, MADV_HUGEPAGE);
+  return p;
+}
+
+char* AllocatePages(size_t bytes, size_t* capacity) {
+  if (bytes >= kHugePageBytes / 8) {
+    *capacity = RoundUpToHugePages(bytes);
+    if (spare_block.data != nullptr && spare_block.capacity >= *capacity) {
+      *capacity = spare_block.capacity;
+      spare_block.capacity = 0;
+      return std::exchange(spare_block.data, nullptr);
+    }
+    return static_cast<char*>(AllocateHugePages(bytes));
+  }
+  *capacity = RoundUpToPages(bytes);
+  void* p = nullptr;
+  return posix_memalign(&p, kPageBytes, *capacity) == 0 ? static_cast<char*>(p) : nullptr;
+}
+
+void ReleasePages(char* block, size_t capacity) {
+  if (block == nullptr) return;
+  if (capacity >= kHugePageBytes && capacity <= kMaxSpareBytes && capacity > spare_block.capacity) {
+    std::swap(block, spare_block.data);
+    spare_block.capacity = capacity;
+  }
+  std::free(block);
 }
 
 long MinorPageFaults(FaultScope scope) {

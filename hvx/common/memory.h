@@ -1,4 +1,4 @@
-// Process-wide heap settings for training processes.
+// Memory for training processes: process-wide heap settings, huge-page and page-aligned blocks.
 //
 //   // First thing in main(), before the framework allocates:
 //   HVX_ASSIGN_OR_RETURN(std::string line,
@@ -38,6 +38,38 @@ char* MapHugePages(size_t bytes);
 inline size_t RoundUpToHugePages(size_t bytes) {
   return (bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
 }
+
+// Page-aligned heap blocks for buffers a thread allocates and frees over and over, such as the
+// read buffer of one RecordReader per file in a pass over many files:
+//
+//   size_t capacity;
+//   char* buffer = hvx::AllocatePages(256 << 10, &capacity);  // capacity: 2 MiB, huge pages
+//   ...
+//   hvx::ReleasePages(buffer, capacity);  // kept for this thread's next AllocatePages
+//
+// From 256 KiB (an eighth of a huge page) on, a block is whole huge pages (AllocateHugePages): a
+// fresh 4 KiB page costs a fault each, a huge page one fault. A fresh huge page still costs a fault
+// and 2 MiB of zeroing, so each thread keeps the largest block of one or two huge pages it
+// released, and its next AllocatePages that fits takes that block instead of new memory (a thread
+// holds at most 4 MiB this way).
+inline constexpr size_t kPageBytes = 4096;
+inline size_t RoundUpToPages(size_t bytes) {
+  return (bytes + kPageBytes - 1) / kPageBytes * kPageBytes;
+}
+
+// A block of at least `bytes`, aligned to kPageBytes (to kHugePageBytes from kHugePageBytes / 8
+// on); *capacity is its usable size, `bytes` rounded up to whole pages or huge pages, or this
+// thread's kept block's larger size. Set also when the allocation fails, which returns nullptr.
+// Free with ReleasePages (or std::free, which keeps nothing for later).
+char* AllocatePages(size_t bytes, size_t* capacity);
+
+// Frees `block` (from AllocatePages, nullptr allowed), or keeps it for this thread's next
+// AllocatePages when it is one or two huge pages and larger than the block kept so far.
+void ReleasePages(char* block, size_t capacity);
+
+// Heap memory of RoundUpToHugePages(bytes) bytes starting on a 2 MiB boundary, with transparent
+// huge pages requested (MADV_HUGEPAGE, a hint). Free with std::free. nullptr when out of memory.
+void* AllocateHugePages(size_t bytes);
 
 enum class FaultScope { kThisThread, kThisProcess };
 

@@ -1,13 +1,12 @@
 #include "hvx/data/pipeline.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
 #include "hvx/common/logging.h"
+#include "hvx/common/memory.h"
 #include "hvx/common/status.h"
 
 namespace hvx {
@@ -54,16 +53,10 @@ class BatchBufferPool {
     std::free(p);
   }
 
-  // 64-byte aligned (vector loads, framework tensors); large buffers 2 MiB aligned and marked for
-  // transparent huge pages, which cuts page faults 512-fold.
+  // 64-byte aligned (vector loads, framework tensors); buffers of a huge page or more are whole
+  // huge pages, which cuts page faults 512-fold.
   static uint8_t* Allocate(size_t bytes) {
-    constexpr size_t kHuge = size_t{2} << 20;
-    if (bytes >= kHuge) {
-      size_t rounded = (bytes + kHuge - 1) / kHuge * kHuge;
-      void* p = std::aligned_alloc(kHuge, rounded);
-      if (p != nullptr) ::madvise(p, rounded, MADV_HUGEPAGE);
-      return static_cast<uint8_t*>(p);
-    }
+    if (bytes >= kHugePageBytes) return static_cast<uint8_t*>(AllocateHugePages(bytes));
     size_t rounded = (bytes + 63) / 64 * 64;
     return static_cast<uint8_t*>(std::aligned_alloc(64, rounded == 0 ? 64 : rounded));
   }

@@ -56,58 +56,6 @@ inline uint32_t GetFixed32(const char* p) {
 #endif
 }
 
-constexpr size_t kPage = 4096;
-
-size_t RoundUpToPage(size_t n) { return (n + kPage - 1) / kPage * kPage; }
-
-// One huge-page buffer given back by a RecordReader of this thread, kept for the next one: a pass
-// over many files opens a reader per file, and a fresh huge page costs a fault and 2 MiB of zeroing
-// each time (0.3-0.5 ms per Open on this VM, as much as reading a 4 MiB file). Only buffers of up
-// to two huge pages are kept, so a thread holds at most 4 MiB this way.
-struct SpareBuffer {
-  char* data = nullptr;
-  size_t capacity = 0;
-  // A reader destroyed later (a static one) then frees its buffer instead of keeping it.
-  ~SpareBuffer() {
-    std::free(data);
-    data = nullptr;
-    capacity = SIZE_MAX;
-  }
-};
-thread_local SpareBuffer spare_buffer;
-constexpr size_t kMaxSpare = 2 * kHugePageBytes;
-
-// Page-aligned memory for RecordReader (freed with std::free); nullptr when out of memory.
-// *capacity is `n` rounded up. From 256 KiB on the block is backed by transparent huge pages:
-// fresh 4 KiB pages cost a fault each (about 1 ms for the 64 of a 256 KiB window on a VM), a huge
-// page one fault.
-char* AllocatePages(size_t n, size_t* capacity) {
-  if (n >= kHugePageBytes / 8) {
-    *capacity = RoundUpToHugePages(n);
-    if (spare_buffer.data != nullptr && spare_buffer.capacity >= *capacity) {
-      *capacity = spare_buffer.capacity;
-      spare_buffer.capacity = 0;
-      return std::exchange(spare_buffer.data, nullptr);
-    }
-    void* p = std::aligned_alloc(kHugePageBytes, *capacity);
-    if (p != nullptr) ::madvise(p, *capacity, MADV_HUGEPAGE);
-    return static_cast<char*>(p);
-  }
-  *capacity = RoundUpToPage(n);
-  void* p = nullptr;
-  return ::posix_memalign(&p, kPage, *capacity) == 0 ? static_cast<char*>(p) : nullptr;
-}
-
-// Frees `p` (from AllocatePages), or keeps it as this thread's spare buffer.
-void ReleasePages(char* p, size_t capacity) {
-  if (p == nullptr) return;
-  if (capacity >= kHugePageBytes && capacity <= kMaxSpare && capacity > spare_buffer.capacity) {
-    std::swap(p, spare_buffer.data);
-    spare_buffer.capacity = capacity;
-  }
-  std::free(p);
-}
-
 // zlib window bits: 15 plus 16 selects the gzip wrapper.
 int WindowBits(Compression c) { return c == Compression::kGzip ? 15 + 16 : 15; }
 
@@ -344,7 +292,7 @@ absl::StatusOr<std::unique_ptr<RecordReader>> RecordReader::Open(
     }
     reader->inflater_->in.resize(256 << 10);
   }
-  reader->window_ = RoundUpToPage(std::max<size_t>(options.buffer_size, 1));
+  reader->window_ = RoundUpToPages(std::max<size_t>(options.buffer_size, 1));
   return reader;
 }
 
@@ -395,13 +343,13 @@ absl::StatusOr<size_t> RecordReader::Fill(size_t n) {
   // The unread tail moves down to the start of the buffer, keeping its page phase. A hostile
   // length field is checked against the file size before we get here (uncompressed); for
   // compressed files the buffer grows only by what actually arrived (at most doubling per read).
-  const size_t start = static_cast<size_t>(offset_ % kPage);
+  const size_t start = static_cast<size_t>(offset_ % kPageBytes);
   if (buffer_ == nullptr || start != pos_) {
     char* dst = buffer_.get();
     if (dst == nullptr || start + avail + window_ > capacity_) {
       // Room for a tail of up to a window (records up to that size never cause a regrowth).
       size_t capacity;
-      dst = AllocatePages(std::max(start + avail, window_ + kPage) + window_, &capacity);
+      dst = AllocatePages(std::max(start + avail, window_ + kPageBytes) + window_, &capacity);
       if (dst == nullptr) {
         return absl::ResourceExhaustedError(
             absl::StrCat(path_, ": cannot allocate a read buffer for ", avail + window_, " bytes"));
@@ -418,7 +366,7 @@ absl::StatusOr<size_t> RecordReader::Fill(size_t n) {
   while (end_ - pos_ < n) {
     // Reads end on page boundaries of the stream: after the first, each one is a whole window of
     // page-aligned data.
-    const size_t want = window_ - (end_ % kPage);
+    const size_t want = window_ - (end_ % kPageBytes);
     if (end_ + want > capacity_) {
       size_t capacity;
       char* bigger =
