@@ -1,7 +1,7 @@
 // CRC-32C (Castagnoli), as used by TFRecord framing, iSCSI and LevelDB.
 //
 //   uint32_t crc = hvx::data::Crc32c(payload.data(), payload.size());
-//   uint32_t stored = hvx::data::MaskCrc(crc);   // what a TFRecord file holds
+//   crc = hvx::data::Crc32cExtend(crc, more.data(), more.size());  // of payload, then more
 //
 // The implementation is chosen once at run time: with AVX-512 and VPCLMULQDQ, buffers of 512 bytes
 // or more are folded with 512-bit carry-less multiplications (four accumulators, 256 bytes per
@@ -37,17 +37,6 @@ uint32_t Crc32cThreeLaneExtend(uint32_t crc, const void* data, size_t n);
 bool Crc32cIsHardwareAccelerated();
 // A name for the implementation Crc32cExtend uses here, e.g. "sse4.2 three-lane".
 const char* Crc32cImplementation();
-
-// TFRecord stores CRCs masked, because computing a CRC over data that embeds CRCs is weak:
-// masked = rotate_right(crc, 15) + 0xa282ead8.
-constexpr uint32_t kCrcMaskDelta = 0xa282ead8u;
-
-inline uint32_t MaskCrc(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + kCrcMaskDelta; }
-
-inline uint32_t UnmaskCrc(uint32_t masked) {
-  uint32_t rot = masked - kCrcMaskDelta;
-  return (rot >> 17) | (rot << 15);
-}
 
 }  // namespace data
 }  // namespace hvx

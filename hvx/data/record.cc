@@ -13,57 +13,16 @@
 #include <limits>
 #include <utility>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "hvx/common/files.h"
 #include "hvx/common/logging.h"
 #include "hvx/common/memory.h"
 #include "hvx/common/status.h"
-#include "hvx/data/crc32c.h"
 #include "hvx/data/index.h"
 
 namespace hvx {
 namespace data {
 namespace {
-
-inline void PutFixed64(char* p, uint64_t v) {
-  for (int i = 0; i < 8; ++i) p[i] = static_cast<char>((v >> (8 * i)) & 0xff);
-}
-inline void PutFixed32(char* p, uint32_t v) {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<char>((v >> (8 * i)) & 0xff);
-}
-inline uint64_t GetFixed64(const char* p) {
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-  uint64_t v;
-  std::memcpy(&v, p, 8);
-  return v;
-#else
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<uint8_t>(p[i]);
-  return v;
-#endif
-}
-inline uint32_t GetFixed32(const char* p) {
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-#else
-  uint32_t v = 0;
-  for (int i = 3; i >= 0; --i) v = (v << 8) | static_cast<uint8_t>(p[i]);
-  return v;
-#endif
-}
-
-// zlib window bits: 15 plus 16 selects the gzip wrapper.
-int WindowBits(Compression c) { return c == Compression::kGzip ? 15 + 16 : 15; }
-
-std::string Hex(uint32_t v) { return absl::StrFormat("0x%08x", v); }
-
-std::string IsThisTfrecord(uint64_t offset) {
-  return offset == 0 ? " (is this a TFRecord file?)" : "";
-}
 
 absl::Status FullWrite(int fd, const char* data, size_t n, const std::string& path) {
   if (!WriteFully(fd, absl::string_view(data, n)))
@@ -72,53 +31,6 @@ absl::Status FullWrite(int fd, const char* data, size_t n, const std::string& pa
 }
 
 }  // namespace
-
-absl::StatusOr<Compression> ParseCompression(absl::string_view name) {
-  std::string upper = absl::AsciiStrToUpper(name);
-  if (upper.empty() || upper == "NONE") return Compression::kNone;
-  if (upper == "ZLIB") return Compression::kZlib;
-  if (upper == "GZIP") return Compression::kGzip;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown compression '", name, "'; expected \"\", NONE, ZLIB or GZIP"));
-}
-
-absl::string_view CompressionName(Compression compression) {
-  switch (compression) {
-    case Compression::kNone:
-      return "NONE";
-    case Compression::kZlib:
-      return "ZLIB";
-    case Compression::kGzip:
-      return "GZIP";
-  }
-  return "?";
-}
-
-void AppendFramedRecord(absl::string_view payload, std::string* out) {
-  char header[kRecordHeaderSize];
-  PutFixed64(header, payload.size());
-  PutFixed32(header + 8, MaskCrc(Crc32c(header, 8)));
-  char footer[kRecordFooterSize];
-  PutFixed32(footer, MaskCrc(Crc32c(payload.data(), payload.size())));
-  out->append(header, sizeof(header));
-  out->append(payload.data(), payload.size());
-  out->append(footer, sizeof(footer));
-}
-
-absl::Status ParseRecordHeader(const char* header, bool verify_crc, const std::string& path,
-                               uint64_t offset, uint64_t* length) {
-  if (verify_crc) {
-    uint32_t stored = UnmaskCrc(GetFixed32(header + 8));
-    uint32_t computed = Crc32c(header, 8);
-    if (stored != computed) {
-      return absl::DataLossError(absl::StrCat(path, ":", offset, ": corrupted record: length CRC ",
-                                              "mismatch (stored ", Hex(stored), ", computed ",
-                                              Hex(computed), ")", IsThisTfrecord(offset)));
-    }
-  }
-  *length = GetFixed64(header);
-  return absl::OkStatus();
-}
 
 // ------------------------------------------------------------------------------------ RecordWriter
 
@@ -146,7 +58,7 @@ absl::StatusOr<std::unique_ptr<RecordWriter>> RecordWriter::Open(
   if (options.compression != Compression::kNone) {
     writer->deflater_ = std::make_unique<Deflater>();
     if (deflateInit2(&writer->deflater_->z, Z_DEFAULT_COMPRESSION, Z_DEFLATED,
-                     WindowBits(options.compression), 8, Z_DEFAULT_STRATEGY) != Z_OK) {
+                     ZlibWindowBits(options.compression), 8, Z_DEFAULT_STRATEGY) != Z_OK) {
       return absl::InternalError(absl::StrCat(path, ": deflateInit2 failed"));
     }
     writer->deflater_->out.resize(256 << 10);
@@ -287,7 +199,7 @@ absl::StatusOr<std::unique_ptr<RecordReader>> RecordReader::Open(
   ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
   if (options.compression != Compression::kNone) {
     reader->inflater_ = std::make_unique<Inflater>();
-    if (inflateInit2(&reader->inflater_->z, WindowBits(options.compression)) != Z_OK) {
+    if (inflateInit2(&reader->inflater_->z, ZlibWindowBits(options.compression)) != Z_OK) {
       return absl::InternalError(absl::StrCat(path, ": inflateInit2 failed"));
     }
     reader->inflater_->in.resize(256 << 10);
@@ -411,11 +323,10 @@ absl::Status RecordReader::ReadRecord(absl::string_view* record) {
   const size_t avail = end_ - pos_;
   if (avail >= kRecordOverhead && !done_) {
     const char* framed = buffer_.get() + pos_;
-    const uint64_t length = GetFixed64(framed);
+    const uint64_t length = DecodeFixed64(framed);
     if (length <= avail - kRecordOverhead &&
-        (!options_.verify_crc || (UnmaskCrc(GetFixed32(framed + 8)) == Crc32cOfFixed64(framed) &&
-                                  UnmaskCrc(GetFixed32(framed + kRecordHeaderSize + length)) ==
-                                      Crc32c(framed + kRecordHeaderSize, length)))) {
+        (!options_.verify_crc ||
+         (LengthCrcMatches(framed) && DataCrcMatches(framed + kRecordHeaderSize, length)))) {
       *record = absl::string_view(framed + kRecordHeaderSize, length);
       const size_t total = static_cast<size_t>(length) + kRecordOverhead;
       pos_ += total;
@@ -438,7 +349,7 @@ absl::Status RecordReader::ReadRecordSlow(absl::string_view* record) {
     return Corruption(
         start,
         absl::StrCat(path_, ":", start, ": truncated record: the header needs ", kRecordHeaderSize,
-                     " bytes, the file has ", avail, IsThisTfrecord(start)));
+                     " bytes, the file has ", avail, NotTfrecordHint(start)));
   }
   uint64_t length;
   absl::Status header =
@@ -447,31 +358,26 @@ absl::Status RecordReader::ReadRecordSlow(absl::string_view* record) {
   if (inflater_ && length > (uint64_t{1} << 40)) {
     // A compressed stream has no known size; refuse lengths no real record has (1 TiB).
     return Corruption(start, absl::StrCat(path_, ":", start, ": record size too large: length ",
-                                          "field ", length, IsThisTfrecord(start)));
+                                          "field ", length, NotTfrecordHint(start)));
   }
   const uint64_t left = inflater_ ? UINT64_MAX : file_size_ - start - kRecordHeaderSize;
   if (left < kRecordFooterSize || length > left - kRecordFooterSize) {
     return Corruption(
         start, absl::StrCat(path_, ":", start, ": truncated record: length field ", length,
                             " needs ", length, "+", kRecordFooterSize, " bytes, the file has ",
-                            left, " left", IsThisTfrecord(start)));
+                            left, " left", NotTfrecordHint(start)));
   }
   const size_t total = kRecordHeaderSize + static_cast<size_t>(length) + kRecordFooterSize;
   HVX_ASSIGN_OR_RETURN(avail, Fill(total));
   if (avail < total) {
     return Corruption(start, absl::StrCat(path_, ":", start, ": truncated record: length field ",
                                           length, " but the stream ends ", avail,
-                                          " bytes into the record", IsThisTfrecord(start)));
+                                          " bytes into the record", NotTfrecordHint(start)));
   }
   const char* payload = buffer_.get() + pos_ + kRecordHeaderSize;
   if (options_.verify_crc) {
-    uint32_t stored = UnmaskCrc(GetFixed32(payload + length));
-    uint32_t computed = Crc32c(payload, length);
-    if (stored != computed) {
-      return Corruption(start, absl::StrCat(path_, ":", start, ": corrupted record: data CRC ",
-                                            "mismatch over ", length, " payload bytes (stored ",
-                                            Hex(stored), ", computed ", Hex(computed), ")"));
-    }
+    absl::Status data = CheckDataCrc(payload, length, path_, start);
+    if (!data.ok()) return Corruption(start, std::string(data.message()));
   }
   *record = absl::string_view(payload, length);
   pos_ += total;
@@ -578,15 +484,7 @@ absl::Status RecordFile::Verify(const char* framed, const RecordLocation& locati
                                             " bytes, the index says ", location.length,
                                             " (stale or wrong index?)"));
   }
-  if (verify_crc) {
-    uint32_t stored = UnmaskCrc(GetFixed32(framed + kRecordHeaderSize + length));
-    uint32_t computed = Crc32c(framed + kRecordHeaderSize, length);
-    if (stored != computed) {
-      return absl::DataLossError(absl::StrCat(path_, ":", off, ": corrupted record: data CRC ",
-                                              "mismatch over ", length, " payload bytes (stored ",
-                                              Hex(stored), ", computed ", Hex(computed), ")"));
-    }
-  }
+  if (verify_crc) return CheckDataCrc(framed + kRecordHeaderSize, length, path_, off);
   return absl::OkStatus();
 }
 

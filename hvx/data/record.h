@@ -3,17 +3,7 @@
 //   HVX_ASSIGN_OR_RETURN(auto writer, RecordWriter::Open("/d/train-00000-of-00001", {}));
 //   HVX_RETURN_IF_ERROR(writer->Write(example_bytes));  // ... then writer->Close()
 //
-// File format (no header, no footer; records are concatenated, a valid file ends exactly at a
-// record boundary):
-//
-//   offset      size    field
-//   0           8       length of the payload, uint64 little-endian
-//   8           4       MaskCrc(Crc32c(the 8 length bytes)), uint32 little-endian
-//   12          length  payload
-//   12+length   4       MaskCrc(Crc32c(payload)), uint32 little-endian
-//
-// Compression (GZIP or ZLIB) wraps the whole framed stream; offsets then refer to the
-// uncompressed stream and compressed files cannot be read at random offsets.
+// The file format (TFRecord framing, optionally GZIP or ZLIB around it) is in record_format.h.
 //
 // Every corruption is a DataLoss status whose message reads "<path>:<offset>: <what is wrong>",
 // where <offset> is the start of the damaged record. Nothing is skipped unless the caller asks for
@@ -30,22 +20,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "hvx/data/record_format.h"
 
 namespace hvx {
 namespace data {
-
-constexpr size_t kRecordHeaderSize = 12;
-constexpr size_t kRecordFooterSize = 4;
-constexpr size_t kRecordOverhead = kRecordHeaderSize + kRecordFooterSize;
-
-enum class Compression { kNone, kZlib, kGzip };
-
-// "" or "NONE", "ZLIB", "GZIP" (any case), as TensorFlow's compression_type spells them.
-absl::StatusOr<Compression> ParseCompression(absl::string_view name);
-absl::string_view CompressionName(Compression compression);
-
-// Appends the framing of one record holding `payload` to `out`.
-void AppendFramedRecord(absl::string_view payload, std::string* out);
 
 struct RecordWriterOptions {
   Compression compression = Compression::kNone;
@@ -248,11 +226,6 @@ class RecordFile {
   const char* const map_;  // the mapping or the loaded bytes; nullptr for pread()
   const RecordFileAccess access_;
 };
-
-// Parses and checks the 12-byte header at `header`: on success *length is the payload size.
-// `path` and `offset` only name the record in the error message.
-absl::Status ParseRecordHeader(const char* header, bool verify_crc, const std::string& path,
-                               uint64_t offset, uint64_t* length);
 
 }  // namespace data
 }  // namespace hvx

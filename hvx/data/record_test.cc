@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "gtest/gtest.h"
@@ -177,6 +178,28 @@ TEST(RecordTest, CorruptingAnyByteIsDataLossNamingFileAndOffset) {
   std::vector<std::string> got;
   absl::Status s = ReadAll(path, &got);
   EXPECT_NE(s.message().find("is this a TFRecord file?"), std::string::npos) << s;
+}
+
+// A damaged payload reads the same whether the file is read front to back or at an offset.
+TEST(RecordTest, DataCrcMismatchIsTheSameErrorSequentiallyAndAtAnOffset) {
+  const std::string path = TempPath("data_crc");
+  std::string bytes = WriteRecords(path, {"first", "second record"});
+  bytes[21 + kRecordHeaderSize + 3] ^= 0x10;
+  WriteBytes(path, bytes);
+  std::vector<std::string> got;
+  absl::Status sequential = ReadAll(path, &got);
+  EXPECT_EQ(sequential.code(), absl::StatusCode::kDataLoss);
+  EXPECT_TRUE(absl::StartsWith(
+      sequential.message(),
+      absl::StrCat(path,
+                   ":21: corrupted record: data CRC mismatch over 13 payload bytes (stored ")))
+      << sequential;
+  for (RecordFileAccess access : {RecordFileAccess::kPread, RecordFileAccess::kMemory}) {
+    auto file = RecordFile::Open(path, access);
+    ASSERT_TRUE(file.ok()) << file.status();
+    std::string payload;
+    EXPECT_EQ((*file)->ReadAt({21, 13}, /*verify_crc=*/true, &payload), sequential);
+  }
 }
 
 TEST(RecordTest, EveryTruncationIsDataLossExceptAtRecordBoundaries) {
