@@ -14,6 +14,8 @@
 #include "absl/strings/strip.h"
 #include "hvx/common/files.h"
 #include "hvx/common/status.h"
+#include "hvx/data/record_format.h"
+#include "hvx/data/record_reader.h"
 
 namespace hvx {
 namespace data {

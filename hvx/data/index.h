@@ -16,7 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "hvx/data/record.h"
+#include "hvx/data/record_file.h"
 
 namespace hvx {
 namespace data {
