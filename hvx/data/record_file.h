@@ -42,16 +42,14 @@ enum class RecordFileAccess {
   kMemory,
 };
 
-// Reads records at known offsets; safe to use from many threads at once. pread() by default;
-// numbers for the three kinds of access in hvx/data/README.md.
+// Reads records at known offsets; safe to use from many threads at once.
 class RecordFile {
  public:
+  // Opens `path` for `access`; kPread is the one that survives the file changing during a run.
+  // An empty file is read with kPread whatever was asked, and so is one that cannot be mapped for
+  // kMmap; access() says which applies.
   static absl::StatusOr<std::unique_ptr<RecordFile>> Open(const std::string& path,
                                                           RecordFileAccess access);
-  static absl::StatusOr<std::unique_ptr<RecordFile>> Open(const std::string& path,
-                                                          bool use_mmap = false) {
-    return Open(path, use_mmap ? RecordFileAccess::kMmap : RecordFileAccess::kPread);
-  }
   RecordFile(const RecordFile&) = delete;
   RecordFile& operator=(const RecordFile&) = delete;
   ~RecordFile();

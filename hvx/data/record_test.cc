@@ -393,10 +393,10 @@ TEST(RecordTest, IndexWrittenByWriterMatchesBuiltIndexAndSeeks) {
   auto built = BuildIndex(path, true);
   ASSERT_TRUE(built.ok());
   ASSERT_EQ(loaded->size(), 50u);
-  auto file = RecordFile::Open(path, /*use_mmap=*/true);
+  auto file = RecordFile::Open(path, RecordFileAccess::kMmap);
   ASSERT_TRUE(file.ok());
   EXPECT_TRUE((*file)->mapped());
-  auto unmapped = RecordFile::Open(path);
+  auto unmapped = RecordFile::Open(path, RecordFileAccess::kPread);
   ASSERT_TRUE(unmapped.ok());
   EXPECT_FALSE((*unmapped)->mapped());
   auto reader = RecordReader::Open(path, {});
@@ -436,7 +436,7 @@ TEST(RecordTest, IndexWrittenByWriterMatchesBuiltIndexAndSeeks) {
 }
 
 // What a user sees when a shard is cut short while a job has it open: by default an error naming
-// the file and the record; with use_mmap the process dies of SIGBUS, which is why it is opt-in.
+// the file and the record; with kMmap the process dies of SIGBUS, which is why it is opt-in.
 TEST(RecordTest, FileTruncatedWhileOpen) {
   const std::string path = TempPath("shrinking");
   std::vector<std::string> payloads;
@@ -447,7 +447,7 @@ TEST(RecordTest, FileTruncatedWhileOpen) {
   WriteRecords(path, payloads, wo);
   auto index = LoadOrBuildIndex(path);
   ASSERT_TRUE(index.ok());
-  auto file = RecordFile::Open(path);
+  auto file = RecordFile::Open(path, RecordFileAccess::kPread);
   ASSERT_TRUE(file.ok());
   EXPECT_EQ((*file)->access(), RecordFileAccess::kPread);
   auto loaded = RecordFile::Open(path, RecordFileAccess::kMemory);
@@ -483,7 +483,7 @@ TEST(RecordTest, FileTruncatedWhileOpen) {
   WriteRecords(path, payloads, wo);
   EXPECT_DEATH(
       {
-        auto mapped = RecordFile::Open(path, /*use_mmap=*/true);
+        auto mapped = RecordFile::Open(path, RecordFileAccess::kMmap);
         if (!mapped.ok() || !(*mapped)->mapped()) std::abort();
         if (::truncate(path.c_str(), 0) != 0) std::abort();
         absl::string_view view;
