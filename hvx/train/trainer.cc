@@ -1,26 +1,19 @@
 #include "hvx/train/trainer.h"
 
-#include <dirent.h>
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <torch/torch.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <ctime>
 #include <fstream>
 #include <memory>
 #include <thread>
 
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/strip.h"
-#include "hvx/common/failpoint.h"
 #include "hvx/common/files.h"
 #include "hvx/common/logging.h"
 #include "hvx/common/status.h"
@@ -31,6 +24,7 @@
 #include "hvx/data/shard_plan.h"
 #include "hvx/torch/distributed_optimizer.h"
 #include "hvx/torch/tensor.h"
+#include "hvx/train/checkpoint.h"
 #include "hvx/train/config.h"
 #include "hvx/train/dataset_setup.h"
 #include "hvx/train/device.h"
@@ -94,218 +88,6 @@ void SetLr(torch::optim::Optimizer& optimizer, double lr) {
   for (auto& group : optimizer.param_groups()) group.options().set_lr(lr);
 }
 
-// ---------------------------------------------------------------------------------- checkpoints
-
-constexpr char kCheckpointPrefix[] = "ckpt-";
-constexpr char kCheckpointSuffix[] = ".pt";
-
-// Checkpoint files in `dir`, oldest first (by the global step in the name).
-std::vector<std::pair<int64_t, std::string>> ListCheckpoints(const std::string& dir) {
-  std::vector<std::pair<int64_t, std::string>> found;
-  DIR* d = opendir(dir.c_str());
-  if (d == nullptr) return found;
-  while (dirent* e = readdir(d)) {
-    absl::string_view name = e->d_name;
-    int64_t step = 0;
-    if (absl::ConsumePrefix(&name, kCheckpointPrefix) &&
-        absl::ConsumeSuffix(&name, kCheckpointSuffix) && absl::SimpleAtoi(name, &step)) {
-      found.emplace_back(step, absl::StrCat(dir, "/", e->d_name));
-    }
-  }
-  closedir(d);
-  std::sort(found.begin(), found.end());
-  return found;
-}
-
-absl::Status FsyncPath(const std::string& path) {
-  const int fd = open(path.c_str(), O_RDONLY);
-  if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("open ", path));
-  const int rc = fsync(fd);
-  const int err = errno;
-  close(fd);
-  return rc == 0 ? absl::OkStatus() : ErrnoToStatus(err, absl::StrCat("fsync ", path));
-}
-
-// Floating-point buffers (BatchNorm running statistics) in a fixed order, the same on every rank.
-std::vector<std::pair<std::string, torch::Tensor>> FloatBuffers(Classifier& model) {
-  std::vector<std::pair<std::string, torch::Tensor>> buffers;
-  for (const auto& item : model.named_buffers()) {
-    if (item.value().is_floating_point()) buffers.emplace_back(item.key(), item.value());
-  }
-  return buffers;
-}
-
-// Every rank's floating-point buffers, each as [size, numel] on the CPU, in FloatBuffers order.
-// Running statistics differ between ranks (each sees its own batches); a checkpoint keeps all of
-// them so that a resumed run continues with exactly the statistics an uninterrupted run has.
-absl::StatusOr<std::vector<torch::Tensor>> GatherBuffers(Classifier& model) {
-  torch::NoGradGuard no_grad;
-  std::vector<torch::Tensor> gathered;
-  for (const auto& [name, buffer] : FloatBuffers(model)) {
-    HVX_ASSIGN_OR_RETURN(torch::Tensor all, Allgather("checkpoint.buffer." + name,
-                                                      buffer.reshape({1, -1}).contiguous()));
-    gathered.push_back(all.cpu());
-  }
-  return gathered;
-}
-
-// Writes to a temporary name, syncs, then renames: a crash leaves the old set of checkpoints or
-// the new one, never a torn file under a checkpoint's name. The model part holds the buffers
-// averaged over ranks (what evaluation uses: the checkpoint alone is a usable model);
-// "rank_buffers" holds each rank's own. The live buffers are left as they were.
-absl::Status WriteCheckpoint(const CheckpointConfig& c, Classifier& model,
-                             torch::optim::Optimizer& optimizer, const TrainingPosition& p,
-                             const std::vector<torch::Tensor>& rank_buffers) {
-  HVX_RETURN_IF_ERROR(MakeDirs(c.dir()));
-  const std::string final_path =
-      absl::StrCat(c.dir(), "/", kCheckpointPrefix, p.global_step, kCheckpointSuffix);
-  const std::string tmp_path = absl::StrCat(final_path, ".tmp.", getpid());
-  torch::NoGradGuard no_grad;
-  const auto buffers = FloatBuffers(model);
-  std::vector<torch::Tensor> live;
-  for (size_t i = 0; i < buffers.size(); ++i) {
-    live.push_back(buffers[i].second.clone());
-    buffers[i].second.copy_(rank_buffers[i].mean(0).view_as(buffers[i].second));
-  }
-  absl::Status status;
-  try {
-    torch::serialize::OutputArchive archive, model_archive, optimizer_archive, buffer_archive;
-    model.save(model_archive);
-    optimizer.save(optimizer_archive);
-    for (size_t i = 0; i < rank_buffers.size(); ++i)
-      buffer_archive.write(absl::StrCat("b", i), rank_buffers[i]);
-    archive.write("model", model_archive);
-    archive.write("optimizer", optimizer_archive);
-    archive.write("rank_buffers", buffer_archive);
-    archive.write("position", torch::tensor(EncodePosition(p), torch::kInt64));
-    archive.save_to(tmp_path);
-  } catch (const c10::Error& e) {
-    status = absl::InternalError(
-        absl::StrCat("writing checkpoint ", tmp_path, ": ", e.what_without_backtrace()));
-  }
-  for (size_t i = 0; i < buffers.size(); ++i) buffers[i].second.copy_(live[i]);
-  HVX_RETURN_IF_ERROR(status);
-  HVX_RETURN_IF_ERROR(FsyncPath(tmp_path));
-  Failpoint("checkpoint");
-  if (rename(tmp_path.c_str(), final_path.c_str()) != 0) {
-    return ErrnoToStatus(errno, absl::StrCat("rename ", tmp_path, " -> ", final_path));
-  }
-  HVX_RETURN_IF_ERROR(FsyncPath(c.dir()));
-  auto all = ListCheckpoints(c.dir());
-  for (size_t i = 0; i + c.keep() < all.size(); ++i) unlink(all[i].second.c_str());
-  return absl::OkStatus();
-}
-
-// Loads onto `device`. *rank_buffers gets the per-rank buffers when the file has them for every
-// floating-point buffer of `model` (checkpoints from before they were recorded have not). Reads
-// positions of either stored form (see DecodePosition).
-absl::Status LoadCheckpoint(const std::string& path, const torch::Device& device, Classifier& model,
-                            torch::optim::Optimizer& optimizer, TrainingPosition* p,
-                            std::vector<torch::Tensor>* rank_buffers) {
-  rank_buffers->clear();
-  try {
-    torch::serialize::InputArchive archive, model_archive, optimizer_archive, buffer_archive;
-    archive.load_from(path, device);
-    archive.read("model", model_archive);
-    archive.read("optimizer", optimizer_archive);
-    model.load(model_archive);
-    optimizer.load(optimizer_archive);
-    torch::Tensor position;
-    archive.read("position", position);
-    position = position.cpu().to(torch::kInt64).contiguous().reshape({-1});
-    auto decoded =
-        DecodePosition({position.data_ptr<int64_t>(), static_cast<size_t>(position.numel())});
-    if (!decoded.ok()) return Annotate(decoded.status(), absl::StrCat("checkpoint ", path));
-    *p = *decoded;
-    if (archive.try_read("rank_buffers", buffer_archive)) {
-      const size_t n = FloatBuffers(model).size();
-      for (size_t i = 0; i < n; ++i) {
-        torch::Tensor t;
-        if (!buffer_archive.try_read(absl::StrCat("b", i), t)) break;
-        rank_buffers->push_back(t.cpu());
-      }
-      if (rank_buffers->size() != n) rank_buffers->clear();
-    }
-  } catch (const c10::Error& e) {
-    return absl::DataLossError(
-        absl::StrCat("checkpoint ", path, " cannot be loaded: ", e.what_without_backtrace()));
-  }
-  return absl::OkStatus();
-}
-
-// Moves the checkpoints in `dir` into a new subfolder "replaced-<unix seconds>" (which
-// ListCheckpoints does not look into) and returns its path, or "" when there were none.
-absl::StatusOr<std::string> MoveCheckpointsAside(const std::string& dir) {
-  const auto all = ListCheckpoints(dir);
-  if (all.empty()) return std::string();
-  const std::string aside = absl::StrCat(dir, "/replaced-", static_cast<int64_t>(time(nullptr)));
-  HVX_RETURN_IF_ERROR(MakeDirs(aside));
-  for (const auto& [step, path] : all) {
-    const std::string to = absl::StrCat(aside, "/", path.substr(path.rfind('/') + 1));
-    if (rename(path.c_str(), to.c_str()) != 0)
-      return ErrnoToStatus(errno, absl::StrCat("rename ", path, " -> ", to));
-  }
-  return aside;
-}
-
-// Rank 0 loads the newest checkpoint (after moving the old ones aside when `fresh`) and every rank
-// takes its model, optimizer and position, and, when the world size is unchanged, its own
-// BatchNorm statistics. Returns false when there is none. Works without a file system shared
-// between hosts.
-absl::StatusOr<bool> Resume(const CheckpointConfig& c, bool fresh, const torch::Device& device,
-                            Classifier& model, torch::optim::Optimizer& optimizer,
-                            TrainingPosition* p) {
-  // EncodePosition's values with epoch -1 (none) or -2 (error on rank 0), then whether per-rank
-  // buffers follow.
-  constexpr int kPositionSize = static_cast<int>(kEncodedPositionSize);
-  int64_t meta[kPositionSize + 1] = {-1, 0, 0, 0, 0, 0, 0};
-  absl::Status rank0_status;
-  std::vector<torch::Tensor> rank_buffers;
-  if (Rank() == 0) {
-    if (fresh) {
-      auto aside = MoveCheckpointsAside(c.dir());
-      rank0_status = aside.status();
-      if (aside.ok() && !aside->empty())
-        HVX_LOG(INFO) << "--fresh: moved the previous checkpoints to " << *aside;
-    }
-    auto all = ListCheckpoints(c.dir());
-    if (rank0_status.ok() && !all.empty()) {
-      rank0_status = LoadCheckpoint(all.back().second, device, model, optimizer, p, &rank_buffers);
-      if (rank0_status.ok()) {
-        const bool own_buffers = !rank_buffers.empty() && p->world_size == Size();
-        const std::vector<int64_t> stored = EncodePosition(*p);
-        std::copy(stored.begin(), stored.end(), meta);
-        meta[kPositionSize] = own_buffers ? 1 : 0;
-        HVX_LOG(INFO) << "resuming from " << all.back().second << " (epoch " << p->epoch + 1
-                      << ", step " << p->global_step << ")";
-      }
-    }
-    if (!rank0_status.ok()) meta[0] = -2;
-  }
-  TensorRef ref(DataType::kInt64, TensorShape({kPositionSize + 1}), meta);
-  HVX_RETURN_IF_ERROR(Wait(Broadcast("resume.position", ref, 0)));
-  if (meta[0] == -2) {
-    return !rank0_status.ok() ? rank0_status
-                              : absl::DataLossError("rank 0 could not load the newest checkpoint");
-  }
-  if (meta[0] < 0) return false;
-  HVX_ASSIGN_OR_RETURN(*p, DecodePosition(absl::MakeConstSpan(meta, kPositionSize)));
-  HVX_RETURN_IF_ERROR(BroadcastParameters(model, 0));
-  HVX_RETURN_IF_ERROR(BroadcastOptimizerState(optimizer, 0));
-  if (meta[kPositionSize] == 0) return true;
-  torch::NoGradGuard no_grad;
-  const auto buffers = FloatBuffers(model);
-  for (size_t i = 0; i < buffers.size(); ++i) {
-    const torch::Tensor& buffer = buffers[i].second;
-    torch::Tensor all =
-        Rank() == 0 ? rank_buffers[i].contiguous()
-                    : torch::empty({Size(), buffer.numel()}, torch::dtype(buffer.scalar_type()));
-    HVX_RETURN_IF_ERROR(BroadcastInPlace("resume.buffer." + buffers[i].first, all, 0));
-    buffer.copy_(all[Rank()].view_as(buffer));
-  }
-  return true;
-}
-
 // Running statistics (BatchNorm) drift apart between ranks; evaluation uses their average so every
 // rank evaluates the same model.
 absl::Status AverageBuffers(Classifier& model) {
@@ -316,14 +98,6 @@ absl::Status AverageBuffers(Classifier& model) {
     handles.push_back(h);
   }
   return WaitAll(handles);
-}
-
-// Every rank takes part (the buffers are gathered); rank 0 writes.
-absl::Status SaveCheckpoint(const CheckpointConfig& c, Classifier& model,
-                            torch::optim::Optimizer& optimizer, const TrainingPosition& p) {
-  HVX_ASSIGN_OR_RETURN(std::vector<torch::Tensor> rank_buffers, GatherBuffers(model));
-  if (Rank() != 0) return absl::OkStatus();
-  return WriteCheckpoint(c, model, optimizer, p, rank_buffers);
 }
 
 // Wraps a pipeline batch as a tensor without copying; the tensor owns the batch.
@@ -552,8 +326,9 @@ absl::StatusOr<TrainResult> Train(Run& run) {
   pos.world_size = size;
   pos.batch_size = config.data().batch_size();
   if (!config.checkpoint().dir().empty() && (config.checkpoint().resume() || run.options.fresh)) {
-    HVX_ASSIGN_OR_RETURN(bool resumed, Resume(config.checkpoint(), run.options.fresh, run.device,
-                                              *run.model, *run.optimizer, &pos));
+    HVX_ASSIGN_OR_RETURN(
+        bool resumed, ResumeFromNewestCheckpoint(config.checkpoint(), run.options.fresh, run.device,
+                                                 *run.model, *run.optimizer, &pos));
     if (resumed) result.resumed_from_step = pos.global_step;
   }
   if (pos.epoch >= config.epochs()) {

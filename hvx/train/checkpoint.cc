@@ -1,0 +1,296 @@
+#include "hvx/train/checkpoint.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstdio>
+#include <ctime>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "absl/types/span.h"
+#include "hvx/common/failpoint.h"
+#include "hvx/common/files.h"
+#include "hvx/common/logging.h"
+#include "hvx/common/status.h"
+#include "hvx/core/api.h"
+#include "hvx/torch/tensor.h"
+
+namespace hvx {
+namespace train {
+namespace {
+
+constexpr char kCheckpointPrefix[] = "ckpt-";
+constexpr char kCheckpointSuffix[] = ".pt";
+
+// Checkpoint files in `dir`, oldest first (by the global step in the name).
+std::vector<std::pair<int64_t, std::string>> ListCheckpoints(const std::string& dir) {
+  std::vector<std::pair<int64_t, std::string>> found;
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return found;
+  while (dirent* e = readdir(d)) {
+    absl::string_view name = e->d_name;
+    int64_t step = 0;
+    if (absl::ConsumePrefix(&name, kCheckpointPrefix) &&
+        absl::ConsumeSuffix(&name, kCheckpointSuffix) && absl::SimpleAtoi(name, &step)) {
+      found.emplace_back(step, absl::StrCat(dir, "/", e->d_name));
+    }
+  }
+  closedir(d);
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+absl::Status FsyncPath(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY);
+  if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("open ", path));
+  const int rc = fsync(fd);
+  const int err = errno;
+  close(fd);
+  return rc == 0 ? absl::OkStatus() : ErrnoToStatus(err, absl::StrCat("fsync ", path));
+}
+
+// Every rank's floating-point buffers, each as [size, numel] on the CPU, in FloatBuffers order.
+// Running statistics differ between ranks (each sees its own batches); a checkpoint keeps all of
+// them so that a resumed run continues with exactly the statistics an uninterrupted run has.
+absl::StatusOr<std::vector<torch::Tensor>> GatherBuffers(Classifier& model) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> gathered;
+  for (const auto& [name, buffer] : FloatBuffers(model)) {
+    HVX_ASSIGN_OR_RETURN(torch::Tensor all, Allgather("checkpoint.buffer." + name,
+                                                      buffer.reshape({1, -1}).contiguous()));
+    gathered.push_back(all.cpu());
+  }
+  return gathered;
+}
+
+// Rank 0's part of SaveCheckpoint: the file, as checkpoint.h describes it. The model's buffers are
+// replaced by their average over ranks while it is written, then restored.
+absl::Status WriteCheckpoint(const CheckpointConfig& c, Classifier& model,
+                             torch::optim::Optimizer& optimizer, const TrainingPosition& p,
+                             const std::vector<torch::Tensor>& rank_buffers) {
+  HVX_RETURN_IF_ERROR(MakeDirs(c.dir()));
+  const std::string final_path =
+      absl::StrCat(c.dir(), "/", kCheckpointPrefix, p.global_step, kCheckpointSuffix);
+  const std::string tmp_path = absl::StrCat(final_path, ".tmp.", getpid());
+  torch::NoGradGuard no_grad;
+  const auto buffers = FloatBuffers(model);
+  std::vector<torch::Tensor> live;
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    live.push_back(buffers[i].second.clone());
+    buffers[i].second.copy_(rank_buffers[i].mean(0).view_as(buffers[i].second));
+  }
+  absl::Status status;
+  try {
+    torch::serialize::OutputArchive archive, model_archive, optimizer_archive, buffer_archive;
+    model.save(model_archive);
+    optimizer.save(optimizer_archive);
+    for (size_t i = 0; i < rank_buffers.size(); ++i)
+      buffer_archive.write(absl::StrCat("b", i), rank_buffers[i]);
+    archive.write("model", model_archive);
+    archive.write("optimizer", optimizer_archive);
+    archive.write("rank_buffers", buffer_archive);
+    archive.write("position", torch::tensor(EncodePosition(p), torch::kInt64));
+    archive.save_to(tmp_path);
+  } catch (const c10::Error& e) {
+    status = absl::InternalError(
+        absl::StrCat("writing checkpoint ", tmp_path, ": ", e.what_without_backtrace()));
+  }
+  for (size_t i = 0; i < buffers.size(); ++i) buffers[i].second.copy_(live[i]);
+  HVX_RETURN_IF_ERROR(status);
+  HVX_RETURN_IF_ERROR(FsyncPath(tmp_path));
+  Failpoint("checkpoint");
+  if (rename(tmp_path.c_str(), final_path.c_str()) != 0) {
+    return ErrnoToStatus(errno, absl::StrCat("rename ", tmp_path, " -> ", final_path));
+  }
+  HVX_RETURN_IF_ERROR(FsyncPath(c.dir()));
+  auto all = ListCheckpoints(c.dir());
+  for (size_t i = 0; i + c.keep() < all.size(); ++i) unlink(all[i].second.c_str());
+  return absl::OkStatus();
+}
+
+// Loads onto `device`. *rank_buffers gets the per-rank buffers when the file has them for every
+// floating-point buffer of `model` (checkpoints from before they were recorded have not). Reads
+// positions of either stored form (see DecodePosition).
+absl::Status LoadCheckpoint(const std::string& path, const torch::Device& device, Classifier& model,
+                            torch::optim::Optimizer& optimizer, TrainingPosition* p,
+                            std::vector<torch::Tensor>* rank_buffers) {
+  rank_buffers->clear();
+  try {
+    torch::serialize::InputArchive archive, model_archive, optimizer_archive, buffer_archive;
+    archive.load_from(path, device);
+    archive.read("model", model_archive);
+    archive.read("optimizer", optimizer_archive);
+    model.load(model_archive);
+    optimizer.load(optimizer_archive);
+    torch::Tensor position;
+    archive.read("position", position);
+    position = position.cpu().to(torch::kInt64).contiguous().reshape({-1});
+    auto decoded =
+        DecodePosition({position.data_ptr<int64_t>(), static_cast<size_t>(position.numel())});
+    if (!decoded.ok()) return Annotate(decoded.status(), absl::StrCat("checkpoint ", path));
+    *p = *decoded;
+    if (archive.try_read("rank_buffers", buffer_archive)) {
+      const size_t n = FloatBuffers(model).size();
+      for (size_t i = 0; i < n; ++i) {
+        torch::Tensor t;
+        if (!buffer_archive.try_read(absl::StrCat("b", i), t)) break;
+        rank_buffers->push_back(t.cpu());
+      }
+      if (rank_buffers->size() != n) rank_buffers->clear();
+    }
+  } catch (const c10::Error& e) {
+    return absl::DataLossError(
+        absl::StrCat("checkpoint ", path, " cannot be loaded: ", e.what_without_backtrace()));
+  }
+  return absl::OkStatus();
+}
+
+// Moves the checkpoints in `dir` into a new subfolder "replaced-<unix seconds>" (which
+// ListCheckpoints does not look into) and returns its path, or "" when there were none.
+absl::StatusOr<std::string> MoveCheckpointsAside(const std::string& dir) {
+  const auto all = ListCheckpoints(dir);
+  if (all.empty()) return std::string();
+  const std::string aside = absl::StrCat(dir, "/replaced-", static_cast<int64_t>(time(nullptr)));
+  HVX_RETURN_IF_ERROR(MakeDirs(aside));
+  for (const auto& [step, path] : all) {
+    const std::string to = absl::StrCat(aside, "/", path.substr(path.rfind('/') + 1));
+    if (rename(path.c_str(), to.c_str()) != 0)
+      return ErrnoToStatus(errno, absl::StrCat("rename ", path, " -> ", to));
+  }
+  return aside;
+}
+
+// What rank 0 found when it looked for a checkpoint, as every rank receives it.
+struct ResumeNotice {
+  enum class Outcome : int64_t { kNoCheckpoint = 0, kLoaded = 1, kRank0Failed = 2 };
+  Outcome outcome = Outcome::kNoCheckpoint;
+  TrainingPosition position;      // kLoaded: where the checkpoint stands
+  bool own_rank_buffers = false;  // kLoaded: each rank's own buffers are broadcast next
+};
+
+// The broadcast form of a ResumeNotice: outcome, EncodePosition(position), own_rank_buffers.
+constexpr size_t kEncodedNoticeSize = 1 + kEncodedPositionSize + 1;
+using EncodedNotice = std::array<int64_t, kEncodedNoticeSize>;
+
+EncodedNotice EncodeNotice(const ResumeNotice& notice) {
+  EncodedNotice encoded{};
+  encoded.front() = static_cast<int64_t>(notice.outcome);
+  if (notice.outcome == ResumeNotice::Outcome::kLoaded) {
+    const std::vector<int64_t> position = EncodePosition(notice.position);
+    std::copy(position.begin(), position.end(), encoded.begin() + 1);
+  }
+  encoded.back() = notice.own_rank_buffers ? 1 : 0;
+  return encoded;
+}
+
+absl::StatusOr<ResumeNotice> DecodeNotice(const EncodedNotice& encoded) {
+  ResumeNotice notice;
+  notice.outcome = static_cast<ResumeNotice::Outcome>(encoded.front());
+  if (notice.outcome != ResumeNotice::Outcome::kLoaded) return notice;
+  HVX_ASSIGN_OR_RETURN(notice.position, DecodePosition(absl::MakeConstSpan(encoded.data() + 1,
+                                                                           kEncodedPositionSize)));
+  notice.own_rank_buffers = encoded.back() != 0;
+  return notice;
+}
+
+// Rank 0's part of ResumeFromNewestCheckpoint: moves the checkpoints aside when `fresh`, then loads
+// the newest one, if any, into `model` and `optimizer`, and *rank_buffers.
+ResumeNotice LoadNewestOnRank0(const CheckpointConfig& c, bool fresh, const torch::Device& device,
+                               Classifier& model, torch::optim::Optimizer& optimizer,
+                               std::vector<torch::Tensor>* rank_buffers, absl::Status* status) {
+  ResumeNotice notice;
+  if (fresh) {
+    auto aside = MoveCheckpointsAside(c.dir());
+    *status = aside.status();
+    if (aside.ok() && !aside->empty())
+      HVX_LOG(INFO) << "--fresh: moved the previous checkpoints to " << *aside;
+  }
+  auto all = ListCheckpoints(c.dir());
+  if (status->ok() && !all.empty()) {
+    *status =
+        LoadCheckpoint(all.back().second, device, model, optimizer, &notice.position, rank_buffers);
+    if (status->ok()) {
+      notice.outcome = ResumeNotice::Outcome::kLoaded;
+      notice.own_rank_buffers = !rank_buffers->empty() && notice.position.world_size == Size();
+      HVX_LOG(INFO) << "resuming from " << all.back().second << " (epoch "
+                    << notice.position.epoch + 1 << ", step " << notice.position.global_step << ")";
+    }
+  }
+  if (!status->ok()) notice.outcome = ResumeNotice::Outcome::kRank0Failed;
+  return notice;
+}
+
+// Every rank takes its own row of each floating-point buffer of rank 0's `rank_buffers`.
+absl::Status BroadcastRankBuffers(Classifier& model,
+                                  const std::vector<torch::Tensor>& rank_buffers) {
+  torch::NoGradGuard no_grad;
+  const auto buffers = FloatBuffers(model);
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    const torch::Tensor& buffer = buffers[i].second;
+    torch::Tensor all =
+        Rank() == 0 ? rank_buffers[i].contiguous()
+                    : torch::empty({Size(), buffer.numel()}, torch::dtype(buffer.scalar_type()));
+    HVX_RETURN_IF_ERROR(BroadcastInPlace("resume.buffer." + buffers[i].first, all, 0));
+    buffer.copy_(all[Rank()].view_as(buffer));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, torch::Tensor>> FloatBuffers(Classifier& model) {
+  std::vector<std::pair<std::string, torch::Tensor>> buffers;
+  for (const auto& item : model.named_buffers()) {
+    if (item.value().is_floating_point()) buffers.emplace_back(item.key(), item.value());
+  }
+  return buffers;
+}
+
+absl::Status SaveCheckpoint(const CheckpointConfig& checkpoint, Classifier& model,
+                            torch::optim::Optimizer& optimizer, const TrainingPosition& position) {
+  HVX_ASSIGN_OR_RETURN(std::vector<torch::Tensor> rank_buffers, GatherBuffers(model));
+  if (Rank() != 0) return absl::OkStatus();
+  return WriteCheckpoint(checkpoint, model, optimizer, position, rank_buffers);
+}
+
+absl::StatusOr<bool> ResumeFromNewestCheckpoint(const CheckpointConfig& checkpoint, bool fresh,
+                                                const torch::Device& device, Classifier& model,
+                                                torch::optim::Optimizer& optimizer,
+                                                TrainingPosition* position) {
+  absl::Status rank0_status;
+  std::vector<torch::Tensor> rank_buffers;
+  ResumeNotice found;
+  if (Rank() == 0) {
+    found = LoadNewestOnRank0(checkpoint, fresh, device, model, optimizer, &rank_buffers,
+                              &rank0_status);
+  }
+  EncodedNotice encoded = EncodeNotice(found);
+  TensorRef ref(DataType::kInt64, TensorShape({static_cast<int64_t>(encoded.size())}),
+                encoded.data());
+  HVX_RETURN_IF_ERROR(Wait(Broadcast("resume.position", ref, 0)));
+  HVX_ASSIGN_OR_RETURN(found, DecodeNotice(encoded));
+  switch (found.outcome) {
+    case ResumeNotice::Outcome::kNoCheckpoint:
+      return false;
+    case ResumeNotice::Outcome::kRank0Failed:
+      return !rank0_status.ok()
+                 ? rank0_status
+                 : absl::DataLossError("rank 0 could not load the newest checkpoint");
+    case ResumeNotice::Outcome::kLoaded:
+      break;
+  }
+  *position = found.position;
+  HVX_RETURN_IF_ERROR(BroadcastParameters(model, 0));
+  HVX_RETURN_IF_ERROR(BroadcastOptimizerState(optimizer, 0));
+  if (found.own_rank_buffers) HVX_RETURN_IF_ERROR(BroadcastRankBuffers(model, rank_buffers));
+  return true;
+}
+
+}  // namespace train
+}  // namespace hvx

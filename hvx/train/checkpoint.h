@@ -1,0 +1,61 @@
+// Checkpoints of a training run: rank 0 writes them, every rank resumes from the newest one.
+//
+//   HVX_ASSIGN_OR_RETURN(bool resumed, ResumeFromNewestCheckpoint(config.checkpoint(), fresh,
+//                                                                 device, model, optimizer, &pos));
+//   HVX_RETURN_IF_ERROR(SaveCheckpoint(config.checkpoint(), model, optimizer, pos));  // all ranks
+//
+// Files. "<checkpoint.dir>/ckpt-<global step>.pt", the newest checkpoint.keep() of them kept. Each
+// is written to a temporary name, synced and renamed, so a crash leaves the old set or the new one,
+// never a torn file under a checkpoint's name. A file is a torch::serialize archive of:
+//
+//   "model"         the model, its floating-point buffers averaged over ranks (what evaluation
+//                   uses: the checkpoint alone is a usable model)
+//   "optimizer"     the optimizer's state
+//   "rank_buffers"  "b0", "b1", ...: floating-point buffer i of every rank, [world size, numel], in
+//                   FloatBuffers order (absent from checkpoints written before it was recorded)
+//   "position"      int64 EncodePosition(TrainingPosition) (hvx/train/epoch_position.h)
+//
+// Only rank 0 reads or writes files; the others get the checkpoint by broadcast, so no file system
+// shared between hosts is needed.
+#ifndef HVX_TRAIN_CHECKPOINT_H_
+#define HVX_TRAIN_CHECKPOINT_H_
+
+#include <torch/torch.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "hvx/train/epoch_position.h"
+#include "hvx/train/models.h"
+#include "hvx/train/train_config.pb.h"
+
+namespace hvx {
+namespace train {
+
+// Writes a checkpoint of `model`, `optimizer` and `position` into checkpoint.dir and removes the
+// oldest beyond checkpoint.keep(). Every rank calls it (each rank's buffers are gathered); rank 0
+// writes. The live model is left as it was.
+absl::Status SaveCheckpoint(const CheckpointConfig& checkpoint, Classifier& model,
+                            torch::optim::Optimizer& optimizer, const TrainingPosition& position);
+
+// Every rank calls it. Rank 0 loads the newest checkpoint in checkpoint.dir onto `device` (after
+// moving the existing ones into "<dir>/replaced-<unix seconds>/" when `fresh`), and every rank
+// takes its model, optimizer state and position into `model`, `optimizer` and *position; when the
+// world size is the checkpoint's, each rank also takes its own BatchNorm statistics. Returns false,
+// changing nothing, when there is no checkpoint; every rank returns rank 0's error when it fails.
+absl::StatusOr<bool> ResumeFromNewestCheckpoint(const CheckpointConfig& checkpoint, bool fresh,
+                                                const torch::Device& device, Classifier& model,
+                                                torch::optim::Optimizer& optimizer,
+                                                TrainingPosition* position);
+
+// The floating-point buffers of `model` (BatchNorm running statistics) by name, in a fixed order,
+// the same on every rank. The tensors share memory with the model's.
+std::vector<std::pair<std::string, torch::Tensor>> FloatBuffers(Classifier& model);
+
+}  // namespace train
+}  // namespace hvx
+
+#endif  // HVX_TRAIN_CHECKPOINT_H_

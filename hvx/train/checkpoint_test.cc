@@ -1,0 +1,256 @@
+// Runs on two ranks (hvx_mpi_test): every test case executes on each rank at once.
+#include "hvx/train/checkpoint.h"
+
+#include <sys/stat.h>
+#include <torch/torch.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "hvx/core/api.h"
+#include "hvx/torch/tensor.h"
+
+namespace hvx {
+namespace train {
+namespace {
+
+class HvxEnvironment : public testing::Environment {
+ public:
+  void SetUp() override { ASSERT_TRUE(Init().ok()); }
+  void TearDown() override { EXPECT_TRUE(Shutdown().ok()); }
+};
+
+const testing::Environment* const kEnv = testing::AddGlobalTestEnvironment(new HvxEnvironment);
+
+// A linear layer and BatchNorm: parameters, optimizer state and running statistics.
+class TinyNet : public Classifier {
+ public:
+  TinyNet() {
+    fc_ = register_module("fc", torch::nn::Linear(3, 2));
+    bn_ = register_module("bn", torch::nn::BatchNorm1d(2));
+  }
+  at::Tensor forward(const at::Tensor& x) override { return bn_(fc_(x)); }
+  torch::nn::BatchNorm1d& bn() { return bn_; }
+
+ private:
+  torch::nn::Linear fc_{nullptr};
+  torch::nn::BatchNorm1d bn_{nullptr};
+};
+
+// Running statistics that differ between ranks, as each rank's own batches leave them.
+void GiveOwnStatistics(TinyNet& net, int rank) {
+  torch::NoGradGuard no_grad;
+  net.bn()->running_mean.fill_(0.5 + rank);
+  net.bn()->running_var.fill_(2.0 + rank);
+}
+
+std::unique_ptr<torch::optim::SGD> MakeSgd(TinyNet& net) {
+  return std::make_unique<torch::optim::SGD>(net.parameters(),
+                                             torch::optim::SGDOptions(0.1).momentum(0.9));
+}
+
+// One step on the same data on every rank (each rank builds its model from the same seed), so that
+// parameters and optimizer state agree between ranks, then running statistics of this rank's own.
+void TrainOneStep(TinyNet& net, torch::optim::Optimizer& optimizer) {
+  net.train();
+  optimizer.zero_grad();
+  net.forward(torch::arange(12, torch::kFloat32).reshape({4, 3})).sum().backward();
+  optimizer.step();
+  GiveOwnStatistics(net, Rank());
+}
+
+std::string TestDir(const std::string& name) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  return absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/", name);
+}
+
+bool Exists(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0;
+}
+
+CheckpointConfig InDir(const std::string& dir, int keep) {
+  CheckpointConfig c;
+  c.set_dir(dir);
+  c.set_keep(keep);
+  return c;
+}
+
+TrainingPosition SomePosition(int64_t global_step) {
+  TrainingPosition p;
+  p.epoch = 1;
+  p.steps_in_epoch = 3;
+  p.global_step = global_step;
+  p.world_size = Size();
+  p.batch_size = 4;
+  p.samples_in_epoch = 3 * 4 * Size();
+  return p;
+}
+
+TEST(CheckpointTest, ResumeRestoresModelOptimizerPositionAndEachRanksStatistics) {
+  torch::manual_seed(1);
+  TinyNet net;
+  auto optimizer = MakeSgd(net);
+  TrainOneStep(net, *optimizer);
+  const torch::Tensor own_mean = net.bn()->running_mean.clone();
+  const CheckpointConfig c = InDir(TestDir("resume"), 3);
+  ASSERT_TRUE(SaveCheckpoint(c, net, *optimizer, SomePosition(7)).ok());
+  // Saving leaves the live statistics as they were.
+  EXPECT_TRUE(torch::equal(net.bn()->running_mean, own_mean));
+  if (Rank() == 0) EXPECT_TRUE(Exists(c.dir() + "/ckpt-7.pt"));
+
+  torch::manual_seed(2);
+  TinyNet other;
+  auto other_optimizer = MakeSgd(other);
+  TrainingPosition position;
+  auto resumed =
+      ResumeFromNewestCheckpoint(c, false, torch::kCPU, other, *other_optimizer, &position);
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  EXPECT_TRUE(*resumed);
+  EXPECT_EQ(EncodePosition(position), EncodePosition(SomePosition(7)));
+  const auto want = net.named_parameters();
+  const auto got = other.named_parameters();
+  for (const auto& item : want)
+    EXPECT_TRUE(torch::equal(got[item.key()], item.value())) << item.key();
+  EXPECT_TRUE(torch::equal(other.bn()->running_mean, own_mean)) << "rank " << Rank();
+  // The optimizer continues where it stood: the same step from both gives the same parameters.
+  TrainOneStep(net, *optimizer);
+  TrainOneStep(other, *other_optimizer);
+  for (const auto& item : net.named_parameters())
+    EXPECT_TRUE(torch::allclose(other.named_parameters()[item.key()], item.value())) << item.key();
+}
+
+// The archive's entries, as older and newer trainers read them.
+TEST(CheckpointTest, TheFileHoldsAveragedModelEveryRanksBuffersAndTheSixPositionValues) {
+  torch::manual_seed(1);
+  TinyNet net;
+  auto optimizer = MakeSgd(net);
+  TrainOneStep(net, *optimizer);
+  const CheckpointConfig c = InDir(TestDir("format"), 3);
+  ASSERT_TRUE(SaveCheckpoint(c, net, *optimizer, SomePosition(9)).ok());
+  auto means = Allgather("test.means", net.bn()->running_mean.reshape({1, -1}));
+  ASSERT_TRUE(means.ok());
+  if (Rank() != 0) return;
+  torch::serialize::InputArchive archive, model_archive, buffer_archive, optimizer_archive;
+  archive.load_from(c.dir() + "/ckpt-9.pt");
+  torch::Tensor position;
+  archive.read("position", position);
+  EXPECT_EQ(position.scalar_type(), torch::kInt64);
+  const std::vector<int64_t> stored(position.data_ptr<int64_t>(),
+                                    position.data_ptr<int64_t>() + position.numel());
+  EXPECT_EQ(stored, (std::vector<int64_t>{1, 3, 9, Size(), 4, 3 * 4 * Size()}));
+  ASSERT_TRUE(archive.try_read("rank_buffers", buffer_archive));
+  // FloatBuffers order: bn.running_mean, then bn.running_var.
+  ASSERT_EQ(FloatBuffers(net).front().first, "bn.running_mean");
+  torch::Tensor b0;
+  ASSERT_TRUE(buffer_archive.try_read("b0", b0));
+  EXPECT_TRUE(torch::equal(b0, *means));
+  ASSERT_TRUE(archive.try_read("optimizer", optimizer_archive));
+  archive.read("model", model_archive);
+  TinyNet loaded;
+  loaded.load(model_archive);
+  EXPECT_TRUE(torch::allclose(loaded.bn()->running_mean, means->mean(0)));
+}
+
+// A checkpoint from before per-rank buffers and samples_in_epoch were stored.
+TEST(CheckpointTest, OlderCheckpointsWithoutRankBuffersStillLoad) {
+  torch::manual_seed(1);
+  TinyNet net;
+  auto optimizer = MakeSgd(net);
+  TrainOneStep(net, *optimizer);
+  const CheckpointConfig c = InDir(TestDir("older"), 3);
+  if (Rank() == 0) {
+    ASSERT_EQ(mkdir(c.dir().c_str(), 0755), 0);
+    torch::serialize::OutputArchive archive, model_archive, optimizer_archive;
+    net.save(model_archive);
+    optimizer->save(optimizer_archive);
+    archive.write("model", model_archive);
+    archive.write("optimizer", optimizer_archive);
+    archive.write("position", torch::tensor(std::vector<int64_t>{1, 3, 5, Size(), 4}));
+    archive.save_to(c.dir() + "/ckpt-5.pt");
+  }
+  torch::manual_seed(2);
+  TinyNet other;
+  auto other_optimizer = MakeSgd(other);
+  GiveOwnStatistics(other, 10 + Rank());
+  TrainingPosition position;
+  auto resumed =
+      ResumeFromNewestCheckpoint(c, false, torch::kCPU, other, *other_optimizer, &position);
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  EXPECT_TRUE(*resumed);
+  EXPECT_EQ(position.global_step, 5);
+  EXPECT_EQ(position.samples_in_epoch, 3 * 4 * Size());
+  // Without per-rank statistics every rank takes the model's, which are rank 0's here.
+  EXPECT_TRUE(torch::equal(other.bn()->running_mean, torch::full({2}, 0.5))) << "rank " << Rank();
+  for (const auto& item : net.named_parameters()) {
+    EXPECT_TRUE(torch::equal(other.named_parameters()[item.key()], item.value())) << item.key();
+  }
+}
+
+TEST(CheckpointTest, KeepsTheNewestAndResumesFromIt) {
+  torch::manual_seed(1);
+  TinyNet net;
+  auto optimizer = MakeSgd(net);
+  const CheckpointConfig c = InDir(TestDir("keep"), 2);
+  for (int64_t step : {4, 8, 12})
+    ASSERT_TRUE(SaveCheckpoint(c, net, *optimizer, SomePosition(step)).ok());
+  if (Rank() == 0) {
+    EXPECT_FALSE(Exists(c.dir() + "/ckpt-4.pt"));
+    EXPECT_TRUE(Exists(c.dir() + "/ckpt-8.pt"));
+    EXPECT_TRUE(Exists(c.dir() + "/ckpt-12.pt"));
+  }
+  TrainingPosition position;
+  auto resumed = ResumeFromNewestCheckpoint(c, false, torch::kCPU, net, *optimizer, &position);
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  EXPECT_EQ(position.global_step, 12);
+}
+
+TEST(CheckpointTest, NoCheckpointResumesNothing) {
+  TinyNet net;
+  auto optimizer = MakeSgd(net);
+  TrainingPosition position = SomePosition(3);
+  auto resumed = ResumeFromNewestCheckpoint(InDir(TestDir("none"), 2), false, torch::kCPU, net,
+                                            *optimizer, &position);
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  EXPECT_FALSE(*resumed);
+  EXPECT_EQ(EncodePosition(position), EncodePosition(SomePosition(3)));
+}
+
+TEST(CheckpointTest, FreshMovesTheCheckpointsAsideAndResumesNothing) {
+  TinyNet net;
+  auto optimizer = MakeSgd(net);
+  const CheckpointConfig c = InDir(TestDir("fresh"), 2);
+  ASSERT_TRUE(SaveCheckpoint(c, net, *optimizer, SomePosition(6)).ok());
+  TrainingPosition position;
+  auto resumed = ResumeFromNewestCheckpoint(c, true, torch::kCPU, net, *optimizer, &position);
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  EXPECT_FALSE(*resumed);
+  if (Rank() == 0) EXPECT_FALSE(Exists(c.dir() + "/ckpt-6.pt"));
+}
+
+TEST(CheckpointTest, ADamagedNewestCheckpointFailsEveryRank) {
+  TinyNet net;
+  auto optimizer = MakeSgd(net);
+  const CheckpointConfig c = InDir(TestDir("damaged"), 2);
+  if (Rank() == 0) {
+    ASSERT_EQ(mkdir(c.dir().c_str(), 0755), 0);
+    std::ofstream(c.dir() + "/ckpt-3.pt") << "not an archive";
+  }
+  TrainingPosition position;
+  auto resumed = ResumeFromNewestCheckpoint(c, false, torch::kCPU, net, *optimizer, &position);
+  ASSERT_FALSE(resumed.ok());
+  EXPECT_EQ(resumed.status().code(), absl::StatusCode::kDataLoss);
+  const std::string want = Rank() == 0
+                               ? absl::StrCat("checkpoint ", c.dir(), "/ckpt-3.pt cannot be loaded")
+                               : "rank 0 could not load the newest checkpoint";
+  EXPECT_TRUE(absl::StrContains(resumed.status().message(), want)) << resumed.status();
+}
+
+}  // namespace
+}  // namespace train
+}  // namespace hvx
