@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -139,7 +140,10 @@ struct Run {
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   std::unique_ptr<DistributedOptimizer> distributed;
   std::unique_ptr<SummaryWriter> summaries;
+  // Set by PlanEpochs before the first epoch.
+  EpochShape shape;
   int64_t steps_per_epoch = 0;
+  std::optional<LrSchedule> schedule;
 };
 
 data::RemainderPolicy TrainRemainder(const TrainConfig& config) {
@@ -279,9 +283,67 @@ absl::Status MaybeSummarize(Run& run, absl::string_view tag, double value, int64
   return run.summaries->AddScalar(tag, value, step);
 }
 
+bool CheckpointsOn(const TrainConfig& config) { return !config.checkpoint().dir().empty(); }
+
+bool MaxStepsReached(const Run& run, const TrainingPosition& pos) {
+  return run.options.max_steps > 0 && pos.global_step >= run.options.max_steps;
+}
+
+// How this run's epochs fall into steps, and its learning-rate schedule; logs what will be trained.
+absl::Status PlanEpochs(Run& run) {
+  const TrainConfig& config = run.config;
+  const int size = Size();
+  run.shape = TrainShape(config, run.train_data->num_samples(), size);
+  run.steps_per_epoch = StepsPerEpoch(run.shape);
+  if (run.steps_per_epoch <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data.batch_size: ", config.data().batch_size(), " per rank x ", size,
+                     " ranks is more than the ", run.train_data->num_samples(),
+                     " training samples; lower batch_size or use fewer processes"));
+  }
+  HVX_LOG_RANK0(INFO) << "training " << config.model().name() << " (" << CountParameters(*run.model)
+                      << " parameters) on " << run.train_data->num_samples() << " samples, "
+                      << run.eval_data->num_samples() << " for evaluation; " << size
+                      << " ranks x batch " << config.data().batch_size() << ", "
+                      << run.steps_per_epoch << " steps per epoch";
+  run.schedule.emplace(config.optimizer(), size, config.data().batch_size(), run.steps_per_epoch,
+                       config.epochs());
+  return absl::OkStatus();
+}
+
+// Where this run starts: the newest checkpoint's position when the config asks to resume and there
+// is one (*resumed_from_step is then its global step), else the start of training.
+absl::StatusOr<TrainingPosition> StartingPosition(Run& run, int64_t* resumed_from_step) {
+  const TrainConfig& config = run.config;
+  TrainingPosition pos;
+  pos.world_size = Size();
+  pos.batch_size = config.data().batch_size();
+  if (CheckpointsOn(config) && (config.checkpoint().resume() || run.options.fresh)) {
+    HVX_ASSIGN_OR_RETURN(
+        bool resumed, ResumeFromNewestCheckpoint(config.checkpoint(), run.options.fresh, run.device,
+                                                 *run.model, *run.optimizer, &pos));
+    if (resumed) *resumed_from_step = pos.global_step;
+  }
+  return pos;
+}
+
+// A resumed position continues at this run's world size and batch size: the samples of the epoch
+// already trained on carry over whatever they were (see hvx/train/epoch_position.h).
+void ContinueAtThisSize(const Run& run, bool resumed, TrainingPosition* pos) {
+  const int size = Size();
+  const int batch_size = run.config.data().batch_size();
+  if (resumed && (pos->world_size != size || pos->batch_size != batch_size)) {
+    HVX_LOG_RANK0(INFO) << "world size or batch size changed since the checkpoint: "
+                        << DescribeGlobalBatch(pos->world_size, pos->batch_size) << ", now "
+                        << DescribeGlobalBatch(size, batch_size);
+  }
+  pos->world_size = size;
+  pos->batch_size = batch_size;
+}
+
 // The training pipeline of `epoch` from `consumed` samples on, for `steps` batches.
-data::PipelineOptions TrainPipelineOptions(const Run& run, int64_t epoch, int64_t consumed,
-                                           int64_t steps) {
+absl::StatusOr<std::unique_ptr<data::Pipeline>> OpenTrainPipeline(const Run& run, int64_t epoch,
+                                                                  int64_t consumed, int64_t steps) {
   const TrainConfig& config = run.config;
   data::PipelineOptions po;
   po.rank = Rank();
@@ -297,191 +359,209 @@ data::PipelineOptions TrainPipelineOptions(const Run& run, int64_t epoch, int64_
   po.decode_threads = config.data().decode_threads();
   po.prefetch_batches = config.data().prefetch_batches();
   po.decoder = run.train_decoder;
-  return po;
+  HVX_ASSIGN_OR_RETURN(std::unique_ptr<data::Pipeline> pipeline,
+                       data::Pipeline::Create(run.train_data, po));
+  if (pipeline->num_batches() != steps) {
+    return absl::InternalError(absl::StrCat("rank ", Rank(), ": epoch ", epoch + 1, " from sample ",
+                                            consumed, " has ", pipeline->num_batches(),
+                                            " batches, expected ", steps));
+  }
+  return pipeline;
 }
 
-absl::StatusOr<TrainResult> Train(Run& run) {
-  const TrainConfig& config = run.config;
-  const int rank = Rank(), size = Size();
-  const Clock::time_point run_start = Clock::now();
-  TrainResult result;
-  const EpochShape shape = TrainShape(config, run.train_data->num_samples(), size);
-  const int64_t global_batch = int64_t{size} * config.data().batch_size();
-  run.steps_per_epoch = StepsPerEpoch(shape);
-  if (run.steps_per_epoch <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("data.batch_size: ", config.data().batch_size(), " per rank x ", size,
-                     " ranks is more than the ", run.train_data->num_samples(),
-                     " training samples; lower batch_size or use fewer processes"));
-  }
-  HVX_LOG_RANK0(INFO) << "training " << config.model().name() << " (" << CountParameters(*run.model)
-                      << " parameters) on " << run.train_data->num_samples() << " samples, "
-                      << run.eval_data->num_samples() << " for evaluation; " << size
-                      << " ranks x batch " << config.data().batch_size() << ", "
-                      << run.steps_per_epoch << " steps per epoch";
-  const LrSchedule schedule(config.optimizer(), size, config.data().batch_size(),
-                            run.steps_per_epoch, config.epochs());
+// What a stretch of steps did on this rank: since the last progress line, or since the epoch began.
+struct StepWindow {
+  Clock::time_point start = Clock::now();
+  int64_t steps = 0;
+  int64_t samples = 0;
+  double loss_sum = 0;
+  double data_wait_s = 0;  // waiting for the pipeline's batches
 
-  TrainingPosition pos;
-  pos.world_size = size;
-  pos.batch_size = config.data().batch_size();
-  if (!config.checkpoint().dir().empty() && (config.checkpoint().resume() || run.options.fresh)) {
-    HVX_ASSIGN_OR_RETURN(
-        bool resumed, ResumeFromNewestCheckpoint(config.checkpoint(), run.options.fresh, run.device,
-                                                 *run.model, *run.optimizer, &pos));
-    if (resumed) result.resumed_from_step = pos.global_step;
+  void Add(double loss, int64_t batch_samples, double waited_s) {
+    ++steps;
+    samples += batch_samples;
+    loss_sum += loss;
+    data_wait_s += waited_s;
   }
-  if (pos.epoch >= config.epochs()) {
+  double seconds() const { return Seconds(Clock::now() - start); }
+};
+
+// One optimizer step of every rank on this rank's `batch`, at learning rate `lr`. Returns this
+// rank's loss.
+absl::StatusOr<double> TrainStep(Run& run, std::unique_ptr<data::Batch> batch, int64_t global_step,
+                                 double lr) {
+  HVX_ASSIGN_OR_RETURN(torch::Tensor labels, LabelsOf(*batch, run.config));
+  labels = labels.to(run.device);
+  torch::Tensor images = ImagesOf(batch).to(run.device);
+  // The random stream (dropout) depends only on where training stands, so a resumed run draws
+  // exactly what the uninterrupted run drew.
+  torch::manual_seed(run.config.seed() * 1000003 + static_cast<uint64_t>(global_step) * 131 +
+                     Rank());
+  SetLr(*run.optimizer, lr);
+  HVX_RETURN_IF_ERROR(run.distributed->ZeroGrad());
+  torch::Tensor loss = torch::nn::functional::cross_entropy(run.model->forward(images), labels);
+  loss.backward();
+  HVX_RETURN_IF_ERROR(run.distributed->Step());
+  return loss.item<double>();
+}
+
+// Rank 0's progress line and summaries for the steps of `window`, which end at `pos`. Every rank
+// calls it: the loss is averaged over ranks.
+absl::Status ReportProgress(Run& run, int64_t epoch, const TrainingPosition& pos, double lr,
+                            const StepWindow& window) {
+  const TrainConfig& config = run.config;
+  const int size = Size();
+  double mean_loss = window.loss_sum / window.steps;
+  if (size > 1) {
+    HVX_ASSIGN_OR_RETURN(mean_loss, AverageMetric(mean_loss, "train.loss"));
+  }
+  const double window_s = window.seconds();
+  const double samples_per_s =
+      window.steps * config.data().batch_size() * size / std::max(window_s, 1e-9);
+  const int64_t epoch_steps = run.steps_per_epoch;
+  const int64_t steps_left =
+      (config.epochs() - epoch - 1) * epoch_steps + (epoch_steps - pos.steps_in_epoch);
+  const double eta_s = steps_left * window_s / window.steps;
+  if (Rank() != 0) return absl::OkStatus();
+  std::printf(
+      "epoch %lld/%d step %lld/%lld loss %.7g lr %.6g samples/s %.0f data_wait %.1f%% eta %s\n",
+      static_cast<long long>(epoch + 1), config.epochs(),
+      static_cast<long long>(pos.steps_in_epoch), static_cast<long long>(epoch_steps), mean_loss,
+      lr, samples_per_s, 100.0 * window.data_wait_s / std::max(window_s, 1e-9),
+      FormatDuration(eta_s).c_str());
+  std::fflush(stdout);
+  HVX_RETURN_IF_ERROR(MaybeSummarize(run, "train/loss", mean_loss, pos.global_step));
+  HVX_RETURN_IF_ERROR(MaybeSummarize(run, "train/lr", lr, pos.global_step));
+  return MaybeSummarize(run, "train/samples_per_s", samples_per_s, pos.global_step);
+}
+
+// How the steps of an epoch went.
+struct EpochSteps {
+  bool stopped = false;  // max_steps was reached before the epoch's last step
+  double seconds = 0;    // the steps' wall time, when not stopped
+};
+
+// Trains what is left of `epoch` from *pos, moving *pos along step by step, with a progress line
+// every logging.log_every_steps and the checkpoints checkpoint.every_steps asks for. Appends each
+// step's loss to result->step_losses, and when the epoch's last step is done, sets its throughput
+// in *result. Every rank calls it and trains the same number of steps.
+absl::StatusOr<EpochSteps> TrainEpoch(Run& run, int64_t epoch, TrainingPosition* pos,
+                                      TrainResult* result) {
+  const TrainConfig& config = run.config;
+  const int64_t consumed = pos->samples_in_epoch;
+  const EpochContinuation rest = ContinueEpoch(run.shape, consumed);
+  if (consumed > 0) HVX_LOG_RANK0(INFO) << DescribeContinuation(run.shape, epoch, rest);
+  pos->steps_in_epoch = rest.first_step;
+  std::unique_ptr<data::Pipeline> pipeline;
+  if (rest.steps > 0) {
+    HVX_ASSIGN_OR_RETURN(pipeline, OpenTrainPipeline(run, epoch, consumed, rest.steps));
+  }
+  SampleLog sample_log;
+  HVX_RETURN_IF_ERROR(sample_log.Open(run.options.sample_log_dir, epoch, /*append=*/consumed > 0));
+  run.model->train();
+  const int64_t global_batch = int64_t{Size()} * config.data().batch_size();
+  StepWindow since_progress;
+  StepWindow whole_epoch;
+  while (pos->steps_in_epoch < run.steps_per_epoch) {
+    const Clock::time_point wait_start = Clock::now();
+    auto batch = pipeline->Next();
+    const double waited_s = Seconds(Clock::now() - wait_start);
+    HVX_RETURN_IF_ERROR(batch.status());
+    sample_log.Add((*batch)->sample_ids(), (*batch)->num_padded());
+    const int64_t batch_samples = (*batch)->size();
+    // The schedule at this run's size, where an uninterrupted run at this size stands at this
+    // point of the epoch: the global step itself unless a resume changed the size.
+    const double lr = run.schedule->At(epoch * run.steps_per_epoch + pos->steps_in_epoch);
+    HVX_ASSIGN_OR_RETURN(const double loss,
+                         TrainStep(run, std::move(*batch), pos->global_step, lr));
+    result->step_losses.push_back(loss);
+    since_progress.Add(loss, batch_samples, waited_s);
+    whole_epoch.Add(loss, batch_samples, waited_s);
+    ++pos->steps_in_epoch;
+    ++pos->global_step;
+    pos->samples_in_epoch += global_batch;
+    const bool last_step = pos->steps_in_epoch == run.steps_per_epoch;
+    const bool stop = MaxStepsReached(run, *pos);
+    if (pos->global_step % config.logging().log_every_steps() == 0 || last_step || stop) {
+      HVX_RETURN_IF_ERROR(ReportProgress(run, epoch, *pos, lr, since_progress));
+      since_progress = StepWindow();
+    }
+    if (last_step) break;  // the epoch's checkpoint comes after its evaluation (EndEpoch)
+    const int every_steps = config.checkpoint().every_steps();
+    if (CheckpointsOn(config) &&
+        (stop || (every_steps > 0 && pos->global_step % every_steps == 0))) {
+      HVX_RETURN_IF_ERROR(SaveCheckpoint(config.checkpoint(), *run.model, *run.optimizer, *pos));
+    }
+    if (stop) {
+      HVX_RETURN_IF_ERROR(sample_log.Close());
+      return EpochSteps{/*stopped=*/true};
+    }
+  }
+  HVX_RETURN_IF_ERROR(sample_log.Close());
+  const double epoch_s = whole_epoch.seconds();
+  result->samples_per_s = whole_epoch.samples * Size() / std::max(epoch_s, 1e-9);
+  result->data_wait_fraction = whole_epoch.data_wait_s / std::max(epoch_s, 1e-9);
+  return EpochSteps{/*stopped=*/false, epoch_s};
+}
+
+// Rank 0's evaluation line and summaries for `epoch`, whose steps took `epoch_s`.
+absl::Status ReportEvaluation(Run& run, int64_t epoch, double epoch_s, const EvalResult& eval,
+                              const TrainResult& result, int64_t global_step) {
+  HVX_LOG_RANK0(INFO) << absl::StrFormat(
+      "epoch %d/%d eval accuracy %.4f loss %.6f on %d samples (%.1f s/epoch, %.0f samples/s)",
+      epoch + 1, run.config.epochs(), eval.accuracy, eval.loss, eval.samples, epoch_s,
+      result.samples_per_s);
+  if (Rank() != 0) return absl::OkStatus();
+  HVX_RETURN_IF_ERROR(MaybeSummarize(run, "eval/accuracy", eval.accuracy, global_step));
+  HVX_RETURN_IF_ERROR(MaybeSummarize(run, "eval/loss", eval.loss, global_step));
+  if (run.summaries) HVX_RETURN_IF_ERROR(run.summaries->Flush());
+  return absl::OkStatus();
+}
+
+// After the last step of `epoch`, whose steps took `epoch_s`: *pos moves to the start of the next
+// epoch, then come the evaluation logging.eval_every_epochs asks for and the checkpoint
+// checkpoint.every_epochs asks for (both always after the last epoch, and the checkpoint also when
+// max_steps stops the run here). Every rank calls it.
+absl::Status EndEpoch(Run& run, int64_t epoch, double epoch_s, TrainingPosition* pos,
+                      TrainResult* result) {
+  const TrainConfig& config = run.config;
+  pos->epoch = epoch + 1;
+  pos->steps_in_epoch = 0;
+  pos->samples_in_epoch = 0;
+  const bool last_epoch = epoch + 1 == config.epochs();
+  if ((epoch + 1) % config.logging().eval_every_epochs() == 0 || last_epoch) {
+    HVX_ASSIGN_OR_RETURN(EvalResult eval, Evaluate(run, epoch));
+    result->evals.push_back(eval);
+    HVX_RETURN_IF_ERROR(ReportEvaluation(run, epoch, epoch_s, eval, *result, pos->global_step));
+  }
+  if (CheckpointsOn(config) && ((epoch + 1) % config.checkpoint().every_epochs() == 0 ||
+                                last_epoch || MaxStepsReached(run, *pos))) {
+    HVX_RETURN_IF_ERROR(SaveCheckpoint(config.checkpoint(), *run.model, *run.optimizer, *pos));
+  }
+  return absl::OkStatus();
+}
+
+// The whole run, top down: the epochs and steps to train, where to start (a checkpoint, when
+// resuming), then each epoch's steps and its end (evaluation, checkpoint), until the last epoch or
+// RunOptions::max_steps.
+absl::StatusOr<TrainResult> Train(Run& run) {
+  const Clock::time_point run_start = Clock::now();
+  HVX_RETURN_IF_ERROR(PlanEpochs(run));
+  TrainResult result;
+  HVX_ASSIGN_OR_RETURN(TrainingPosition pos, StartingPosition(run, &result.resumed_from_step));
+  if (pos.epoch >= run.config.epochs()) {
     // A finished run: nothing to train. The caller says so and how to start over.
     result.already_complete = true;
     result.epochs_done = pos.epoch;
     result.global_step = pos.global_step;
     return result;
   }
-  // Samples of the resumed epoch already trained on, over all ranks of the runs before: the data
-  // position whatever their world size and batch size (see hvx/train/epoch_position.h).
-  int64_t consumed = pos.samples_in_epoch;
-  if (result.resumed_from_step >= 0 &&
-      (pos.world_size != size || pos.batch_size != config.data().batch_size())) {
-    HVX_LOG_RANK0(INFO) << "world size or batch size changed since the checkpoint: "
-                        << DescribeGlobalBatch(pos.world_size, pos.batch_size) << ", now "
-                        << DescribeGlobalBatch(size, config.data().batch_size());
-  }
-  pos.world_size = size;
-  pos.batch_size = config.data().batch_size();
-  SampleLog sample_log;
-  for (int64_t epoch = pos.epoch; epoch < config.epochs(); ++epoch) {
-    const EpochContinuation rest = ContinueEpoch(shape, consumed);
-    if (consumed > 0) HVX_LOG_RANK0(INFO) << DescribeContinuation(shape, epoch, rest);
-    pos.steps_in_epoch = rest.first_step;
-    pos.samples_in_epoch = consumed;
-    std::unique_ptr<data::Pipeline> pipeline;
-    if (rest.steps > 0) {
-      HVX_ASSIGN_OR_RETURN(
-          pipeline, data::Pipeline::Create(run.train_data,
-                                           TrainPipelineOptions(run, epoch, consumed, rest.steps)));
-      if (pipeline->num_batches() != rest.steps) {
-        return absl::InternalError(
-            absl::StrCat("rank ", rank, ": epoch ", epoch + 1, " from sample ", consumed, " has ",
-                         pipeline->num_batches(), " batches, expected ", rest.steps));
-      }
-    }
-    HVX_RETURN_IF_ERROR(
-        sample_log.Open(run.options.sample_log_dir, epoch, /*append=*/consumed > 0));
-    const int64_t epoch_steps = run.steps_per_epoch;
-    run.model->train();
-    double window_loss = 0;
-    int64_t window_steps = 0;
-    Clock::time_point window_start = Clock::now();
-    double window_wait = 0;
-    const Clock::time_point epoch_start = Clock::now();
-    int64_t epoch_samples = 0;
-    double epoch_wait = 0;
-    while (pos.steps_in_epoch < epoch_steps) {
-      const Clock::time_point wait_start = Clock::now();
-      auto batch = pipeline->Next();
-      const double waited = Seconds(Clock::now() - wait_start);
-      window_wait += waited;
-      epoch_wait += waited;
-      HVX_RETURN_IF_ERROR(batch.status());
-      sample_log.Add((*batch)->sample_ids(), (*batch)->num_padded());
-      const int64_t batch_rows = (*batch)->size();
-      HVX_ASSIGN_OR_RETURN(torch::Tensor labels, LabelsOf(**batch, config));
-      labels = labels.to(run.device);
-      torch::Tensor images = ImagesOf(*batch).to(run.device);
-      // The random stream (dropout) depends only on where training stands, so a resumed run
-      // draws exactly what the uninterrupted run drew.
-      torch::manual_seed(config.seed() * 1000003 + static_cast<uint64_t>(pos.global_step) * 131 +
-                         rank);
-      // The schedule at this run's size, where an uninterrupted run at this size stands at this
-      // point of the epoch: the global step itself unless a resume changed the size.
-      const double lr = schedule.At(epoch * epoch_steps + pos.steps_in_epoch);
-      SetLr(*run.optimizer, lr);
-      HVX_RETURN_IF_ERROR(run.distributed->ZeroGrad());
-      torch::Tensor loss = torch::nn::functional::cross_entropy(run.model->forward(images), labels);
-      loss.backward();
-      HVX_RETURN_IF_ERROR(run.distributed->Step());
-      const double local_loss = loss.item<double>();
-      result.step_losses.push_back(local_loss);
-      window_loss += local_loss;
-      ++window_steps;
-      epoch_samples += batch_rows;
-      ++pos.steps_in_epoch;
-      ++pos.global_step;
-      pos.samples_in_epoch += global_batch;
-      const bool last_step = pos.steps_in_epoch == epoch_steps;
-      const bool stop = run.options.max_steps > 0 && pos.global_step >= run.options.max_steps;
-      if (pos.global_step % config.logging().log_every_steps() == 0 || last_step || stop) {
-        double mean_loss = window_loss / window_steps;
-        if (size > 1) {
-          HVX_ASSIGN_OR_RETURN(mean_loss, AverageMetric(mean_loss, "train.loss"));
-        }
-        const double window_s = Seconds(Clock::now() - window_start);
-        const double samples_per_s =
-            window_steps * config.data().batch_size() * size / std::max(window_s, 1e-9);
-        const int64_t steps_left =
-            (config.epochs() - epoch - 1) * epoch_steps + (epoch_steps - pos.steps_in_epoch);
-        const double eta_s = steps_left * window_s / window_steps;
-        if (rank == 0) {
-          std::printf(
-              "epoch %lld/%d step %lld/%lld loss %.7g lr %.6g samples/s %.0f data_wait %.1f%% eta "
-              "%s\n",
-              static_cast<long long>(epoch + 1), config.epochs(),
-              static_cast<long long>(pos.steps_in_epoch), static_cast<long long>(epoch_steps),
-              mean_loss, lr, samples_per_s, 100.0 * window_wait / std::max(window_s, 1e-9),
-              FormatDuration(eta_s).c_str());
-          std::fflush(stdout);
-          HVX_RETURN_IF_ERROR(MaybeSummarize(run, "train/loss", mean_loss, pos.global_step));
-          HVX_RETURN_IF_ERROR(MaybeSummarize(run, "train/lr", lr, pos.global_step));
-          HVX_RETURN_IF_ERROR(
-              MaybeSummarize(run, "train/samples_per_s", samples_per_s, pos.global_step));
-        }
-        window_loss = 0;
-        window_steps = 0;
-        window_wait = 0;
-        window_start = Clock::now();
-      }
-      const bool step_checkpoint = config.checkpoint().every_steps() > 0 &&
-                                   pos.global_step % config.checkpoint().every_steps() == 0 &&
-                                   !last_step;
-      if (!config.checkpoint().dir().empty() && (step_checkpoint || (stop && !last_step))) {
-        HVX_RETURN_IF_ERROR(SaveCheckpoint(config.checkpoint(), *run.model, *run.optimizer, pos));
-      }
-      if (stop && !last_step) {
-        HVX_RETURN_IF_ERROR(sample_log.Close());
-        result.global_step = pos.global_step;
-        result.wall_s = Seconds(Clock::now() - run_start);
-        return result;
-      }
-    }
-    HVX_RETURN_IF_ERROR(sample_log.Close());
-    const double epoch_s = Seconds(Clock::now() - epoch_start);
-    result.samples_per_s = epoch_samples * size / std::max(epoch_s, 1e-9);
-    result.data_wait_fraction = epoch_wait / std::max(epoch_s, 1e-9);
-    pos.epoch = epoch + 1;
-    pos.steps_in_epoch = 0;
-    pos.samples_in_epoch = 0;
-    consumed = 0;
-    const bool last_epoch = epoch + 1 == config.epochs();
-    const bool stop = run.options.max_steps > 0 && pos.global_step >= run.options.max_steps;
-    if ((epoch + 1) % config.logging().eval_every_epochs() == 0 || last_epoch) {
-      HVX_ASSIGN_OR_RETURN(EvalResult eval, Evaluate(run, epoch));
-      result.evals.push_back(eval);
-      HVX_LOG_RANK0(INFO) << absl::StrFormat(
-          "epoch %d/%d eval accuracy %.4f loss %.6f on %d samples (%.1f s/epoch, %.0f samples/s)",
-          epoch + 1, config.epochs(), eval.accuracy, eval.loss, eval.samples, epoch_s,
-          result.samples_per_s);
-      if (rank == 0) {
-        HVX_RETURN_IF_ERROR(MaybeSummarize(run, "eval/accuracy", eval.accuracy, pos.global_step));
-        HVX_RETURN_IF_ERROR(MaybeSummarize(run, "eval/loss", eval.loss, pos.global_step));
-        if (run.summaries) HVX_RETURN_IF_ERROR(run.summaries->Flush());
-      }
-    }
-    if (!config.checkpoint().dir().empty() &&
-        ((epoch + 1) % config.checkpoint().every_epochs() == 0 || last_epoch || stop)) {
-      HVX_RETURN_IF_ERROR(SaveCheckpoint(config.checkpoint(), *run.model, *run.optimizer, pos));
-    }
-    if (stop) break;
+  ContinueAtThisSize(run, /*resumed=*/result.resumed_from_step >= 0, &pos);
+  for (int64_t epoch = pos.epoch; epoch < run.config.epochs(); ++epoch) {
+    HVX_ASSIGN_OR_RETURN(const EpochSteps steps, TrainEpoch(run, epoch, &pos, &result));
+    if (steps.stopped) break;  // by max_steps, inside the epoch (its checkpoint is written)
+    HVX_RETURN_IF_ERROR(EndEpoch(run, epoch, steps.seconds, &pos, &result));
+    if (MaxStepsReached(run, pos)) break;
   }
   result.global_step = pos.global_step;
   result.wall_s = Seconds(Clock::now() - run_start);
