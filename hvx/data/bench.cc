@@ -1,4 +1,4 @@
-// Data-layer benchmark: one run prints every number of hvx/data/README.md.
+// Data-layer benchmark: one run prints every data number of BENCHMARKS.md.
 //
 //   bazel run -c opt //hvx/data:bench -- --dir=/tmp/hvx_data_bench --mib=256
 //

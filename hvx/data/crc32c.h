@@ -3,7 +3,7 @@
 //   uint32_t crc = hvx::data::Crc32c(payload.data(), payload.size());
 //   crc = hvx::data::Crc32cExtend(crc, more.data(), more.size());  // of payload, then more
 //
-// The implementation is chosen once at run time: with AVX-512 and VPCLMULQDQ, buffers of 512 bytes
+// The implementation is chosen once at run time: with AVX-512 and VPCLMULQDQ, buffers of 272 bytes
 // or more are folded with 512-bit carry-less multiplications (four accumulators, 256 bytes per
 // step); with SSE4.2 the `crc32` instruction runs on three independent streams merged with
 // precomputed "shift over N zero bytes" tables (the instruction has a latency of 3 cycles but a

@@ -1,7 +1,7 @@
 // LibTorch tensors in hvx collectives: views, synchronous and asynchronous collectives, broadcast
 // of model and optimizer state, and averaging of metrics across ranks.
 //
-//   HVX_RETURN_IF_ERROR(hvx::BroadcastModule(*model, /*root_rank=*/0));
+//   HVX_RETURN_IF_ERROR(hvx::BroadcastParameters(*model, /*root_rank=*/0));
 //   HVX_ASSIGN_OR_RETURN(double loss, hvx::AverageMetric(local_loss, "eval.loss"));
 //
 // Names passed here must be the same on every rank (see hvx/core/api.h); each function prefixes

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Trains a config (default data/fashion_mnist.pbtxt) with 1, 2 and 4 processes on this machine and
 # prints, per process count, the final test accuracy and the wall time: one line per run as it
-# ends, then a Markdown table to paste into the README. Each run starts fresh in its own
+# ends, then a Markdown table for BENCHMARKS.md. Each run starts fresh in its own
 # checkpoint and summaries directories under $OUT.
 #   hvx/train/measure_accuracy.sh [--override=TEXT]... [NP...]      (default NPs: 1 2 4)
 #   hvx/train/measure_accuracy.sh --override='epochs: 1 logging { max_steps_per_epoch: 20 max_eval_batches: 2 }' 1 2
