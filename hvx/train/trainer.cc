@@ -438,13 +438,13 @@ absl::Status ReportProgress(Run& run, int64_t epoch, const TrainingPosition& pos
 // How the steps of an epoch went.
 struct EpochSteps {
   bool stopped = false;  // max_steps was reached before the epoch's last step
-  double seconds = 0;    // the steps' wall time, when not stopped
+  double seconds = 0;    // the steps' wall time
 };
 
 // Trains what is left of `epoch` from *pos, moving *pos along step by step, with a progress line
 // every logging.log_every_steps and the checkpoints checkpoint.every_steps asks for. Appends each
-// step's loss to result->step_losses, and when the epoch's last step is done, sets its throughput
-// in *result. Every rank calls it and trains the same number of steps.
+// step's loss to result->step_losses, and sets the throughput of the steps it ran in *result. Every
+// rank calls it and trains the same number of steps.
 absl::StatusOr<EpochSteps> TrainEpoch(Run& run, int64_t epoch, TrainingPosition* pos,
                                       TrainResult* result) {
   const TrainConfig& config = run.config;
@@ -492,15 +492,15 @@ absl::StatusOr<EpochSteps> TrainEpoch(Run& run, int64_t epoch, TrainingPosition*
         (stop || (every_steps > 0 && pos->global_step % every_steps == 0))) {
       HVX_RETURN_IF_ERROR(SaveCheckpoint(config.checkpoint(), *run.model, *run.optimizer, *pos));
     }
-    if (stop) {
-      HVX_RETURN_IF_ERROR(sample_log.Close());
-      return EpochSteps{/*stopped=*/true};
-    }
+    if (stop) break;
   }
   HVX_RETURN_IF_ERROR(sample_log.Close());
   const double epoch_s = whole_epoch.seconds();
   result->samples_per_s = whole_epoch.samples * Size() / std::max(epoch_s, 1e-9);
   result->data_wait_fraction = whole_epoch.data_wait_s / std::max(epoch_s, 1e-9);
+  if (MaxStepsReached(run, *pos) && pos->steps_in_epoch < run.steps_per_epoch) {
+    return EpochSteps{/*stopped=*/true, epoch_s};
+  }
   return EpochSteps{/*stopped=*/false, epoch_s};
 }
 

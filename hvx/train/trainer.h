@@ -52,7 +52,8 @@ struct TrainResult {
   // Mean training loss over ranks at each step this run executed.
   std::vector<double> step_losses;
   std::vector<EvalResult> evals;
-  // Training samples per second over all ranks (the last epoch run).
+  // Training samples per second over all ranks (the steps of the last epoch run, also when
+  // RunOptions::max_steps stopped it).
   double samples_per_s = 0;
   // Fraction of the training time spent waiting for input batches.
   double data_wait_fraction = 0;

@@ -61,6 +61,9 @@ grep -q "moved the previous checkpoints to $T/ck_resume/replaced-" "$T/fresh.out
 check "--fresh reports where the old checkpoints went" $?
 ls "$T"/ck_resume/replaced-*/ckpt-24.pt >/dev/null 2>&1; check "the finished run's checkpoint was kept aside" $?
 [[ -f $T/ck_resume/ckpt-3.pt && ! -f $T/ck_resume/ckpt-24.pt ]]; check "the fresh run checkpointed at step 3" $?
+# Stopped inside its first epoch, the run still reports the throughput of the steps it ran.
+grep -qE '^\[0\] done: 3 steps in [0-9.]+ s, [1-9][0-9]* samples/s$' "$T/fresh.out"
+check "a run stopped in its first epoch reports its throughput" $?
 diff <(losses "$T/full.out" | head -3) <(losses "$T/fresh.out") >/dev/null
 check "the fresh run's 3 steps equal the uninterrupted run's first 3" $?
 
