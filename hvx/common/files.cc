@@ -1,5 +1,6 @@
 #include "hvx/common/files.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -19,6 +20,18 @@ absl::Status MakeDirs(const std::string& dir) {
     }
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<ReadOnlyFile> OpenReadOnly(const std::string& path, absl::string_view what) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("opening ", what, " ", path));
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    const int e = errno;
+    ::close(fd);
+    return ErrnoToStatus(e, absl::StrCat("stat ", path));
+  }
+  return ReadOnlyFile{fd, static_cast<uint64_t>(st.st_size)};
 }
 
 bool WriteFully(int fd, absl::string_view data) {

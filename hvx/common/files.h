@@ -5,9 +5,11 @@
 #ifndef HVX_COMMON_FILES_H_
 #define HVX_COMMON_FILES_H_
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
 namespace hvx {
@@ -19,6 +21,15 @@ absl::Status MakeDirs(const std::string& dir);
 // Writes all of `data` to `fd`, continuing after short writes and EINTR. False, with errno set,
 // when a write fails.
 bool WriteFully(int fd, absl::string_view data);
+
+// A file opened read-only (O_CLOEXEC): the caller owns `fd` and closes it.
+struct ReadOnlyFile {
+  int fd = -1;
+  uint64_t size = 0;
+};
+// Opens `path` and reads its size. Errors carry the errno and name the path: "opening <what>
+// <path>", "stat <path>".
+absl::StatusOr<ReadOnlyFile> OpenReadOnly(const std::string& path, absl::string_view what);
 
 // The running executable's path (/proc/self/exe), or "" when it cannot be read.
 std::string SelfExecutable();

@@ -57,6 +57,22 @@ TEST(FilesTest, WriteFullyWritesEverythingOrSaysWhy) {
   EXPECT_EQ(errno, EBADF);
 }
 
+TEST(FilesTest, OpenReadOnlyGivesTheSizeOrNamesThePath) {
+  const std::string path = TempDir() + "/seven_bytes";
+  const int w = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ASSERT_GE(w, 0);
+  ASSERT_TRUE(WriteFully(w, "1234567"));
+  ::close(w);
+  absl::StatusOr<ReadOnlyFile> f = OpenReadOnly(path, "record file");
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->size, 7u);
+  ::close(f->fd);
+  const absl::StatusOr<ReadOnlyFile> missing = OpenReadOnly(path + ".nope", "record file");
+  EXPECT_TRUE(absl::IsNotFound(missing.status())) << missing.status();
+  EXPECT_TRUE(absl::StartsWith(missing.status().message(), "opening record file " + path + ".nope"))
+      << missing.status();
+}
+
 TEST(FilesTest, SelfExecutableIsThisTest) {
   EXPECT_TRUE(absl::EndsWith(SelfExecutable(), "/files_test")) << SelfExecutable();
 }

@@ -107,16 +107,10 @@ absl::StatusOr<std::vector<RecordLocation>> BuildIndex(const std::string& record
     }
     return index;
   }
-  int fd = ::open(record_path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("opening record file ", record_path));
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    int e = errno;
-    ::close(fd);
-    return ErrnoToStatus(e, absl::StrCat("stat ", record_path));
-  }
+  HVX_ASSIGN_OR_RETURN(const ReadOnlyFile file, OpenReadOnly(record_path, "record file"));
+  const int fd = file.fd;
   uint64_t offset = 0;
-  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  const uint64_t size = file.size;
   absl::Status status;
   while (offset < size) {
     char header[kRecordHeaderSize];

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "hvx/common/files.h"
 #include "hvx/common/memory.h"
 #include "hvx/common/status.h"
 
@@ -20,15 +21,9 @@ namespace data {
 
 absl::StatusOr<std::unique_ptr<RecordFile>> RecordFile::Open(const std::string& path,
                                                              RecordFileAccess access) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("opening record file ", path));
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    int e = errno;
-    ::close(fd);
-    return ErrnoToStatus(e, absl::StrCat("stat ", path));
-  }
-  uint64_t size = static_cast<uint64_t>(st.st_size);
+  HVX_ASSIGN_OR_RETURN(const ReadOnlyFile file, OpenReadOnly(path, "record file"));
+  const int fd = file.fd;
+  uint64_t size = file.size;
   const char* map = nullptr;
   if (access == RecordFileAccess::kMmap && size > 0) {
     void* m = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);

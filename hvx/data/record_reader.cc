@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "hvx/common/files.h"
 #include "hvx/common/logging.h"
 #include "hvx/common/memory.h"
 #include "hvx/common/status.h"
@@ -39,16 +40,9 @@ RecordReader::~RecordReader() {
 
 absl::StatusOr<std::unique_ptr<RecordReader>> RecordReader::Open(
     const std::string& path, const RecordReaderOptions& options) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("opening record file ", path));
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    int e = errno;
-    ::close(fd);
-    return ErrnoToStatus(e, absl::StrCat("stat ", path));
-  }
-  std::unique_ptr<RecordReader> reader(
-      new RecordReader(path, options, fd, static_cast<uint64_t>(st.st_size)));
+  HVX_ASSIGN_OR_RETURN(const ReadOnlyFile file, OpenReadOnly(path, "record file"));
+  const int fd = file.fd;
+  std::unique_ptr<RecordReader> reader(new RecordReader(path, options, fd, file.size));
   ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
   if (options.compression != Compression::kNone) {
     reader->inflater_ = std::make_unique<Inflater>();
