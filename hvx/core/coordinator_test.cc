@@ -251,5 +251,23 @@ TEST(TopologyTest, SingletonDetection) {
   EXPECT_TRUE(absl::StrContains(s.message(), "hvxrun -np 2 -H localhost:2 -- t")) << s;
 }
 
+// torchrun's processes and a Kubeflow PyTorchJob's pods each start the program alone.
+TEST(TopologyTest, SingletonUnderTorchrunOrAPyTorchJob) {
+  absl::Status s = CheckSingleton(
+      MapEnvironment{{"WORLD_SIZE", "4"}, {"RANK", "0"}, {"LOCAL_RANK", "0"}}, 0, "t");
+  EXPECT_TRUE(absl::StrContains(s.message(), "WORLD_SIZE=4 (torchrun started")) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "hvxrun -np 4 -H localhost:4 -- t")) << s;
+  s = CheckSingleton(
+      MapEnvironment{{"WORLD_SIZE", "3"}, {"RANK", "2"}, {"MASTER_ADDR", "job-master-0"}}, 1, "t");
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(
+      s.message(),
+      "in one of WORLD_SIZE=3 pods that a per-pod launcher (a Kubeflow PyTorchJob) "
+      "started (RANK=2)"))
+      << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "examples/deploy/kubernetes/mpijob.yaml")) << s;
+  EXPECT_TRUE(CheckSingleton(MapEnvironment{{"WORLD_SIZE", "1"}, {"RANK", "0"}}, 1, "t").ok());
+}
+
 }  // namespace
 }  // namespace hvx

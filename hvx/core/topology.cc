@@ -103,6 +103,16 @@ std::string CurrentCommandLine() {
   return absl::StrJoin(args, " ");
 }
 
+namespace {
+
+// " (RANK=3)" when the environment names this pod's rank, else "".
+std::string RankOf(const Environment& env) {
+  const std::optional<std::string> rank = env.GetNonEmpty("RANK");
+  return rank ? absl::StrCat(" (RANK=", *rank, ")") : std::string();
+}
+
+}  // namespace
+
 absl::Status CheckSingleton(const Environment& env, int visible_gpus,
                             const std::string& command_line) {
   std::vector<std::string> seen;
@@ -145,6 +155,24 @@ absl::Status CheckSingleton(const Environment& env, int visible_gpus,
   } else if (sm_gpus > 1) {
     seen.push_back(absl::StrCat("SM_NUM_GPUS=", sm_gpus));
     np = std::max(np, sm_gpus);
+  }
+  // torchrun (LOCAL_RANK set) started WORLD_SIZE processes on this host; none knows the others.
+  const int world_size = IntOr(env, "WORLD_SIZE", 0);
+  if (world_size > 1 && env.Get("LOCAL_RANK").has_value()) {
+    seen.push_back(absl::StrCat("WORLD_SIZE=", world_size,
+                                " (torchrun started that many processes, each its own job of "
+                                "size 1)"));
+    np = std::max(np, world_size);
+  } else if (world_size > 1) {
+    // One process per pod, as a Kubeflow PyTorchJob runs it: no host list to suggest here.
+    return absl::FailedPreconditionError(absl::StrCat(
+        "hvx started as a single process (size 1) in one of WORLD_SIZE=", world_size,
+        " pods that a per-pod launcher (a Kubeflow PyTorchJob) started", RankOf(env),
+        ": each pod runs the program alone, so each would train as a job of size 1 on the whole "
+        "dataset. Run hvx as an MPIJob (Kubeflow MPI Operator, mpiImplementation: MPICH), whose "
+        "launcher pod runs `hvxrun -- PROGRAM` over the worker pods "
+        "(examples/deploy/kubernetes/mpijob.yaml), or set HVX_ALLOW_SINGLETON=1 "
+        "(InitOptions::allow_singleton) to run alone on purpose."));
   }
   if (visible_gpus > 1) {
     seen.push_back(absl::StrCat(visible_gpus, " visible GPUs"));

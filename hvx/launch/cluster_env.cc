@@ -172,6 +172,10 @@ absl::StatusOr<std::optional<ClusterHosts>> DetectHostfileVariable(const Environ
     }
     ClusterHosts c;
     c.source = absl::StrCat(var, "=", *path);
+    // The Kubeflow MPI Operator's launcher pod: its hostfile names the worker pods.
+    if (env.GetNonEmpty("K_MPI_JOB_ROLE") == "launcher") {
+      c.source = absl::StrCat("Kubeflow MPI Operator launcher (", c.source, ")");
+    }
     c.hosts = std::move(hosts);
     return c;
   }
@@ -212,6 +216,12 @@ bool IsUnderLauncher(const Environment& env) { return DetectEnclosingLauncher(en
 absl::StatusOr<std::optional<ClusterHosts>> DetectClusterHosts(const Environment& env,
                                                                const FileReader& read_file,
                                                                int local_gpus) {
+  if (env.GetNonEmpty("K_MPI_JOB_ROLE") == "worker") {
+    return absl::FailedPreconditionError(
+        "this is a worker pod of a Kubeflow MPIJob (K_MPI_JOB_ROLE=worker): its container only "
+        "runs sshd, and the launcher pod starts the ranks here. Put `hvxrun -- PROGRAM` in the "
+        "launcher's command, not the workers' (examples/deploy/kubernetes/mpijob.yaml)");
+  }
   HVX_ASSIGN_OR_RETURN(std::optional<ClusterHosts> c, DetectSlurm(env));
   if (c) return c;
   if (env.GetNonEmpty("SM_HOSTS") || env.GetNonEmpty("SM_RESOURCE_CONFIG") ||

@@ -4,6 +4,7 @@
 #include <fstream>
 #include <map>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -124,6 +125,24 @@ TEST(ClusterTest, HydraHostfileVariable) {
                               Files({{"/etc/mpi/hostfile", "w0:2\nw1 slots=2\n"}}), 0);
   ASSERT_TRUE(c.ok() && c->has_value()) << c.status();
   EXPECT_THAT((*c)->hosts, ElementsAre(HostSpec{"w0", 2}, HostSpec{"w1", 2}));
+}
+
+// The Kubeflow MPI Operator (mpiImplementation: MPICH): the launcher pod's hostfile names the
+// worker pods by their DNS names; a worker pod only runs sshd.
+TEST(ClusterTest, KubeflowMpiOperator) {
+  const std::string hostfile =
+      "train-worker-0.train.default.svc:2\ntrain-worker-1.train.default.svc:2\n";
+  auto c = DetectClusterHosts(
+      MapEnvironment{{"HYDRA_HOST_FILE", "/etc/mpi/hostfile"}, {"K_MPI_JOB_ROLE", "launcher"}},
+      Files({{"/etc/mpi/hostfile", hostfile}}), 0);
+  ASSERT_TRUE(c.ok() && c->has_value()) << c.status();
+  EXPECT_EQ((*c)->source, "Kubeflow MPI Operator launcher (HYDRA_HOST_FILE=/etc/mpi/hostfile)");
+  EXPECT_THAT((*c)->hosts, ElementsAre(HostSpec{"train-worker-0.train.default.svc", 2},
+                                       HostSpec{"train-worker-1.train.default.svc", 2}));
+  auto worker = DetectClusterHosts(MapEnvironment{{"K_MPI_JOB_ROLE", "worker"}}, Files({}), 0);
+  EXPECT_EQ(worker.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(worker.status().message(), "worker pod of a Kubeflow MPIJob"))
+      << worker.status();
 }
 
 TEST(ClusterTest, NothingDetected) {
