@@ -1,8 +1,9 @@
 // Allreduce bandwidth of the NCCL data plane against raw ncclAllReduce on the same GPUs, per size,
 // in the nccl-tests convention: algbw = bytes / time, busbw = algbw * 2(n-1)/n (n = ranks), so
-// busbw is comparable with the hardware's link bandwidth whatever the rank count. Run one rank per
-// GPU:  mpiexec -n <gpus> nccl_allreduce_bench [--max_bytes=268435456] [--iters=20]
-// Ranks meet over the real MPI transport (//hvx/mpi), as under hvx::Init.
+// busbw is comparable with the hardware's link bandwidth whatever the rank count (0 at n = 1).
+// The last columns are a device-to-device copy of the same bytes, the GPU's own ceiling. Run one
+// rank per GPU:  mpiexec -n <gpus> nccl_allreduce_bench [--max_bytes=268435456] [--iters=20] Ranks
+// meet over the real MPI transport (//hvx/mpi), as under hvx::Init.
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -90,13 +91,16 @@ int Run(int argc, char** argv) {
   float* buf = nullptr;
   cudaMalloc(&buf, max_bytes);
   cudaMemset(buf, 0, max_bytes);
+  // The ceiling: a device-to-device copy of the same bytes on this rank's GPU.
+  float* copy = nullptr;
+  cudaMalloc(&copy, max_bytes);
   if (world.rank() == 0) {
     std::printf(
         "# ranks %d, NCCL %d, float32 sum in place; hvx = NcclDataPlane::Allreduce, raw = "
         "ncclAllReduce\n",
         n, LoadedNcclVersion());
-    std::printf("%12s %12s %10s %10s %10s %10s %10s %8s\n", "size(B)", "count", "hvx(us)", "algbw",
-                "busbw", "raw(us)", "raw_busbw", "ratio");
+    std::printf("%12s %12s %10s %10s %10s %10s %10s %8s %10s %10s\n", "size(B)", "count", "hvx(us)",
+                "algbw", "busbw", "raw(us)", "raw_busbw", "ratio", "copy(us)", "copy_GB/s");
   }
   for (int64_t bytes = 8; bytes <= max_bytes; bytes *= 4) {
     const int64_t count = bytes / sizeof(float);
@@ -111,6 +115,10 @@ int Run(int argc, char** argv) {
       ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, raw, stream);
       cudaStreamSynchronize(stream);
     });
+    const double copy_s = MeanSeconds(world, reps, [&] {
+      cudaMemcpyAsync(copy, buf, bytes, cudaMemcpyDeviceToDevice, stream);
+      cudaStreamSynchronize(stream);
+    });
     if (!ok) {
       std::fprintf(stderr, "rank %d: allreduce of %lld bytes failed\n", world.rank(),
                    static_cast<long long>(bytes));
@@ -120,13 +128,15 @@ int Run(int argc, char** argv) {
     const double algbw = bytes / hvx_s / 1e9;
     const double raw_algbw = bytes / raw_s / 1e9;
     if (world.rank() == 0) {
-      std::printf("%12lld %12lld %10.1f %10.2f %10.2f %10.1f %10.2f %8.2f\n",
+      std::printf("%12lld %12lld %10.1f %10.2f %10.2f %10.1f %10.2f %8.2f %10.1f %10.2f\n",
                   static_cast<long long>(bytes), static_cast<long long>(count), hvx_s * 1e6, algbw,
-                  algbw * factor, raw_s * 1e6, raw_algbw * factor, raw_s / hvx_s);
+                  algbw * factor, raw_s * 1e6, raw_algbw * factor, raw_s / hvx_s, copy_s * 1e6,
+                  bytes / copy_s / 1e9);
     }
   }
   ncclCommDestroy(raw);
   cudaStreamDestroy(stream);
+  cudaFree(copy);
   cudaFree(buf);
   return 0;
 }

@@ -1,64 +1,121 @@
 #!/usr/bin/env bash
-# The GPU check, run as is on a machine with NVIDIA GPUs, CUDA and NCCL under /usr/local/cuda (or
-# HVX_CUDA_PATH): builds with --config=cuda, runs the GPU tests, measures allreduce bus bandwidth per
-# size (nccl-tests convention), and trains on CUDA for a few steps. Each phase is time-bounded; the
-# whole script stays under 5 minutes on one warm machine. Exit status: the first failing phase's.
+# Runs the GPU kit (built by tests/gpu/kit.sh): every phase under its own time limit, a table last.
 #
-#   tests/gpu/run.sh            # from the repository root
-#   BAZEL="bazel --output_base=/tmp/ob" tests/gpu/run.sh
-set -u -o pipefail
-cd "$(dirname "$0")/../.."
+#   run.sh                       every phase
+#   HVX_KIT_BENCH_MAX_BYTES=N    largest allreduce of the bandwidth phase (default 1 GiB)
+#   HVX_KIT_LOGS=DIR             where each phase's log goes (default logs/ in the kit)
+#
+# Phases: libraries (every program's libraries resolve inside the kit or to the machine's C/C++
+# runtime, driver, CUDA and NCCL), the CPU tests, then on a GPU: CUDA kernels against a CPU
+# reference on random inputs, the NCCL data plane tests at np=1 under the kit's hydra, the
+# registration test, and the allreduce bandwidth per size (nccl-tests convention) with the
+# device-to-device copy bandwidth as the ceiling. Without a GPU the GPU phases are SKIPPED with
+# the reason. Exit status 0 when no phase failed or timed out.
+set -uo pipefail
+KIT=$(cd "$(dirname "$0")" && pwd)
+LOGS=${HVX_KIT_LOGS:-$KIT/logs}  # e.g. $OUT on a device machine, to bring the logs back
+mkdir -p "$LOGS"
 
-BAZEL=${BAZEL:-bazel}
-MPIEXEC=${MPIEXEC:-mpiexec}
-OUT=${OUT:-/tmp/hvx-gpu}
-mkdir -p "$OUT"
-status=0
-phase() {  # phase NAME SECONDS command...
-  local name=$1 limit=$2
-  shift 2
-  local start=$SECONDS
-  echo "=== $name (limit ${limit}s)"
-  timeout -k 10 "$limit" "$@" 2>&1 | tee "$OUT/$name.log"
-  local rc=${PIPESTATUS[0]}
-  echo "=== $name: rc=$rc in $((SECONDS - start))s"
-  [[ $rc -ne 0 && $status -eq 0 ]] && status=$rc
-  return 0
+# The machine's CUDA runtime and NCCL: a CUDA toolkit, or the NCCL and CUDA wheels of a Python
+# environment (torch's), whichever is there.
+machine_libs=()
+for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
+    /opt/torch/.venv/lib/python3*/site-packages/nvidia/*/lib \
+    /opt/torch/.venv/lib/python3*/site-packages/torch/lib /usr/lib/x86_64-linux-gnu; do
+    [[ -d $d ]] && machine_libs+=("$d")
+done
+export LD_LIBRARY_PATH="$KIT/lib$(printf ':%s' "${machine_libs[@]}")"
+export PATH="$KIT/bin:$PATH"
+export MPIEXEC="$KIT/bin/mpiexec.hydra"
+provided='^(linux-vdso|ld-linux|libc|libm|libpthread|libdl|librt|libutil|libresolv|libgcc_s|libstdc\+\+|libcuda|libcudart|libnccl)\.'
+
+rows=()
+failed=0
+row() { rows+=("$(printf '%-22s %-8s %7s  %s' "$1" "$2" "$3" "$4")"); }
+
+# phase NAME SECONDS CMD...: runs CMD with a time limit, its output in logs/NAME.log.
+phase() {
+    local name=$1 limit=$2
+    shift 2
+    local t0=$SECONDS
+    timeout -k 5 "$limit" "$@" >"$LOGS/$name.log" 2>&1
+    local rc=$? took=$((SECONDS - t0))
+    local note
+    note=$(grep -E 'PASSED|FAILED|SKIPPED' "$LOGS/$name.log" | tail -n 1 | cut -c1-70)
+    if [[ $rc == 124 || $rc == 137 ]]; then
+        row "$name" TIMEOUT "${took}s" "over ${limit}s"
+        failed=$((failed + 1))
+    elif [[ $rc != 0 ]]; then
+        row "$name" FAIL "${took}s" "rc $rc: ${note:-see logs/$name.log}"
+        failed=$((failed + 1))
+    elif grep -qE '^\[  SKIPPED \]|^SKIPPED' "$LOGS/$name.log" &&
+        ! grep -qE '^\[  PASSED  \] [1-9]' "$LOGS/$name.log"; then
+        # GoogleTest prints a skip's reason on the line after "Skipped".
+        note=$(grep -m1 -A1 -E ': Skipped$' "$LOGS/$name.log" | tail -n 1)
+        [[ -n $note ]] || note=$(grep -m1 -E '^SKIPPED' "$LOGS/$name.log")
+        row "$name" SKIP "${took}s" "$(cut -c1-70 <<<"$note")"
+    else
+        row "$name" PASS "${took}s" "$note"
+    fi
 }
 
-gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
-echo "GPUs: ${gpus:-0}"
-nvidia-smi --query-gpu=index,name,pci.bus_id,driver_version,memory.total --format=csv 2>/dev/null || true
-[[ "${gpus:-0}" -ge 1 ]] || echo "no GPU visible: the GPU tests will report SKIPPED"
+# ---- libraries: nothing missing, nothing taken from outside the kit but what the machine has
+libraries() {
+    local bad=0
+    for b in "$KIT"/bin/*; do
+        while read -r line; do
+            case $line in
+                *"not found"*) echo "$(basename "$b"): $line"; bad=1 ;;
+                *"=> /"*)
+                    name=${line%% *}
+                    path=$(awk '{print $3}' <<<"$line")
+                    if [[ $path != "$KIT/lib/"* && ! $name =~ $provided ]]; then
+                        echo "$(basename "$b"): $name comes from $path, outside the kit"
+                        bad=1
+                    fi
+                    ;;
+            esac
+        done < <(ldd "$b" 2>&1)
+    done
+    [[ $bad == 0 ]] && echo "PASSED: every library resolves in the kit or to the machine's own"
+    return $bad
+}
+export -f libraries
+export KIT provided
+phase libraries 60 bash -c libraries
 
-phase build 150 $BAZEL build --config=cuda //hvx/nccl/... //tests/...
-phase gpu_tests 60 $BAZEL test --config=cuda --test_output=all //hvx/nccl/... //tests/deps:cuda_nccl_link_test
+# ---- CPU tests: pass on any machine
+for t in plan_test launch_test nccl_error_test comm_cache_test; do
+    phase "$t" 120 "$KIT/bin/$t"
+done
 
-bench=$($BAZEL info --config=cuda bazel-bin 2>/dev/null)/hvx/nccl/nccl_allreduce_bench
-np=$(( gpus > 0 ? gpus : 1 ))
-phase bench 45 "$MPIEXEC" -n "$np" "$bench" --max_bytes=$((256 << 20)) --iters=20
-
-# The trainer on CUDA for a few steps. Without Debian's fashion-mnist package, a small generated
-# stand-in in the same IDX format is used.
-if $BAZEL query //tools:train >/dev/null 2>&1; then
-  overrides=(--override='device: "cuda" epochs: 1 logging { max_steps_per_epoch: 20 log_every_steps: 5 max_eval_batches: 2 }')
-  if [[ ! -d /usr/share/datasets/fashion-mnist ]]; then
-    python3 tests/train/make_tiny_idx.py "$OUT/idx" 2048 512
-    overrides+=(--override="data { train_files: \"$OUT/shards/train-*\" eval_files: \"$OUT/shards/test-*\" fashion_mnist_source { idx_dir: \"$OUT/idx\" output_dir: \"$OUT/shards\" } }")
-  fi
-  # Its own checkpoints and summaries under $OUT, started fresh: a finished earlier run would
-  # otherwise make the trainer report "already complete" and train nothing.
-  overrides+=(--override="checkpoint { dir: \"$OUT/checkpoints\" } summaries_dir: \"$OUT/summaries\"")
-  status_before_train=$status
-  phase train 90 $BAZEL run --config=cuda //tools:train -- --config=fashion_mnist.pbtxt --fresh "${overrides[@]}"
-  if grep -q "this LibTorch has no CUDA support" "$OUT/train.log"; then
-    # Debian's libtorch is CPU-only: the trainer needs HVX_TORCH_PATH=<a CUDA LibTorch> to use a GPU.
-    echo "=== train: SKIPPED (LibTorch without CUDA; set HVX_TORCH_PATH to a CUDA LibTorch)"
-    status=$status_before_train
-  fi
+# ---- GPU phases: each test skips itself, with its reason, where there is no device; they need
+# the machine's CUDA runtime and NCCL to load at all.
+gpu_reason=""
+missing=$(ldd "$KIT/bin/cuda_nccl_link_test" 2>&1 | awk '/not found/ {print $1}' | tr '\n' ' ')
+[[ -n $missing ]] && gpu_reason="the machine lacks ${missing}(a CUDA runtime and NCCL)"
+if [[ -n $gpu_reason ]]; then
+    for p in kernels_test nccl_data_plane_np1 register_test cuda_nccl_link_test \
+        allreduce_bandwidth; do
+        row "$p" SKIP - "$gpu_reason"
+    done
 else
-  echo "=== train: SKIPPED (no //tools:train in this tree)"
+    command -v nvidia-smi >/dev/null && nvidia-smi -L >"$LOGS/gpu.txt" 2>&1
+    phase kernels_test 180 "$KIT/bin/kernels_test"
+    HVX_TEST_NP=1 HVX_TEST_TIMEOUT_S=170 phase nccl_data_plane_np1 200 \
+        "$KIT/bin/nccl_data_plane_np1_test"
+    phase register_test 60 "$KIT/bin/register_test"
+    phase cuda_nccl_link_test 60 "$KIT/bin/cuda_nccl_link_test"
+    phase allreduce_bandwidth 240 "$KIT/bin/nccl_allreduce_bench" \
+        --max_bytes="${HVX_KIT_BENCH_MAX_BYTES:-1073741824}" --iters=20
 fi
 
-echo "=== logs in $OUT; status $status"
-exit "$status"
+echo "== GPU kit: $(cat "$LOGS/gpu.txt" 2>/dev/null | head -n 1)"
+if [[ -s $LOGS/allreduce_bandwidth.log ]]; then
+    echo "-- allreduce, float32 sum in place (nccl-tests convention; copy = device-to-device ceiling)"
+    grep -vE '^\[' "$LOGS/allreduce_bandwidth.log" | head -n 20
+fi
+printf '%-22s %-8s %7s  %s\n' phase result time note
+printf '%s\n' "${rows[@]}"
+echo "$failed phase(s) failed"
+exit $((failed != 0))

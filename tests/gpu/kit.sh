@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Builds the GPU kit: one directory that runs hvx's GPU tests and benchmark on a machine with a GPU
+# but without Bazel or Debian's libraries (a lent GPU machine: its own image, CUDA driver, an NCCL
+# wheel). Build it here, check it here (run.sh in a scrubbed environment: CPU phases pass, GPU
+# phases skip with the reason), then carry it over and run it there:
+#
+#   tests/gpu/kit.sh [OUT_DIR]          # default gpu-kit/ at the top of the tree (git-ignored)
+#   env -i PATH=/usr/bin:/bin OUT_DIR/run.sh
+#
+# OUT_DIR holds bin/ (the test and benchmark binaries, hydra's mpiexec and proxy), lib/ (every
+# shared library they load that the GPU machine will not have: Abseil, MPICH and UCX, gtest, the
+# build's own libraries) and run.sh. The CUDA runtime, NCCL and the driver are the machine's own
+# (run.sh finds them). It must stay under 64 MiB, what travels to a GPU machine.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${1:-gpu-kit}
+LIMIT_BYTES=$((64 << 20))
+
+# GPU tests and benchmark, and the CPU tests of the same package (they pass anywhere).
+gpu_targets=(//hvx/nccl:kernels_test //hvx/nccl:nccl_data_plane_np1_test //hvx/nccl:register_test
+    //hvx/nccl:nccl_allreduce_bench //tests/deps:cuda_nccl_link_test)
+cpu_targets=(//hvx/nccl:plan_test //hvx/nccl:launch_test //hvx/nccl:nccl_error_test
+    //hvx/nccl:comm_cache_test)
+bazel build --config=cuda ${HVX_KIT_BAZEL_ARGS:-} "${gpu_targets[@]}" "${cpu_targets[@]}" \
+    @hvx_mpi//:mpiexec
+
+# Libraries the GPU machine provides itself: the C and C++ runtimes, the driver, CUDA and NCCL.
+provided='^(linux-vdso|ld-linux|libc|libm|libpthread|libdl|librt|libutil|libresolv|libgcc_s|libstdc\+\+|libcuda|libcudart|libnccl)\.'
+
+rm -rf "$OUT"
+mkdir -p "$OUT/bin" "$OUT/lib"
+bin_of() { local t=${1#//}; echo "bazel-bin/${t%%:*}/${t##*:}"; }
+for t in "${gpu_targets[@]}" "${cpu_targets[@]}"; do
+    cp "$(bin_of "$t")" "$OUT/bin/"
+done
+# hydra: the MPI tests start themselves under it (hvx/testing/mpi_gtest_main.cc).
+for p in mpiexec.hydra hydra_pmi_proxy; do cp "$(command -v "$p")" "$OUT/bin/"; done
+chmod u+w "$OUT"/bin/*
+
+# The shared-library closure of every binary, resolved as this build resolves it (Bazel's solib
+# directories through each binary's rpath, then the system), minus what the machine provides.
+for b in "$OUT"/bin/*; do
+    src=$b
+    for t in "${gpu_targets[@]}" "${cpu_targets[@]}"; do
+        [[ $(basename "$(bin_of "$t")") == $(basename "$b") ]] && src=$(bin_of "$t")
+    done
+    ldd "$src" | awk '/=> \// {print $1, $3}' | while read -r name path; do
+        [[ $name =~ $provided ]] && continue
+        [[ -e $OUT/lib/$name ]] || cp -L "$path" "$OUT/lib/$name"
+    done
+done
+chmod -R u+w "$OUT"
+strip --strip-unneeded "$OUT"/bin/* "$OUT"/lib/* 2>/dev/null || true
+cp tests/gpu/run.sh "$OUT/run.sh"
+chmod +x "$OUT/run.sh"
+
+bytes=$(du -sb "$OUT" | cut -f1)
+echo "kit: $OUT, $(ls "$OUT/bin" | wc -l) programs, $(ls "$OUT/lib" | wc -l) libraries, $((bytes >> 20)) MiB"
+if ((bytes > LIMIT_BYTES)); then
+    echo "kit: $bytes bytes is over the 64 MiB that travels to a GPU machine" >&2
+    du -sb "$OUT"/lib/* | sort -n | tail -5 >&2
+    exit 1
+fi
