@@ -4,10 +4,12 @@
 #include <cuda_runtime.h>
 
 #include <cstring>
+#include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "hvx/common/half.h"
+#include "hvx/core/cpu_ops.h"
 
 namespace hvx {
 namespace nccl {
@@ -73,6 +75,41 @@ TEST_F(KernelsTest, HalfCastsRoundTripWithScale) {
   std::vector<uint16_t> b = Run<float, uint16_t>(g, DataType::kFloat32, DataType::kBfloat16, 1.0);
   EXPECT_EQ(Bfloat16ToFloat(b[0]), 1.0f);
   EXPECT_EQ(Bfloat16ToFloat(b[1]), 3.140625f);
+}
+
+// Random inputs of every scaled type against the CPU plane's own arithmetic (hvx/core/cpu_ops):
+// the GPU must give the same bits for float, double and integers, and for float16 the same
+// rounding of the scaled value.
+TEST_F(KernelsTest, RandomInputsMatchTheCpuReference) {
+  std::mt19937 rng(42);
+  std::uniform_real_distribution<float> real(-1000.0f, 1000.0f);
+  std::uniform_int_distribution<int32_t> whole(-1000000, 1000000);
+  const size_t n = (1 << 18) + 37;  // not a multiple of any block size
+  for (double factor : {0.125, 1.0 / 3.0, 7.5}) {
+    std::vector<float> f(n);
+    for (float& v : f) v = real(rng);
+    std::vector<float> want_f = f;
+    ScaleInPlace(DataType::kFloat32, want_f.data(), n, factor);
+    EXPECT_EQ((Run<float, float>(f, DataType::kFloat32, DataType::kFloat32, factor)), want_f)
+        << factor;
+    std::vector<double> d(f.begin(), f.end());
+    std::vector<double> want_d = d;
+    ScaleInPlace(DataType::kFloat64, want_d.data(), n, factor);
+    EXPECT_EQ((Run<double, double>(d, DataType::kFloat64, DataType::kFloat64, factor)), want_d)
+        << factor;
+    std::vector<int32_t> i(n);
+    for (int32_t& v : i) v = whole(rng);
+    std::vector<int32_t> want_i = i;
+    ScaleInPlace(DataType::kInt32, want_i.data(), n, factor);
+    EXPECT_EQ((Run<int32_t, int32_t>(i, DataType::kInt32, DataType::kInt32, factor)), want_i)
+        << factor;
+    std::vector<uint16_t> h(n);
+    for (size_t k = 0; k < n; ++k) h[k] = FloatToHalf(real(rng) / 16.0f);
+    std::vector<uint16_t> want_h = h;
+    ScaleInPlace(DataType::kFloat16, want_h.data(), n, factor);
+    EXPECT_EQ((Run<uint16_t, uint16_t>(h, DataType::kFloat16, DataType::kFloat16, factor)), want_h)
+        << factor;
+  }
 }
 
 TEST_F(KernelsTest, RejectsUnsupportedPairs) {
