@@ -155,15 +155,26 @@ std::string DefaultWrapper() {
   return self;
 }
 
+// The network namespace of a process ("net:[4026531840]"), "" when it cannot be read.
+std::string NetNamespace(const std::string& pid) {
+  char buf[64];
+  const ssize_t n = readlink(absl::StrCat("/proc/", pid, "/ns/net").c_str(), buf, sizeof(buf));
+  return n > 0 ? std::string(buf, n) : std::string();
+}
+
+// Whether a hydra proxy runs on this host: in this network namespace, so that hosts sharing one
+// kernel's process table (containers, the tests' namespace hosts) see only their own.
 bool HydraProxyRunning() {
   DIR* proc = opendir("/proc");
   if (proc == nullptr) return false;
+  const std::string own_net = NetNamespace("self");
   bool found = false;
   while (dirent* e = readdir(proc)) {
     int pid = 0;
     if (!absl::SimpleAtoi(e->d_name, &pid)) continue;
     absl::StatusOr<std::string> comm = ReadFileFromDisk(absl::StrCat("/proc/", pid, "/comm"));
-    if (comm.ok() && absl::StripAsciiWhitespace(*comm) == "hydra_pmi_proxy") {
+    if (comm.ok() && absl::StripAsciiWhitespace(*comm) == "hydra_pmi_proxy" &&
+        NetNamespace(e->d_name) == own_net) {
       found = true;
       break;
     }
@@ -186,7 +197,8 @@ absl::StatusOr<int> FollowLeader(const LaunchOptions& options, const JobSetup& s
           absl::StrCat("no ranks were started on this host by the leader ", setup.leader,
                        " within ", options.start_timeout_s, " s"));
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    // Short jobs' proxies live well under a second: a coarser poll could miss them all.
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   while (HydraProxyRunning()) std::this_thread::sleep_for(std::chrono::seconds(1));
   return 0;
