@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -29,6 +30,7 @@
 #include "hvx/launch/command.h"
 #include "hvx/launch/output.h"
 #include "hvx/launch/rank_wrapper.h"
+#include "hvx/launch/restarts.h"
 
 namespace hvx {
 namespace launch {
@@ -231,6 +233,15 @@ class Supervisor {
 
   int Run(Child child);
 
+  // After Run: whether a restart may help (a rank failed, or ranks never started; not a signal
+  // to hvxrun or --timeout), why the attempt ended, and the hosts at fault.
+  struct Outcome {
+    bool restartable = false;
+    std::string cause;
+    std::vector<std::string> fault_hosts;
+  };
+  Outcome outcome() const;
+
  private:
   void OnControl(const ControlRecord& r);
   void BeginStop(const char* why);
@@ -258,6 +269,30 @@ class Supervisor {
   Clock::time_point kill_at_;
   std::optional<Clock::time_point> all_exited_at_;
 };
+
+Supervisor::Outcome Supervisor::outcome() const {
+  Outcome o;
+  if (got_signal_ != 0 || timed_out_) return o;
+  if (failure_) {
+    const RankPlacement& p = plan_.ranks[failure_->rank];
+    o.restartable = true;
+    o.cause =
+        absl::StrCat("rank ", failure_->rank, " on host ", p.host, " ",
+                     failure_->message.empty() ? DescribeExit(failure_->exit_code, failure_->signal)
+                                               : failure_->message);
+    o.fault_hosts = {p.host};
+  } else if (start_failed_) {
+    o.restartable = true;
+    for (const RankPlacement& p : plan_.ranks) {
+      if (!started_.count(p.rank) &&
+          std::find(o.fault_hosts.begin(), o.fault_hosts.end(), p.host) == o.fault_hosts.end()) {
+        o.fault_hosts.push_back(p.host);
+      }
+    }
+    o.cause = absl::StrCat("ranks did not start on host ", absl::StrJoin(o.fault_hosts, ", "));
+  }
+  return o;
+}
 
 void Supervisor::OnControl(const ControlRecord& r) {
   switch (r.kind) {
@@ -478,10 +513,12 @@ absl::StatusOr<int> RunJob(const LaunchOptions& options) {
   return RunJob(options, Environment::Process());
 }
 
-absl::StatusOr<int> RunJob(const LaunchOptions& options, const Environment& env) {
-  HVX_ASSIGN_OR_RETURN(JobSetup setup,
-                       ResolveJob(options, env, ReadFileFromDisk, SystemHostProbe(options, env)));
-  if (setup.follower) return FollowLeader(options, setup);
+namespace {
+
+// One start of the job on `setup`'s plan, supervised to its end; *outcome says whether a restart
+// may help.
+absl::StatusOr<int> RunAttempt(const LaunchOptions& options, const JobSetup& setup,
+                               Supervisor::Outcome* outcome) {
   const std::string wrapper = options.wrapper.empty() ? DefaultWrapper() : options.wrapper;
   const std::vector<std::string> argv = MpiexecCommand(options, setup, wrapper);
   if (options.dry_run || options.verbose) {
@@ -511,6 +548,7 @@ absl::StatusOr<int> RunJob(const LaunchOptions& options, const Environment& env)
 
   absl::StatusOr<Child> child = Spawn(argv);
   int rc = child.ok() ? supervisor.Run(*child) : 0;
+  if (child.ok() && outcome != nullptr) *outcome = supervisor.outcome();
 
   for (int k = 0; k < 4; ++k) sigaction(sigs[k], &old[k], nullptr);
   sigaction(SIGPIPE, &old_pipe, nullptr);
@@ -519,6 +557,78 @@ absl::StatusOr<int> RunJob(const LaunchOptions& options, const Environment& env)
   g_signal_pipe[0] = g_signal_pipe[1] = -1;
   if (!child.ok()) return child.status();
   return rc;
+}
+
+// The hosts an elastic job may use now: the discovery script's, else those the options name
+// (with every slot they have).
+absl::StatusOr<std::vector<Host>> CandidateHosts(const LaunchOptions& options,
+                                                 const Environment& env) {
+  if (!options.host_discovery_script.empty()) {
+    HVX_ASSIGN_OR_RETURN(std::string out,
+                         RunCapture({options.host_discovery_script}, options.start_timeout_s));
+    return ParseDiscoveredHosts(out, options.host_discovery_script);
+  }
+  LaunchOptions all = options;
+  all.np.reset();
+  HVX_ASSIGN_OR_RETURN(JobSetup setup,
+                       ResolveJob(all, env, ReadFileFromDisk, SystemHostProbe(all, env)));
+  return setup.plan.used_hosts;
+}
+
+// --max-restarts: attempts until one succeeds, the restarts run out or too few slots are left.
+absl::StatusOr<int> RunElastic(const LaunchOptions& options, const Environment& env,
+                               const JobSetup& first) {
+  const std::string run_id = env.GetNonEmpty("HVX_RUN_ID").value_or(NewRunId());
+  HostHealth health;
+  std::string cause;
+  int rc = 0;
+  for (int attempt = 0;; ++attempt) {
+    HVX_ASSIGN_OR_RETURN(std::vector<Host> hosts, CandidateHosts(options, env));
+    absl::StatusOr<LaunchOptions> next = PlanAttempt(options, hosts, health, attempt, run_id);
+    if (!next.ok()) {
+      WriteAll(options.err_fd,
+               absl::StrCat("hvxrun: cannot restart: ", next.status().message(), "\n"));
+      return attempt == 0 ? 2 : rc;
+    }
+    if (attempt > 0) {
+      WriteAll(
+          options.err_fd,
+          absl::StrCat("hvxrun: ", RestartLine(attempt, options.max_restarts, cause, health, *next),
+                       "\n"));
+    }
+    HVX_ASSIGN_OR_RETURN(JobSetup setup,
+                         ResolveJob(*next, env, ReadFileFromDisk, SystemHostProbe(*next, env)));
+    setup.launcher = first.launcher;  // inside SLURM, srun still starts the ranks
+    setup.source = absl::StrCat(first.source, ", attempt ", attempt);
+    Supervisor::Outcome outcome;
+    HVX_ASSIGN_OR_RETURN(rc, RunAttempt(*next, setup, &outcome));
+    if (rc == 0 || !outcome.restartable) return rc;
+    if (attempt >= options.max_restarts) {
+      WriteAll(options.err_fd, absl::StrCat("hvxrun: giving up after ", attempt, " restart",
+                                            attempt == 1 ? "" : "s", " (--max-restarts ",
+                                            options.max_restarts, "): ", outcome.cause, "\n"));
+      return rc;
+    }
+    cause = outcome.cause;
+    for (const std::string& h : outcome.fault_hosts) {
+      RecordHostFailure(h, outcome.cause, options.host_failure_limit, &health);
+    }
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<int> RunJob(const LaunchOptions& options, const Environment& env) {
+  HVX_ASSIGN_OR_RETURN(JobSetup setup,
+                       ResolveJob(options, env, ReadFileFromDisk, SystemHostProbe(options, env)));
+  if (setup.follower) return FollowLeader(options, setup);
+  if (options.max_restarts > 0 || !options.host_discovery_script.empty()) {
+    if (options.dry_run) {
+      return absl::InvalidArgumentError("--dry-run prints one plan: give it without elastic flags");
+    }
+    return RunElastic(options, env, setup);
+  }
+  return RunAttempt(options, setup, nullptr);
 }
 
 int HvxrunMain(int argc, char** argv) {

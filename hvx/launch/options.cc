@@ -76,6 +76,16 @@ its rank, and stops the whole job when any rank fails.
   --mpiexec PATH           MPICH hydra mpiexec to use (default: mpiexec on PATH)
   --dry-run                print the plan and the mpiexec command, start nothing
   --verbose                print the plan and the command before running
+
+Elastic jobs:
+  --max-restarts N         after a failure, start the job again up to N times (default 0) on the
+                           hosts still usable; ranks see HVX_RESTART_COUNT and HVX_RUN_ID
+  --host-failure-limit K   exclude a host after K failed attempts on it (default 1)
+  --min-np M               end the job when fewer than M slots are usable (default 1)
+  --max-np N               at most N processes however many slots there are
+  --host-discovery-script PATH
+                           prints "host:slots" lines: the hosts, read at the start and at every
+                           restart, so a restart can also grow the job
 )";
 }
 
@@ -158,6 +168,20 @@ absl::StatusOr<LaunchOptions> ParseLaunchArgs(const std::vector<std::string>& ar
       HVX_ASSIGN_OR_RETURN(o.timeout_s, ParseSeconds(flag, v));
     } else if (flag == "--mpiexec") {
       HVX_ASSIGN_OR_RETURN(o.mpiexec, value());
+    } else if (flag == "--max-restarts" || flag == "--host-failure-limit" || flag == "--min-np" ||
+               flag == "--max-np") {
+      HVX_ASSIGN_OR_RETURN(std::string v, value());
+      int n = 0;
+      const int least = flag == "--max-restarts" ? 0 : 1;
+      if (!absl::SimpleAtoi(v, &n) || n < least) {
+        return FlagError(flag, v, least == 0 ? "a non-negative integer" : "a positive integer");
+      }
+      if (flag == "--max-restarts") o.max_restarts = n;
+      if (flag == "--host-failure-limit") o.host_failure_limit = n;
+      if (flag == "--min-np") o.min_np = n;
+      if (flag == "--max-np") o.max_np = n;
+    } else if (flag == "--host-discovery-script") {
+      HVX_ASSIGN_OR_RETURN(o.host_discovery_script, value());
     } else if (flag == "--dry-run") {
       HVX_RETURN_IF_ERROR(no_value());
       o.dry_run = true;
@@ -175,6 +199,10 @@ absl::StatusOr<LaunchOptions> ParseLaunchArgs(const std::vector<std::string>& ar
   }
   if (!o.hosts.empty() && !o.hostfile.empty()) {
     return absl::InvalidArgumentError("give either -H or --hostfile, not both");
+  }
+  if (!o.host_discovery_script.empty() && (!o.hosts.empty() || !o.hostfile.empty())) {
+    return absl::InvalidArgumentError(
+        "--host-discovery-script lists the hosts: give it without -H or --hostfile");
   }
   return o;
 }

@@ -43,6 +43,15 @@ struct LaunchOptions {
   // (rank_wrapper.h); empty: hvxrun_rank in this program's directory, else this program.
   std::string wrapper;
   std::vector<std::string> program;
+  // Elastic jobs (restarts.h). After a failure, start again up to max_restarts times on the hosts
+  // still usable: a host is excluded after host_failure_limit failed attempts on it; fewer than
+  // min_np usable slots end the job; max_np caps -np as hosts come and go. The discovery script
+  // prints "host:slots" lines and is read at the start and at every restart.
+  int max_restarts = 0;
+  int host_failure_limit = 1;
+  int min_np = 1;
+  std::optional<int> max_np;
+  std::string host_discovery_script;
   int out_fd = 1;  // where tagged stdout/stderr lines and the summary go
   int err_fd = 2;
 };
