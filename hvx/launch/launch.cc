@@ -266,6 +266,9 @@ class Supervisor {
   bool start_failed_ = false;
   bool timed_out_ = false;
   int got_signal_ = 0;
+  // A preemption notice was forwarded as a checkpoint request; the ranks have until this.
+  bool preempting_ = false;
+  Clock::time_point preempt_deadline_;
   Clock::time_point kill_at_;
   std::optional<Clock::time_point> all_exited_at_;
 };
@@ -301,7 +304,10 @@ void Supervisor::OnControl(const ControlRecord& r) {
       break;
     case ControlRecord::Kind::kExit:
       exits_[r.rank] = r;
-      if ((r.exit_code != 0 || r.signal != 0) && !failure_ && !stopping_) {
+      // A rank that does not handle the checkpoint request ends by it: the stop that was asked.
+      if (preempting_ && r.signal == SIGUSR1) {
+        BeginStop("a rank ended on the checkpoint request");
+      } else if ((r.exit_code != 0 || r.signal != 0) && !failure_ && !stopping_) {
         failure_ = Failure{r.rank, r.host, r.exit_code, r.signal, "", Clock::now()};
         BeginStop("a rank failed");
       }
@@ -342,6 +348,9 @@ int Supervisor::Run(Child child) {
       start_failed_ = true;
       BeginStop("ranks did not start in time");
     }
+    if (preempting_ && !stopping_ && now > preempt_deadline_) {
+      BeginStop("--preempt-grace expired");
+    }
     if (!stopping_ && has_deadline && now > job_deadline) {
       timed_out_ = true;
       BeginStop("--timeout expired");
@@ -366,8 +375,20 @@ int Supervisor::Run(Child child) {
       unsigned char sigs[64];
       ssize_t n = read(g_signal_pipe[0], sigs, sizeof(sigs));
       for (ssize_t k = 0; k < n; ++k) {
-        if (sigs[k] != SIGCHLD && got_signal_ == 0) {
+        if (sigs[k] == SIGCHLD) continue;
+        const bool notice = sigs[k] == SIGTERM || sigs[k] == SIGINT;
+        if (got_signal_ == 0 && notice && options_.preempt_grace_s > 0 && !stopping_) {
+          // Hydra forwards SIGUSR1 to every rank on every host.
           got_signal_ = sigs[k];
+          preempting_ = true;
+          preempt_deadline_ = now + FromSeconds(options_.preempt_grace_s);
+          kill(child_.pid, SIGUSR1);
+          Say(absl::StrCat("signal ", sigs[k], " (", strsignal(sigs[k]),
+                           "): asked the ranks to checkpoint and end (SIGUSR1); they have ",
+                           options_.preempt_grace_s,
+                           " s (--preempt-grace), a second signal stops them now"));
+        } else if (got_signal_ == 0 || preempting_) {
+          if (got_signal_ == 0) got_signal_ = sigs[k];
           BeginStop("hvxrun was signalled");
         }
       }
@@ -421,6 +442,14 @@ int Supervisor::Report(int mpiexec_status) {
       for (const std::string& l : lines) Say(absl::StrCat("  ", l));
     }
     return f.signal != 0 ? 128 + f.signal : (f.exit_code != 0 ? f.exit_code : 1);
+  }
+  if (preempting_ && !stopping_ && static_cast<int>(exits_.size()) == plan_.size &&
+      std::all_of(exits_.begin(), exits_.end(),
+                  [](const auto& e) { return e.second.exit_code == 0 && e.second.signal == 0; })) {
+    Say(absl::StrCat("preempted: every rank ended cleanly after the checkpoint request (signal ",
+                     got_signal_, "); exit status ", kPreemptedExitCode,
+                     ": run the same command again to resume"));
+    return kPreemptedExitCode;
   }
   if (got_signal_ != 0) {
     Say(absl::StrCat("stopped the job on signal ", got_signal_, " (", strsignal(got_signal_), ")"));

@@ -73,6 +73,9 @@ its rank, and stops the whole job when any rank fails.
   --start-timeout S        fail when some rank has not started after S seconds (default 60)
   --stop-timeout S         after a failure, kill what still runs after S seconds (default 10)
   --timeout S              stop the job after S seconds (default: no limit)
+  --preempt-grace S        SIGTERM/SIGINT: ask the ranks to checkpoint (SIGUSR1) and give them S
+                           seconds (default 30; 0: stop at once); a second signal stops them;
+                           a job that ended cleanly after it exits 75
   --mpiexec PATH           MPICH hydra mpiexec to use (default: mpiexec on PATH)
   --dry-run                print the plan and the mpiexec command, start nothing
   --verbose                print the plan and the command before running
@@ -166,6 +169,9 @@ absl::StatusOr<LaunchOptions> ParseLaunchArgs(const std::vector<std::string>& ar
     } else if (flag == "--timeout") {
       HVX_ASSIGN_OR_RETURN(std::string v, value());
       HVX_ASSIGN_OR_RETURN(o.timeout_s, ParseSeconds(flag, v));
+    } else if (flag == "--preempt-grace") {
+      HVX_ASSIGN_OR_RETURN(std::string v, value());
+      HVX_ASSIGN_OR_RETURN(o.preempt_grace_s, ParseSeconds(flag, v));
     } else if (flag == "--mpiexec") {
       HVX_ASSIGN_OR_RETURN(o.mpiexec, value());
     } else if (flag == "--max-restarts" || flag == "--host-failure-limit" || flag == "--min-np" ||

@@ -52,9 +52,18 @@ struct LaunchOptions {
   int min_np = 1;
   std::optional<int> max_np;
   std::string host_discovery_script;
+  // A first SIGTERM or SIGINT to hvxrun is a preemption notice: it is forwarded to the ranks as
+  // SIGUSR1, a checkpoint request (the trainer saves and ends cleanly; a program that does not
+  // handle it ends), and hvxrun then exits kPreemptedExitCode. A second signal, or this many
+  // seconds, stops the job as before. 0: stop at once.
+  double preempt_grace_s = 30;
   int out_fd = 1;  // where tagged stdout/stderr lines and the summary go
   int err_fd = 2;
 };
+
+// hvxrun's exit status when every rank ended cleanly after a preemption notice: run the same
+// command again to resume (EX_TEMPFAIL).
+inline constexpr int kPreemptedExitCode = 75;
 
 // The usage text for --help.
 std::string LaunchUsage();

@@ -1,9 +1,11 @@
 #include "hvx/train/trainer.h"
 
+#include <signal.h>
 #include <sys/stat.h>
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -144,7 +146,25 @@ struct Run {
   EpochShape shape;
   int64_t steps_per_epoch = 0;
   std::optional<LrSchedule> schedule;
+  // A rank got the launcher's checkpoint request (a preemption notice): every rank stops after
+  // the step at which they agreed on it.
+  bool preempted = false;
 };
+
+// SIGUSR1: hvxrun forwards a preemption notice (SIGTERM or SIGINT to it) as this request.
+std::atomic<bool> g_checkpoint_request{false};
+void OnCheckpointRequest(int) { g_checkpoint_request.store(true); }
+
+// Collective: whether any rank has the request, agreed in one 4-byte allreduce so that every rank
+// stops after the same step.
+absl::StatusOr<bool> CheckpointRequestedOnAnyRank() {
+  int32_t requested = g_checkpoint_request.load() ? 1 : 0;
+  TensorRef t(DataType::kInt32, {1}, &requested);
+  AllreduceOptions o;
+  o.op = ReduceOp::kMax;
+  HVX_RETURN_IF_ERROR(Wait(Allreduce("trainer.checkpoint_request", t, t, o)));
+  return requested != 0;
+}
 
 data::RemainderPolicy TrainRemainder(const TrainConfig& config) {
   return config.data().remainder() == PAD ? data::RemainderPolicy::kPad
@@ -287,6 +307,11 @@ bool CheckpointsOn(const TrainConfig& config) { return !config.checkpoint().dir(
 
 bool MaxStepsReached(const Run& run, const TrainingPosition& pos) {
   return run.options.max_steps > 0 && pos.global_step >= run.options.max_steps;
+}
+
+// Whether the run ends after this step: RunOptions::max_steps, or an agreed checkpoint request.
+bool StopAfterThisStep(const Run& run, const TrainingPosition& pos) {
+  return run.preempted || MaxStepsReached(run, pos);
 }
 
 // How this run's epochs fall into steps, and its learning-rate schedule; logs what will be trained.
@@ -481,7 +506,10 @@ absl::StatusOr<EpochSteps> TrainEpoch(Run& run, int64_t epoch, TrainingPosition*
     ++pos->global_step;
     pos->samples_in_epoch += global_batch;
     const bool last_step = pos->steps_in_epoch == run.steps_per_epoch;
-    const bool stop = MaxStepsReached(run, *pos);
+    if (!run.preempted) {
+      HVX_ASSIGN_OR_RETURN(run.preempted, CheckpointRequestedOnAnyRank());
+    }
+    const bool stop = StopAfterThisStep(run, *pos);
     if (pos->global_step % config.logging().log_every_steps() == 0 || last_step || stop) {
       HVX_RETURN_IF_ERROR(ReportProgress(run, epoch, *pos, lr, since_progress));
       since_progress = StepWindow();
@@ -498,7 +526,7 @@ absl::StatusOr<EpochSteps> TrainEpoch(Run& run, int64_t epoch, TrainingPosition*
   const double epoch_s = whole_epoch.seconds();
   result->samples_per_s = whole_epoch.samples * Size() / std::max(epoch_s, 1e-9);
   result->data_wait_fraction = whole_epoch.data_wait_s / std::max(epoch_s, 1e-9);
-  if (MaxStepsReached(run, *pos) && pos->steps_in_epoch < run.steps_per_epoch) {
+  if (StopAfterThisStep(run, *pos) && pos->steps_in_epoch < run.steps_per_epoch) {
     return EpochSteps{/*stopped=*/true, epoch_s};
   }
   return EpochSteps{/*stopped=*/false, epoch_s};
@@ -535,7 +563,7 @@ absl::Status EndEpoch(Run& run, int64_t epoch, double epoch_s, TrainingPosition*
     HVX_RETURN_IF_ERROR(ReportEvaluation(run, epoch, epoch_s, eval, *result, pos->global_step));
   }
   if (CheckpointsOn(config) && ((epoch + 1) % config.checkpoint().every_epochs() == 0 ||
-                                last_epoch || MaxStepsReached(run, *pos))) {
+                                last_epoch || StopAfterThisStep(run, *pos))) {
     HVX_RETURN_IF_ERROR(SaveCheckpoint(config.checkpoint(), *run.model, *run.optimizer, *pos));
   }
   return absl::OkStatus();
@@ -559,9 +587,18 @@ absl::StatusOr<TrainResult> Train(Run& run) {
   ContinueAtThisSize(run, /*resumed=*/result.resumed_from_step >= 0, &pos);
   for (int64_t epoch = pos.epoch; epoch < run.config.epochs(); ++epoch) {
     HVX_ASSIGN_OR_RETURN(const EpochSteps steps, TrainEpoch(run, epoch, &pos, &result));
-    if (steps.stopped) break;  // by max_steps, inside the epoch (its checkpoint is written)
+    // Stopped inside the epoch by max_steps or a checkpoint request: its checkpoint is written.
+    if (steps.stopped) break;
     HVX_RETURN_IF_ERROR(EndEpoch(run, epoch, steps.seconds, &pos, &result));
-    if (MaxStepsReached(run, pos)) break;
+    if (StopAfterThisStep(run, pos)) break;
+  }
+  if (run.preempted) {
+    result.preempted = true;
+    HVX_LOG_RANK0(INFO) << "preempted at step " << pos.global_step << "; "
+                        << (CheckpointsOn(run.config)
+                                ? absl::StrCat("checkpoint ", run.config.checkpoint().dir(),
+                                               "/ckpt-", pos.global_step, ".pt")
+                                : std::string("no checkpoint (checkpoint.dir is empty)"));
   }
   result.global_step = pos.global_step;
   result.wall_s = Seconds(Clock::now() - run_start);
@@ -573,6 +610,11 @@ absl::StatusOr<TrainResult> Train(Run& run) {
 absl::StatusOr<TrainResult> RunTraining(const TrainConfig& config, const RunOptions& options) {
   if (!IsInitialized()) return absl::FailedPreconditionError("RunTraining needs hvx::Init first");
   HVX_RETURN_IF_ERROR(ValidateTrainConfig(config, "config"));
+  struct sigaction request {};
+  request.sa_handler = OnCheckpointRequest;
+  sigemptyset(&request.sa_mask);
+  request.sa_flags = SA_RESTART;
+  sigaction(SIGUSR1, &request, nullptr);
   Run run{config, options};
   HVX_ASSIGN_OR_RETURN(run.device, SelectTrainingDevice(config.device()));
   HVX_LOG_RANK0(INFO) << "training on " << run.device.str();

@@ -59,6 +59,9 @@ struct TrainResult {
   double data_wait_fraction = 0;
   double wall_s = 0;
   int64_t resumed_from_step = -1;  // -1: started fresh
+  // A checkpoint request (SIGUSR1, hvxrun's form of a preemption notice) ended the run: every rank
+  // stopped after the same step, which the checkpoint holds.
+  bool preempted = false;
   // The newest checkpoint in checkpoint.dir already finished every epoch; nothing was trained
   // (global_step and epochs_done are that run's).
   bool already_complete = false;
