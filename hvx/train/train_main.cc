@@ -120,6 +120,12 @@ absl::StatusOr<int> Main(int argc, char** argv) {
   auto sample_log = ExpandHome(flags.sample_log, search.home);
   if (!sample_log.ok()) return Annotate(sample_log.status(), "--sample_log");
   options.sample_log_dir = *sample_log;
+  // Each attempt of an elastic job (hvxrun --max-restarts) logs apart: a failed attempt trained
+  // samples past its last checkpoint that the next attempt trains again.
+  if (auto attempt = env.GetNonEmpty("HVX_RESTART_COUNT");
+      attempt && !options.sample_log_dir.empty()) {
+    options.sample_log_dir = absl::StrCat(options.sample_log_dir, "/attempt", *attempt);
+  }
   options.max_steps = flags.max_steps;
   options.fresh = flags.fresh;
   auto result = RunTraining(config, options);

@@ -287,6 +287,9 @@ class SampleLog {
     if (!out_) return;
     const size_t first_pad = ids.size() - static_cast<size_t>(num_padded);
     for (size_t i = 0; i < ids.size(); ++i) *out_ << ids[i] << (i >= first_pad ? " pad\n" : "\n");
+    // Flushed each step: a rank killed mid-epoch (a failed attempt of an elastic job) must leave
+    // the steps it trained in its log.
+    out_->flush();
   }
   absl::Status Close() {
     if (out_ && !out_->flush()) return absl::DataLossError("sample log write failed");

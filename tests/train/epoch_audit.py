@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """Checks, position by position, which samples the runs of one epoch trained on.
 
-    epoch_audit.py N EPOCH REF_DIR REF_NP END RUN_DIR:NP:START [RUN_DIR:NP:START ...]
+    epoch_audit.py N EPOCH REF_DIR REF_NP END RUN_DIR:NP:START[:STOP] [...]
 
 The epoch is the sequence of positions 0, 1, ... of its permutation P (hvx/data/shard_plan.h);
 rank r of a run that starts at position START with NP ranks trains positions START + r,
 START + r + NP, ... in the order of its sample log (DIR/rank<r>-epoch<EPOCH>.txt, one id per
-line, " pad" after a padding duplicate). REF_DIR holds the logs of a run with REF_NP ranks that
+line, " pad" after a padding duplicate). With STOP, only its positions before STOP count: a run
+that failed after its last checkpoint at STOP trained the later ones for nothing, and the run that
+resumed from that checkpoint trains them again. REF_DIR holds the logs of a run with REF_NP ranks that
 trained every position of the epoch once, from which P is read.
 
 Passes when every logged id is P at its position (padding exactly at positions >= N), the runs'
@@ -51,12 +53,18 @@ def main(argv):
 
     trained = {}  # position -> the run that trained it
     for spec in argv[6:]:
-        directory, np_, start = spec.rsplit(":", 2)
-        np_, start = int(np_), int(start)
+        fields = spec.split(":")
+        stop = None
+        if len(fields) == 4:
+            stop = int(fields.pop())
+        directory, np_, start = fields[0], int(fields[1]), int(fields[2])
         logs, err = rank_logs(directory, np_, epoch)
         if err:
             failures.append(err)
             continue
+        if stop is not None:
+            logs = [[f for i, f in enumerate(lines) if start + r + i * np_ < stop]
+                    for r, lines in enumerate(logs)]
         counts = sorted({len(lines) for lines in logs})
         if len(counts) != 1:
             failures.append("%s: ranks trained on different numbers of samples: %s"

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# An elastic training job on 3 namespace hosts x 2 ranks (hvxrun --max-restarts 2): every rank on
+# the third host is killed mid-epoch (SIGKILL to its training processes); hvxrun excludes the host and restarts on 4 ranks, which
+# resume from the newest checkpoint. The sample logs of both attempts show every training sample
+# once in every epoch, the interrupted one included (the failed attempt's steps after its
+# checkpoint do not count: the restart trains them again), and the restarted job's losses and
+# final evaluation equal those of an uninterrupted 4-rank run on one host resumed from the same
+# checkpoint (the CPU plane folds in rank order, so host layout does not change the bits).
+#   elastic_train_test.sh TRAIN MAKE_IDX EPOCH_AUDIT TRAIN_LIB HVXRUN MPIEXEC NETNS_HOSTS
+set -uo pipefail
+TRAIN=$(readlink -f "$1"); MAKE_IDX=$(readlink -f "$2"); AUDIT=$(readlink -f "$3")
+source "$4"
+HVXRUN=$(readlink -f "$5"); MPIEXEC=$(readlink -f "$6"); NETNS=$(readlink -f "$7")
+export HVX_NETNS_PREFIX=hvxr
+source "$(dirname "$NETNS")/lib.sh"
+T=${TEST_TMPDIR:-$(mktemp -d)}
+N=480
+
+tiny_config "$T" cnn $N 40 10 2 || { echo "FAIL: could not write the dataset"; exit 1; }
+# The permutation of each epoch, from an uninterrupted 2-process run on this host.
+timeout -k 5 200 "$TRAIN" --config="$T/tiny.pbtxt" --override='launch { num_processes: "2" }' \
+    --sample_log="$T/ref" >"$T/ref.out" 2>"$T/ref.err"
+check "the reference run exits 0 (rc=$?)" $?
+
+hosts_up 3
+launch_bg() {
+    timeout -k 5 200 "$NETNS" exec hvxr1 "$HVXRUN" --mpiexec "$MPIEXEC" \
+        --launcher-exec "$HVX_NETNS_STATE/fakessh" --timeout 180 --start-timeout 30 "${extra[@]}" \
+        "$@" >"$T/job.out" 2>"$T/job.err" </dev/null &
+    pid=$!
+}
+launch_bg -H hvxr1:2,hvxr2:2,hvxr3:2 --max-restarts 2 -- "$TRAIN" --config="$T/tiny.pbtxt" \
+    --override="checkpoint { dir: \"$T/ck\" every_steps: 2 keep: 100 }" --sample_log="$T/samples"
+# 8 steps per epoch on 6 ranks: kill the third host's ranks once rank 0 is at step 5.
+for _ in $(seq 1 1200); do
+    grep -qE '^\[0\] epoch 1/2 step 5/8 ' "$T/job.out" 2>/dev/null && break
+    sleep 0.05
+done
+victims=""
+for p in $(ip netns pids hvxr3); do
+    [[ $(cat "/proc/$p/comm" 2>/dev/null) == train ]] && victims+="$p "
+done
+kill -KILL $victims 2>/dev/null
+wait "$pid"
+rc=$?
+[[ $rc == 0 ]]; check "the job finished after losing hvxr3 (rc=$rc; killed: $victims)" $?
+[[ $rc == 0 ]] || tail -n 30 "$T/job.err"
+grep -qE 'hvxrun: restart 1 of 2: rank [45] on host hvxr3 was killed by signal 9 .*; excluded hvxr3 \(1 failure\); new plan: np 4 on hvxr1:2,hvxr2:2$' "$T/job.err"
+check "one restart line: the killed rank, hvxr3 excluded, 4 ranks on 2 hosts" $?
+
+resume=$(grep -oE 'resuming from [^ ]*/ckpt-[0-9]+\.pt \(epoch [0-9]+, step [0-9]+\)' "$T/job.out" "$T/job.err" | head -n 1)
+S=$(sed -nE 's/.*ckpt-([0-9]+)\.pt.*/\1/p' <<<"$resume")
+[[ -n $S && $S -ge 4 && $S -lt 8 ]]; check "the restart resumed mid-epoch 1 from ckpt-${S:-?} ($resume)" $?
+S=${S:-0}
+stop=$((S * 60))  # positions of epoch 0 the first attempt committed: S steps x 6 ranks x 10
+
+python3 "$AUDIT" $N 0 "$T/ref" 2 $N "$T/samples/attempt0:6:0:$stop" "$T/samples/attempt1:4:$stop" >"$T/audit0.txt"
+check "epoch 1: every sample once, over both attempts (positions < $stop from the first)" $?
+head -n 5 "$T/audit0.txt"
+python3 "$AUDIT" $N 1 "$T/ref" 2 $N "$T/samples/attempt1:4:0" >"$T/audit1.txt"
+check "epoch 2: every sample once, on the 4 ranks" $?
+head -n 5 "$T/audit1.txt"
+
+# The same checkpoint, resumed by an uninterrupted 4-rank run on this host.
+mkdir -p "$T/ck4" && cp "$T/ck/ckpt-$S.pt" "$T/ck4/"
+check "ckpt-$S.pt copied for the 4-rank run" $?
+timeout -k 5 200 "$TRAIN" --config="$T/tiny.pbtxt" --override='launch { num_processes: "4" }' \
+    --override="checkpoint { dir: \"$T/ck4\" every_steps: 2 }" >"$T/four.out" 2>"$T/four.err"
+check "the 4-rank run from ckpt-$S.pt exits 0 (rc=$?)" $?
+# The 4-rank attempt's steps are those of 12 per epoch (the first attempt's were of 8).
+four_rank_losses() { losses "$1" | grep -E ' step [0-9]+/12 '; }
+if diff <(four_rank_losses "$T/four.out") <(four_rank_losses "$T/job.out") >"$T/diff.txt" &&
+    [[ -s $T/diff.txt || $(four_rank_losses "$T/four.out" | wc -l) -gt 0 ]]; then
+    check "the restarted attempt's losses equal the 4-rank run's, step by step" 0
+else
+    check "the restarted attempt's losses equal the 4-rank run's, step by step" 1
+    head -n 6 "$T/diff.txt"
+fi
+acc_job=$(grep -oE 'done: .*eval accuracy [0-9.]+' "$T/job.out" | tail -n 1 | grep -oE '[0-9.]+$')
+acc_four=$(grep -oE 'done: .*eval accuracy [0-9.]+' "$T/four.out" | tail -n 1 | grep -oE '[0-9.]+$')
+[[ -n $acc_job && $acc_job == "$acc_four" ]]
+check "final eval accuracy equal: elastic $acc_job, uninterrupted 4 ranks $acc_four" $?
+
+no_processes_left hvxr1 hvxr2 hvxr3
+echo "failures: $failures"
+[[ $failures == 0 ]]
