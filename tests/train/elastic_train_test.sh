@@ -41,6 +41,18 @@ for p in $(ip netns pids hvxr3); do
     [[ $(cat "/proc/$p/comm" 2>/dev/null) == train ]] && victims+="$p "
 done
 kill -KILL $victims 2>/dev/null
+# How long recovery takes: to hvxrun's restart line, to the new ranks' Init, to their first step.
+t_kill=$(date +%s%N) t_restart="" t_init="" t_step=""
+while kill -0 "$pid" 2>/dev/null && [[ -z $t_step ]]; do
+    now=$(date +%s%N)
+    [[ -z $t_restart ]] && grep -q 'hvxrun: restart 1 of 2' "$T/job.err" && t_restart=$now
+    [[ -z $t_init && -n $t_restart ]] && grep -q 'hvx initialized: rank 0/4' "$T/job.err" && t_init=$now
+    [[ -z $t_step ]] && grep -qE ' step [0-9]+/12 ' "$T/job.out" && t_step=$now
+    sleep 0.02
+done
+ms() { [[ -n $1 ]] && echo $((($1 - $2) / 1000000)) || echo "?"; }
+echo "recovery: restart line $(ms "$t_restart" "$t_kill") ms after the kill, Init of the 4 ranks" \
+    "$(ms "$t_init" "$t_kill") ms, their first step $(ms "$t_step" "$t_kill") ms"
 wait "$pid"
 rc=$?
 [[ $rc == 0 ]]; check "the job finished after losing hvxr3 (rc=$rc; killed: $victims)" $?
