@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,7 +13,10 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "hvx/common/failpoint.h"
 #include "hvx/common/files.h"
@@ -254,9 +258,18 @@ std::vector<std::pair<std::string, torch::Tensor>> FloatBuffers(Classifier& mode
 
 absl::Status SaveCheckpoint(const CheckpointConfig& checkpoint, Classifier& model,
                             torch::optim::Optimizer& optimizer, const TrainingPosition& position) {
+  const absl::Time start = absl::Now();
   HVX_ASSIGN_OR_RETURN(std::vector<torch::Tensor> rank_buffers, GatherBuffers(model));
   if (Rank() != 0) return absl::OkStatus();
-  return WriteCheckpoint(checkpoint, model, optimizer, position, rank_buffers);
+  HVX_RETURN_IF_ERROR(WriteCheckpoint(checkpoint, model, optimizer, position, rank_buffers));
+  // What a checkpoint costs, for choosing the interval (checkpoint.every_steps, every_seconds).
+  const std::string path = absl::StrCat(checkpoint.dir(), "/", kCheckpointPrefix,
+                                        position.global_step, kCheckpointSuffix);
+  struct stat st;
+  const double mb = stat(path.c_str(), &st) == 0 ? st.st_size / 1e6 : 0.0;
+  HVX_LOG(INFO) << absl::StrFormat("checkpoint %s: %.1f MB in %.3f s", path, mb,
+                                   absl::ToDoubleSeconds(absl::Now() - start));
+  return absl::OkStatus();
 }
 
 absl::StatusOr<bool> ResumeFromNewestCheckpoint(const CheckpointConfig& checkpoint, bool fresh,
