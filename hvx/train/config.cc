@@ -138,6 +138,9 @@ std::vector<FieldError> CheckConfig(const TrainConfig& c) {
   }
   if (e.gradient_predivide_factor() <= 0) add("engine.gradient_predivide_factor", "must be > 0");
   if (c.checkpoint().keep() <= 0) add("checkpoint.keep", "must be > 0");
+  if (!(c.checkpoint().every_seconds() >= 0)) {
+    add("checkpoint.every_seconds", "must be >= 0 (0: no time-based checkpoints)");
+  }
   const std::string& np = c.launch().num_processes();
   if (np != "auto") {
     int n = 0;

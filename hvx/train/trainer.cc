@@ -149,22 +149,21 @@ struct Run {
   // A rank got the launcher's checkpoint request (a preemption notice): every rank stops after
   // the step at which they agreed on it.
   bool preempted = false;
+  // When this rank last wrote (rank 0) or took part in a checkpoint: checkpoint.every_seconds.
+  Clock::time_point last_checkpoint = Clock::now();
 };
 
 // SIGUSR1: hvxrun forwards a preemption notice (SIGTERM or SIGINT to it) as this request.
 std::atomic<bool> g_checkpoint_request{false};
 void OnCheckpointRequest(int) { g_checkpoint_request.store(true); }
 
-// Collective: whether any rank has the request, agreed in one 4-byte allreduce so that every rank
-// stops after the same step.
-absl::StatusOr<bool> CheckpointRequestedOnAnyRank() {
-  int32_t requested = g_checkpoint_request.load() ? 1 : 0;
-  TensorRef t(DataType::kInt32, {1}, &requested);
-  AllreduceOptions o;
-  o.op = ReduceOp::kMax;
-  HVX_RETURN_IF_ERROR(Wait(Allreduce("trainer.checkpoint_request", t, t, o)));
-  return requested != 0;
-}
+// What the ranks agreed after a step, in one 8-byte allreduce (max), so that all act on the same
+// step: some rank has the launcher's checkpoint request; rank 0's checkpoint.every_seconds is due.
+struct AfterStep {
+  bool preempt = false;
+  bool checkpoint_due = false;
+};
+absl::StatusOr<AfterStep> AgreeAfterStep(const Run& run);
 
 data::RemainderPolicy TrainRemainder(const TrainConfig& config) {
   return config.data().remainder() == PAD ? data::RemainderPolicy::kPad
@@ -310,6 +309,19 @@ bool CheckpointsOn(const TrainConfig& config) { return !config.checkpoint().dir(
 
 bool MaxStepsReached(const Run& run, const TrainingPosition& pos) {
   return run.options.max_steps > 0 && pos.global_step >= run.options.max_steps;
+}
+
+absl::StatusOr<AfterStep> AgreeAfterStep(const Run& run) {
+  const double every_s = run.config.checkpoint().every_seconds();
+  int32_t flags[2] = {
+      g_checkpoint_request.load() ? 1 : 0,
+      Rank() == 0 && every_s > 0 && Seconds(Clock::now() - run.last_checkpoint) >= every_s,
+  };
+  TensorRef t(DataType::kInt32, {2}, flags);
+  AllreduceOptions o;
+  o.op = ReduceOp::kMax;
+  HVX_RETURN_IF_ERROR(Wait(Allreduce("trainer.after_step", t, t, o)));
+  return AfterStep{flags[0] != 0, flags[1] != 0};
 }
 
 // Whether the run ends after this step: RunOptions::max_steps, or an agreed checkpoint request.
@@ -509,9 +521,8 @@ absl::StatusOr<EpochSteps> TrainEpoch(Run& run, int64_t epoch, TrainingPosition*
     ++pos->global_step;
     pos->samples_in_epoch += global_batch;
     const bool last_step = pos->steps_in_epoch == run.steps_per_epoch;
-    if (!run.preempted) {
-      HVX_ASSIGN_OR_RETURN(run.preempted, CheckpointRequestedOnAnyRank());
-    }
+    HVX_ASSIGN_OR_RETURN(const AfterStep agreed, AgreeAfterStep(run));
+    run.preempted = run.preempted || agreed.preempt;
     const bool stop = StopAfterThisStep(run, *pos);
     if (pos->global_step % config.logging().log_every_steps() == 0 || last_step || stop) {
       HVX_RETURN_IF_ERROR(ReportProgress(run, epoch, *pos, lr, since_progress));
@@ -519,9 +530,10 @@ absl::StatusOr<EpochSteps> TrainEpoch(Run& run, int64_t epoch, TrainingPosition*
     }
     if (last_step) break;  // the epoch's checkpoint comes after its evaluation (EndEpoch)
     const int every_steps = config.checkpoint().every_steps();
-    if (CheckpointsOn(config) &&
-        (stop || (every_steps > 0 && pos->global_step % every_steps == 0))) {
+    if (CheckpointsOn(config) && (stop || agreed.checkpoint_due ||
+                                  (every_steps > 0 && pos->global_step % every_steps == 0))) {
       HVX_RETURN_IF_ERROR(SaveCheckpoint(config.checkpoint(), *run.model, *run.optimizer, *pos));
+      run.last_checkpoint = Clock::now();
     }
     if (stop) break;
   }
@@ -568,6 +580,7 @@ absl::Status EndEpoch(Run& run, int64_t epoch, double epoch_s, TrainingPosition*
   if (CheckpointsOn(config) && ((epoch + 1) % config.checkpoint().every_epochs() == 0 ||
                                 last_epoch || StopAfterThisStep(run, *pos))) {
     HVX_RETURN_IF_ERROR(SaveCheckpoint(config.checkpoint(), *run.model, *run.optimizer, *pos));
+    run.last_checkpoint = Clock::now();
   }
   return absl::OkStatus();
 }

@@ -58,6 +58,16 @@ else
     head -n 5 "$T/diff.txt"
 fi
 
+# checkpoint.every_seconds: a checkpoint at the first step boundary after the interval (a tiny one
+# here: after every step), none mid-epoch without it.
+timeout -k 5 200 "$TRAIN" "${common[@]}" --override="checkpoint { dir: \"$T/ck_time\" every_seconds: 0.000001 keep: 100 }" \
+    --max_steps=5 >"$T/time.out" 2>"$T/time.err"
+rc=$?
+[[ $rc == 0 && $(ls "$T/ck_time" | grep -cE '^ckpt-[1-5]\.pt$') == 5 ]]
+check "every_seconds: a checkpoint after each of 5 steps (rc=$rc: $(ls "$T/ck_time" | tr '\n' ' '))" $?
+[[ $(ls "$T/ck" | grep -cE '^ckpt-') -le 4 ]]
+check "without every_seconds or every_steps, no checkpoint mid-epoch but the preemption's" $?
+
 # A program that ignores the request: a second signal, or the grace period, stops it. (hvxrun
 # is signalled itself: `timeout` would forward only the first signal.)
 ignoring=(/bin/sh -c 'trap "" USR1; sleep 30')
