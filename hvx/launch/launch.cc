@@ -187,7 +187,9 @@ bool HydraProxyRunning() {
 
 // A follower host of a SageMaker-style cluster: the leader starts this host's ranks through the
 // remote shell. Staying alive until they have run keeps the cluster's per-host entry point from
-// ending (and the host from being released) while ranks still run here.
+// ending (and the host from being released) while ranks still run here. With --max-restarts
+// (the leader has the same command line) it also waits --start-timeout after its ranks end for a
+// restart that brings them back.
 absl::StatusOr<int> FollowLeader(const LaunchOptions& options, const JobSetup& setup) {
   WriteAll(options.err_fd,
            absl::StrCat("hvxrun: this host is not the leader of the ", setup.source, "; ",
@@ -202,8 +204,20 @@ absl::StatusOr<int> FollowLeader(const LaunchOptions& options, const JobSetup& s
     // Short jobs' proxies live well under a second: a coarser poll could miss them all.
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  while (HydraProxyRunning()) std::this_thread::sleep_for(std::chrono::seconds(1));
-  return 0;
+  while (true) {
+    while (HydraProxyRunning()) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    // The leader runs the same command: with --max-restarts it may start the job again here.
+    if (options.max_restarts == 0) return 0;
+    const Clock::time_point again_by = Clock::now() + FromSeconds(options.start_timeout_s);
+    bool again = false;
+    while (!again && Clock::now() < again_by) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      again = HydraProxyRunning();
+    }
+    if (!again) return 0;
+    WriteAll(options.err_fd, absl::StrCat("hvxrun: ", setup.leader,
+                                          " restarted the job; this host runs ranks again\n"));
+  }
 }
 
 struct Failure {

@@ -67,6 +67,23 @@ for form in variables json; do
     [[ $lead_rc == 0 && $follow_rc == 0 ]] || cat "$T"/hvxd1.err "$T"/hvxd2.err
 done
 
+# ---- SageMaker with --max-restarts: the follower stays while the leader restarts the job
+restart_kit=(HVXRUN="$HVXRUN" HVXRUN_ARGS="--mpiexec $MPIEXEC --launcher-exec $HVX_NETNS_STATE/fakessh --timeout 60 --start-timeout 5 --max-restarts 1 --host-failure-limit 2")
+probe='if [ "$(hostname)" = hvxd2 ] && [ "$HVX_RESTART_COUNT" = 0 ]; then sleep 1; exit 7; fi; sleep 1; echo "ran on $(hostname) in attempt $HVX_RESTART_COUNT"'
+for h in hvxd1 hvxd2; do
+    ( on "$h" "${restart_kit[@]}" "${sm_env[@]}" SM_CURRENT_HOST=$h -- "$ENTRY" /bin/sh -c "$probe"
+      echo $? >"$T/$h.rc"; date +%s%N >"$T/$h.end" ) &
+done
+wait
+lead_rc=$(cat "$T/hvxd1.rc") follow_rc=$(cat "$T/hvxd2.rc")
+[[ $lead_rc == 0 ]] && grep -qF 'hvxrun: restart 1 of 1: rank' "$T/hvxd1.err" &&
+    [[ $(grep -c 'in attempt 1' "$T/hvxd1.out") == 4 ]]
+check "SageMaker + --max-restarts: the leader restarted and 4 ranks ran the second attempt (rc=$lead_rc)" $?
+[[ $follow_rc == 0 ]] && grep -qF 'hvxd1 restarted the job; this host runs ranks again' "$T/hvxd2.err" &&
+    (($(cat "$T/hvxd2.end") >= $(cat "$T/hvxd1.end") - 1000000000))
+check "SageMaker + --max-restarts: the follower waited through the restart and ended with the job (rc=$follow_rc)" $?
+[[ $lead_rc == 0 && $follow_rc == 0 ]] || cat "$T"/hvxd1.err "$T"/hvxd2.err
+
 # ---- Kubeflow MPIJob: the launcher pod on hvxd1, two worker pods
 printf 'hvxd2:2\nhvxd3:2\n' >"$T/hostfile"
 on hvxd1 "${kit[@]}" HYDRA_HOST_FILE="$T/hostfile" K_MPI_JOB_ROLE=launcher -- \
