@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -247,10 +248,18 @@ class Supervisor {
 
   int Run(Child child);
 
+  // Polled every `interval_s` while the job runs (RunElastic's discovery): a non-empty answer
+  // (what appeared) asks the ranks to checkpoint, and the job ends for a restart with more ranks.
+  void WatchForGrowth(double interval_s, std::function<std::string()> more) {
+    grow_interval_s_ = interval_s;
+    more_slots_ = std::move(more);
+  }
+
   // After Run: whether a restart may help (a rank failed, or ranks never started; not a signal
   // to hvxrun or --timeout), why the attempt ended, and the hosts at fault.
   struct Outcome {
     bool restartable = false;
+    bool grow = false;  // every rank ended cleanly after a growth request
     std::string cause;
     std::vector<std::string> fault_hosts;
   };
@@ -283,6 +292,10 @@ class Supervisor {
   // A preemption notice was forwarded as a checkpoint request; the ranks have until this.
   bool preempting_ = false;
   Clock::time_point preempt_deadline_;
+  double grow_interval_s_ = 0;
+  std::function<std::string()> more_slots_;
+  std::string growing_;  // what appeared, once the ranks were asked to checkpoint for it
+  Clock::time_point next_growth_check_;
   Clock::time_point kill_at_;
   std::optional<Clock::time_point> all_exited_at_;
 };
@@ -290,6 +303,12 @@ class Supervisor {
 Supervisor::Outcome Supervisor::outcome() const {
   Outcome o;
   if (got_signal_ != 0 || timed_out_) return o;
+  if (!growing_.empty() && !failure_ && static_cast<int>(exits_.size()) == plan_.size) {
+    o.restartable = true;
+    o.grow = true;
+    o.cause = absl::StrCat("the discovery script listed more slots (", growing_, ")");
+    return o;
+  }
   if (failure_) {
     const RankPlacement& p = plan_.ranks[failure_->rank];
     o.restartable = true;
@@ -319,7 +338,7 @@ void Supervisor::OnControl(const ControlRecord& r) {
     case ControlRecord::Kind::kExit:
       exits_[r.rank] = r;
       // A rank that does not handle the checkpoint request ends by it: the stop that was asked.
-      if (preempting_ && r.signal == SIGUSR1) {
+      if ((preempting_ || !growing_.empty()) && r.signal == SIGUSR1) {
         BeginStop("a rank ended on the checkpoint request");
       } else if ((r.exit_code != 0 || r.signal != 0) && !failure_ && !stopping_) {
         failure_ = Failure{r.rank, r.host, r.exit_code, r.signal, "", Clock::now()};
@@ -350,6 +369,7 @@ int Supervisor::Run(Child child) {
   child_ = child;
   start_ = Clock::now();
   const Clock::time_point start_deadline = start_ + FromSeconds(options_.start_timeout_s);
+  next_growth_check_ = start_ + FromSeconds(grow_interval_s_);
   const bool has_deadline = options_.timeout_s > 0;
   const Clock::time_point job_deadline = start_ + FromSeconds(options_.timeout_s);
   // Once mpiexec is gone, remote shells may still hold the pipes for a moment; not longer.
@@ -364,6 +384,16 @@ int Supervisor::Run(Child child) {
     }
     if (preempting_ && !stopping_ && now > preempt_deadline_) {
       BeginStop("--preempt-grace expired");
+    }
+    if (grow_interval_s_ > 0 && growing_.empty() && !preempting_ && !stopping_ &&
+        now > next_growth_check_) {
+      next_growth_check_ = now + FromSeconds(grow_interval_s_);
+      growing_ = more_slots_();
+      if (!growing_.empty()) {
+        kill(child_.pid, SIGUSR1);
+        Say(absl::StrCat("the discovery script lists more slots (", growing_,
+                         "): asked the ranks to checkpoint (SIGUSR1) for a restart with more"));
+      }
     }
     if (!stopping_ && has_deadline && now > job_deadline) {
       timed_out_ = true;
@@ -561,7 +591,8 @@ namespace {
 // One start of the job on `setup`'s plan, supervised to its end; *outcome says whether a restart
 // may help.
 absl::StatusOr<int> RunAttempt(const LaunchOptions& options, const JobSetup& setup,
-                               Supervisor::Outcome* outcome) {
+                               Supervisor::Outcome* outcome,
+                               std::function<std::string()> more_slots = nullptr) {
   const std::string wrapper = options.wrapper.empty() ? DefaultWrapper() : options.wrapper;
   const std::vector<std::string> argv = MpiexecCommand(options, setup, wrapper);
   if (options.dry_run || options.verbose) {
@@ -573,6 +604,7 @@ absl::StatusOr<int> RunAttempt(const LaunchOptions& options, const JobSetup& set
     if (options.dry_run) return 0;
   }
   Supervisor supervisor(options, setup.plan);
+  if (more_slots) supervisor.WatchForGrowth(options.discovery_interval_s, std::move(more_slots));
   if (!options.output_dir.empty())
     HVX_RETURN_IF_ERROR(supervisor.OpenOutputDir(options.output_dir));
 
@@ -624,6 +656,8 @@ absl::StatusOr<int> RunElastic(const LaunchOptions& options, const Environment& 
   const std::string run_id = env.GetNonEmpty("HVX_RUN_ID").value_or(NewRunId());
   HostHealth health;
   std::string cause;
+  bool grew = false;
+  int failed_restarts = 0;  // what --max-restarts counts; a restart to grow is not one
   int rc = 0;
   for (int attempt = 0;; ++attempt) {
     HVX_ASSIGN_OR_RETURN(std::vector<Host> hosts, CandidateHosts(options, env));
@@ -633,26 +667,44 @@ absl::StatusOr<int> RunElastic(const LaunchOptions& options, const Environment& 
                absl::StrCat("hvxrun: cannot restart: ", next.status().message(), "\n"));
       return attempt == 0 ? 2 : rc;
     }
-    if (attempt > 0) {
-      WriteAll(
-          options.err_fd,
-          absl::StrCat("hvxrun: ", RestartLine(attempt, options.max_restarts, cause, health, *next),
-                       "\n"));
+    if (attempt > 0 && grew) {
+      WriteAll(options.err_fd, absl::StrCat("hvxrun: restart to grow: ", cause, "; new plan: np ",
+                                            next->np.value_or(0), " on ", next->hosts, "\n"));
+    } else if (attempt > 0) {
+      WriteAll(options.err_fd,
+               absl::StrCat(
+                   "hvxrun: ",
+                   RestartLine(failed_restarts, options.max_restarts, cause, health, *next), "\n"));
     }
     HVX_ASSIGN_OR_RETURN(JobSetup setup,
                          ResolveJob(*next, env, ReadFileFromDisk, SystemHostProbe(*next, env)));
     setup.launcher = first.launcher;  // inside SLURM, srun still starts the ranks
     setup.source = absl::StrCat(first.source, ", attempt ", attempt);
+    // While it runs: does the discovery script list more than this plan has?
+    std::function<std::string()> more_slots;
+    if (options.discovery_interval_s > 0) {
+      const int np = next->np.value_or(0);
+      more_slots = [&options, &env, &health, np, attempt, &run_id]() -> std::string {
+        absl::StatusOr<std::vector<Host>> now = CandidateHosts(options, env);
+        if (!now.ok()) return "";
+        absl::StatusOr<LaunchOptions> bigger = PlanAttempt(options, *now, health, attempt, run_id);
+        if (!bigger.ok() || bigger->np.value_or(0) <= np) return "";
+        return absl::StrCat("np ", bigger->np.value_or(0), " on ", bigger->hosts);
+      };
+    }
     Supervisor::Outcome outcome;
-    HVX_ASSIGN_OR_RETURN(rc, RunAttempt(*next, setup, &outcome));
+    HVX_ASSIGN_OR_RETURN(rc, RunAttempt(*next, setup, &outcome, std::move(more_slots)));
+    grew = outcome.grow;
+    cause = outcome.cause;
+    if (grew) continue;
     if (rc == 0 || !outcome.restartable) return rc;
-    if (attempt >= options.max_restarts) {
-      WriteAll(options.err_fd, absl::StrCat("hvxrun: giving up after ", attempt, " restart",
-                                            attempt == 1 ? "" : "s", " (--max-restarts ",
+    if (failed_restarts >= options.max_restarts) {
+      WriteAll(options.err_fd, absl::StrCat("hvxrun: giving up after ", failed_restarts, " restart",
+                                            failed_restarts == 1 ? "" : "s", " (--max-restarts ",
                                             options.max_restarts, "): ", outcome.cause, "\n"));
       return rc;
     }
-    cause = outcome.cause;
+    ++failed_restarts;
     for (const std::string& h : outcome.fault_hosts) {
       RecordHostFailure(h, outcome.cause, options.host_failure_limit, &health);
     }

@@ -89,6 +89,8 @@ Elastic jobs:
   --host-discovery-script PATH
                            prints "host:slots" lines: the hosts, read at the start and at every
                            restart, so a restart can also grow the job
+  --discovery-interval S   also run it every S seconds; when it lists more slots, the ranks
+                           checkpoint and the job restarts larger
 )";
 }
 
@@ -188,6 +190,9 @@ absl::StatusOr<LaunchOptions> ParseLaunchArgs(const std::vector<std::string>& ar
       if (flag == "--max-np") o.max_np = n;
     } else if (flag == "--host-discovery-script") {
       HVX_ASSIGN_OR_RETURN(o.host_discovery_script, value());
+    } else if (flag == "--discovery-interval") {
+      HVX_ASSIGN_OR_RETURN(std::string v, value());
+      HVX_ASSIGN_OR_RETURN(o.discovery_interval_s, ParseSeconds(flag, v));
     } else if (flag == "--dry-run") {
       HVX_RETURN_IF_ERROR(no_value());
       o.dry_run = true;
@@ -205,6 +210,9 @@ absl::StatusOr<LaunchOptions> ParseLaunchArgs(const std::vector<std::string>& ar
   }
   if (!o.hosts.empty() && !o.hostfile.empty()) {
     return absl::InvalidArgumentError("give either -H or --hostfile, not both");
+  }
+  if (o.discovery_interval_s > 0 && o.host_discovery_script.empty()) {
+    return absl::InvalidArgumentError("--discovery-interval needs --host-discovery-script");
   }
   if (!o.host_discovery_script.empty() && (!o.hosts.empty() || !o.hostfile.empty())) {
     return absl::InvalidArgumentError(

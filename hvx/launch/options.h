@@ -52,6 +52,10 @@ struct LaunchOptions {
   int min_np = 1;
   std::optional<int> max_np;
   std::string host_discovery_script;
+  // > 0: also run the discovery script every this many seconds while the job runs; when it lists
+  // more usable slots than the job has (and --max-np allows more), the ranks are asked to
+  // checkpoint (SIGUSR1) and the job restarts larger.
+  double discovery_interval_s = 0;
   // A first SIGTERM or SIGINT to hvxrun is a preemption notice: it is forwarded to the ranks as
   // SIGUSR1, a checkpoint request (the trainer saves and ends cleanly; a program that does not
   // handle it ends), and hvxrun then exits kPreemptedExitCode. A second signal, or this many

@@ -93,6 +93,47 @@ acc_four=$(grep -oE 'done: .*eval accuracy [0-9.]+' "$T/four.out" | tail -n 1 | 
 [[ -n $acc_job && $acc_job == "$acc_four" ]]
 check "final eval accuracy equal: elastic $acc_job, uninterrupted 4 ranks $acc_four" $?
 
+# ---- Growth: the discovery script lists a third host while the job runs on two; hvxrun asks the
+# ranks to checkpoint, and the job restarts on 6 ranks from that step. What is left of the epoch
+# rarely fills whole 6-rank batches: the resumed epoch trains whole steps and leaves out less
+# than one global batch, saying how many; the audit holds for the rest.
+printf 'hvxr1:2\nhvxr2:2\n' >"$T/grow_hosts"
+printf '#!/bin/sh\ncat %s\n' "$T/grow_hosts" >"$T/discover.sh" && chmod +x "$T/discover.sh"
+launch_bg --host-discovery-script "$T/discover.sh" --discovery-interval 0.2 -- "$TRAIN" \
+    --config="$T/tiny.pbtxt" --override="checkpoint { dir: \"$T/ckg\" keep: 100 }" \
+    --sample_log="$T/gsamples"
+for _ in $(seq 1 1200); do
+    grep -qE '^\[0\] epoch 1/2 step 2/12 ' "$T/job.out" 2>/dev/null && break
+    sleep 0.05
+done
+printf 'hvxr1:2\nhvxr2:2\nhvxr3:2\n' >"$T/grow_hosts"
+wait "$pid"
+rc=$?
+grep -qE 'hvxrun: restart to grow: the discovery script listed more slots \(np 6 on hvxr1:2,hvxr2:2,hvxr3:2\); new plan: np 6 on hvxr1:2,hvxr2:2,hvxr3:2$' "$T/job.err"
+check "growth: hvxrun restarted the job on 6 ranks when the third host appeared (rc=$rc)" $?
+G=$(sed -nE 's/.*preempted at step ([0-9]+); checkpoint .*/\1/p' "$T/job.err" | head -n 1)
+[[ $rc == 0 && -n $G ]] && grep -qF "resuming from $T/ckg/ckpt-$G.pt" "$T/job.err"
+check "the 4 ranks checkpointed at step ${G:-?} and the 6 resumed there" $?
+[[ $rc == 0 ]] || tail -n 20 "$T/job.err"
+G=${G:-0}
+# The 6 ranks start in epoch E at position P (12 steps of 4 x 10 per epoch before).
+E=$((G / 12)) P=$(((G % 12) * 40))
+left=$(sed -nE 's/.*resumes at step .* the last ([0-9]+) \(less than one global batch\) are left out.*/\1/p' "$T/job.err" | head -n 1)
+for e in 0 1; do
+    end=$N
+    if ((e < E)); then
+        runs=("$T/gsamples/attempt0:4:0")
+    elif ((e == E && P > 0)); then
+        runs=("$T/gsamples/attempt0:4:0:$P" "$T/gsamples/attempt1:6:$P")
+        end=$((N - ${left:-0}))
+    else
+        runs=("$T/gsamples/attempt1:6:0")
+    fi
+    python3 "$AUDIT" $N $e "$T/ref" 2 $end "${runs[@]}" >"$T/gaudit$e.txt"
+    check "growth, epoch $((e + 1)): positions 0..$((end - 1)) once each (${runs[*]##*/})" $?
+    head -n 5 "$T/gaudit$e.txt"
+done
+
 no_processes_left hvxr1 hvxr2 hvxr3
 echo "failures: $failures"
 [[ $failures == 0 ]]
