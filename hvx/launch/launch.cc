@@ -262,6 +262,9 @@ class Supervisor {
     bool grow = false;  // every rank ended cleanly after a growth request
     std::string cause;
     std::vector<std::string> fault_hosts;
+    // mpiexec ended before these hosts' ranks reported an exit: a host that died takes its
+    // proxy with it, and hydra then ends the whole job. Which host is not known here.
+    std::vector<std::string> lost_hosts;
   };
   Outcome outcome() const;
 
@@ -326,6 +329,15 @@ Supervisor::Outcome Supervisor::outcome() const {
       }
     }
     o.cause = absl::StrCat("ranks did not start on host ", absl::StrJoin(o.fault_hosts, ", "));
+  } else if (static_cast<int>(exits_.size()) < plan_.size) {
+    o.restartable = true;
+    for (const RankPlacement& p : plan_.ranks) {
+      if (!exits_.count(p.rank) &&
+          std::find(o.lost_hosts.begin(), o.lost_hosts.end(), p.host) == o.lost_hosts.end()) {
+        o.lost_hosts.push_back(p.host);
+      }
+    }
+    o.cause = "mpiexec ended before the ranks reported their exit";
   }
   return o;
 }
@@ -650,6 +662,22 @@ absl::StatusOr<std::vector<Host>> CandidateHosts(const LaunchOptions& options,
   return setup.plan.used_hosts;
 }
 
+// Those of `hosts` that do not answer a command through the remote shell within a few seconds;
+// this host always answers.
+std::vector<std::string> UnreachableHosts(const LaunchOptions& options,
+                                          const std::vector<std::string>& hosts) {
+  const std::string self = HostName();
+  const std::string shell = options.launcher_exec.empty() ? "ssh" : options.launcher_exec;
+  std::vector<std::string> gone;
+  for (const std::string& h : hosts) {
+    if (h == self || h == "localhost") continue;
+    if (!RunCapture({shell, h, "true"}, std::min(options.start_timeout_s, 10.0)).ok()) {
+      gone.push_back(h);
+    }
+  }
+  return gone;
+}
+
 // --max-restarts: attempts until one succeeds, the restarts run out or too few slots are left.
 absl::StatusOr<int> RunElastic(const LaunchOptions& options, const Environment& env,
                                const JobSetup& first) {
@@ -705,8 +733,14 @@ absl::StatusOr<int> RunElastic(const LaunchOptions& options, const Environment& 
       return rc;
     }
     ++failed_restarts;
+    // The job ended without a failing rank to blame: a host that does not answer the remote shell
+    // is the one that died.
+    for (const std::string& h : UnreachableHosts(options, outcome.lost_hosts)) {
+      outcome.fault_hosts.push_back(h);
+      cause = absl::StrCat(outcome.cause, "; host ", h, " does not answer");
+    }
     for (const std::string& h : outcome.fault_hosts) {
-      RecordHostFailure(h, outcome.cause, options.host_failure_limit, &health);
+      RecordHostFailure(h, cause, options.host_failure_limit, &health);
     }
   }
 }
