@@ -88,7 +88,7 @@ class MpiCpuPlane : public DataPlane {
           out = zeros;
           zeros += n * esize;
         } else if (in.data() != out) {
-          std::memcpy(out, in.data(), n * esize);
+          CopyBytes(out, in.data(), n * esize);
         }
         ScaleInPlace(w.dtype, out, n, w.prescale_factor);
         large.push_back(Span{out, n});
@@ -145,7 +145,7 @@ class MpiCpuPlane : public DataPlane {
         if (t.data() == nullptr) {
           std::memset(p, 0, n * esize);
         } else {
-          std::memcpy(p, static_cast<const char*>(t.data()) + b * esize, n * esize);
+          CopyBytes(p, static_cast<const char*>(t.data()) + b * esize, n * esize);
         }
         p += n * esize;
       }
@@ -178,7 +178,7 @@ class MpiCpuPlane : public DataPlane {
         const int64_t count = w.inputs[i].num_elements();
         const int64_t b = PartBegin(count, k, parts), n = PartBegin(count, k + 1, parts) - b;
         if (w.outputs[i].data() != nullptr) {
-          std::memcpy(static_cast<char*>(w.outputs[i].data()) + b * esize, p, n * esize);
+          CopyBytes(static_cast<char*>(w.outputs[i].data()) + b * esize, p, n * esize);
         }
         p += n * esize;
       }
@@ -280,7 +280,7 @@ class MpiCpuPlane : public DataPlane {
     HVX_ASSIGN_OR_RETURN(char* buf, fusion_.GetOnEveryRank(n * esize, comm_));
     {
       ScopedActivity a(w.activity, "MEMCPY_IN_FUSION_BUFFER");
-      std::memcpy(buf, w.input.data(), n * esize);
+      CopyBytes(buf, w.input.data(), n * esize);
       ScaleInPlace(dt, buf, n, w.prescale_factor);
     }
     std::vector<int> counts(size_);
