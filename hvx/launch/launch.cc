@@ -663,14 +663,13 @@ absl::StatusOr<std::vector<Host>> CandidateHosts(const LaunchOptions& options,
 }
 
 // Those of `hosts` that do not answer a command through the remote shell within a few seconds;
-// this host always answers.
-std::vector<std::string> UnreachableHosts(const LaunchOptions& options,
+// this host (the probe's is_local) always answers.
+std::vector<std::string> UnreachableHosts(const LaunchOptions& options, const HostProbe& probe,
                                           const std::vector<std::string>& hosts) {
-  const std::string self = HostName();
   const std::string shell = options.launcher_exec.empty() ? "ssh" : options.launcher_exec;
   std::vector<std::string> gone;
   for (const std::string& h : hosts) {
-    if (h == self || h == "localhost") continue;
+    if (probe.is_local(h)) continue;
     if (!RunCapture({shell, h, "true"}, std::min(options.start_timeout_s, 10.0)).ok()) {
       gone.push_back(h);
     }
@@ -735,9 +734,13 @@ absl::StatusOr<int> RunElastic(const LaunchOptions& options, const Environment& 
     ++failed_restarts;
     // The job ended without a failing rank to blame: a host that does not answer the remote shell
     // is the one that died.
-    for (const std::string& h : UnreachableHosts(options, outcome.lost_hosts)) {
-      outcome.fault_hosts.push_back(h);
-      cause = absl::StrCat(outcome.cause, "; host ", h, " does not answer");
+    const std::vector<std::string> gone =
+        UnreachableHosts(options, SystemHostProbe(options, env), outcome.lost_hosts);
+    if (!gone.empty()) {
+      outcome.fault_hosts = gone;
+      cause =
+          absl::StrCat(outcome.cause, "; host", gone.size() > 1 ? "s " : " ",
+                       absl::StrJoin(gone, ", "), gone.size() > 1 ? " do" : " does", " not answer");
     }
     for (const std::string& h : outcome.fault_hosts) {
       RecordHostFailure(h, cause, options.host_failure_limit, &health);
