@@ -29,21 +29,17 @@ provided='^(linux-vdso|ld-linux|libc|libm|libpthread|libdl|librt|libutil|libreso
 
 rm -rf "$OUT"
 mkdir -p "$OUT/bin" "$OUT/lib"
-bin_of() { local t=${1#//}; echo "bazel-bin/${t%%:*}/${t##*:}"; }
+programs=()
 for t in "${gpu_targets[@]}" "${cpu_targets[@]}"; do
-    cp "$(bin_of "$t")" "$OUT/bin/"
+    t=${t#//}
+    programs+=("bazel-bin/${t%%:*}/${t##*:}")
 done
 # hydra: the MPI tests start themselves under it (hvx/testing/mpi_gtest_main.cc).
-for p in mpiexec.hydra hydra_pmi_proxy; do cp "$(command -v "$p")" "$OUT/bin/"; done
-chmod u+w "$OUT"/bin/*
-
-# The shared-library closure of every binary, resolved as this build resolves it (Bazel's solib
-# directories through each binary's rpath, then the system), minus what the machine provides.
-for b in "$OUT"/bin/*; do
-    src=$b
-    for t in "${gpu_targets[@]}" "${cpu_targets[@]}"; do
-        [[ $(basename "$(bin_of "$t")") == $(basename "$b") ]] && src=$(bin_of "$t")
-    done
+programs+=("$(command -v mpiexec.hydra)" "$(command -v hydra_pmi_proxy)")
+# Each program, and the shared-library closure it has where it was built (Bazel's solib
+# directories through its rpath, then the system), minus what the machine provides.
+for src in "${programs[@]}"; do
+    cp "$src" "$OUT/bin/"
     ldd "$src" | awk '/=> \// {print $1, $3}' | while read -r name path; do
         [[ $name =~ $provided ]] && continue
         [[ -e $OUT/lib/$name ]] || cp -L "$path" "$OUT/lib/$name"
