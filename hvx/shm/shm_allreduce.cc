@@ -98,9 +98,9 @@ absl::Status ShmAllreducer::Allreduce(const std::vector<ReduceSpan>& spans, Data
   what_ = std::string(what);
   esize_ = DataTypeSize(dtype);
   const SpanIndex index(spans);
-  const int64_t chunk = std::max<int64_t>(1, options_.chunk_bytes / static_cast<int64_t>(esize_));
+  chunk_ = std::max<int64_t>(1, options_.chunk_bytes / static_cast<int64_t>(esize_));
   const int64_t round =
-      std::max<int64_t>(1, options_.round_bytes / static_cast<int64_t>(esize_) / chunk) * chunk;
+      std::max<int64_t>(1, options_.round_bytes / static_cast<int64_t>(esize_) / chunk_) * chunk_;
   absl::Status status;
   for (int64_t begin = 0; begin < index.total() && status.ok(); begin += round) {
     status = Round(index, begin, std::min(round, index.total() - begin));
@@ -163,7 +163,7 @@ absl::Status ShmAllreducer::Round(const SpanIndex& index, int64_t begin, int64_t
   const uint64_t round = rounds_;
   const uint64_t base = chunks_;
   const size_t buffer = static_cast<size_t>(round % 2) * static_cast<size_t>(options_.round_bytes);
-  const int64_t chunk = std::max<int64_t>(1, options_.chunk_bytes / static_cast<int64_t>(esize_));
+  const int64_t chunk = chunk_;
   const int64_t chunks = (count + chunk - 1) / chunk;
   const auto owner = [&](int64_t j) { return static_cast<int>((base + j) % size); };
   const auto first = [&](int64_t j) { return j * chunk; };

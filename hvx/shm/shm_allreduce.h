@@ -128,6 +128,7 @@ class ShmAllreducer {
   double postscale_ = 1.0;
   std::string what_;
   size_t esize_ = 4;
+  int64_t chunk_ = 1;  // elements per chunk
 
   uint64_t rounds_ = 0;  // rounds completed by this rank, over all calls
   uint64_t chunks_ = 0;  // chunks of those rounds
