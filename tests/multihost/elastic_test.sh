@@ -68,21 +68,15 @@ check "discovery: 4 ranks at the start, 6 after the restart on the host that app
 # ---- a host that dies: every process on hvxe3 ends at once and the host is gone (its namespace
 # deleted, so the remote shell cannot reach it). hydra ends the whole job without any rank's exit
 # status; hvxrun finds the host that does not answer, excludes it and restarts on the others.
-T0=$(date +%s%N)
-timeout -k 5 90 "$NETNS" exec hvxe1 "$HVXRUN" --mpiexec "$MPIEXEC" --launcher-exec "$HVX_NETNS_STATE/fakessh" \
-    --timeout 60 --start-timeout 20 "${extra[@]}" -H hvxe1:2,hvxe2:2,hvxe3:2 --max-restarts 1 -- \
-    /bin/sh -c 'sleep 3; echo "rank=$HVX_RANK size=$HVX_SIZE host=$(hostname) restart=$HVX_RESTART_COUNT "' \
-    >"$HVX_NETNS_STATE/out" 2>"$HVX_NETNS_STATE/err" </dev/null &
-pid=$!
+launch_bg -H hvxe1:2,hvxe2:2,hvxe3:2 --max-restarts 1 -- \
+    /bin/sh -c 'sleep 3; echo "rank=$HVX_RANK size=$HVX_SIZE host=$(hostname) restart=$HVX_RESTART_COUNT "'
 sleep 1.5
 kill -KILL $(ip netns pids hvxe3) 2>/dev/null
 ip netns del hvxe3
-wait "$pid"
-rc=$?
-out=$(cat "$HVX_NETNS_STATE/out") err=$(cat "$HVX_NETNS_STATE/err")
+finish
 [[ $rc == 0 && $(lines_of 1) == 4 ]] &&
     grep -qE 'hvxrun: restart 1 of 1: mpiexec ended before the ranks reported their exit; host hvxe3 does not answer; excluded hvxe3 \(1 failure\); new plan: np 4 on hvxe1:2,hvxe2:2$' <<<"$err"
-check "a host that died: found by the remote shell, excluded, the job done on 4 ranks (rc=$rc, $((($(date +%s%N) - T0) / 1000000)) ms)" $?
+check "a host that died: found by the remote shell, excluded, the job done on 4 ranks (rc=$rc, ${elapsed_ms} ms)" $?
 [[ $rc == 0 ]] || show
 
 no_processes_left hvxe1 hvxe2

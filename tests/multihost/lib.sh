@@ -33,12 +33,25 @@ show() { echo "--- stdout"; echo "$out"; echo "--- stderr"; echo "$err"; }
 # Runs hvxrun on host ${HVX_NETNS_PREFIX}1; stdout, stderr, rc and elapsed_ms land in $out, $err,
 # $rc and $elapsed_ms. hvxrun bounds the job (--timeout) and `timeout` bounds hvxrun.
 launch() {
-    local t0=$(date +%s%N)
+    launch_bg "$@"
+    finish
+}
+
+# launch_bg ARGS...: the same in the background, for a test that acts while the job runs: its pid
+# in $pid, its output growing in $HVX_NETNS_STATE/out and err. `finish` waits for it and sets what
+# launch sets.
+launch_bg() {
+    launch_t0=$(date +%s%N)
     timeout -k 5 90 "$NETNS" exec "${HVX_NETNS_PREFIX}1" "$HVXRUN" --mpiexec "$MPIEXEC" \
         --launcher-exec "$HVX_NETNS_STATE/fakessh" --timeout 60 --start-timeout 20 "${extra[@]}" "$@" \
-        >"$HVX_NETNS_STATE/out" 2>"$HVX_NETNS_STATE/err" </dev/null
+        >"$HVX_NETNS_STATE/out" 2>"$HVX_NETNS_STATE/err" </dev/null &
+    pid=$!
+}
+
+finish() {
+    wait "$pid"
     rc=$?
-    elapsed_ms=$((($(date +%s%N) - t0) / 1000000))
+    elapsed_ms=$((($(date +%s%N) - launch_t0) / 1000000))
     out=$(cat "$HVX_NETNS_STATE/out")
     err=$(cat "$HVX_NETNS_STATE/err")
 }

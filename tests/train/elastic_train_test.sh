@@ -23,17 +23,11 @@ timeout -k 5 200 "$TRAIN" --config="$T/tiny.pbtxt" --override='launch { num_proc
 check "the reference run exits 0 (rc=$?)" $?
 
 hosts_up 3
-launch_bg() {
-    timeout -k 5 200 "$NETNS" exec hvxr1 "$HVXRUN" --mpiexec "$MPIEXEC" \
-        --launcher-exec "$HVX_NETNS_STATE/fakessh" --timeout 180 --start-timeout 30 "${extra[@]}" \
-        "$@" >"$T/job.out" 2>"$T/job.err" </dev/null &
-    pid=$!
-}
 launch_bg -H hvxr1:2,hvxr2:2,hvxr3:2 --max-restarts 2 -- "$TRAIN" --config="$T/tiny.pbtxt" \
     --override="checkpoint { dir: \"$T/ck\" every_steps: 2 keep: 100 }" --sample_log="$T/samples"
 # 8 steps per epoch on 6 ranks: kill the third host's ranks once rank 0 is at step 5.
 for _ in $(seq 1 1200); do
-    grep -qE '^\[0\] epoch 1/2 step 5/8 ' "$T/job.out" 2>/dev/null && break
+    grep -qE '^\[0\] epoch 1/2 step 5/8 ' "$HVX_NETNS_STATE/out" 2>/dev/null && break
     sleep 0.05
 done
 victims=""
@@ -45,22 +39,21 @@ kill -KILL $victims 2>/dev/null
 t_kill=$(date +%s%N) t_restart="" t_init="" t_step=""
 while kill -0 "$pid" 2>/dev/null && [[ -z $t_step ]]; do
     now=$(date +%s%N)
-    [[ -z $t_restart ]] && grep -q 'hvxrun: restart 1 of 2' "$T/job.err" && t_restart=$now
-    [[ -z $t_init && -n $t_restart ]] && grep -q 'hvx initialized: rank 0/4' "$T/job.err" && t_init=$now
-    [[ -z $t_step ]] && grep -qE ' step [0-9]+/12 ' "$T/job.out" && t_step=$now
+    [[ -z $t_restart ]] && grep -q 'hvxrun: restart 1 of 2' "$HVX_NETNS_STATE/err" && t_restart=$now
+    [[ -z $t_init && -n $t_restart ]] && grep -q 'hvx initialized: rank 0/4' "$HVX_NETNS_STATE/err" && t_init=$now
+    [[ -z $t_step ]] && grep -qE ' step [0-9]+/12 ' "$HVX_NETNS_STATE/out" && t_step=$now
     sleep 0.02
 done
 ms() { [[ -n $1 ]] && echo $((($1 - $2) / 1000000)) || echo "?"; }
 echo "recovery: restart line $(ms "$t_restart" "$t_kill") ms after the kill, Init of the 4 ranks" \
     "$(ms "$t_init" "$t_kill") ms, their first step $(ms "$t_step" "$t_kill") ms"
-wait "$pid"
-rc=$?
+finish
 [[ $rc == 0 ]]; check "the job finished after losing hvxr3 (rc=$rc; killed: $victims)" $?
-[[ $rc == 0 ]] || tail -n 30 "$T/job.err"
-grep -qE 'hvxrun: restart 1 of 2: rank [45] on host hvxr3 was killed by signal 9 .*; excluded hvxr3 \(1 failure\); new plan: np 4 on hvxr1:2,hvxr2:2$' "$T/job.err"
+[[ $rc == 0 ]] || tail -n 30 "$HVX_NETNS_STATE/err"
+grep -qE 'hvxrun: restart 1 of 2: rank [45] on host hvxr3 was killed by signal 9 .*; excluded hvxr3 \(1 failure\); new plan: np 4 on hvxr1:2,hvxr2:2$' "$HVX_NETNS_STATE/err"
 check "one restart line: the killed rank, hvxr3 excluded, 4 ranks on 2 hosts" $?
 
-resume=$(grep -oE 'resuming from [^ ]*/ckpt-[0-9]+\.pt \(epoch [0-9]+, step [0-9]+\)' "$T/job.out" "$T/job.err" | head -n 1)
+resume=$(grep -oE 'resuming from [^ ]*/ckpt-[0-9]+\.pt \(epoch [0-9]+, step [0-9]+\)' "$HVX_NETNS_STATE/out" "$HVX_NETNS_STATE/err" | head -n 1)
 S=$(sed -nE 's/.*ckpt-([0-9]+)\.pt.*/\1/p' <<<"$resume")
 [[ -n $S && $S -ge 4 && $S -lt 8 ]]; check "the restart resumed mid-epoch 1 from ckpt-${S:-?} ($resume)" $?
 S=${S:-0}
@@ -81,14 +74,14 @@ timeout -k 5 200 "$TRAIN" --config="$T/tiny.pbtxt" --override='launch { num_proc
 check "the 4-rank run from ckpt-$S.pt exits 0 (rc=$?)" $?
 # The 4-rank attempt's steps are those of 12 per epoch (the first attempt's were of 8).
 four_rank_losses() { losses "$1" | grep -E ' step [0-9]+/12 '; }
-if diff <(four_rank_losses "$T/four.out") <(four_rank_losses "$T/job.out") >"$T/diff.txt" &&
+if diff <(four_rank_losses "$T/four.out") <(four_rank_losses "$HVX_NETNS_STATE/out") >"$T/diff.txt" &&
     [[ -s $T/diff.txt || $(four_rank_losses "$T/four.out" | wc -l) -gt 0 ]]; then
     check "the restarted attempt's losses equal the 4-rank run's, step by step" 0
 else
     check "the restarted attempt's losses equal the 4-rank run's, step by step" 1
     head -n 6 "$T/diff.txt"
 fi
-acc_job=$(grep -oE 'done: .*eval accuracy [0-9.]+' "$T/job.out" | tail -n 1 | grep -oE '[0-9.]+$')
+acc_job=$(grep -oE 'done: .*eval accuracy [0-9.]+' "$HVX_NETNS_STATE/out" | tail -n 1 | grep -oE '[0-9.]+$')
 acc_four=$(grep -oE 'done: .*eval accuracy [0-9.]+' "$T/four.out" | tail -n 1 | grep -oE '[0-9.]+$')
 [[ -n $acc_job && $acc_job == "$acc_four" ]]
 check "final eval accuracy equal: elastic $acc_job, uninterrupted 4 ranks $acc_four" $?
@@ -103,22 +96,21 @@ launch_bg --host-discovery-script "$T/discover.sh" --discovery-interval 0.2 -- "
     --config="$T/tiny.pbtxt" --override="checkpoint { dir: \"$T/ckg\" keep: 100 }" \
     --sample_log="$T/gsamples"
 for _ in $(seq 1 1200); do
-    grep -qE '^\[0\] epoch 1/2 step 2/12 ' "$T/job.out" 2>/dev/null && break
+    grep -qE '^\[0\] epoch 1/2 step 2/12 ' "$HVX_NETNS_STATE/out" 2>/dev/null && break
     sleep 0.05
 done
 printf 'hvxr1:2\nhvxr2:2\nhvxr3:2\n' >"$T/grow_hosts"
-wait "$pid"
-rc=$?
-grep -qE 'hvxrun: restart to grow: the discovery script listed more slots \(np 6 on hvxr1:2,hvxr2:2,hvxr3:2\); new plan: np 6 on hvxr1:2,hvxr2:2,hvxr3:2$' "$T/job.err"
+finish
+grep -qE 'hvxrun: restart to grow: the discovery script listed more slots \(np 6 on hvxr1:2,hvxr2:2,hvxr3:2\); new plan: np 6 on hvxr1:2,hvxr2:2,hvxr3:2$' "$HVX_NETNS_STATE/err"
 check "growth: hvxrun restarted the job on 6 ranks when the third host appeared (rc=$rc)" $?
-G=$(sed -nE 's/.*preempted at step ([0-9]+); checkpoint .*/\1/p' "$T/job.err" | head -n 1)
-[[ $rc == 0 && -n $G ]] && grep -qF "resuming from $T/ckg/ckpt-$G.pt" "$T/job.err"
+G=$(sed -nE 's/.*preempted at step ([0-9]+); checkpoint .*/\1/p' "$HVX_NETNS_STATE/err" | head -n 1)
+[[ $rc == 0 && -n $G ]] && grep -qF "resuming from $T/ckg/ckpt-$G.pt" "$HVX_NETNS_STATE/err"
 check "the 4 ranks checkpointed at step ${G:-?} and the 6 resumed there" $?
-[[ $rc == 0 ]] || tail -n 20 "$T/job.err"
+[[ $rc == 0 ]] || tail -n 20 "$HVX_NETNS_STATE/err"
 G=${G:-0}
 # The 6 ranks start in epoch E at position P (12 steps of 4 x 10 per epoch before).
 E=$((G / 12)) P=$(((G % 12) * 40))
-left=$(sed -nE 's/.*resumes at step .* the last ([0-9]+) \(less than one global batch\) are left out.*/\1/p' "$T/job.err" | head -n 1)
+left=$(sed -nE 's/.*resumes at step .* the last ([0-9]+) \(less than one global batch\) are left out.*/\1/p' "$HVX_NETNS_STATE/err" | head -n 1)
 for e in 0 1; do
     end=$N
     if ((e < E)); then
