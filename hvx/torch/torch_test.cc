@@ -12,14 +12,6 @@
 namespace hvx {
 namespace {
 
-class HvxEnvironment : public testing::Environment {
- public:
-  void SetUp() override { ASSERT_TRUE(Init().ok()); }
-  void TearDown() override { EXPECT_TRUE(Shutdown().ok()); }
-};
-
-const testing::Environment* const kEnv = testing::AddGlobalTestEnvironment(new HvxEnvironment);
-
 // Two layers plus a branch that only some ranks use.
 struct Net : torch::nn::Module {
   Net() {

@@ -19,14 +19,6 @@ namespace hvx {
 namespace train {
 namespace {
 
-class HvxEnvironment : public testing::Environment {
- public:
-  void SetUp() override { ASSERT_TRUE(Init().ok()); }
-  void TearDown() override { EXPECT_TRUE(Shutdown().ok()); }
-};
-
-const testing::Environment* const kEnv = testing::AddGlobalTestEnvironment(new HvxEnvironment);
-
 // A linear layer and BatchNorm: parameters, optimizer state and running statistics.
 class TinyNet : public Classifier {
  public:
