@@ -686,8 +686,15 @@ absl::StatusOr<int> RunElastic(const LaunchOptions& options, const Environment& 
   bool grew = false;
   int failed_restarts = 0;  // what --max-restarts counts; a restart to grow is not one
   int rc = 0;
+  // Without a discovery script the hosts never change: resolve them (and probe their GPUs) once.
+  std::vector<Host> hosts;
+  if (options.host_discovery_script.empty()) {
+    HVX_ASSIGN_OR_RETURN(hosts, CandidateHosts(options, env));
+  }
   for (int attempt = 0;; ++attempt) {
-    HVX_ASSIGN_OR_RETURN(std::vector<Host> hosts, CandidateHosts(options, env));
+    if (!options.host_discovery_script.empty()) {
+      HVX_ASSIGN_OR_RETURN(hosts, CandidateHosts(options, env));
+    }
     absl::StatusOr<LaunchOptions> next = PlanAttempt(options, hosts, health, attempt, run_id);
     if (!next.ok()) {
       WriteAll(options.err_fd,
