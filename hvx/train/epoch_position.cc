@@ -16,6 +16,13 @@ int64_t PerRank(int64_t remaining, int world_size, data::RemainderPolicy remaind
                                                   : remaining / world_size;
 }
 
+// Steps that train `per_rank` samples on every rank: under kPad the last one may be short, so
+// nothing is left out; under kDrop only whole batches.
+int64_t Steps(int64_t per_rank, int batch_size, data::RemainderPolicy remainder) {
+  return remainder == data::RemainderPolicy::kPad ? (per_rank + batch_size - 1) / batch_size
+                                                  : per_rank / batch_size;
+}
+
 std::string Count(int64_t n, absl::string_view one, absl::string_view many) {
   return absl::StrCat(n, " ", n == 1 ? one : many);
 }
@@ -54,7 +61,8 @@ absl::StatusOr<TrainingPosition> DecodePosition(absl::Span<const int64_t> v) {
 }
 
 int64_t StepsPerEpoch(const EpochShape& shape) {
-  int64_t steps = PerRank(shape.num_samples, shape.world_size, shape.remainder) / shape.batch_size;
+  int64_t steps = Steps(PerRank(shape.num_samples, shape.world_size, shape.remainder),
+                        shape.batch_size, shape.remainder);
   if (shape.max_steps_per_epoch > 0) steps = std::min(steps, shape.max_steps_per_epoch);
   return steps;
 }
@@ -64,16 +72,17 @@ EpochContinuation ContinueEpoch(const EpochShape& shape, int64_t samples_in_epoc
   const int64_t global_batch = int64_t{shape.world_size} * shape.batch_size;
   c.steps_per_epoch = StepsPerEpoch(shape);
   c.remaining = std::max<int64_t>(0, shape.num_samples - samples_in_epoch);
-  // The whole batches of a shard plan that starts at samples_in_epoch; without max_steps_per_epoch
-  // they never exceed the budget, so the epoch's counter ends at steps_per_epoch either way.
-  const int64_t whole =
-      PerRank(shape.num_samples - samples_in_epoch, shape.world_size, shape.remainder) /
-      shape.batch_size;
+  // The steps of a shard plan that starts at samples_in_epoch; without max_steps_per_epoch they
+  // never exceed the budget (under kPad, ceil((N - C) / G) <= ceil(N / G) - floor(C / G)), so the
+  // epoch's counter ends at steps_per_epoch either way.
+  const int64_t per_rank =
+      PerRank(shape.num_samples - samples_in_epoch, shape.world_size, shape.remainder);
+  const int64_t all = Steps(per_rank, shape.batch_size, shape.remainder);
   const int64_t budget = std::max<int64_t>(0, c.steps_per_epoch - samples_in_epoch / global_batch);
-  c.steps = std::min(whole, budget);
-  c.capped = c.steps < whole;
+  c.steps = std::min(all, budget);
+  c.capped = c.steps < all;
   c.first_step = c.steps_per_epoch - c.steps;
-  c.trained = c.steps * global_batch;
+  c.trained = std::min(c.steps * shape.batch_size, per_rank) * shape.world_size;
   return c;
 }
 

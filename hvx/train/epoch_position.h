@@ -7,18 +7,21 @@
 //
 // The rule. An epoch is the sequence of positions 0, 1, ... of its permutation (see
 // hvx/data/shard_plan.h); one step at world size W and batch B per rank trains the next W x B of
-// them (the global batch G). An uninterrupted epoch trains S = StepsPerEpoch(shape) whole global
-// batches and leaves the rest of the permutation out (fewer than G samples, or what
-// logging.max_steps_per_epoch cuts; with PAD the last step may instead wrap around into padding
-// duplicates). A position records C, the samples of the epoch already trained on. Resumed at any
-// W and B, the epoch trains positions C, C+1, ... in whole global batches of the new size,
-// exactly as the shard plan's remainder policy cuts an epoch that starts at C: each position
-// once, and what is left out is the end of the permutation, fewer than G samples (or what
-// logging.max_steps_per_epoch cuts). Its step counter ends at S like every epoch's, so it starts
-// at S minus the steps still to train (C / G rounded down or up); the learning rate is the
-// schedule at epoch x S + that counter, which is what an uninterrupted run at the new size uses
-// at the same point of the epoch. The global step counts the optimizer steps of all runs
-// together, so checkpoint names and summaries never go back.
+// them (the global batch G). The remainder policy decides the end of an epoch:
+// - DROP: S = StepsPerEpoch(shape) whole global batches; the rest of the permutation (fewer than
+//   G samples) is left out.
+// - PAD: every rank's share is padded to ceil(N / W) with duplicates from the start of the
+//   permutation, and the last of the S = ceil(N / G) steps may be short (the same number of rows
+//   on every rank): every sample is trained, with fewer than W padding duplicates.
+// logging.max_steps_per_epoch may cut either. A position records C, the samples of the epoch
+// already trained on (padding included). Resumed at any W and B, the epoch trains positions C,
+// C+1, ... as the policy cuts an epoch that starts at C: each position once, and under DROP what
+// is left out is the end of the permutation, fewer than G samples; under PAD nothing. Its step
+// counter ends at S like every epoch's, so it starts at S minus the steps still to train (C / G
+// rounded down or up); the learning rate is the schedule at epoch x S + that counter, which is
+// what an uninterrupted run at the new size uses at the same point of the epoch. The global step
+// counts the optimizer steps of all runs together, so checkpoint names and summaries never go
+// back.
 #ifndef HVX_TRAIN_EPOCH_POSITION_H_
 #define HVX_TRAIN_EPOCH_POSITION_H_
 
@@ -63,8 +66,9 @@ struct EpochShape {
   int64_t max_steps_per_epoch = 0;  // 0: no limit
 };
 
-// Steps of an uninterrupted epoch: the whole batches in each rank's shard, at most
-// max_steps_per_epoch. 0 when the shard holds less than one batch.
+// Steps of an uninterrupted epoch, at most max_steps_per_epoch: under DROP the whole batches in
+// each rank's shard (0 when it holds less than one batch), under PAD its batches, the last one
+// possibly short.
 int64_t StepsPerEpoch(const EpochShape& shape);
 
 // The part of an epoch still to train after `samples_in_epoch` of it.
@@ -74,7 +78,8 @@ struct EpochContinuation {
   int64_t first_step = 0;  // the epoch's step counter before the first: steps_per_epoch - steps
   int64_t remaining =
       0;                // samples of the epoch not yet trained on (num_samples - samples_in_epoch)
-  int64_t trained = 0;  // positions the steps train: steps x global batch
+  int64_t trained = 0;  // positions the steps train, padding included (steps x G unless PAD's last
+                        // step is short)
   bool capped = false;  // max_steps_per_epoch leaves out more than the remainder policy does
 };
 

@@ -1,5 +1,6 @@
 #include "hvx/train/epoch_position.h"
 
+#include <algorithm>
 #include <set>
 #include <vector>
 
@@ -31,8 +32,12 @@ std::vector<int64_t> TrainedPositions(const EpochShape& shape, int64_t consumed,
     o.consumed = consumed;
     auto plan = data::MakeShardPlan(o);
     EXPECT_TRUE(plan.ok()) << plan.status();
-    const int64_t rows = steps * shape.batch_size;
-    EXPECT_GE(static_cast<int64_t>(plan->sample_ids.size()), rows);
+    const int64_t shard = static_cast<int64_t>(plan->sample_ids.size());
+    // PAD's last step may be short: it trains what is left of the shard.
+    const int64_t rows = shape.remainder == RemainderPolicy::kPad
+                             ? std::min(steps * shape.batch_size, shard)
+                             : steps * shape.batch_size;
+    EXPECT_GE(shard, rows);
     for (int64_t i = 0; i < rows && i < static_cast<int64_t>(plan->sample_ids.size()); ++i) {
       positions.push_back(consumed + r + i * shape.world_size);
       EXPECT_EQ(plan->sample_ids[static_cast<size_t>(i)], positions.back() % shape.num_samples);
@@ -41,7 +46,8 @@ std::vector<int64_t> TrainedPositions(const EpochShape& shape, int64_t consumed,
   return positions;
 }
 
-TEST(EpochPositionTest, StepsPerEpochAreTheWholeBatchesOfEachShard) {
+// DROP: the whole batches of each rank's shard; PAD: all its batches, the last one possibly short.
+TEST(EpochPositionTest, StepsPerEpochCutEachShardIntoBatches) {
   for (RemainderPolicy policy : {RemainderPolicy::kDrop, RemainderPolicy::kPad}) {
     for (int64_t n : {1, 7, 40, 97, 320}) {
       for (int w : {1, 2, 3, 4}) {
@@ -51,8 +57,9 @@ TEST(EpochPositionTest, StepsPerEpochAreTheWholeBatchesOfEachShard) {
           o.size = w;
           o.remainder = policy;
           const int64_t shard = static_cast<int64_t>(data::MakeShardPlan(o)->sample_ids.size());
-          EXPECT_EQ(StepsPerEpoch(Shape(n, w, b, policy)), shard / b) << n << " " << w << " " << b;
-          EXPECT_EQ(StepsPerEpoch(Shape(n, w, b, policy, 2)), std::min<int64_t>(2, shard / b));
+          const int64_t steps = policy == RemainderPolicy::kPad ? (shard + b - 1) / b : shard / b;
+          EXPECT_EQ(StepsPerEpoch(Shape(n, w, b, policy)), steps) << n << " " << w << " " << b;
+          EXPECT_EQ(StepsPerEpoch(Shape(n, w, b, policy, 2)), std::min<int64_t>(2, steps));
         }
       }
     }
@@ -71,9 +78,9 @@ TEST(EpochPositionTest, SameSizeResumeContinuesTheCounter) {
 }
 
 // Stopped after every step of every shape and resumed at every other: the two runs train
-// positions 0 .. c + trained - 1 once each; what stays out is the end of the permutation, fewer
-// than one new global batch (DROP and PAD alike), or padding fills the last step (PAD); the
-// counter ends at the new size's steps per epoch.
+// positions 0 .. c + trained - 1 once each; under DROP what stays out is the end of the
+// permutation, fewer than one new global batch; under PAD nothing stays out and fewer than one
+// padding duplicate per new rank is added; the counter ends at the new size's steps per epoch.
 TEST(EpochPositionTest, ResumedAtAnotherSizeEveryPositionOnce) {
   for (RemainderPolicy policy : {RemainderPolicy::kDrop, RemainderPolicy::kPad}) {
     for (int64_t n : {97, 320}) {
@@ -98,8 +105,13 @@ TEST(EpochPositionTest, ResumedAtAnotherSizeEveryPositionOnce) {
                 ASSERT_EQ(static_cast<int64_t>(once.size()), end);
                 EXPECT_EQ(*once.rbegin(), end - 1);
                 EXPECT_EQ(rest.remaining, n - c);
-                EXPECT_LT(rest.remaining - rest.trained, g2);
-                EXPECT_LT(rest.trained - rest.remaining, policy == RemainderPolicy::kPad ? g2 : 1);
+                if (policy == RemainderPolicy::kPad) {
+                  EXPECT_GE(rest.trained, rest.remaining) << "a sample left out";
+                  EXPECT_LT(rest.trained - rest.remaining, w2);
+                } else {
+                  EXPECT_LT(rest.remaining - rest.trained, g2);
+                  EXPECT_LE(rest.trained, rest.remaining);
+                }
                 EXPECT_EQ(rest.first_step + rest.steps, StepsPerEpoch(after));
                 EXPECT_GE(rest.first_step, c / g2);
                 EXPECT_LE(rest.first_step, (c + g2 - 1) / g2);
@@ -151,12 +163,30 @@ TEST(EpochPositionTest, Descriptions) {
             "epoch 1 resumes at step 3/5: 192 of its 320 samples remain; 3 steps of 2 ranks x "
             "batch 32 train all of "
             "them");
-  // PAD: 13 samples, 4 ranks x 3 after 1 step of 1 rank x 3: 10 remain, one step of 12.
+  // PAD: 13 samples, 4 ranks x 3 after 1 step of 1 rank x 3: 10 remain, the last of 2 steps.
   shape = Shape(13, 4, 3, RemainderPolicy::kPad);
   EXPECT_EQ(DescribeContinuation(shape, 2, ContinueEpoch(shape, 3)),
-            "epoch 3 resumes at step 1/1: 10 of its 13 samples remain; 1 step of 4 ranks x batch 3 "
+            "epoch 3 resumes at step 2/2: 10 of its 13 samples remain; 1 step of 4 ranks x batch 3 "
             "train all of them "
             "and 2 padding duplicates (data.remainder: PAD)");
+  // PAD, 2 -> 4 ranks after 5 of 16 steps: 220 remain, 55 per rank, 6 steps of which the last
+  // trains 5 rows per rank.
+  shape = Shape(320, 4, 10, RemainderPolicy::kPad);
+  rest = ContinueEpoch(shape, 100);
+  EXPECT_EQ(rest.steps_per_epoch, 8);
+  EXPECT_EQ(rest.steps, 6);
+  EXPECT_EQ(rest.first_step, 2);
+  EXPECT_EQ(rest.trained, 220);
+  EXPECT_EQ(DescribeContinuation(shape, 0, rest),
+            "epoch 1 resumes at step 3/8: 220 of its 320 samples remain; 6 steps of 4 ranks x "
+            "batch 10 train all of them");
+  // PAD, 97 samples at 4 ranks x 10: 3 steps, the last short. After one: 57 remain, 15 per
+  // rank, a step of 10 rows and one of 5, with 3 padding duplicates in all.
+  shape = Shape(97, 4, 10, RemainderPolicy::kPad);
+  EXPECT_EQ(StepsPerEpoch(shape), 3);
+  EXPECT_EQ(DescribeContinuation(shape, 0, ContinueEpoch(shape, 40)),
+            "epoch 1 resumes at step 2/3: 57 of its 97 samples remain; 2 steps of 4 ranks x batch "
+            "10 train all of them and 3 padding duplicates (data.remainder: PAD)");
   // Less than one global batch left.
   shape = Shape(320, 4, 10);
   EXPECT_EQ(DescribeContinuation(shape, 0, ContinueEpoch(shape, 300)),

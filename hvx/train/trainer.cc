@@ -393,7 +393,9 @@ absl::StatusOr<std::unique_ptr<data::Pipeline>> OpenTrainPipeline(const Run& run
   po.remainder = TrainRemainder(config);
   po.consumed = consumed;
   po.batch_size = config.data().batch_size();
-  po.drop_last_batch = true;
+  // DROP trains whole batches; PAD's shares are equal on every rank, so its short last batch is
+  // the same size everywhere and every sample of the epoch is trained.
+  po.drop_last_batch = po.remainder == data::RemainderPolicy::kDrop;
   po.max_batches = steps;
   po.reader_threads = config.data().reader_threads();
   po.decode_threads = config.data().decode_threads();
@@ -456,8 +458,7 @@ absl::Status ReportProgress(Run& run, int64_t epoch, const TrainingPosition& pos
     HVX_ASSIGN_OR_RETURN(mean_loss, AverageMetric(mean_loss, "train.loss"));
   }
   const double window_s = window.seconds();
-  const double samples_per_s =
-      window.steps * config.data().batch_size() * size / std::max(window_s, 1e-9);
+  const double samples_per_s = window.samples * size / std::max(window_s, 1e-9);
   const int64_t epoch_steps = run.steps_per_epoch;
   const int64_t steps_left =
       (config.epochs() - epoch - 1) * epoch_steps + (epoch_steps - pos.steps_in_epoch);
@@ -499,7 +500,6 @@ absl::StatusOr<EpochSteps> TrainEpoch(Run& run, int64_t epoch, TrainingPosition*
   SampleLog sample_log;
   HVX_RETURN_IF_ERROR(sample_log.Open(run.options.sample_log_dir, epoch, /*append=*/consumed > 0));
   run.model->train();
-  const int64_t global_batch = int64_t{Size()} * config.data().batch_size();
   StepWindow since_progress;
   StepWindow whole_epoch;
   while (pos->steps_in_epoch < run.steps_per_epoch) {
@@ -519,7 +519,7 @@ absl::StatusOr<EpochSteps> TrainEpoch(Run& run, int64_t epoch, TrainingPosition*
     whole_epoch.Add(loss, batch_samples, waited_s);
     ++pos->steps_in_epoch;
     ++pos->global_step;
-    pos->samples_in_epoch += global_batch;
+    pos->samples_in_epoch += batch_samples * Size();  // every rank's batch has as many rows
     const bool last_step = pos->steps_in_epoch == run.steps_per_epoch;
     HVX_ASSIGN_OR_RETURN(const AfterStep agreed, AgreeAfterStep(run));
     run.preempted = run.preempted || agreed.preempt;

@@ -88,12 +88,12 @@ check "final eval accuracy equal: elastic $acc_job, uninterrupted 4 ranks $acc_f
 
 # ---- Growth: the discovery script lists a third host while the job runs on two; hvxrun asks the
 # ranks to checkpoint, and the job restarts on 6 ranks from that step. What is left of the epoch
-# rarely fills whole 6-rank batches: the resumed epoch trains whole steps and leaves out less
-# than one global batch, saying how many; the audit holds for the rest.
+# rarely fills whole 6-rank batches; under data.remainder PAD the resumed epoch's shares are
+# padded to equal size and its last step is short, so every sample is still trained once.
 printf 'hvxr1:2\nhvxr2:2\n' >"$T/grow_hosts"
 printf '#!/bin/sh\ncat %s\n' "$T/grow_hosts" >"$T/discover.sh" && chmod +x "$T/discover.sh"
 launch_bg --host-discovery-script "$T/discover.sh" --discovery-interval 0.2 -- "$TRAIN" \
-    --config="$T/tiny.pbtxt" --override="checkpoint { dir: \"$T/ckg\" keep: 100 }" \
+    --config="$T/tiny.pbtxt" --override="data { remainder: PAD } checkpoint { dir: \"$T/ckg\" keep: 100 }" \
     --sample_log="$T/gsamples"
 for _ in $(seq 1 1200); do
     grep -qE '^\[0\] epoch 1/2 step 2/12 ' "$HVX_NETNS_STATE/out" 2>/dev/null && break
@@ -110,19 +110,21 @@ check "the 4 ranks checkpointed at step ${G:-?} and the 6 resumed there" $?
 G=${G:-0}
 # The 6 ranks start in epoch E at position P (12 steps of 4 x 10 per epoch before).
 E=$((G / 12)) P=$(((G % 12) * 40))
-left=$(sed -nE 's/.*resumes at step .* the last ([0-9]+) \(less than one global batch\) are left out.*/\1/p' "$HVX_NETNS_STATE/err" | head -n 1)
 for e in 0 1; do
-    end=$N
+    end=$N pad=""
     if ((e < E)); then
         runs=("$T/gsamples/attempt0:4:0")
     elif ((e == E && P > 0)); then
         runs=("$T/gsamples/attempt0:4:0:$P" "$T/gsamples/attempt1:6:$P")
-        end=$((N - ${left:-0}))
+        end=$((P + 6 * ((N - P + 5) / 6)))  # the 6 ranks' padded shares of what is left
+        pad=", those from $N on padding"
+        grep -qE "resumes at step [0-9]+/8: $((N - P)) of its $N samples remain; [0-9]+ steps? of 6 ranks x batch 10 train all of them" "$HVX_NETNS_STATE/err"
+        check "growth: the 6 ranks say they train all $((N - P)) samples left of epoch $((e + 1))" $?
     else
         runs=("$T/gsamples/attempt1:6:0")
     fi
     python3 "$AUDIT" $N $e "$T/ref" 2 $end "${runs[@]}" >"$T/gaudit$e.txt"
-    check "growth, epoch $((e + 1)): positions 0..$((end - 1)) once each (${runs[*]##*/})" $?
+    check "growth, epoch $((e + 1)): positions 0..$((end - 1)) once each$pad (${runs[*]##*/})" $?
     head -n 5 "$T/gaudit$e.txt"
 done
 

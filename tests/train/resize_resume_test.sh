@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Resuming at another world size or batch size: a run stopped in the middle of its first epoch
 # and resumed with 2 -> 4 processes, 4 -> 2 processes, and batch 64 -> 32 trains each position of
-# the epoch's permutation not yet seen exactly once (the DROP remainder of the new global batch
-# left out, as every epoch leaves it out), says how many samples remain, and from there prints
+# the epoch's permutation not yet seen exactly once (under DROP the remainder of the new global
+# batch left out, as every epoch leaves it out; under PAD all of it, the last step short), says
+# how many samples remain, and from there prints
 # the step counters and learning rates of an uninterrupted run at the new size, whose second
 # epoch it also trains sample for sample.
 #   resize_resume_test.sh TRAIN MAKE_IDX EPOCH_AUDIT LIB
@@ -65,6 +66,11 @@ run ref2b32 "$two data { batch_size: 32 }"         # 5 steps of 64
 # last 20 of the permutation are less than one global batch and are left out.
 resize grow "$two" "$four" 4 ref4 5 100 3 300 18 \
     "epoch 1 resumes at step 4/8: 220 of its 320 samples remain; 5 steps of 4 ranks x batch 10 train 200 of them, the last 20 (less than one global batch) are left out (data.remainder: DROP)"
+# The same under PAD: 220 remain, 55 per rank, 6 steps from step 3/8 of which the last trains 5
+# rows per rank; nothing is left out. (320 fill 4 x 10 evenly, so ref4 is also PAD's run.)
+pad='data { remainder: PAD }'
+resize grow_pad "$two $pad" "$four $pad" 4 ref4 5 100 2 320 19 \
+    "epoch 1 resumes at step 3/8: 220 of its 320 samples remain; 6 steps of 4 ranks x batch 10 train all of them"
 # 4 -> 2: 120 seen; 200 remain, 10 steps of 20 from step 7/16.
 resize shrink "$four" "$two" 2 ref2 3 120 6 320 29 \
     "epoch 1 resumes at step 7/16: 200 of its 320 samples remain; 10 steps of 2 ranks x batch 10 train all of them"
