@@ -13,6 +13,7 @@ load(
     "hvx_gtest_repo",
     "hvx_mpi_repo",
     "hvx_protobuf_repo",
+    "hvx_python_repo",
     "hvx_torch_repo",
 )
 
@@ -25,6 +26,7 @@ def hvx_dependencies():
     _maybe(hvx_mpi_repo, "hvx_mpi")
     _maybe(hvx_cuda_repo, "hvx_cuda")
     _maybe(hvx_torch_repo, "hvx_torch")
+    _maybe(hvx_python_repo, "hvx_python")
     _maybe(hvx_absl_repo, "com_google_absl")
     _maybe(hvx_gtest_repo, "com_google_googletest")
     _maybe(hvx_protobuf_repo, "com_google_protobuf")

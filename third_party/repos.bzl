@@ -123,9 +123,18 @@ def _hvx_torch_repo_impl(rctx):
     if abi not in ["0", "1"]:
         _fail("LibTorch", "cannot read _GLIBCXX_USE_CXX11_ABI from %s" % config, "Set HVX_TORCH_PATH to a complete LibTorch installation (it ships share/cmake/Torch/TorchConfig.cmake).")
 
+    # The Python bindings' library (Debian's python3-torch, or a LibTorch from a torch wheel): only
+    # hvx's Python extension links it; without it that one target fails to compile, saying why.
+    if rctx.path(libdir + "/libtorch_python.so").exists:
+        torch_python = 'linkopts = ["-L{libdir}", "-ltorch_python"], deps = [":torch"]'.format(libdir = libdir)
+    else:
+        rctx.file("missing_torch_python.cc", '#error "hvx: no %s/libtorch_python.so: install Debian\'s python3-torch (tools/setup does), or set HVX_TORCH_PATH to a LibTorch that has it"\n' % libdir)
+        torch_python = 'srcs = ["missing_torch_python.cc"], deps = [":torch"]'
     rctx.file("WORKSPACE", 'workspace(name = "%s")\n' % rctx.name)
     rctx.file("BUILD.bazel", """
 package(default_visibility = ["//visibility:public"])
+
+cc_library(name = "torch_python", {torch_python})
 
 cc_library(
     name = "torch",
@@ -134,11 +143,48 @@ cc_library(
     defines = ["_GLIBCXX_USE_CXX11_ABI={abi}"],
     linkopts = ["-L{libdir}", "-Wl,-rpath,{libdir}"] + {libs} + ["-pthread"],
 )
-""".format(hdrs = hdrs, includes = repr(includes), abi = abi, libdir = libdir, libs = repr(libs)))
+""".format(hdrs = hdrs, includes = repr(includes), abi = abi, libdir = libdir, libs = repr(libs), torch_python = torch_python))
 
 hvx_torch_repo = repository_rule(
     implementation = _hvx_torch_repo_impl,
     environ = ["HVX_TORCH_PATH"],
+    local = True,
+)
+
+# -------------------------------------------------------------------------------------------- Python
+
+def _hvx_python_repo_impl(rctx):
+    python = rctx.os.environ.get("HVX_PYTHON", "") or "/usr/bin/python3"
+    if not rctx.path(python).exists:
+        _fail("Python", "no %s" % python, "Install Debian's python3-dev (tools/setup does), or set HVX_PYTHON to a Python 3 with its headers.")
+    rc, out, err = _exec(rctx, [python, "-c", "import sysconfig; print(sysconfig.get_paths()['include']); print(sysconfig.get_config_var('EXT_SUFFIX'))"])
+    if rc != 0:
+        _fail("Python", "%s failed: %s" % (python, err), "Set HVX_PYTHON to a working Python 3.")
+    include, _ = out.split("\n")
+    if not rctx.path(include + "/Python.h").exists:
+        _fail("Python", "no %s/Python.h" % include, "Install Debian's python3-dev (tools/setup does).")
+    pybind11 = rctx.path("/usr/include/pybind11/pybind11.h")
+    if not pybind11.exists:
+        _fail("pybind11", "no /usr/include/pybind11/pybind11.h", "Install Debian's pybind11-dev (tools/setup does).")
+    rctx.symlink(include, "include/python")
+    rctx.symlink("/usr/include/pybind11", "include/pybind11/pybind11")
+    rctx.file("python3.sh", '#!/bin/sh\nexec "%s" "$@"\n' % python, executable = True)
+    rctx.file("WORKSPACE", 'workspace(name = "%s")\n' % rctx.name)
+    rctx.file("BUILD.bazel", """
+package(default_visibility = ["//visibility:public"])
+
+# The interpreter's headers, and pybind11's (header-only). An extension built on them is loaded
+# by that interpreter (python3.sh), which also runs hvx's Python tests.
+cc_library(name = "headers", hdrs = glob(["include/python/**/*.h"]), includes = ["include/python"])
+
+cc_library(name = "pybind11", hdrs = glob(["include/pybind11/**/*.h"]), includes = ["include/pybind11"], deps = [":headers"])
+
+sh_binary(name = "python3", srcs = ["python3.sh"])
+""")
+
+hvx_python_repo = repository_rule(
+    implementation = _hvx_python_repo_impl,
+    environ = ["HVX_PYTHON"],
     local = True,
 )
 

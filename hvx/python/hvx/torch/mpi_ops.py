@@ -1,0 +1,646 @@
+"""Collectives on torch tensors: horovod.torch's names, arguments and results, over hvx's engine.
+
+Every op is submitted to hvx's background thread under a name that must be the same on every rank
+(an unnamed op gets "<op>.noname.<n>", counted per op, which agrees as long as every rank makes
+its unnamed calls in the same order). An `_async` op returns an integer handle for `poll` and
+`synchronize`; the tensors it reads and writes are kept alive until then. Ops without `_` return
+new tensors and are differentiable (see the autograd classes at the end).
+
+Errors: a bad argument raises ValueError at the call; an op that fails (ranks disagree on shape,
+dtype, root or splits; a peer died) raises HvxInternalError, a RuntimeError, from `synchronize`
+on every rank it failed on.
+"""
+
+import collections
+import io
+import itertools
+import pickle
+import threading
+
+import torch
+
+from hvx import _C
+from hvx.torch.compression import Compression
+
+HvxInternalError = _C.HvxInternalError
+# Horovod's name for the same error, for scripts that catch it.
+HorovodInternalError = HvxInternalError
+
+# Reduction ops, with the values of hvx::ReduceOp.
+Average = 0
+Sum = 1
+Min = 2
+Max = 3
+Product = 4
+Adasum = 5
+_OP_NAMES = {Average: "Average", Sum: "Sum", Min: "Min", Max: "Max", Product: "Product",
+             Adasum: "Adasum"}
+
+
+# ---------------------------------------------------------------------------------------- basics
+
+def _check_initialized(what):
+    if not _C.is_initialized():
+        raise ValueError("hvx has not been initialized; call hvx.torch.init() before %s()" % what)
+
+
+class ProcessSet:
+    """A group of ranks that runs collectives among themselves (Horovod's ProcessSet).
+
+    Made from a list of global ranks; registered on every rank by init(process_sets=[...]) or
+    add_process_set(). Collective ops take it as `process_set=`.
+    """
+
+    def __init__(self, ranks_or_comm):
+        if not isinstance(ranks_or_comm, (list, tuple, range)):
+            raise ValueError("ProcessSet takes a list of global ranks (mpi4py communicators are "
+                             "not supported)")
+        self.ranks = sorted(int(r) for r in ranks_or_comm)
+        self.process_set_id = None
+
+    def _id(self):
+        if self.process_set_id is None:
+            raise ValueError("process set %s is not registered: pass it to hvx.torch.init("
+                             "process_sets=...) or hvx.torch.add_process_set()" % self.ranks)
+        return self.process_set_id
+
+    def size(self):
+        return _C.process_set_size(self._id())
+
+    def rank(self):
+        """This process's index in the set, or -1 when it is not a member."""
+        return _C.process_set_rank(self._id())
+
+    def included(self):
+        return self.rank() >= 0
+
+    def __repr__(self):
+        return "ProcessSet(process_set_id=%s, ranks=%s)" % (self.process_set_id, self.ranks)
+
+
+class _GlobalProcessSet(ProcessSet):
+    def __init__(self):
+        self.process_set_id = 0
+
+    @property
+    def ranks(self):
+        return _C.process_set_ranks(0) if _C.is_initialized() else []
+
+
+global_process_set = _GlobalProcessSet()
+
+
+def init(comm=None, process_sets=None):
+    """Starts hvx on this rank (collective: every rank calls it). Ranks, sizes and the transport
+    come from the launcher's environment (hvxrun, mpiexec, srun, ...). A process started alone
+    where a multi-process job is evident fails with the command that starts it correctly.
+
+    process_sets: ProcessSet objects (or rank lists) to register, the same on every rank."""
+    if comm is not None:
+        raise ValueError("hvx.torch.init(comm=...) is not supported: hvx takes its ranks from "
+                         "the launcher; use process sets for subgroups")
+    if _C.is_initialized():
+        return
+    sets = [s if isinstance(s, ProcessSet) else ProcessSet(s) for s in (process_sets or [])]
+    _C.init([])
+    for s in sets:
+        add_process_set(s)
+
+
+def shutdown():
+    """Stops hvx; pending ops fail. hvx cannot be initialized again in this process."""
+    _C.shutdown()
+
+
+def is_initialized():
+    return _C.is_initialized()
+
+
+def _topology(fn, what):
+    def query():
+        _check_initialized(what)
+        return fn()
+    query.__name__ = what
+    query.__doc__ = "hvx::%s() (hvx/core/api.h); ValueError before init()." % what
+    return query
+
+
+rank = _topology(_C.rank, "rank")
+size = _topology(_C.size, "size")
+local_rank = _topology(_C.local_rank, "local_rank")
+local_size = _topology(_C.local_size, "local_size")
+cross_rank = _topology(_C.cross_rank, "cross_rank")
+cross_size = _topology(_C.cross_size, "cross_size")
+is_homogeneous = _topology(_C.is_homogeneous, "is_homogeneous")
+
+
+def mpi_threads_supported():
+    _check_initialized("mpi_threads_supported")
+    return True  # hvx's engine makes every MPI call from its one background thread
+
+
+# What this build has: the CPU data plane over MPICH (and shared memory within a host).
+def mpi_built():
+    return True
+
+
+def mpi_enabled():
+    return True
+
+
+def gloo_built():
+    return False
+
+
+def gloo_enabled():
+    return False
+
+
+def nccl_built():
+    return False  # the Python module links the CPU transport only
+
+
+def cuda_built():
+    return False
+
+
+def rocm_built():
+    return False
+
+
+def ddl_built():
+    return False
+
+
+def ccl_built():
+    return False
+
+
+def add_process_set(process_set):
+    """Registers a ProcessSet (or a list of ranks) on every rank; collective, in the same order
+    everywhere. Returns the ProcessSet."""
+    _check_initialized("add_process_set")
+    if not isinstance(process_set, ProcessSet):
+        process_set = ProcessSet(process_set)
+    if process_set.process_set_id is not None:
+        raise ValueError("%r is already registered" % process_set)
+    process_set.process_set_id = _C.add_process_set(process_set.ranks)
+    return process_set
+
+
+def remove_process_set(process_set):
+    """Makes a process set unusable on every rank (collective: a barrier on the global set
+    first, so no rank still runs an op on it). Its communicator is released at shutdown. Returns
+    True when the set was registered."""
+    _check_initialized("remove_process_set")
+    if process_set.process_set_id in (None, 0):
+        return False
+    barrier()
+    _C.remove_process_set(process_set.process_set_id)
+    process_set.process_set_id = None
+    return True
+
+
+# --------------------------------------------------------------------------------------- handles
+
+_handles = {}
+_handles_lock = threading.Lock()
+_next_handle = itertools.count(1)
+_noname = collections.defaultdict(itertools.count)
+
+
+def _name(op, name):
+    if name is not None:
+        if not isinstance(name, str) or not name:
+            raise ValueError("name must be a non-empty string, got %r" % (name,))
+        return name
+    return "%s.noname.%d" % (op, next(_noname[op]))
+
+
+def _register(native, result):
+    """Keeps `native` (hvx._C.Handle) until synchronize, which returns result(native)."""
+    h = next(_next_handle)
+    with _handles_lock:
+        _handles[h] = (native, result)
+    return h
+
+
+def poll(handle):
+    """True once the op has completed (synchronize then returns at once)."""
+    with _handles_lock:
+        entry = _handles.get(handle)
+    if entry is None:
+        raise ValueError("unknown handle %r (already synchronized?)" % (handle,))
+    return entry[0].poll()
+
+
+def synchronize(handle):
+    """Waits for the op and returns its result; raises HvxInternalError if it failed."""
+    with _handles_lock:
+        entry = _handles.pop(handle, None)
+    if entry is None:
+        raise ValueError("unknown handle %r (already synchronized?)" % (handle,))
+    native, result = entry
+    native.wait()
+    return result(native)
+
+
+def _process_set_id(process_set):
+    if not isinstance(process_set, ProcessSet):
+        raise ValueError("process_set must be a hvx.torch.ProcessSet, got %r" % (process_set,))
+    return process_set._id()
+
+
+def _op_of(average, op, what):
+    if op is not None and average is not None:
+        raise ValueError("%s: pass either op or the deprecated average, not both" % what)
+    if op is None:
+        op = Sum if average is False else Average
+    if op not in _OP_NAMES:
+        raise ValueError("%s: unknown op %r" % (what, op))
+    return op
+
+
+def _contiguous_target(tensor):
+    """The memory an in-place op writes: `tensor` itself, or a contiguous copy written back."""
+    if tensor.is_contiguous():
+        return tensor, lambda: tensor
+    work = tensor.contiguous()
+
+    def write_back():
+        tensor.copy_(work)
+        return tensor
+    return work, write_back
+
+
+# ------------------------------------------------------------------------------------- allreduce
+
+def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor, process_set,
+                     done):
+    _check_initialized("allreduce")
+    native = _C.allreduce_async(tensor, output, _name("allreduce", name), op,
+                                float(prescale_factor), float(postscale_factor),
+                                _process_set_id(process_set))
+    return _register(native, lambda _: done())
+
+
+def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                    postscale_factor=1.0, process_set=global_process_set):
+    """Starts an allreduce of `tensor` into a new tensor; synchronize returns it."""
+    op = _op_of(average, op, "allreduce")
+    source = tensor.contiguous()
+    output = torch.empty_like(source)
+    return _allreduce_async(source, output, name, op, prescale_factor, postscale_factor,
+                            process_set, lambda: output)
+
+
+def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                     postscale_factor=1.0, process_set=global_process_set):
+    """Starts an in-place allreduce of `tensor`; synchronize returns it."""
+    op = _op_of(average, op, "allreduce")
+    work, done = _contiguous_target(tensor)
+    return _allreduce_async(work, work, name, op, prescale_factor, postscale_factor, process_set,
+                            done)
+
+
+def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
+              prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
+    """The reduction of `tensor` over the process set, as a new tensor (differentiable: the
+    gradient is reduced with the same op). compression: how it travels (Compression.fp16, ...)."""
+    op = _op_of(average, op, "allreduce")
+    compressed, ctx = compression.compress(tensor)
+    summed = _Allreduce.apply(compressed, name, op, prescale_factor, postscale_factor,
+                              process_set)
+    return compression.decompress(summed, ctx)
+
+
+def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+               postscale_factor=1.0, process_set=global_process_set):
+    """allreduce in place; returns `tensor`."""
+    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor,
+                                        postscale_factor, process_set))
+
+
+def _grouped_async(inputs, outputs, name, op, prescale_factor, postscale_factor, process_set,
+                   done):
+    _check_initialized("grouped_allreduce")
+    if not inputs:
+        raise ValueError("grouped_allreduce: no tensors")
+    native = _C.grouped_allreduce_async(list(inputs), list(outputs),
+                                        _name("grouped_allreduce", name), op,
+                                        float(prescale_factor), float(postscale_factor),
+                                        _process_set_id(process_set))
+    return _register(native, lambda _: done())
+
+
+def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                            postscale_factor=1.0, process_set=global_process_set):
+    """Starts one allreduce of several tensors (negotiated and fused together); synchronize
+    returns the list of new tensors."""
+    op = _op_of(average, op, "grouped_allreduce")
+    inputs = [t.contiguous() for t in tensors]
+    outputs = [torch.empty_like(t) for t in inputs]
+    return _grouped_async(inputs, outputs, name, op, prescale_factor, postscale_factor,
+                          process_set, lambda: outputs)
+
+
+def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                             postscale_factor=1.0, process_set=global_process_set):
+    op = _op_of(average, op, "grouped_allreduce")
+    targets = [_contiguous_target(t) for t in tensors]
+    works = [w for w, _ in targets]
+    return _grouped_async(works, works, name, op, prescale_factor, postscale_factor, process_set,
+                          lambda: [done() for _, done in targets])
+
+
+def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
+                      prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
+    """allreduce of several tensors as one op; differentiable."""
+    op = _op_of(average, op, "grouped_allreduce")
+    compressed = [compression.compress(t) for t in tensors]
+    outputs = _GroupedAllreduce.apply(name, op, prescale_factor, postscale_factor, process_set,
+                                      *[c for c, _ in compressed])
+    return [compression.decompress(o, ctx) for o, (_, ctx) in zip(outputs, compressed)]
+
+
+def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                       postscale_factor=1.0, process_set=global_process_set):
+    return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
+                                                postscale_factor, process_set))
+
+
+# ------------------------------------------------------------------------------------- allgather
+
+def allgather_async(tensor, name=None, process_set=global_process_set):
+    """Starts an allgather: every rank's tensor concatenated along dim 0 in rank order (first
+    dimensions may differ)."""
+    _check_initialized("allgather")
+    native = _C.allgather_async(tensor.contiguous(), _name("allgather", name),
+                                _process_set_id(process_set))
+    return _register(native, lambda n: n.output)
+
+
+def allgather(tensor, name=None, process_set=global_process_set):
+    """Every rank's tensor concatenated along dim 0; differentiable."""
+    return _Allgather.apply(tensor, name, process_set)
+
+
+def grouped_allgather(tensors, name=None, process_set=global_process_set):
+    """allgather of each tensor; returns the list of results."""
+    base = _name("grouped_allgather", name)
+    return [allgather(t, "%s.%d" % (base, i), process_set) for i, t in enumerate(tensors)]
+
+
+# ------------------------------------------------------------------------------------- broadcast
+
+def _broadcast_async(tensor, root_rank, name, process_set, done):
+    _check_initialized("broadcast")
+    native = _C.broadcast_async(tensor, int(root_rank), _name("broadcast", name),
+                                _process_set_id(process_set))
+    return _register(native, lambda _: done())
+
+
+def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
+    """Starts a broadcast of root_rank's tensor into a new tensor on every rank."""
+    output = tensor.detach().clone(memory_format=torch.contiguous_format)
+    return _broadcast_async(output, root_rank, name, process_set, lambda: output)
+
+
+def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
+    work, done = _contiguous_target(tensor)
+    return _broadcast_async(work, root_rank, name, process_set, done)
+
+
+def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
+    """root_rank's tensor, as a new tensor on every rank; differentiable (the gradient is the
+    sum of every rank's, on root_rank, and zero elsewhere). With a process set, root_rank is a
+    rank within the set (0 .. set size - 1)."""
+    return _Broadcast.apply(tensor, root_rank, name, process_set)
+
+
+def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
+    """broadcast in place; returns `tensor`."""
+    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
+
+
+# -------------------------------------------------------------------------------------- alltoall
+
+def _splits_list(splits):
+    if splits is None:
+        return []
+    if isinstance(splits, torch.Tensor):
+        if splits.dtype not in (torch.int32, torch.int64) or splits.dim() != 1:
+            raise ValueError("alltoall: splits must be a 1-D int32 or int64 tensor")
+        return [int(s) for s in splits.tolist()]
+    return [int(s) for s in splits]
+
+
+def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
+    """Starts an alltoall: splits[j] rows of `tensor` go to rank j (equal splits when None).
+    synchronize returns (output, received_splits) when splits were given, else output."""
+    _check_initialized("alltoall")
+    native = _C.alltoall_async(tensor.contiguous(), _splits_list(splits),
+                               _name("alltoall", name), _process_set_id(process_set))
+    if splits is None:
+        return _register(native, lambda n: n.output)
+    return _register(native, lambda n: (n.output,
+                                        torch.tensor(n.received_splits, dtype=torch.int32)))
+
+
+def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
+    """Differentiable alltoall (the gradient travels back by the received splits)."""
+    output, received = _Alltoall.apply(tensor, splits, name, process_set)
+    return output if splits is None else (output, received)
+
+
+# --------------------------------------------------------------------------------- reducescatter
+
+def reducescatter_async(tensor, name=None, op=Average, prescale_factor=1.0,
+                        postscale_factor=1.0, process_set=global_process_set):
+    """Starts a reduce-scatter: the reduction of `tensor` over the set, of which rank r keeps
+    its block of rows (rows divide as evenly as possible, the first ranks get one more)."""
+    _check_initialized("reducescatter")
+    if op not in (Average, Sum):
+        raise ValueError("reducescatter: op must be Average or Sum, got %s"
+                         % _OP_NAMES.get(op, op))
+    native = _C.reducescatter_async(tensor.contiguous(), _name("reducescatter", name), op,
+                                    float(prescale_factor), float(postscale_factor),
+                                    _process_set_id(process_set))
+    return _register(native, lambda n: n.output)
+
+
+def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
+                  prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
+    """Differentiable reduce-scatter (the gradient is the allgather of the output's)."""
+    compressed, ctx = compression.compress(tensor)
+    out = _ReduceScatter.apply(compressed, name, op, prescale_factor, postscale_factor,
+                               process_set)
+    return compression.decompress(out, ctx)
+
+
+# ---------------------------------------------------------------------------------- barrier, join
+
+def barrier(process_set=global_process_set):
+    """Returns once every rank of the set has called barrier."""
+    _check_initialized("barrier")
+    native = _C.barrier_async(_process_set_id(process_set))
+    native.wait()
+
+
+def join(device=-1):
+    """Declares that this rank has no more data: until every rank has joined it takes part in
+    the others' allreduces with zeros (Average still divides by the full size). Returns the rank
+    that joined last, the same on every rank."""
+    _check_initialized("join")
+    native = _C.join_async()
+    native.wait()
+    return native.last_joined_rank
+
+
+# ------------------------------------------------------------------------------------- objects
+
+def _to_bytes(obj):
+    buf = io.BytesIO()
+    pickle.dump(obj, buf, protocol=pickle.HIGHEST_PROTOCOL)
+    return torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8)
+
+
+def _from_bytes(t):
+    return pickle.loads(t.numpy().tobytes())
+
+
+def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
+    """root_rank's picklable object, on every rank."""
+    name = _name("broadcast_object", name)
+    payload = _to_bytes(obj) if process_set.rank() == root_rank else None
+    length = torch.tensor([payload.numel() if payload is not None else 0], dtype=torch.int64)
+    broadcast_(length, root_rank, name + ".size", process_set)
+    if payload is None:
+        payload = torch.empty(int(length.item()), dtype=torch.uint8)
+    broadcast_(payload, root_rank, name + ".data", process_set)
+    return obj if process_set.rank() == root_rank else _from_bytes(payload)
+
+
+def allgather_object(obj, name=None, process_set=global_process_set):
+    """Every rank's picklable object, as a list in rank order."""
+    name = _name("allgather_object", name)
+    payload = _to_bytes(obj)
+    sizes = synchronize(allgather_async(torch.tensor([payload.numel()], dtype=torch.int64),
+                                        name + ".sizes", process_set)).tolist()
+    gathered = synchronize(allgather_async(payload, name + ".data", process_set))
+    out, offset = [], 0
+    for n in sizes:
+        out.append(_from_bytes(gathered[offset:offset + n]))
+        offset += n
+    return out
+
+
+# ------------------------------------------------------------------------------------- autograd
+
+class _Allreduce(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, op, prescale_factor, postscale_factor, process_set):
+        ctx.args = (op, prescale_factor, postscale_factor, process_set)
+        return synchronize(allreduce_async(tensor, name=name, op=op,
+                                           prescale_factor=prescale_factor,
+                                           postscale_factor=postscale_factor,
+                                           process_set=process_set))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        op, pre, post, ps = ctx.args
+        grad = synchronize(allreduce_async(grad_output, op=op, prescale_factor=pre,
+                                           postscale_factor=post, process_set=ps))
+        return grad, None, None, None, None, None
+
+
+class _GroupedAllreduce(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, op, prescale_factor, postscale_factor, process_set, *tensors):
+        ctx.args = (op, prescale_factor, postscale_factor, process_set)
+        return tuple(synchronize(grouped_allreduce_async(
+            list(tensors), name=name, op=op, prescale_factor=prescale_factor,
+            postscale_factor=postscale_factor, process_set=process_set)))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        op, pre, post, ps = ctx.args
+        reduced = synchronize(grouped_allreduce_async(list(grads), op=op, prescale_factor=pre,
+                                                      postscale_factor=post, process_set=ps))
+        return (None, None, None, None, None) + tuple(reduced)
+
+
+class _Allgather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, process_set):
+        ctx.rows = tensor.shape[0] if tensor.dim() > 0 else 0
+        ctx.process_set = process_set
+        return synchronize(allgather_async(tensor, name, process_set))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        ps = ctx.process_set
+        grad = synchronize(allreduce_async(grad_output, op=Average, process_set=ps))
+        rows = synchronize(allgather_async(torch.tensor([ctx.rows], dtype=torch.int64),
+                                           process_set=ps))
+        offset = int(rows[:ps.rank()].sum().item())
+        return grad.narrow(0, offset, ctx.rows), None, None
+
+
+class _Broadcast(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, root_rank, name, process_set):
+        ctx.root_rank = root_rank
+        ctx.process_set = process_set
+        return synchronize(broadcast_async(tensor, root_rank, name, process_set))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        ps = ctx.process_set
+        grad = synchronize(allreduce_async(grad_output, op=Sum, process_set=ps))
+        if ps.rank() != ctx.root_rank:
+            grad = grad * 0
+        return grad, None, None, None
+
+
+class _Alltoall(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, splits, name, process_set):
+        ctx.process_set = process_set
+        out, received = synchronize(alltoall_async(
+            tensor, splits if splits is not None else _equal_splits(tensor, process_set), name,
+            process_set))
+        ctx.received = received
+        ctx.mark_non_differentiable(received)
+        return out, received
+
+    @staticmethod
+    def backward(ctx, grad_output, _):
+        grad, _ = synchronize(alltoall_async(grad_output, ctx.received,
+                                             process_set=ctx.process_set))
+        return grad, None, None, None
+
+
+def _equal_splits(tensor, process_set):
+    n = process_set.size()
+    rows = tensor.shape[0] if tensor.dim() > 0 else 0
+    if rows % n:
+        raise ValueError("alltoall without splits: the first dimension (%d) must divide by the "
+                         "process set's size (%d)" % (rows, n))
+    return [rows // n] * n
+
+
+class _ReduceScatter(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, op, prescale_factor, postscale_factor, process_set):
+        ctx.op = op
+        ctx.process_set = process_set
+        return synchronize(reducescatter_async(tensor, name, op, prescale_factor,
+                                               postscale_factor, process_set))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        grad = synchronize(allgather_async(grad_output, process_set=ctx.process_set))
+        if ctx.op == Sum:
+            grad = grad * ctx.process_set.size()
+        return grad, None, None, None, None, None

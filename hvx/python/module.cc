@@ -1,0 +1,401 @@
+// hvx._C: the one native module behind hvx.torch and hvx.data. It only translates: Python objects
+// to hvx's C++ API (hvx/core/api.h, hvx/torch/tensor.h, hvx/data) and absl::Status to
+// exceptions. Semantics, names and checks live in the C++ layers or in the Python package.
+//
+// Errors: a call rejected before anything is submitted raises ValueError (InvalidArgument) or
+// HvxInternalError; a collective that fails raises HvxInternalError (a RuntimeError, as Horovod's
+// HorovodInternalError) with the engine's message, on every rank it failed on. Every call that
+// waits releases the GIL.
+#include <torch/extension.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "hvx/core/api.h"
+#include "hvx/data/dataset.h"
+#include "hvx/data/example.h"
+#include "hvx/data/shard_plan.h"
+#include "hvx/torch/tensor.h"
+
+namespace hvx {
+namespace python {
+
+namespace py = pybind11;
+
+namespace {
+
+// Raised for a failed collective or an hvx error that is not the caller's argument.
+class InternalError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+void Raise(const absl::Status& status) {
+  if (status.ok()) return;
+  const std::string message(status.message());
+  if (absl::IsInvalidArgument(status)) throw py::value_error(message);
+  if (absl::IsNotFound(status)) throw py::value_error(message);
+  throw InternalError(message);
+}
+
+template <typename T>
+T Take(absl::StatusOr<T> value) {
+  Raise(value.status());
+  return *std::move(value);
+}
+
+ReduceOp ToReduceOp(int op) {
+  if (op < 0 || op > static_cast<int>(ReduceOp::kAdasum)) {
+    throw py::value_error(absl::StrCat("unknown reduction op ", op));
+  }
+  return static_cast<ReduceOp>(op);
+}
+
+// The process sets this process knows, by id: the global set, and those add_process_set made.
+class ProcessSets {
+ public:
+  ProcessSet Get(int id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (id == 0) return GlobalProcessSet();
+    auto it = sets_.find(id);
+    if (it == sets_.end()) {
+      throw py::value_error(absl::StrCat("process set ", id,
+                                         " does not exist (it was never added, or was removed)"));
+    }
+    return it->second;
+  }
+  void Put(ProcessSet set) {
+    std::lock_guard<std::mutex> lock(mu_);
+    sets_[set.id()] = set;
+  }
+  void Remove(int id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    sets_.erase(id);
+  }
+  void Clear() {
+    std::lock_guard<std::mutex> lock(mu_);
+    sets_.clear();
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<int, ProcessSet> sets_;
+};
+
+ProcessSets& Sets() {
+  static ProcessSets* sets = new ProcessSets;
+  return *sets;
+}
+
+// An op in flight, with the tensors it reads and writes kept alive until it completes.
+struct PyHandle {
+  Handle handle;
+  std::vector<at::Tensor> keep;
+  // Allgather, alltoall, reducescatter: allocated on hvx's thread once the shape is agreed.
+  std::shared_ptr<at::Tensor> output = std::make_shared<at::Tensor>();
+};
+
+// An allocator that makes the op's output like `like` (dtype, device) with the agreed shape.
+OutputAllocator AllocateInto(std::shared_ptr<at::Tensor> output, const at::Tensor& like) {
+  const at::TensorOptions options = like.options();
+  return [output, options](DataType, const TensorShape& shape,
+                           const Device&) -> absl::StatusOr<TensorRef> {
+    *output = at::empty(shape.dims(), options);
+    return AsTensorRef(*output, "output");
+  };
+}
+
+TensorRef Ref(const at::Tensor& tensor, const std::string& name) {
+  return Take(AsTensorRef(tensor, absl::StrCat("tensor '", name, "'")));
+}
+
+// Submission errors (a dtype hvx has no reduction for, a name in flight) complete the handle at
+// once; they raise here, at the call, as Horovod's do.
+std::shared_ptr<PyHandle> Submitted(std::shared_ptr<PyHandle> h) {
+  if (Poll(h->handle)) {
+    const absl::Status status = h->handle.status();
+    if (absl::IsInvalidArgument(status)) throw py::value_error(std::string(status.message()));
+  }
+  return h;
+}
+
+void Wait(PyHandle& h) {
+  absl::Status status;
+  {
+    py::gil_scoped_release release;
+    status = hvx::Wait(h.handle);
+  }
+  if (!status.ok()) throw InternalError(std::string(status.message()));
+}
+
+AllreduceOptions ReduceOptions(int op, double prescale, double postscale, int process_set) {
+  AllreduceOptions o;
+  o.op = ToReduceOp(op);
+  o.prescale_factor = prescale;
+  o.postscale_factor = postscale;
+  o.process_set = Sets().Get(process_set);
+  return o;
+}
+
+void InitHvx(const std::vector<std::vector<int>>& process_sets) {
+  {
+    py::gil_scoped_release release;
+    Raise(Init());
+  }
+  for (const std::vector<int>& ranks : process_sets) {
+    py::gil_scoped_release release;
+    Sets().Put(Take(AddProcessSet(ranks)));
+  }
+}
+
+void ShutdownHvx() {
+  absl::Status status;
+  {
+    py::gil_scoped_release release;
+    status = Shutdown();
+  }
+  Sets().Clear();
+  Raise(status);
+}
+
+int AddSet(const std::vector<int>& ranks) {
+  ProcessSet set;
+  {
+    py::gil_scoped_release release;
+    set = Take(AddProcessSet(ranks));
+  }
+  Sets().Put(set);
+  return set.id();
+}
+
+// ---- data
+
+struct PlanResult {
+  std::vector<int64_t> ids;
+  int64_t num_padded = 0;
+};
+
+PlanResult Plan(int64_t num_samples, int rank, int size, int64_t epoch, uint64_t seed, bool pad,
+                bool shuffle, int64_t consumed) {
+  data::ShardPlanOptions o;
+  o.num_samples = num_samples;
+  o.rank = rank;
+  o.size = size;
+  o.epoch = epoch;
+  o.seed = seed;
+  o.remainder = pad ? data::RemainderPolicy::kPad : data::RemainderPolicy::kDrop;
+  o.shuffle = shuffle;
+  o.consumed = consumed;
+  data::ShardPlan plan = Take(data::MakeShardPlan(o));
+  return PlanResult{std::move(plan.sample_ids), plan.num_padded};
+}
+
+// A set of record files, read by global sample id (hvx/data/dataset.h).
+class Records {
+ public:
+  Records(const std::vector<std::string>& patterns, bool verify_crc) : verify_crc_(verify_crc) {
+    py::gil_scoped_release release;
+    dataset_ = Take(data::Dataset::Open(patterns, data::DatasetOptions{}));
+  }
+  int64_t size() const { return dataset_->num_samples(); }
+  std::vector<std::string> files() const { return dataset_->files(); }
+  std::string Describe(int64_t id) const { return dataset_->DescribeSample(id); }
+
+  py::bytes Read(int64_t id) const {
+    std::string payload;
+    ReadInto(id, &payload);
+    return py::bytes(payload);
+  }
+
+  // The features `keys` of record `id`, parsed as a tf.train.Example: bytes -> list of bytes,
+  // int64 -> int64 tensor, float -> float32 tensor. Errors name the record and the feature.
+  py::dict ReadExample(int64_t id, const std::vector<std::string>& keys) const {
+    std::string payload;
+    ReadInto(id, &payload);
+    data::Example example;
+    absl::Status parsed = data::ParseExample(payload, &example);
+    if (!parsed.ok()) throw py::value_error(absl::StrCat(Describe(id), ": ", parsed.message()));
+    py::dict out;
+    for (const std::string& key : keys) {
+      auto feature = data::GetFeature(example, key);
+      if (!feature.ok()) {
+        throw py::value_error(absl::StrCat(Describe(id), ": ", feature.status().message()));
+      }
+      const data::Feature& f = **feature;
+      if (f.has_int64_list()) {
+        const auto& v = f.int64_list().value();
+        at::Tensor t = at::empty({v.size()}, at::kLong);
+        std::copy(v.begin(), v.end(), t.data_ptr<int64_t>());
+        out[py::str(key)] = t;
+      } else if (f.has_float_list()) {
+        const auto& v = f.float_list().value();
+        at::Tensor t = at::empty({v.size()}, at::kFloat);
+        std::copy(v.begin(), v.end(), t.data_ptr<float>());
+        out[py::str(key)] = t;
+      } else if (f.has_bytes_list()) {
+        py::list values;
+        for (const std::string& b : f.bytes_list().value()) values.append(py::bytes(b));
+        out[py::str(key)] = values;
+      } else {
+        throw py::value_error(absl::StrCat(Describe(id), ": feature '", key, "' holds no list"));
+      }
+    }
+    return out;
+  }
+
+ private:
+  void ReadInto(int64_t id, std::string* payload) const {
+    if (id < 0 || id >= size()) {
+      throw py::index_error(absl::StrCat("record ", id, " of ", size()));
+    }
+    absl::Status status;
+    {
+      py::gil_scoped_release release;
+      status = dataset_->Read(id, verify_crc_, payload);
+    }
+    if (!status.ok()) throw InternalError(std::string(status.message()));
+  }
+
+  bool verify_crc_;
+  std::shared_ptr<const data::Dataset> dataset_;
+};
+
+}  // namespace
+
+void DefineModule(py::module_& m) {
+  m.doc() = "hvx's native module; use hvx.torch and hvx.data";
+  py::register_exception<InternalError>(m, "HvxInternalError", PyExc_RuntimeError);
+
+  m.def("init", &InitHvx, py::arg("process_sets"));
+  m.def("shutdown", &ShutdownHvx);
+  m.def("is_initialized", &IsInitialized);
+  m.def("rank", &Rank);
+  m.def("size", &Size);
+  m.def("local_rank", &LocalRank);
+  m.def("local_size", &LocalSize);
+  m.def("cross_rank", &CrossRank);
+  m.def("cross_size", &CrossSize);
+  m.def("is_homogeneous", &IsHomogeneous);
+
+  m.def("add_process_set", &AddSet);
+  m.def("remove_process_set", [](int id) { Sets().Remove(id); });
+  m.def("process_set_ranks", [](int id) { return Sets().Get(id).ranks(); });
+  m.def("process_set_rank", [](int id) { return Sets().Get(id).rank(); });
+  m.def("process_set_size", [](int id) { return Sets().Get(id).size(); });
+
+  py::class_<PyHandle, std::shared_ptr<PyHandle>>(m, "Handle")
+      .def_property_readonly("id", [](const PyHandle& h) { return h.handle.id(); })
+      .def_property_readonly("name", [](const PyHandle& h) { return h.handle.name(); })
+      .def("poll", [](const PyHandle& h) { return Poll(h.handle); })
+      .def("wait", [](PyHandle& h) { Wait(h); })
+      .def_property_readonly("output", [](const PyHandle& h) { return *h.output; })
+      .def_property_readonly("received_splits",
+                             [](const PyHandle& h) { return h.handle.received_splits(); })
+      .def_property_readonly("last_joined_rank",
+                             [](const PyHandle& h) { return h.handle.last_joined_rank(); });
+
+  m.def("allreduce_async", [](const at::Tensor& input, const at::Tensor& output,
+                              const std::string& name, int op, double prescale, double postscale,
+                              int process_set) {
+    auto h = std::make_shared<PyHandle>();
+    const AllreduceOptions o = ReduceOptions(op, prescale, postscale, process_set);
+    h->keep = {input, output};
+    h->handle = Allreduce(name, Ref(input, name), Ref(output, name), o);
+    return Submitted(h);
+  });
+  m.def("grouped_allreduce_async",
+        [](const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs,
+           const std::string& name, int op, double prescale, double postscale, int process_set) {
+          auto h = std::make_shared<PyHandle>();
+          const AllreduceOptions o = ReduceOptions(op, prescale, postscale, process_set);
+          std::vector<TensorRef> in, out;
+          for (size_t i = 0; i < inputs.size(); ++i) {
+            in.push_back(Ref(inputs[i], absl::StrCat(name, ".", i)));
+            out.push_back(Ref(outputs[i], absl::StrCat(name, ".", i)));
+            h->keep.push_back(inputs[i]);
+            h->keep.push_back(outputs[i]);
+          }
+          h->handle = GroupedAllreduce(name, std::move(in), std::move(out), o);
+          return Submitted(h);
+        });
+  m.def("allgather_async", [](const at::Tensor& input, const std::string& name, int process_set) {
+    auto h = std::make_shared<PyHandle>();
+    CollectiveOptions o;
+    o.process_set = Sets().Get(process_set);
+    o.allocator = AllocateInto(h->output, input);
+    h->keep = {input};
+    h->handle = Allgather(name, Ref(input, name), o);
+    return Submitted(h);
+  });
+  m.def("broadcast_async", [](const at::Tensor& tensor, int root_rank, const std::string& name,
+                              int process_set) {
+    auto h = std::make_shared<PyHandle>();
+    CollectiveOptions o;
+    o.process_set = Sets().Get(process_set);
+    h->keep = {tensor};
+    h->handle = Broadcast(name, Ref(tensor, name), root_rank, o);
+    return Submitted(h);
+  });
+  m.def("alltoall_async", [](const at::Tensor& input, const std::vector<int64_t>& splits,
+                             const std::string& name, int process_set) {
+    auto h = std::make_shared<PyHandle>();
+    CollectiveOptions o;
+    o.process_set = Sets().Get(process_set);
+    o.allocator = AllocateInto(h->output, input);
+    h->keep = {input};
+    h->handle = Alltoall(name, Ref(input, name), splits, o);
+    return Submitted(h);
+  });
+  m.def("reducescatter_async", [](const at::Tensor& input, const std::string& name, int op,
+                                  double prescale, double postscale, int process_set) {
+    auto h = std::make_shared<PyHandle>();
+    ReduceScatterOptions o;
+    o.op = ToReduceOp(op);
+    o.prescale_factor = prescale;
+    o.postscale_factor = postscale;
+    o.process_set = Sets().Get(process_set);
+    o.allocator = AllocateInto(h->output, input);
+    h->keep = {input};
+    h->handle = ReduceScatter(name, Ref(input, name), o);
+    return Submitted(h);
+  });
+  m.def("barrier_async", [](int process_set) {
+    auto h = std::make_shared<PyHandle>();
+    h->handle = Barrier(Sets().Get(process_set));
+    return h;
+  });
+  m.def("join_async", []() {
+    auto h = std::make_shared<PyHandle>();
+    h->handle = Join();
+    return h;
+  });
+  m.def("reducescatter_rows", &ReduceScatterRows);
+
+  py::class_<PlanResult>(m, "ShardPlan")
+      .def_readonly("ids", &PlanResult::ids)
+      .def_readonly("num_padded", &PlanResult::num_padded);
+  m.def("shard_plan", &Plan, py::arg("num_samples"), py::arg("rank"), py::arg("size"),
+        py::arg("epoch"), py::arg("seed"), py::arg("pad"), py::arg("shuffle"),
+        py::arg("consumed"));
+
+  py::class_<Records>(m, "Records")
+      .def(py::init<const std::vector<std::string>&, bool>(), py::arg("patterns"),
+           py::arg("verify_crc") = true)
+      .def("__len__", &Records::size)
+      .def_property_readonly("files", &Records::files)
+      .def("describe", &Records::Describe)
+      .def("read", &Records::Read)
+      .def("read_example", &Records::ReadExample);
+}
+
+}  // namespace python
+}  // namespace hvx
+
+PYBIND11_MODULE(_C, m) { hvx::python::DefineModule(m); }

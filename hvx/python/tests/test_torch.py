@@ -1,0 +1,712 @@
+"""hvx.torch against Horovod's semantics, by the categories of Horovod's test/parallel/test_torch.py:
+every op x dtype, in place and async, fused submission, grouped, process sets, scaling, join,
+barrier, objects and optimizer state, DistributedOptimizer, gradients, and every error case
+raising on every rank. Run on 2 and 3 ranks."""
+import itertools
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import hvx.torch as hvd
+
+FLOATS = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
+INTS = [torch.uint8, torch.int8, torch.int32, torch.int64]
+DIMS = [1, 2, 3]
+
+
+def values(rank, dim, dtype, scale=1):
+    """A [17]*dim tensor with rank-dependent small integers (exact in every dtype)."""
+    torch.manual_seed(1234 + rank)
+    t = torch.randint(0, 4, [17] * dim, dtype=torch.int64) * scale
+    return t.to(dtype)
+
+
+def all_values(size, dim, dtype, scale=1):
+    return [values(r, dim, dtype, scale).double() for r in range(size)]
+
+
+# ------------------------------------------------------------------------------------ topology
+
+def test_topology(rank, size):
+    assert 0 <= hvd.rank() < hvd.size()
+    assert hvd.local_size() * hvd.cross_size() == hvd.size()  # one host, or homogeneous hosts
+    assert 0 <= hvd.local_rank() < hvd.local_size()
+    assert 0 <= hvd.cross_rank() < hvd.cross_size()
+    assert hvd.is_homogeneous()
+    if "HVX_RANK" in os.environ:  # hvxrun's contract
+        assert hvd.rank() == int(os.environ["HVX_RANK"])
+        assert hvd.size() == int(os.environ["HVX_SIZE"])
+        assert hvd.local_rank() == int(os.environ["HVX_LOCAL_RANK"])
+    ranks = hvd.allgather_object(hvd.rank())
+    assert ranks == list(range(size))
+    assert hvd.mpi_enabled() and hvd.mpi_built() and not hvd.gloo_built()
+    assert hvd.nccl_built() is False and hvd.mpi_threads_supported()
+
+
+def test_not_initialized_message():
+    assert os.environ.get("HVX_TEST_NOT_INITIALIZED_ERROR") == \
+        "hvx has not been initialized; call hvx.torch.init() before size()"
+    # A fresh interpreter too (launcher variables do not initialize anything by themselves).
+    out = subprocess.run([sys.executable, "-c", "import hvx.torch as hvd\ntry:\n    hvd.allreduce("
+                          "__import__('torch').ones(1))\nexcept ValueError as e:\n    print(e)"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == \
+        "hvx has not been initialized; call hvx.torch.init() before allreduce()", out.stderr
+
+
+# ----------------------------------------------------------------------------------- allreduce
+
+@pytest.mark.parametrize("dtype,dim", itertools.product(FLOATS + INTS, DIMS))
+def test_allreduce_sum(rank, size, dtype, dim):
+    tensor = values(rank, dim, dtype)
+    summed = hvd.allreduce(tensor, op=hvd.Sum)
+    assert summed.dtype == dtype and summed.shape == tensor.shape
+    assert torch.equal(summed.double(), sum(all_values(size, dim, dtype)))
+    assert torch.equal(tensor, values(rank, dim, dtype)), "allreduce modified its input"
+
+
+@pytest.mark.parametrize("dtype,dim", itertools.product([torch.float32, torch.float64,
+                                                         torch.int32, torch.int64], DIMS))
+def test_allreduce_average(rank, size, dtype, dim):
+    averaged = hvd.allreduce(values(rank, dim, dtype))
+    expected = sum(all_values(size, dim, dtype)) / size
+    if not dtype.is_floating_point:
+        expected = torch.trunc(expected)
+    assert torch.allclose(averaged.double(), expected, atol=1e-6)
+
+
+@pytest.mark.parametrize("op,reduce", [(hvd.Min, torch.min), (hvd.Max, torch.max),
+                                       (hvd.Product, torch.prod)])
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.float32, torch.float64])
+def test_allreduce_min_max_product(rank, size, op, reduce, dtype):
+    result = hvd.allreduce(values(rank, 2, dtype) + 1, op=op)
+    stacked = torch.stack(all_values(size, 2, dtype)) + 1
+    expected = reduce(stacked, 0)
+    expected = expected if torch.is_tensor(expected) else expected.values
+    assert torch.equal(result.double(), expected)
+
+
+@pytest.mark.parametrize("dtype", FLOATS + INTS)
+def test_allreduce_inplace(rank, size, dtype):
+    tensor = values(rank, 3, dtype)
+    out = hvd.allreduce_(tensor, op=hvd.Sum)
+    assert out is tensor
+    assert torch.equal(tensor.double(), sum(all_values(size, 3, dtype)))
+
+
+def test_allreduce_inplace_noncontiguous(rank, size):
+    base = values(rank, 2, torch.float32)
+    view = base.t()
+    assert not view.is_contiguous()
+    hvd.allreduce_(view, op=hvd.Sum)
+    assert torch.equal(base, sum(v.float() for v in all_values(size, 2, torch.float32)))
+
+
+def test_allreduce_async_fused(rank, size):
+    tests, polled_false = [], False
+    for dtype, dim in itertools.product(FLOATS + INTS, DIMS):
+        handle = hvd.allreduce_async(values(rank, dim, dtype), op=hvd.Sum)
+        polled_false = polled_false or not hvd.poll(handle)
+        tests.append((dtype, dim, handle))
+    for dtype, dim, handle in tests:
+        assert torch.equal(hvd.synchronize(handle).double(), sum(all_values(size, dim, dtype)))
+    # The rank that submitted last may find its ops done already; the first cannot.
+    assert any(hvd.allgather_object(polled_false)), "poll() always True: not asynchronous?"
+
+
+def test_allreduce_async_inplace(rank, size):
+    tensors = [values(rank, 2, torch.float32) for _ in range(10)]
+    handles = [hvd.allreduce_async_(t, op=hvd.Sum, name="async_inplace.%d" % i)
+               for i, t in enumerate(tensors)]
+    expected = sum(v.float() for v in all_values(size, 2, torch.float32))
+    for t, h in zip(tensors, handles):
+        assert hvd.synchronize(h) is t and torch.equal(t, expected)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.float64, torch.int32])
+def test_allreduce_prescale_postscale(rank, size, dtype):
+    out = hvd.allreduce(values(rank, 2, dtype), op=hvd.Sum, prescale_factor=2.0,
+                        postscale_factor=0.5 if dtype.is_floating_point else 3.0)
+    expected = sum(all_values(size, 2, dtype)) * 2.0 * (0.5 if dtype.is_floating_point else 3.0)
+    assert torch.allclose(out.double(), expected, rtol=1e-3)
+
+
+def test_allreduce_average_legacy_argument(rank, size):
+    t = torch.ones(3) * rank
+    assert torch.equal(hvd.allreduce(t, average=False), torch.ones(3) * sum(range(size)))
+    assert torch.allclose(hvd.allreduce(t, average=True), torch.ones(3) * sum(range(size)) / size)
+    with pytest.raises(ValueError):
+        hvd.allreduce(t, average=True, op=hvd.Sum)
+
+
+@pytest.mark.parametrize("compression", [hvd.Compression.fp16, hvd.Compression.bf16])
+def test_allreduce_compression(rank, size, compression):
+    t = values(rank, 2, torch.float32)
+    out = hvd.allreduce(t, op=hvd.Sum, compression=compression)
+    assert out.dtype == torch.float32
+    assert torch.equal(out, sum(v.float() for v in all_values(size, 2, torch.float32)))
+
+
+def test_allreduce_adasum_of_parallel_vectors(rank, size):
+    if size & (size - 1):
+        pytest.skip("Adasum needs a power-of-two number of ranks")
+    # Adasum of identical vectors is the vector itself.
+    out = hvd.allreduce(torch.ones(8) * 3, op=hvd.Adasum)
+    assert torch.allclose(out, torch.ones(8) * 3)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.float16])
+def test_grouped_allreduce(rank, size, dtype):
+    tensors = [values(rank, d, dtype) for d in DIMS]
+    outs = hvd.grouped_allreduce(tensors, op=hvd.Sum)
+    for d, o in zip(DIMS, outs):
+        assert torch.equal(o.double(), sum(all_values(size, d, dtype)))
+    inplace = [values(rank, d, dtype) for d in DIMS]
+    assert hvd.grouped_allreduce_(inplace, op=hvd.Sum)[0] is inplace[0]
+    for d, o in zip(DIMS, inplace):
+        assert torch.equal(o.double(), sum(all_values(size, d, dtype)))
+    h = hvd.grouped_allreduce_async([values(rank, 1, dtype)] * 2, op=hvd.Sum)
+    assert len(hvd.synchronize(h)) == 2
+
+
+# ------------------------------------------------------------------------------------ allgather
+
+@pytest.mark.parametrize("dtype,dim", itertools.product(FLOATS + INTS + [torch.bool], DIMS))
+def test_allgather_variable_first_dim(rank, size, dtype, dim):
+    rows = [3, 2, 7, 4][:size]
+    t = (torch.ones([rows[rank]] + [17] * (dim - 1)) * rank).to(dtype)
+    gathered = hvd.allgather(t)
+    assert list(gathered.shape) == [sum(rows)] + [17] * (dim - 1)
+    offset = 0
+    for r, n in enumerate(rows):
+        assert torch.equal(gathered[offset:offset + n],
+                           (torch.ones([n] + [17] * (dim - 1)) * r).to(dtype))
+        offset += n
+
+
+def test_allgather_async_fused(rank, size):
+    handles = [hvd.allgather_async(torch.ones(2, 3, dtype=dt) * rank)
+               for dt in FLOATS + INTS]
+    for dt, h in zip(FLOATS + INTS, handles):
+        g = hvd.synchronize(h)
+        assert g.dtype == dt and g.shape == (2 * size, 3)
+        assert torch.equal(g[::2, 0].double(), torch.arange(size, dtype=torch.float64))
+
+
+def test_grouped_allgather(rank, size):
+    outs = hvd.grouped_allgather([torch.ones(1) * rank, torch.ones(2, 2) * rank])
+    assert torch.equal(outs[0], torch.arange(size, dtype=torch.float32))
+    assert outs[1].shape == (2 * size, 2)
+
+
+# ------------------------------------------------------------------------------------ broadcast
+
+@pytest.mark.parametrize("dtype,dim", itertools.product(FLOATS + INTS + [torch.bool], DIMS))
+def test_broadcast_every_root(rank, size, dtype, dim):
+    for root in range(size):
+        t = (torch.ones([17] * dim) * (rank % 2 if dtype == torch.bool else rank)).to(dtype)
+        original = t.clone()
+        out = hvd.broadcast(t, root)
+        assert torch.equal(out, (torch.ones([17] * dim) *
+                                 (root % 2 if dtype == torch.bool else root)).to(dtype))
+        assert torch.equal(t, original), "broadcast modified its input"
+        hvd.broadcast_(t, root)
+        assert torch.equal(t, out)
+
+
+def test_broadcast_async(rank, size):
+    handles = [hvd.broadcast_async_(torch.ones(5) * rank, root) for root in range(size)]
+    for root, h in enumerate(handles):
+        assert torch.equal(hvd.synchronize(h), torch.ones(5) * root)
+
+
+# ------------------------------------------------------------------------------------- alltoall
+
+@pytest.mark.parametrize("dtype", FLOATS + INTS)
+def test_alltoall_equal_splits(rank, size, dtype):
+    t = (torch.arange(size * 2, dtype=torch.float64) + 10 * rank).to(dtype)
+    out = hvd.alltoall(t)
+    expected = torch.cat([torch.arange(2 * rank, 2 * rank + 2, dtype=torch.float64) + 10 * r
+                          for r in range(size)])
+    assert torch.equal(out.double(), expected)
+
+
+def test_alltoall_splits(rank, size):
+    # Rank r sends j + 1 rows to rank j; every row holds its sender's rank.
+    splits = torch.tensor([j + 1 for j in range(size)], dtype=torch.int32)
+    t = torch.ones(int(splits.sum()), 4) * rank
+    out, received = hvd.alltoall(t, splits=splits)
+    assert received.tolist() == [rank + 1] * size
+    assert torch.equal(out, torch.cat([torch.ones(rank + 1, 4) * r for r in range(size)]))
+    h = hvd.alltoall_async(t, splits=splits.tolist())
+    out2, received2 = hvd.synchronize(h)
+    assert torch.equal(out2, out) and torch.equal(received2, received)
+
+
+# -------------------------------------------------------------------------------- reducescatter
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.float16, torch.bfloat16,
+                                   torch.float32, torch.float64])
+def test_reducescatter_sum(rank, size, dtype):
+    t = values(rank, 2, dtype)[:size * 4]
+    summed = hvd.reducescatter(t, op=hvd.Sum)
+    full = sum(v[:size * 4] for v in all_values(size, 2, dtype))
+    assert torch.equal(summed.double(), full[rank * 4:(rank + 1) * 4])
+
+
+def test_reducescatter_average_uneven(rank, size):
+    rows = 2 * size + 1  # the first rank gets one more
+    t = torch.ones(rows, 3) * (rank + 1)
+    out = hvd.reducescatter(t, op=hvd.Average)
+    mine = rows // size + (1 if rank < rows % size else 0)
+    assert out.shape == (mine, 3)
+    assert torch.allclose(out, torch.ones(mine, 3) * (size + 1) / 2)
+
+
+def test_reducescatter_async(rank, size):
+    handles = [hvd.reducescatter_async(torch.ones(size * 2) * (i + 1), op=hvd.Sum)
+               for i in range(5)]
+    for i, h in enumerate(handles):
+        assert torch.equal(hvd.synchronize(h), torch.ones(2) * (i + 1) * size)
+
+
+# --------------------------------------------------------------------------------- process sets
+
+def test_process_sets(rank, size):
+    evens = hvd.add_process_set(list(range(0, size, 2)))
+    assert evens.ranks == list(range(0, size, 2))
+    if rank % 2 == 0:
+        assert evens.included() and evens.rank() == rank // 2
+        out = hvd.allreduce(torch.ones(3) * rank, op=hvd.Sum, process_set=evens,
+                            name="ps.evens")
+        assert torch.equal(out, torch.ones(3) * sum(range(0, size, 2)))
+        g = hvd.allgather(torch.ones(1) * rank, process_set=evens, name="ps.gather")
+        assert g.tolist() == list(range(0, size, 2))
+        # root_rank counts within the set.
+        b = hvd.broadcast(torch.ones(1) * rank, evens.size() - 1, process_set=evens,
+                          name="ps.bcast")
+        assert b.item() == evens.ranks[-1]
+    else:
+        assert not evens.included() and evens.rank() == -1
+        with pytest.raises(ValueError, match="not a member of process set"):
+            hvd.allreduce(torch.ones(3), process_set=evens, name="ps.evens")
+    hvd.barrier()
+    assert hvd.remove_process_set(evens)
+    with pytest.raises(ValueError, match="not registered"):
+        hvd.allreduce(torch.ones(3), process_set=evens)
+    with pytest.raises(ValueError):
+        hvd.allreduce(torch.ones(3), process_set=[0])
+
+
+def test_process_set_at_init_order_and_duplicates(rank, size):
+    a = hvd.add_process_set(hvd.ProcessSet(range(size)))
+    with pytest.raises(ValueError, match="already registered"):
+        hvd.add_process_set(a)
+    assert a.size() == size
+
+
+# ---------------------------------------------------------------------------------- join/barrier
+
+@pytest.mark.parametrize("op", [hvd.Sum, hvd.Average])
+def test_join_allreduce(rank, size, op):
+    # Rank 0 has no data: it joins at once; the others allreduce twice, rank 0 counting as zeros.
+    if rank == 0:
+        last = hvd.join()
+    else:
+        for i in range(2):
+            out = hvd.allreduce(torch.ones(4) * rank, op=op, name="join.%d.%d" % (op, i))
+            total = sum(range(1, size))
+            assert torch.allclose(out, torch.ones(4) * (total if op == hvd.Sum else total / size))
+        last = hvd.join()
+    assert last == hvd.allgather_object(last)[0]
+    assert last in range(1, size)
+
+
+def test_join_rejects_other_collectives(rank, size):
+    if rank == 0:
+        hvd.join()
+    else:
+        with pytest.raises(hvd.HvxInternalError, match="not supported while ranks have joined"):
+            hvd.broadcast(torch.ones(2), 1, name="join.bcast")
+        hvd.join()
+
+
+def test_barrier(rank, size):
+    import time
+    start = time.time()
+    if rank == 0:
+        time.sleep(0.3)
+    hvd.barrier()
+    assert time.time() - start >= 0.25 or rank == 0
+
+
+# -------------------------------------------------------------------------------------- objects
+
+def test_broadcast_object(rank, size):
+    expected = {"hello": 123, 0: [1, 2], "t": torch.arange(3)}
+    obj = hvd.broadcast_object(expected if rank == 0 else {}, root_rank=0)
+    assert obj["hello"] == 123 and obj[0] == [1, 2] and torch.equal(obj["t"], torch.arange(3))
+
+
+def test_allgather_object(rank, size):
+    got = hvd.allgather_object({"rank": rank, "blob": "x" * (rank * 1000)})
+    assert [g["rank"] for g in got] == list(range(size))
+    assert [len(g["blob"]) for g in got] == [r * 1000 for r in range(size)]
+
+
+# ------------------------------------------------------------------------------ optimizer state
+
+def _model():
+    torch.manual_seed(hvd.rank() + 7)  # different on every rank until broadcast
+    return torch.nn.Sequential(torch.nn.Linear(10, 6), torch.nn.ReLU(), torch.nn.Linear(6, 3))
+
+
+def test_broadcast_parameters(rank, size):
+    model = _model()
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    sums = hvd.allgather_object([v.sum().item() for v in model.state_dict().values()])
+    assert all(s == sums[0] for s in sums)
+    model2 = _model()
+    hvd.broadcast_parameters(list(model2.named_parameters()), root_rank=size - 1)
+    with pytest.raises(ValueError):
+        hvd.broadcast_parameters(42, root_rank=0)
+
+
+@pytest.mark.parametrize("make", [
+    lambda p, r: torch.optim.SGD(p, lr=0.1 + r, momentum=0.9, weight_decay=0.01 * r),
+    lambda p, r: torch.optim.Adam(p, lr=0.01 * (r + 1), betas=(0.9 - r / 10, 0.99)),
+    lambda p, r: torch.optim.RMSprop(p, lr=0.01, momentum=0.5 + r / 10, centered=True),
+])
+def test_broadcast_optimizer_state(rank, size, make):
+    model = _model()
+    opt = make(model.parameters(), rank)
+    model(torch.randn(4, 10)).sum().backward()
+    opt.step()
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    state = opt.state_dict()
+    root = hvd.broadcast_object(state, 0)
+    assert state["param_groups"][0].keys() == root["param_groups"][0].keys()
+    for k, v in root["param_groups"][0].items():
+        assert type(state["param_groups"][0][k]) == type(v) and state["param_groups"][0][k] == v
+    for pid, s in root["state"].items():
+        for k, v in s.items():
+            mine = state["state"][pid][k]
+            assert torch.equal(mine, v) if torch.is_tensor(v) else mine == v
+    # The options still work for a step.
+    model(torch.randn(4, 10)).sum().backward()
+    opt.step()
+
+
+# ------------------------------------------------------------------------- DistributedOptimizer
+
+def _data(rank, n=8):
+    torch.manual_seed(100 + rank)
+    return torch.randn(n, 10), torch.randn(n, 3)
+
+
+def test_distributed_optimizer_matches_one_process_on_the_global_batch(rank, size):
+    model = _model()
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    reference = _model()
+    reference.load_state_dict(model.state_dict())
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1)
+    for step in range(3):
+        x, y = _data(rank * 10 + step)
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+        # One process, every rank's batch: the mean of the per-rank losses.
+        ref_opt.zero_grad()
+        loss = sum(torch.nn.functional.mse_loss(reference(xr), yr)
+                   for xr, yr in (_data(r * 10 + step) for r in range(size))) / size
+        loss.backward()
+        ref_opt.step()
+    for p, q in zip(model.parameters(), reference.parameters()):
+        assert torch.allclose(p, q, atol=1e-6)
+
+
+def test_distributed_optimizer_unused_parameters(rank, size):
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.Linear(4, 4)
+            self.b = torch.nn.Linear(4, 4)
+
+        def forward(self, x, use_b):
+            return self.b(x) if use_b else self.a(x)
+
+    net = Net()
+    hvd.broadcast_parameters(net.state_dict(), 0)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=1.0),
+                                   named_parameters=net.named_parameters())
+    before = {k: v.clone() for k, v in net.state_dict().items()}
+    opt.zero_grad()
+    net(torch.ones(2, 4), use_b=(rank == 0)).sum().backward()  # rank 0 uses b only
+    opt.step()
+    # b's gradient on rank 0 is averaged with zeros from the others; a's the other way round.
+    gb = torch.full((4,), 2.0) / size
+    assert torch.allclose(net.b.bias, before["b.bias"] - gb)
+    ga = torch.full((4,), 2.0) * (size - 1) / size
+    assert torch.allclose(net.a.bias, before["a.bias"] - ga)
+
+
+def test_distributed_optimizer_name_errors():
+    model = _model()
+    with pytest.raises(ValueError, match="must be unique"):
+        hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                 named_parameters=[("w", p) for p in model.parameters()])
+    with pytest.raises(ValueError, match="were not named"):
+        hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                 named_parameters=list(model.named_parameters())[:1])
+    with pytest.raises(ValueError, match="gradient_predivide_factor"):
+        hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                 named_parameters=model.named_parameters(), op=hvd.Sum,
+                                 gradient_predivide_factor=2.0)
+
+
+def test_distributed_optimizer_backward_passes_per_step(rank, size):
+    model = _model()
+    hvd.broadcast_parameters(model.state_dict(), 0)
+    reference = _model()
+    reference.load_state_dict(model.state_dict())
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters(),
+                                   backward_passes_per_step=2)
+    opt.zero_grad()
+    for k in range(2):
+        x, y = _data(rank * 10 + k)
+        torch.nn.functional.mse_loss(model(x), y).backward()
+    opt.step()
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1)
+    loss = sum(torch.nn.functional.mse_loss(reference(x), y)
+               for x, y in (_data(r * 10 + k) for r in range(size) for k in range(2))) / size
+    loss.backward()
+    ref_opt.step()
+    for p, q in zip(model.parameters(), reference.parameters()):
+        assert torch.allclose(p, q, atol=1e-6)
+    # A third pass before step() is one too many.
+    opt.zero_grad()
+    for k in range(2):
+        torch.nn.functional.mse_loss(model(_data(rank)[0]), _data(rank)[1]).backward()
+    with pytest.raises(AssertionError, match="more than backward_passes_per_step"):
+        torch.nn.functional.mse_loss(model(_data(rank)[0]), _data(rank)[1]).backward()
+    opt.synchronize()
+
+
+def test_distributed_optimizer_clip_between_synchronize_and_step(rank, size):
+    model = _model()
+    hvd.broadcast_parameters(model.state_dict(), 0)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+    x, y = _data(rank)
+    opt.zero_grad()
+    (100 * torch.nn.functional.mse_loss(model(x), y)).backward()
+    opt.synchronize()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+    norms = hvd.allgather_object(float(norm))
+    assert all(n == norms[0] for n in norms), "averaged gradients differ between ranks"
+    total = torch.sqrt(sum((p.grad ** 2).sum() for p in model.parameters()))
+    assert total <= 0.5 + 1e-5
+    with opt.skip_synchronize():
+        opt.step()
+    sums = hvd.allgather_object([p.sum().item() for p in model.parameters()])
+    assert all(s == sums[0] for s in sums)
+
+
+def test_distributed_optimizer_zero_grad_before_step_raises(rank, size):
+    model = _model()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+    x, y = _data(rank)
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    with pytest.raises(AssertionError, match="race condition"):
+        opt.zero_grad()
+    opt.step()
+
+
+@pytest.mark.parametrize("compression", [hvd.Compression.fp16, hvd.Compression.bf16])
+def test_distributed_optimizer_compression(rank, size, compression):
+    models = []
+    for c in [hvd.Compression.none, compression]:
+        model = _model()
+        hvd.broadcast_parameters(model.state_dict(), 0)
+        opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                       named_parameters=model.named_parameters(),
+                                       compression=c)
+        x, y = _data(rank)
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+        models.append(model)
+    for p, q in zip(models[0].parameters(), models[1].parameters()):
+        assert torch.allclose(p, q, atol=2e-2)
+
+
+def test_distributed_optimizer_predivide(rank, size):
+    results = []
+    for f in [1.0, float(size)]:
+        model = _model()
+        hvd.broadcast_parameters(model.state_dict(), 0)
+        opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                       named_parameters=model.named_parameters(),
+                                       gradient_predivide_factor=f)
+        x, y = _data(rank)
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+        results.append([p.detach().clone() for p in model.parameters()])
+    for p, q in zip(*results):
+        assert torch.allclose(p, q, atol=1e-6)
+
+
+# ------------------------------------------------------------------------------------ gradients
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_allreduce_grad(rank, size, dtype):
+    for op, factor in [(hvd.Sum, size), (hvd.Average, 1)]:
+        t = values(rank, 2, dtype).requires_grad_()
+        hvd.allreduce(t, op=op).backward(torch.ones(17, 17, dtype=dtype))
+        assert torch.equal(t.grad, torch.ones(17, 17, dtype=dtype) * factor)
+
+
+def test_grouped_allreduce_grad(rank, size):
+    ts = [values(rank, d, torch.float32).requires_grad_() for d in DIMS]
+    outs = hvd.grouped_allreduce(ts, op=hvd.Sum)
+    torch.autograd.backward(outs, [torch.ones_like(o) for o in outs])
+    for t in ts:
+        assert torch.equal(t.grad, torch.ones_like(t) * size)
+
+
+@pytest.mark.parametrize("dim", DIMS)
+def test_allgather_grad(rank, size, dim):
+    rows = [3, 2, 7, 4][:size]
+    t = (torch.ones([rows[rank]] + [17] * (dim - 1)) * rank).requires_grad_()
+    grad = torch.cat([torch.ones([n] + [17] * (dim - 1)) * r for r, n in enumerate(rows)])
+    hvd.allgather(t).backward(grad)
+    assert torch.equal(t.grad, torch.ones_like(t) * rank)
+
+
+def test_broadcast_grad(rank, size):
+    for root in range(size):
+        t = (torch.ones(17, 17) * rank).requires_grad_()
+        hvd.broadcast(t, root).backward(torch.ones(17, 17))
+        assert torch.equal(t.grad, torch.ones(17, 17) * (size if rank == root else 0))
+
+
+def test_alltoall_grad(rank, size):
+    splits = torch.tensor([j + 1 for j in range(size)], dtype=torch.int32)
+    t = (torch.ones(int(splits.sum()), 3) * rank).requires_grad_()
+    out, _ = hvd.alltoall(t, splits=splits)
+    out.backward(torch.ones_like(out))
+    assert torch.equal(t.grad, torch.ones_like(t))
+    t2 = torch.ones(2 * size, 3).requires_grad_()
+    hvd.alltoall(t2).backward(torch.ones(2 * size, 3) * 2)
+    assert torch.equal(t2.grad, torch.ones(2 * size, 3) * 2)
+
+
+@pytest.mark.parametrize("op,factor", [(hvd.Sum, "size"), (hvd.Average, 1)])
+def test_reducescatter_grad(rank, size, op, factor):
+    t = torch.randn(size * 4, 5).requires_grad_()
+    out = hvd.reducescatter(t, op=op)
+    out.backward(torch.ones(4, 5))
+    assert torch.equal(t.grad, torch.ones(size * 4, 5) * (size if factor == "size" else 1))
+
+
+# ---------------------------------------------------------------------------------- SyncBatchNorm
+
+def test_sync_batch_norm_equals_batch_norm_on_the_global_batch(rank, size):
+    torch.manual_seed(5)
+    everything = torch.randn(size * 4, 3, 5, 5)
+    mine = everything[rank * 4:(rank + 1) * 4].clone().requires_grad_()
+    sync = hvd.SyncBatchNorm(3)
+    out = sync(mine)
+    (out * torch.arange(out.numel()).view_as(out).float().sin()).sum().backward()
+    ref = torch.nn.BatchNorm2d(3)
+    whole = everything.clone().requires_grad_()
+    ref_out = ref(whole)
+    (ref_out * torch.cat([torch.arange(out.numel()).view_as(out).float().sin()] * size)).sum() \
+        .backward()
+    assert torch.allclose(out, ref_out[rank * 4:(rank + 1) * 4], atol=1e-5)
+    assert torch.allclose(mine.grad, whole.grad[rank * 4:(rank + 1) * 4], atol=1e-4)
+    assert torch.allclose(sync.running_mean, ref.running_mean, atol=1e-6)
+    assert torch.allclose(sync.running_var, ref.running_var, atol=1e-5)
+    # The affine parameters' gradients are per rank; their sum is the whole batch's.
+    assert torch.allclose(hvd.allreduce(sync.weight.grad, op=hvd.Sum), ref.weight.grad, atol=1e-4)
+    sync.eval()
+    assert torch.allclose(sync(mine.detach()), ref.eval()(mine.detach()), atol=1e-5)
+
+
+# ---------------------------------------------------------------------------------- error cases
+
+def test_error_allreduce_shape_mismatch(rank, size):
+    with pytest.raises(hvd.HvxInternalError, match="mismatched ALLREDUCE shapes"):
+        hvd.allreduce(torch.ones(3 + rank), name="err.shape")
+
+
+def test_error_allreduce_dtype_mismatch(rank, size):
+    t = torch.ones(3, dtype=torch.int32 if rank % 2 == 0 else torch.float32)
+    with pytest.raises(RuntimeError, match="mismatched data types"):
+        hvd.allreduce(t, name="err.dtype")
+
+
+def test_error_allgather_shape_mismatch(rank, size):
+    with pytest.raises(RuntimeError):
+        hvd.allgather(torch.ones(2, 3 + rank), name="err.gather")
+
+
+def test_error_allgather_dtype_mismatch(rank, size):
+    with pytest.raises(RuntimeError, match="mismatched data types"):
+        hvd.allgather(torch.ones(2, dtype=torch.int64 if rank else torch.float32),
+                      name="err.gather_dtype")
+
+
+def test_error_broadcast_root_mismatch(rank, size):
+    with pytest.raises(RuntimeError, match="root ranks"):
+        hvd.broadcast(torch.ones(3), rank, name="err.root")
+
+
+def test_error_broadcast_shape_mismatch(rank, size):
+    with pytest.raises(RuntimeError):
+        hvd.broadcast(torch.ones(3, 1 + rank), 0, name="err.bshape")
+
+
+def test_error_alltoall_splits(rank, size):
+    with pytest.raises(RuntimeError, match="splits sum to"):
+        hvd.alltoall(torch.ones(size * 2), splits=[1] * size if rank == 0 else [2] * size,
+                     name="err.splits")
+
+
+def test_error_reducescatter_shape_and_op(rank, size):
+    with pytest.raises(RuntimeError):
+        hvd.reducescatter(torch.ones(size * 2 + rank), name="err.rs")
+    with pytest.raises(ValueError, match="Average or Sum"):
+        hvd.reducescatter(torch.ones(4), op=hvd.Adasum)
+
+
+def test_error_duplicate_async_name(rank, size):
+    t = torch.ones(17)
+    first = hvd.allreduce_async(t, name="duplicate_name")
+    with pytest.raises(ValueError, match="still in flight"):
+        for _ in range(10):
+            hvd.allreduce_async(t, name="duplicate_name")
+    hvd.synchronize(first)
+
+
+def test_error_unsupported_dtype(rank, size):
+    with pytest.raises(ValueError):
+        hvd.allreduce(torch.ones(3, dtype=torch.int16), name="err.int16")
+    with pytest.raises(ValueError):
+        hvd.allreduce(torch.ones(3, dtype=torch.complex64), name="err.complex")
+
+
+def test_error_unknown_handle():
+    with pytest.raises(ValueError, match="unknown handle"):
+        hvd.synchronize(10 ** 9)
+
+
+def test_ops_still_work_after_errors(rank, size):
+    assert torch.equal(hvd.allreduce(torch.ones(2), op=hvd.Sum, name="after.errors"),
+                       torch.ones(2) * size)
