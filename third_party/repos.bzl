@@ -157,10 +157,10 @@ def _hvx_python_repo_impl(rctx):
     python = rctx.os.environ.get("HVX_PYTHON", "") or "/usr/bin/python3"
     if not rctx.path(python).exists:
         _fail("Python", "no %s" % python, "Install Debian's python3-dev (tools/setup does), or set HVX_PYTHON to a Python 3 with its headers.")
-    rc, out, err = _exec(rctx, [python, "-c", "import sysconfig; print(sysconfig.get_paths()['include']); print(sysconfig.get_config_var('EXT_SUFFIX'))"])
+    rc, out, err = _exec(rctx, [python, "-c", "import sys, sysconfig; print(sysconfig.get_paths()['include']); print('cp%d%d' % sys.version_info[:2])"])
     if rc != 0:
         _fail("Python", "%s failed: %s" % (python, err), "Set HVX_PYTHON to a working Python 3.")
-    include, _ = out.split("\n")
+    include, tag = out.split("\n")
     if not rctx.path(include + "/Python.h").exists:
         _fail("Python", "no %s/Python.h" % include, "Install Debian's python3-dev (tools/setup does).")
     pybind11 = rctx.path("/usr/include/pybind11/pybind11.h")
@@ -169,6 +169,8 @@ def _hvx_python_repo_impl(rctx):
     rctx.symlink(include, "include/python")
     rctx.symlink("/usr/include/pybind11", "include/pybind11/pybind11")
     rctx.file("python3.sh", '#!/bin/sh\nexec "%s" "$@"\n' % python, executable = True)
+    # The interpreter's tag ("cp311"), for the wheel's file name.
+    rctx.file("defs.bzl", 'PYTHON_TAG = "%s"\n' % tag)
     rctx.file("WORKSPACE", 'workspace(name = "%s")\n' % rctx.name)
     rctx.file("BUILD.bazel", """
 package(default_visibility = ["//visibility:public"])
@@ -180,7 +182,20 @@ cc_library(name = "headers", hdrs = glob(["include/python/**/*.h"]), includes = 
 cc_library(name = "pybind11", hdrs = glob(["include/pybind11/**/*.h"]), includes = ["include/pybind11"], deps = [":headers"])
 
 sh_binary(name = "python3", srcs = ["python3.sh"])
-""")
+
+# The same interpreter for py_binary/py_test: register_toolchains("@hvx_python//:toolchain").
+load("@bazel_tools//tools/python:toolchain.bzl", "py_runtime_pair")
+
+py_runtime(name = "runtime", interpreter_path = "{python}", python_version = "PY3")
+
+py_runtime_pair(name = "runtime_pair", py3_runtime = ":runtime")
+
+toolchain(
+    name = "toolchain",
+    toolchain = ":runtime_pair",
+    toolchain_type = "@bazel_tools//tools/python:toolchain_type",
+)
+""".format(python = python))
 
 hvx_python_repo = repository_rule(
     implementation = _hvx_python_repo_impl,

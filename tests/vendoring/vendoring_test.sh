@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Vendors hvx into a second, freshly made workspace (local_repository + hvx_dependencies()), then
-# builds and runs a program there that depends on hvx libraries, and runs one hvx test as @hvx//.
+# builds and runs a program there that depends on hvx libraries and a py_binary that depends on
+# hvx.torch (@hvx//hvx/python:torch), and runs one hvx test as @hvx//.
 # Also checks that no BUILD or .bzl file inside hvx names hvx's own repository (@hvx//), which
 # would break under any other repository name.
 set -euo pipefail
@@ -28,6 +29,8 @@ local_repository(name = "hvx", path = "$hvx_root")
 load("@hvx//:deps.bzl", "hvx_dependencies")
 
 hvx_dependencies()
+
+register_toolchains("@hvx_python//:toolchain")
 WS
 # An external repository's .bazelrc is not read: the consumer imports hvx's settings.
 echo "import $hvx_root/.bazelrc" > "$work/.bazelrc"
@@ -40,7 +43,22 @@ cc_binary(
         "@hvx//hvx/common",
     ],
 )
+
+py_binary(
+    name = "pyapp",
+    srcs = ["pyapp.py"],
+    deps = ["@hvx//hvx/python:torch"],
+)
 BUILD
+cat > "$work/app/pyapp.py" <<'PY'
+import torch
+
+import hvx.torch as hvd
+
+hvd.init()
+print("vendored hvx.torch: size %d, allreduce %s" % (
+    hvd.size(), hvd.allreduce(torch.arange(3.0), op=hvd.Sum).tolist()))
+PY
 cat > "$work/app/app.cc" <<'CC'
 #include <iostream>
 
@@ -72,6 +90,11 @@ trap 'run_bazel shutdown >/dev/null 2>&1 || true' EXIT
 out=$(run_bazel run --ui_event_filters=-info --noshow_progress //app 2>&1) || { echo "$out"; exit 1; }
 echo "$out"
 grep -q "vendored hvx: float32\[2, 3\] cpu 24 bytes" <<<"$out" || { echo "app printed the wrong line"; exit 1; }
+
+# A py_binary of the monorepo's with hvx's Python package as a dependency.
+out=$(run_bazel run --ui_event_filters=-info --noshow_progress //app:pyapp 2>&1) || { echo "$out"; exit 1; }
+echo "$out" | tail -n 3
+grep -q "vendored hvx.torch: size 1, allreduce \[0.0, 1.0, 2.0\]" <<<"$out" || { echo "pyapp printed the wrong line"; exit 1; }
 
 # hvx's own tests run from the consumer too.
 run_bazel test --noshow_progress @hvx//hvx/common:types_test

@@ -1,0 +1,202 @@
+#!/usr/bin/env python3
+"""hvx.torch's DistributedOptimizer against torch.nn.parallel.DistributedDataParallel on gloo.
+
+    python3 ddp_bench.py [--procs 2] [--rounds 3] [--steps N]   # the driver
+
+The driver starts each measurement as its own job, alternating the two in every round so both
+see the same machine: hvx under hvxrun, DDP as PROCS processes joined over gloo on loopback.
+Each job runs, per process:
+  grads: the ResNet-50 gradient set (torchvision's resnet50 parameters: 161 tensors, 102 MB) made
+         by one trivial backward and averaged over the ranks, per step;
+  cnn:   training steps of the trainer's built-in CNN (hvx/train/models.cc) on batches of 64
+         Fashion-MNIST-shaped images, samples/s over all ranks;
+  single: (one process) the CNN plain, then wrapped by hvx.torch.DistributedOptimizer at size 1.
+It prints medians and the ratios hvx / DDP (higher is better) and hvx / plain.
+"""
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+import torch.nn as nn
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--procs", type=int, default=2)
+parser.add_argument("--rounds", type=int, default=3)
+parser.add_argument("--grad-steps", type=int, default=10)
+parser.add_argument("--cnn-steps", type=int, default=40)
+parser.add_argument("--hvxrun", default="hvxrun")
+parser.add_argument("--worker", choices=["hvx", "ddp", "single"], help=argparse.SUPPRESS)
+parser.add_argument("--rank", type=int, default=0, help=argparse.SUPPRESS)
+parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
+
+
+def cnn():
+    """The trainer's built-in "cnn" model."""
+    def block(cin, cout):
+        return [nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU()]
+    return nn.Sequential(*block(1, 32), *block(32, 32), nn.MaxPool2d(2), nn.Dropout(0.1),
+                         *block(32, 64), nn.MaxPool2d(2), nn.Dropout(0.2), nn.Flatten(),
+                         nn.Linear(64 * 7 * 7, 128), nn.ReLU(), nn.Dropout(0.3),
+                         nn.Linear(128, 10))
+
+
+class GradientSet(nn.Module):
+    """Parameters shaped as ResNet-50's; backward gives each the gradient 1 (cheap compute)."""
+
+    def __init__(self):
+        super().__init__()
+        import torchvision
+        shapes = [p.shape for p in torchvision.models.resnet50().parameters()]
+        self.params = nn.ParameterList([nn.Parameter(torch.zeros(s)) for s in shapes])
+
+    def forward(self):
+        return sum(p.sum() for p in self.params)
+
+
+def timed_steps(step, steps, warmup=2):
+    for _ in range(warmup):
+        step()
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    return (time.perf_counter() - start) / steps
+
+
+def worker(args):
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    result = {}
+    if args.worker == "single":
+        model = cnn()
+        x, y = torch.randn(64, 1, 28, 28), torch.randint(0, 10, (64,))
+        plain = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+        def plain_step():
+            plain.zero_grad()
+            nn.functional.cross_entropy(model(x), y).backward()
+            plain.step()
+        import hvx.torch as hvd
+        hvd.init()
+        wrapped = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01,
+                                                           momentum=0.9),
+                                           named_parameters=model.named_parameters())
+
+        def hvx_step():
+            wrapped.zero_grad()
+            nn.functional.cross_entropy(model(x), y).backward()
+            wrapped.step()
+        times = {"plain": [], "hvx": []}
+        for _ in range(3):  # interleaved
+            times["plain"].append(timed_steps(plain_step, args.cnn_steps))
+            times["hvx"].append(timed_steps(hvx_step, args.cnn_steps))
+        result = {k: 64 / statistics.median(v) for k, v in times.items()}
+        print("RESULT " + json.dumps(result), flush=True)
+        return
+
+    if args.worker == "hvx":
+        import hvx.torch as hvd
+        hvd.init()
+        rank, size = hvd.rank(), hvd.size()
+
+        def wrap(model):
+            opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
+                                           named_parameters=model.named_parameters())
+            return model, opt
+    else:
+        import torch.distributed as dist
+        rank, size = args.rank, args.procs
+        dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % args.port,
+                                rank=rank, world_size=size)
+
+        def wrap(model):
+            ddp = nn.parallel.DistributedDataParallel(model)
+            return ddp, torch.optim.SGD(ddp.parameters(), lr=0.01)
+
+    # The gradient set: backward + the exchange, per step (lr 0: the parameters stay put).
+    model, opt = wrap(GradientSet())
+    for g in opt.param_groups:
+        g["lr"] = 0.0
+
+    def grad_step():
+        opt.zero_grad()
+        model().backward()
+        opt.step()
+    result["grads_s"] = timed_steps(grad_step, args.grad_steps)
+    # The CNN's training steps.
+    torch.manual_seed(rank)
+    x, y = torch.randn(64, 1, 28, 28), torch.randint(0, 10, (64,))
+    model, opt = wrap(cnn())
+
+    def cnn_step():
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    result["cnn_samples_per_s"] = 64 * size / timed_steps(cnn_step, args.cnn_steps)
+    if rank == 0:
+        print("RESULT " + json.dumps(result), flush=True)
+
+
+def run_job(args, kind):
+    me = os.path.abspath(__file__)
+    common = ["--grad-steps", str(args.grad_steps), "--cnn-steps", str(args.cnn_steps)]
+    if kind == "hvx":
+        cmd = [args.hvxrun, "-np", str(args.procs), "--", sys.executable, me, "--worker", "hvx"]
+        outs = [subprocess.run(cmd + common, capture_output=True, text=True, timeout=900)]
+    elif kind == "single":
+        outs = [subprocess.run([sys.executable, me, "--worker", "single"] + common,
+                               capture_output=True, text=True, timeout=900)]
+    else:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        procs = [subprocess.Popen([sys.executable, me, "--worker", "ddp", "--rank", str(r),
+                                   "--port", str(port), "--procs", str(args.procs)] + common,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for r in range(args.procs)]
+        outs = []
+        for p in procs:
+            out, err = p.communicate(timeout=900)
+            outs.append(subprocess.CompletedProcess(p.args, p.returncode, out, err))
+    for o in outs:
+        if o.returncode != 0:
+            sys.exit("%s job failed (%d):\n%s%s" % (kind, o.returncode, o.stdout[-2000:],
+                                                    o.stderr[-2000:]))
+        for line in o.stdout.splitlines():
+            if "RESULT " in line:
+                return json.loads(line.split("RESULT ", 1)[1])
+    sys.exit("%s job printed no result" % kind)
+
+
+def main():
+    args = parser.parse_args()
+    if args.worker:
+        return worker(args)
+    runs = {"hvx": [], "ddp": [], "single": []}
+    for _ in range(args.rounds):
+        for kind in ["hvx", "ddp", "single"]:
+            runs[kind].append(run_job(args, kind))
+
+    def med(kind, key):
+        return statistics.median(r[key] for r in runs[kind])
+    mb = 4 * sum(p.numel() for p in GradientSet().parameters()) / 1e6
+    print("%d processes, %d rounds (medians; each round runs hvx, DDP, single in turn)"
+          % (args.procs, args.rounds))
+    print("ResNet-50 gradient set (161 tensors, %.0f MB) per step: hvx %.1f ms, DDP/gloo %.1f ms"
+          " -> hvx %.2fx" % (mb, 1e3 * med("hvx", "grads_s"), 1e3 * med("ddp", "grads_s"),
+                              med("ddp", "grads_s") / med("hvx", "grads_s")))
+    print("CNN training, samples/s over all ranks: hvx %.0f, DDP/gloo %.0f -> hvx %.2fx"
+          % (med("hvx", "cnn_samples_per_s"), med("ddp", "cnn_samples_per_s"),
+             med("hvx", "cnn_samples_per_s") / med("ddp", "cnn_samples_per_s")))
+    print("one process, CNN samples/s: plain PyTorch %.0f, hvx DistributedOptimizer %.0f -> "
+          "%.3fx" % (med("single", "plain"), med("single", "hvx"),
+                     med("single", "hvx") / med("single", "plain")))
+
+
+if __name__ == "__main__":
+    main()
