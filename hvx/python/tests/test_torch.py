@@ -529,36 +529,26 @@ def test_distributed_optimizer_zero_grad_before_step_raises(rank, size):
     opt.step()
 
 
+def _one_step(rank, **options):
+    """The parameters after one DistributedOptimizer step from rank 0's initial weights."""
+    model = _model()
+    hvd.broadcast_parameters(model.state_dict(), 0)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters(), **options)
+    x, y = _data(rank)
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    opt.step()
+    return [p.detach().clone() for p in model.parameters()]
+
+
 @pytest.mark.parametrize("compression", [hvd.Compression.fp16, hvd.Compression.bf16])
 def test_distributed_optimizer_compression(rank, size, compression):
-    models = []
-    for c in [hvd.Compression.none, compression]:
-        model = _model()
-        hvd.broadcast_parameters(model.state_dict(), 0)
-        opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
-                                       named_parameters=model.named_parameters(),
-                                       compression=c)
-        x, y = _data(rank)
-        torch.nn.functional.mse_loss(model(x), y).backward()
-        opt.step()
-        models.append(model)
-    for p, q in zip(models[0].parameters(), models[1].parameters()):
+    for p, q in zip(_one_step(rank), _one_step(rank, compression=compression)):
         assert torch.allclose(p, q, atol=2e-2)
 
 
 def test_distributed_optimizer_predivide(rank, size):
-    results = []
-    for f in [1.0, float(size)]:
-        model = _model()
-        hvd.broadcast_parameters(model.state_dict(), 0)
-        opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
-                                       named_parameters=model.named_parameters(),
-                                       gradient_predivide_factor=f)
-        x, y = _data(rank)
-        torch.nn.functional.mse_loss(model(x), y).backward()
-        opt.step()
-        results.append([p.detach().clone() for p in model.parameters()])
-    for p, q in zip(*results):
+    for p, q in zip(_one_step(rank), _one_step(rank, gradient_predivide_factor=float(size))):
         assert torch.allclose(p, q, atol=1e-6)
 
 
