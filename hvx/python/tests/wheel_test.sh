@@ -22,3 +22,10 @@ cat out.txt
 [[ $rc == 0 ]] || { echo "FAIL: the job exited $rc"; tail -n 20 err.txt; exit 1; }
 [[ $(grep -c '^\[[01]\] sum \[3.0, 3.0, 3.0\]$' out.txt) == 2 ]] || { echo "FAIL: wrong sums"; exit 1; }
 echo "ok: installed from the wheel, 2 ranks allreduced"
+# A Python rank that raises ends the job: hvxrun names it and exits non-zero.
+printf 'import hvx.torch as hvd\nhvd.init()\nif hvd.rank() == 1:\n    raise SystemExit("rank 1 gives up")\nhvd.barrier()\n' >fail.py
+"$HVXRUN" -np 2 -- "$T/venv/bin/python3" fail.py >fail.out 2>fail.err
+rc=$?
+[[ $rc != 0 ]] && grep -q 'hvxrun: rank 1 on host .* exited with status 1' fail.err \
+    || { echo "FAIL: a failing rank (rc=$rc)"; tail -n 10 fail.err; exit 1; }
+echo "ok: a failing rank ends the job (rc=$rc): $(grep -m1 'hvxrun: rank 1' fail.err)"
