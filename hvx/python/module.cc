@@ -66,8 +66,8 @@ class ProcessSets {
     if (id == 0) return GlobalProcessSet();
     auto it = sets_.find(id);
     if (it == sets_.end()) {
-      throw py::value_error(absl::StrCat("process set ", id,
-                                         " does not exist (it was never added, or was removed)"));
+      throw py::value_error(
+          absl::StrCat("process set ", id, " does not exist (it was never added, or was removed)"));
     }
     return it->second;
   }
@@ -301,15 +301,15 @@ void DefineModule(py::module_& m) {
       .def_property_readonly("last_joined_rank",
                              [](const PyHandle& h) { return h.handle.last_joined_rank(); });
 
-  m.def("allreduce_async", [](const at::Tensor& input, const at::Tensor& output,
-                              const std::string& name, int op, double prescale, double postscale,
-                              int process_set) {
-    auto h = std::make_shared<PyHandle>();
-    const AllreduceOptions o = ReduceOptions(op, prescale, postscale, process_set);
-    h->keep = {input, output};
-    h->handle = Allreduce(name, Ref(input, name), Ref(output, name), o);
-    return Submitted(h);
-  });
+  m.def("allreduce_async",
+        [](const at::Tensor& input, const at::Tensor& output, const std::string& name, int op,
+           double prescale, double postscale, int process_set) {
+          auto h = std::make_shared<PyHandle>();
+          const AllreduceOptions o = ReduceOptions(op, prescale, postscale, process_set);
+          h->keep = {input, output};
+          h->handle = Allreduce(name, Ref(input, name), Ref(output, name), o);
+          return Submitted(h);
+        });
   m.def("grouped_allreduce_async",
         [](const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs,
            const std::string& name, int op, double prescale, double postscale, int process_set) {
@@ -334,15 +334,15 @@ void DefineModule(py::module_& m) {
     h->handle = Allgather(name, Ref(input, name), o);
     return Submitted(h);
   });
-  m.def("broadcast_async", [](const at::Tensor& tensor, int root_rank, const std::string& name,
-                              int process_set) {
-    auto h = std::make_shared<PyHandle>();
-    CollectiveOptions o;
-    o.process_set = Sets().Get(process_set);
-    h->keep = {tensor};
-    h->handle = Broadcast(name, Ref(tensor, name), root_rank, o);
-    return Submitted(h);
-  });
+  m.def("broadcast_async",
+        [](const at::Tensor& tensor, int root_rank, const std::string& name, int process_set) {
+          auto h = std::make_shared<PyHandle>();
+          CollectiveOptions o;
+          o.process_set = Sets().Get(process_set);
+          h->keep = {tensor};
+          h->handle = Broadcast(name, Ref(tensor, name), root_rank, o);
+          return Submitted(h);
+        });
   m.def("alltoall_async", [](const at::Tensor& input, const std::vector<int64_t>& splits,
                              const std::string& name, int process_set) {
     auto h = std::make_shared<PyHandle>();
@@ -382,8 +382,7 @@ void DefineModule(py::module_& m) {
       .def_readonly("ids", &PlanResult::ids)
       .def_readonly("num_padded", &PlanResult::num_padded);
   m.def("shard_plan", &Plan, py::arg("num_samples"), py::arg("rank"), py::arg("size"),
-        py::arg("epoch"), py::arg("seed"), py::arg("pad"), py::arg("shuffle"),
-        py::arg("consumed"));
+        py::arg("epoch"), py::arg("seed"), py::arg("pad"), py::arg("shuffle"), py::arg("consumed"));
 
   py::class_<Records>(m, "Records")
       .def(py::init<const std::vector<std::string>&, bool>(), py::arg("patterns"),
