@@ -51,6 +51,16 @@ absl::StatusOr<bool> ResumeFromNewestCheckpoint(const CheckpointConfig& checkpoi
                                                 torch::optim::Optimizer& optimizer,
                                                 TrainingPosition* position);
 
+// Writes `model`'s parameters and buffers by name (on the CPU) as a file that Python's
+// torch.load reads as a dict name -> tensor: `model.load_state_dict(torch.load(path))` for the
+// same network defined in PyTorch. Written to a temporary name, synced and renamed.
+absl::Status ExportStateDict(Classifier& model, const std::string& path);
+
+// Loads the model of a checkpoint file SaveCheckpoint wrote (its BatchNorm statistics averaged
+// over ranks) into `model`, on `device`. DataLoss naming the file when it cannot.
+absl::Status LoadCheckpointModel(const std::string& path, const torch::Device& device,
+                                 Classifier& model);
+
 // The floating-point buffers of `model` (BatchNorm running statistics) by name, in a fixed order,
 // the same on every rank. The tensors share memory with the model's.
 std::vector<std::pair<std::string, torch::Tensor>> FloatBuffers(Classifier& model);

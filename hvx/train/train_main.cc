@@ -31,7 +31,7 @@ namespace {
 
 constexpr char kUsage[] =
     "usage: train --config=NAME [--override='<text proto>']... [--sample_log=DIR] [--max_steps=N] "
-    "[--fresh]\n"
+    "[--fresh] [--export=PATH [--export_from=CKPT]]\n"
     "  --config      a TrainConfig text file: a path, a name in the invoking directory, or a "
     "bundled\n"
     "                config (fashion_mnist.pbtxt, imagenet.pbtxt)\n"
@@ -41,7 +41,10 @@ constexpr char kUsage[] =
     "  --max_steps   stop after N global steps (writing a checkpoint when checkpoints are on)\n"
     "  --fresh       start over instead of resuming: the checkpoints already in checkpoint.dir "
     "are\n"
-    "                moved into checkpoint.dir/replaced-<unix seconds>/\n";
+    "                moved into checkpoint.dir/replaced-<unix seconds>/\n"
+    "  --export      at the end (also of a run already complete), write the weights as a file\n"
+    "                Python's torch.load reads as a state dict (name -> tensor)\n"
+    "  --export_from with --export: export this checkpoint file's model instead of training\n";
 
 bool IsDir(const std::string& path) {
   struct stat st;
@@ -128,13 +131,26 @@ absl::StatusOr<int> Main(int argc, char** argv) {
   }
   options.max_steps = flags.max_steps;
   options.fresh = flags.fresh;
+  for (auto [flag, in, out] :
+       {std::make_tuple("--export", &flags.export_path, &options.export_path),
+        std::make_tuple("--export_from", &flags.export_from, &options.export_from)}) {
+    auto path = ExpandHome(*in, search.home);
+    if (!path.ok()) return Annotate(path.status(), flag);
+    *out = *path;
+  }
   auto result = RunTraining(config, options);
   if (!result.ok()) {
     HVX_LOG(ERROR) << result.status();
     Shutdown().IgnoreError();
     return 1;
   }
-  if (Rank() == 0 && result->already_complete) {
+  if (Rank() == 0 && !result->exported_to.empty()) {
+    std::printf("exported the weights to %s\n", result->exported_to.c_str());
+    std::fflush(stdout);
+  }
+  if (!options.export_from.empty()) {
+    // Nothing was trained.
+  } else if (Rank() == 0 && result->already_complete) {
     const std::string& dir = config.checkpoint().dir();
     std::printf(
         "the run in %s is already complete (%lld of %d epochs done, %lld steps); nothing to train. "
@@ -190,6 +206,10 @@ absl::StatusOr<TrainFlags> ParseTrainFlags(const std::vector<std::string>& args)
       flags.overrides.push_back(value);
     } else if (name == "--sample_log") {
       flags.sample_log = value;
+    } else if (name == "--export") {
+      flags.export_path = value;
+    } else if (name == "--export_from") {
+      flags.export_from = value;
     } else if (name == "--max_steps") {
       if (!absl::SimpleAtoi(value, &flags.max_steps) || flags.max_steps < 0) {
         return absl::InvalidArgumentError(
@@ -201,6 +221,9 @@ absl::StatusOr<TrainFlags> ParseTrainFlags(const std::vector<std::string>& args)
   }
   if (flags.config.empty() && !flags.help) {
     return absl::InvalidArgumentError(absl::StrCat("--config is required\n", kUsage));
+  }
+  if (!flags.export_from.empty() && flags.export_path.empty()) {
+    return absl::InvalidArgumentError("--export_from needs --export=PATH: where to write");
   }
   return flags;
 }

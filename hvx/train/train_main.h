@@ -6,7 +6,8 @@
 //
 // Flags: --config=NAME (required; see ConfigSearchPath), --override=TEXT (repeatable, merged in
 // order), --sample_log=DIR (RunOptions::sample_log_dir), --max_steps=N (RunOptions::max_steps),
-// --fresh (RunOptions::fresh), --help. A config whose checkpoint.dir holds a finished run prints
+// --fresh (RunOptions::fresh), --export=PATH (RunOptions::export_path), --export_from=CKPT
+// (RunOptions::export_from), --help. A config whose checkpoint.dir holds a finished run prints
 // (rank 0) that the run in DIR is already complete and how to start fresh, and exits 0. Not under a
 // launcher and asked for more than one process, the program starts itself under hvxrun with the
 // same arguments and returns the job's exit code.
@@ -28,6 +29,8 @@ struct TrainFlags {
   std::string sample_log;
   int64_t max_steps = 0;
   bool fresh = false;
+  std::string export_path;
+  std::string export_from;
   bool help = false;
 };
 

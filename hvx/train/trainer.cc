@@ -639,6 +639,18 @@ absl::StatusOr<TrainResult> RunTraining(const TrainConfig& config, const RunOpti
                           : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
                                             std::max(1, LocalSize()));
   torch::set_num_threads(threads);
+  if (!options.export_from.empty()) {
+    // No data and no training: the checkpoint's model, written as a state dict by rank 0.
+    TrainResult result;
+    if (Rank() == 0) {
+      HVX_ASSIGN_OR_RETURN(run.model, CreateModel(config.model()));
+      run.model->to(run.device);
+      HVX_RETURN_IF_ERROR(LoadCheckpointModel(options.export_from, run.device, *run.model));
+      HVX_RETURN_IF_ERROR(ExportStateDict(*run.model, options.export_path));
+      result.exported_to = options.export_path;
+    }
+    return result;
+  }
   HVX_RETURN_IF_ERROR(OpenData(run));
   HVX_RETURN_IF_ERROR(
       Annotate(CheckSameOnEveryRank("trainer.settings", SettingsEveryRankShares(run)),
@@ -659,6 +671,14 @@ absl::StatusOr<TrainResult> RunTraining(const TrainConfig& config, const RunOpti
   }
   auto result = Train(run);
   if (run.summaries) run.summaries->Close().IgnoreError();
+  if (result.ok() && !result->preempted && !options.export_path.empty()) {
+    // A run already complete holds each rank's own statistics from its checkpoint.
+    HVX_RETURN_IF_ERROR(AverageBuffers(*run.model));
+    if (Rank() == 0) {
+      HVX_RETURN_IF_ERROR(ExportStateDict(*run.model, options.export_path));
+      result->exported_to = options.export_path;
+    }
+  }
   return result;
 }
 

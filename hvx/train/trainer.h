@@ -39,6 +39,12 @@ struct RunOptions {
   // Start over even when checkpoint.dir holds checkpoints: rank 0 first moves them into
   // "<dir>/replaced-<unix seconds>/".
   bool fresh = false;
+  // Rank 0 writes the final weights (BatchNorm statistics averaged over ranks) here as a file
+  // Python's torch.load reads as a state dict (ExportStateDict), after the last epoch or, for a
+  // run already complete, from its newest checkpoint; not when preempted.
+  std::string export_path;
+  // With export_path: export the model of this checkpoint file and train nothing.
+  std::string export_from;
 };
 
 struct EvalResult {
@@ -59,6 +65,7 @@ struct TrainResult {
   double data_wait_fraction = 0;
   double wall_s = 0;
   int64_t resumed_from_step = -1;  // -1: started fresh
+  std::string exported_to;         // RunOptions::export_path, once written
   // A checkpoint request (SIGUSR1, hvxrun's form of a preemption notice) ended the run: every rank
   // stopped after the same step, which the checkpoint holds.
   bool preempted = false;

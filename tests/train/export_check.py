@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""Loads a state dict the trainer exported (--export) into the built-in CNN defined here in
+PyTorch and evaluates it on Fashion-MNIST-shaped IDX files, as the trainer does.
+
+    export_check.py WEIGHTS.pt IDX_DIR   # prints "accuracy A loss L on N samples"
+"""
+import gzip
+import struct
+import sys
+
+import torch
+import torch.nn as nn
+
+MEAN, STD = 0.2860, 0.3530  # hvx/train/trainer.cc's Fashion-MNIST normalisation
+
+
+class SmallCnn(nn.Module):
+    """hvx/train/models.cc's "cnn", with the same parameter and buffer names."""
+
+    def __init__(self, num_classes=10):
+        super().__init__()
+
+        def block(cin, cout):
+            return [nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU()]
+        self.features = nn.Sequential(*block(1, 32), *block(32, 32), nn.MaxPool2d(2),
+                                      nn.Dropout(0.1), *block(32, 64), nn.MaxPool2d(2),
+                                      nn.Dropout(0.2))
+        self.classifier = nn.Sequential(nn.Flatten(), nn.Linear(64 * 7 * 7, 128), nn.ReLU(),
+                                        nn.Dropout(0.3), nn.Linear(128, num_classes))
+
+    def forward(self, x):
+        return self.classifier(self.features(x))
+
+
+def read_idx(path):
+    with gzip.open(path, "rb") as f:
+        data = f.read()
+    dims = data[3]
+    shape = struct.unpack(">" + "I" * dims, data[4:4 + 4 * dims])
+    return torch.frombuffer(bytearray(data[4 + 4 * dims:]), dtype=torch.uint8).view(*shape)
+
+
+def main(weights, idx_dir):
+    state = torch.load(weights)
+    assert isinstance(state, dict) and all(torch.is_tensor(v) for v in state.values()), type(state)
+    model = SmallCnn()
+    model.load_state_dict(state, strict=True)
+    model.eval()
+    images = read_idx(idx_dir + "/t10k-images-idx3-ubyte.gz").float().unsqueeze(1)
+    labels = read_idx(idx_dir + "/t10k-labels-idx1-ubyte.gz").long()
+    # The decoder's arithmetic: pixel * (1 / (255 * std)) + (-mean / std), in float32.
+    scale = torch.tensor(1.0, dtype=torch.float32) / (torch.tensor(255.0) * torch.tensor(STD))
+    shift = -torch.tensor(MEAN, dtype=torch.float32) / torch.tensor(STD, dtype=torch.float32)
+    x = images * scale + shift
+    with torch.no_grad():
+        logits = model(x)
+    loss = nn.functional.cross_entropy(logits, labels).item()
+    accuracy = (logits.argmax(1) == labels).float().mean().item()
+    print("accuracy %.4f loss %.6f on %d samples" % (accuracy, loss, len(labels)))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])
