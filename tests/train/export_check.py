@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Loads a state dict the trainer exported (--export) into the built-in CNN defined here in
-PyTorch and evaluates it on Fashion-MNIST-shaped IDX files, as the trainer does.
+"""Loads a state dict the trainer exported (--export) into the built-in CNN as hvx.models defines
+it in PyTorch and evaluates it on Fashion-MNIST-shaped IDX files, as the trainer does.
 
     export_check.py WEIGHTS.pt IDX_DIR   # prints "accuracy A loss L on N samples"
 """
@@ -11,25 +11,9 @@ import sys
 import torch
 import torch.nn as nn
 
+from hvx.models import SmallCnn
+
 MEAN, STD = 0.2860, 0.3530  # hvx/train/trainer.cc's Fashion-MNIST normalisation
-
-
-class SmallCnn(nn.Module):
-    """hvx/train/models.cc's "cnn", with the same parameter and buffer names."""
-
-    def __init__(self, num_classes=10):
-        super().__init__()
-
-        def block(cin, cout):
-            return [nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU()]
-        self.features = nn.Sequential(*block(1, 32), *block(32, 32), nn.MaxPool2d(2),
-                                      nn.Dropout(0.1), *block(32, 64), nn.MaxPool2d(2),
-                                      nn.Dropout(0.2))
-        self.classifier = nn.Sequential(nn.Flatten(), nn.Linear(64 * 7 * 7, 128), nn.ReLU(),
-                                        nn.Dropout(0.3), nn.Linear(128, num_classes))
-
-    def forward(self, x):
-        return self.classifier(self.features(x))
 
 
 def read_idx(path):

@@ -6,6 +6,7 @@
 set -uo pipefail
 TRAIN=$(readlink -f "$1"); MAKE_IDX=$(readlink -f "$2"); CHECK=$(readlink -f "$3"); source "$4"
 PYTHON=$(readlink -f "$5")
+export PYTHONPATH="$PWD/hvx/python"  # hvx.models, from //hvx/python:torch
 T=${TEST_TMPDIR:-$(mktemp -d)}
 failures=0
 tiny_config "$T" cnn 400 60 10 2 || { echo "FAIL: could not write the dataset"; exit 1; }

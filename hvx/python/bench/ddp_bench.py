@@ -38,12 +38,8 @@ parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
 
 def cnn():
     """The trainer's built-in "cnn" model."""
-    def block(cin, cout):
-        return [nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU()]
-    return nn.Sequential(*block(1, 32), *block(32, 32), nn.MaxPool2d(2), nn.Dropout(0.1),
-                         *block(32, 64), nn.MaxPool2d(2), nn.Dropout(0.2), nn.Flatten(),
-                         nn.Linear(64 * 7 * 7, 128), nn.ReLU(), nn.Dropout(0.3),
-                         nn.Linear(128, 10))
+    from hvx.models import SmallCnn
+    return SmallCnn()
 
 
 class GradientSet(nn.Module):
