@@ -46,6 +46,47 @@ bool WriteFully(int fd, absl::string_view data) {
   return true;
 }
 
+namespace {
+
+absl::Status FsyncPath(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("open ", path));
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  return rc == 0 ? absl::OkStatus() : ErrnoToStatus(err, absl::StrCat("fsync ", path));
+}
+
+absl::Status Rename(const std::string& from, const std::string& to) {
+  if (::rename(from.c_str(), to.c_str()) == 0) return absl::OkStatus();
+  return ErrnoToStatus(errno, absl::StrCat("renaming ", from, " to ", to));
+}
+
+}  // namespace
+
+absl::Status CommitFile(const std::string& tmp_path, const std::string& path) {
+  HVX_RETURN_IF_ERROR(FsyncPath(tmp_path));
+  HVX_RETURN_IF_ERROR(Rename(tmp_path, path));
+  const size_t slash = path.rfind('/');
+  return FsyncPath(slash == std::string::npos ? "." : path.substr(0, slash + 1));
+}
+
+absl::Status WriteFileAtomically(const std::string& path, absl::string_view data,
+                                 absl::string_view what, bool durable) {
+  const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("creating ", what, " ", tmp));
+  absl::Status status;
+  if (!WriteFully(fd, data))
+    status = ErrnoToStatus(errno, absl::StrCat("writing ", what, " ", tmp));
+  if (::close(fd) != 0 && status.ok()) {
+    status = ErrnoToStatus(errno, absl::StrCat("closing ", what, " ", tmp));
+  }
+  if (status.ok()) status = durable ? CommitFile(tmp, path) : Rename(tmp, path);
+  if (!status.ok()) ::unlink(tmp.c_str());
+  return status;
+}
+
 std::string SelfExecutable() {
   char buf[4096];
   const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);

@@ -22,6 +22,17 @@ absl::Status MakeDirs(const std::string& dir);
 // when a write fails.
 bool WriteFully(int fd, absl::string_view data);
 
+// Makes the finished temporary file `tmp_path` the file `path`, durably: fsync of the data, the
+// rename, fsync of the directory, so that even a machine's crash leaves the old file or the new
+// one under `path`. Errors carry the errno and name the paths.
+absl::Status CommitFile(const std::string& tmp_path, const std::string& path);
+
+// Replaces `path` with a file holding `data` without ever leaving a partial file under that
+// name: written to "<path>.tmp.<pid>", then renamed (through CommitFile when `durable`); the
+// temporary is removed when a step fails. Errors name `what` ("index file") and the path.
+absl::Status WriteFileAtomically(const std::string& path, absl::string_view data,
+                                 absl::string_view what, bool durable);
+
 // A file opened read-only (O_CLOEXEC): the caller owns `fd` and closes it.
 struct ReadOnlyFile {
   int fd = -1;

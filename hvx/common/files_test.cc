@@ -73,6 +73,39 @@ TEST(FilesTest, OpenReadOnlyGivesTheSizeOrNamesThePath) {
       << missing.status();
 }
 
+std::string ReadAll(const std::string& path) {
+  absl::StatusOr<ReadOnlyFile> f = OpenReadOnly(path, "file");
+  if (!f.ok()) return "<" + std::string(f.status().message()) + ">";
+  std::string got(f->size, '\0');
+  const ssize_t n = pread(f->fd, got.data(), got.size(), 0);
+  ::close(f->fd);
+  return n == static_cast<ssize_t>(got.size()) ? got : "<short read>";
+}
+
+TEST(FilesTest, WriteFileAtomicallyReplacesTheFileAndLeavesNoTemporary) {
+  const std::string dir = TempDir() + "/atomic";
+  ASSERT_TRUE(MakeDirs(dir).ok());
+  for (bool durable : {false, true}) {
+    const std::string path = dir + (durable ? "/durable" : "/plain");
+    ASSERT_TRUE(WriteFileAtomically(path, "first", "test file", durable).ok());
+    EXPECT_EQ(ReadAll(path), "first");
+    ASSERT_TRUE(WriteFileAtomically(path, std::string(100000, 'y'), "test file", durable).ok());
+    EXPECT_EQ(ReadAll(path), std::string(100000, 'y'));
+    EXPECT_NE(access((path + ".tmp." + std::to_string(getpid())).c_str(), F_OK), 0);
+  }
+  // A directory in the way of the rename: the error names it, the temporary is gone.
+  const std::string blocked = dir + "/blocked";
+  ASSERT_TRUE(MakeDirs(blocked + "/inside").ok());
+  const absl::Status s = WriteFileAtomically(blocked, "x", "test file", /*durable=*/true);
+  EXPECT_FALSE(s.ok());
+  EXPECT_TRUE(absl::StrContains(s.message(), "to " + blocked)) << s;
+  EXPECT_NE(access((blocked + ".tmp." + std::to_string(getpid())).c_str(), F_OK), 0);
+  // No directory to write into: the error names what was being written.
+  const absl::Status missing = WriteFileAtomically(dir + "/no/such", "x", "index file", false);
+  EXPECT_TRUE(absl::StrContains(missing.message(), "creating index file " + dir + "/no/such.tmp."))
+      << missing;
+}
+
 TEST(FilesTest, SelfExecutableIsThisTest) {
   EXPECT_TRUE(absl::EndsWith(SelfExecutable(), "/files_test")) << SelfExecutable();
 }

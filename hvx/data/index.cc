@@ -33,22 +33,7 @@ absl::Status WriteIndexFile(const std::string& index_path,
   for (const RecordLocation& r : index) {
     absl::StrAppend(&text, r.offset, " ", r.length + kRecordOverhead, "\n");
   }
-  const std::string tmp = absl::StrCat(index_path, ".tmp.", ::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("creating index file ", tmp));
-  if (!WriteFully(fd, text)) {
-    const int e = errno;
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    return ErrnoToStatus(e, absl::StrCat("writing index file ", tmp));
-  }
-  if (::close(fd) != 0) return ErrnoToStatus(errno, absl::StrCat("closing index file ", tmp));
-  if (::rename(tmp.c_str(), index_path.c_str()) != 0) {
-    int e = errno;
-    ::unlink(tmp.c_str());
-    return ErrnoToStatus(e, absl::StrCat("renaming ", tmp, " to ", index_path));
-  }
-  return absl::OkStatus();
+  return WriteFileAtomically(index_path, text, "index file", /*durable=*/false);
 }
 
 absl::StatusOr<std::vector<RecordLocation>> ReadIndexFile(const std::string& index_path,

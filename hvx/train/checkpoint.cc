@@ -1,7 +1,6 @@
 #include "hvx/train/checkpoint.h"
 
 #include <dirent.h>
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -48,29 +47,6 @@ std::vector<std::pair<int64_t, std::string>> ListCheckpoints(const std::string& 
   closedir(d);
   std::sort(found.begin(), found.end());
   return found;
-}
-
-absl::Status FsyncPath(const std::string& path) {
-  const int fd = open(path.c_str(), O_RDONLY);
-  if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("open ", path));
-  const int rc = fsync(fd);
-  const int err = errno;
-  close(fd);
-  return rc == 0 ? absl::OkStatus() : ErrnoToStatus(err, absl::StrCat("fsync ", path));
-}
-
-// Makes `tmp_path` the file `final_path`: synced, renamed, and the rename synced, so a crash
-// leaves the old file or the new one. `failpoint` (hvx/common/failpoint.h) fires before the
-// rename.
-absl::Status CommitFile(const std::string& tmp_path, const std::string& final_path,
-                        const char* failpoint) {
-  HVX_RETURN_IF_ERROR(FsyncPath(tmp_path));
-  if (failpoint != nullptr) Failpoint(failpoint);
-  if (rename(tmp_path.c_str(), final_path.c_str()) != 0) {
-    return ErrnoToStatus(errno, absl::StrCat("rename ", tmp_path, " -> ", final_path));
-  }
-  const size_t slash = final_path.rfind('/');
-  return FsyncPath(slash == std::string::npos ? "." : final_path.substr(0, slash + 1));
 }
 
 // Every rank's floating-point buffers, each as [size, numel] on the CPU, in FloatBuffers order.
@@ -121,7 +97,8 @@ absl::Status WriteCheckpoint(const CheckpointConfig& c, Classifier& model,
   }
   for (size_t i = 0; i < buffers.size(); ++i) buffers[i].second.copy_(live[i]);
   HVX_RETURN_IF_ERROR(status);
-  HVX_RETURN_IF_ERROR(CommitFile(tmp_path, final_path, "checkpoint"));
+  Failpoint("checkpoint");
+  HVX_RETURN_IF_ERROR(CommitFile(tmp_path, final_path));
   auto all = ListCheckpoints(c.dir());
   for (size_t i = 0; i + c.keep() < all.size(); ++i) unlink(all[i].second.c_str());
   return absl::OkStatus();
@@ -318,7 +295,6 @@ absl::Status ExportStateDict(Classifier& model, const std::string& path) {
   c10::Dict<std::string, at::Tensor> weights;
   for (const auto& p : model.named_parameters()) weights.insert(p.key(), p.value().detach().cpu());
   for (const auto& b : model.named_buffers()) weights.insert(b.key(), b.value().detach().cpu());
-  const std::string tmp_path = absl::StrCat(path, ".tmp.", getpid());
   std::vector<char> bytes;
   try {
     bytes = torch::pickle_save(c10::IValue(weights));
@@ -326,16 +302,8 @@ absl::Status ExportStateDict(Classifier& model, const std::string& path) {
     return absl::InternalError(
         absl::StrCat("exporting the weights to ", path, ": ", e.what_without_backtrace()));
   }
-  const int fd = open(tmp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("open ", tmp_path));
-  const bool written = WriteFully(fd, absl::string_view(bytes.data(), bytes.size()));
-  const int err = errno;
-  close(fd);
-  if (!written) {
-    unlink(tmp_path.c_str());
-    return ErrnoToStatus(err, absl::StrCat("write ", tmp_path));
-  }
-  return CommitFile(tmp_path, path, /*failpoint=*/nullptr);
+  return WriteFileAtomically(path, absl::string_view(bytes.data(), bytes.size()),
+                             "exported weights", /*durable=*/true);
 }
 
 absl::Status LoadCheckpointModel(const std::string& path, const torch::Device& device,
