@@ -669,6 +669,11 @@ def test_error_alltoall_splits(rank, size):
                      name="err.splits")
 
 
+def test_error_alltoall_rows_do_not_divide(rank, size):
+    with pytest.raises(RuntimeError, match="does not divide by the set size"):
+        hvd.alltoall(torch.ones(size + 1), name="err.a2a_rows")
+
+
 def test_error_reducescatter_shape_and_op(rank, size):
     with pytest.raises(RuntimeError):
         hvd.reducescatter(torch.ones(size * 2 + rank), name="err.rs")

@@ -435,16 +435,20 @@ def _splits_list(splits):
     return [int(s) for s in splits]
 
 
-def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
-    """Starts an alltoall: splits[j] rows of `tensor` go to rank j (equal splits when None).
-    synchronize returns (output, received_splits) when splits were given, else output."""
+def _alltoall_async(tensor, splits, name, process_set, with_received_splits):
     _check_initialized("alltoall")
     native = _C.alltoall_async(tensor.contiguous(), _splits_list(splits),
                                _name("alltoall", name), _process_set_id(process_set))
-    if splits is None:
+    if not with_received_splits:
         return _register(native, lambda n: n.output)
     return _register(native, lambda n: (n.output,
                                         torch.tensor(n.received_splits, dtype=torch.int32)))
+
+
+def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
+    """Starts an alltoall: splits[j] rows of `tensor` go to rank j (equal splits when None).
+    synchronize returns (output, received_splits) when splits were given, else output."""
+    return _alltoall_async(tensor, splits, name, process_set, splits is not None)
 
 
 def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
@@ -607,27 +611,16 @@ class _Alltoall(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, splits, name, process_set):
         ctx.process_set = process_set
-        out, received = synchronize(alltoall_async(
-            tensor, splits if splits is not None else _equal_splits(tensor, process_set), name,
-            process_set))
+        out, received = synchronize(_alltoall_async(tensor, splits, name, process_set, True))
         ctx.received = received
         ctx.mark_non_differentiable(received)
         return out, received
 
     @staticmethod
     def backward(ctx, grad_output, _):
-        grad, _ = synchronize(alltoall_async(grad_output, ctx.received,
-                                             process_set=ctx.process_set))
+        grad, _ = synchronize(_alltoall_async(grad_output, ctx.received, None,
+                                              ctx.process_set, True))
         return grad, None, None, None
-
-
-def _equal_splits(tensor, process_set):
-    n = process_set.size()
-    rows = tensor.shape[0] if tensor.dim() > 0 else 0
-    if rows % n:
-        raise ValueError("alltoall without splits: the first dimension (%d) must divide by the "
-                         "process set's size (%d)" % (rows, n))
-    return [rows // n] * n
 
 
 class _ReduceScatter(torch.autograd.Function):
