@@ -1,0 +1,185 @@
+#include "hvx/train/recipes.h"
+
+#include <torch/nn/functional/loss.h>
+#include <torch/nn/utils/clip_grad.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/sgd.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace hvx {
+namespace train {
+namespace {
+
+using torch::optim::OptimizerOptions;
+using torch::optim::OptimizerParamGroup;
+
+std::unique_ptr<OptimizerOptions> OptionsFor(const OptimizerConfig& o, double weight_decay) {
+  switch (o.kind()) {
+    case OptimizerConfig::ADAM:
+      return std::make_unique<torch::optim::AdamOptions>(torch::optim::AdamOptions(o.lr())
+                                                             .betas({o.beta1(), o.beta2()})
+                                                             .eps(o.eps())
+                                                             .weight_decay(weight_decay));
+    case OptimizerConfig::ADAMW:
+    case OptimizerConfig::LAMB:
+      return std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(o.lr())
+                                                              .betas({o.beta1(), o.beta2()})
+                                                              .eps(o.eps())
+                                                              .weight_decay(weight_decay));
+    default:
+      return std::make_unique<torch::optim::SGDOptions>(torch::optim::SGDOptions(o.lr())
+                                                            .momentum(o.momentum())
+                                                            .nesterov(o.nesterov())
+                                                            .weight_decay(weight_decay));
+  }
+}
+
+}  // namespace
+
+at::Tensor Lamb::step(LossClosure closure) {
+  torch::NoGradGuard no_grad;
+  at::Tensor loss;
+  if (closure != nullptr) {
+    at::AutoGradMode enable_grad(true);
+    loss = closure();
+  }
+  for (auto& group : param_groups_) {
+    auto& options = static_cast<torch::optim::AdamWOptions&>(group.options());
+    const double beta1 = std::get<0>(options.betas());
+    const double beta2 = std::get<1>(options.betas());
+    for (auto& p : group.params()) {
+      if (!p.grad().defined()) continue;
+      const at::Tensor& grad = p.grad();
+      const std::string key = c10::guts::to_string(p.unsafeGetTensorImpl());
+      auto found = state_.find(key);
+      if (found == state_.end()) {
+        auto state = std::make_unique<torch::optim::AdamWParamState>();
+        state->step(0);
+        state->exp_avg(torch::zeros_like(p, at::MemoryFormat::Preserve));
+        state->exp_avg_sq(torch::zeros_like(p, at::MemoryFormat::Preserve));
+        found = state_.emplace(key, std::move(state)).first;
+      }
+      auto& state = static_cast<torch::optim::AdamWParamState&>(*found->second);
+      state.step(state.step() + 1);
+      state.exp_avg().mul_(beta1).add_(grad, 1 - beta1);
+      state.exp_avg_sq().mul_(beta2).addcmul_(grad, grad, 1 - beta2);
+      const double correction1 = 1 - std::pow(beta1, state.step());
+      const double correction2 = 1 - std::pow(beta2, state.step());
+      at::Tensor update = (state.exp_avg() / correction1) /
+                          ((state.exp_avg_sq() / correction2).sqrt_().add_(options.eps()));
+      if (options.weight_decay() != 0) update.add_(p, options.weight_decay());
+      const double w_norm = p.norm().item<double>();
+      const double u_norm = update.norm().item<double>();
+      const double trust = (w_norm > 0 && u_norm > 0) ? w_norm / u_norm : 1.0;
+      p.add_(update, -options.lr() * trust);
+    }
+  }
+  return loss;
+}
+
+bool IsBiasOrNorm(const std::string& name, int64_t dims) {
+  return dims <= 1 || name == "bias" || absl::EndsWith(name, ".bias");
+}
+
+absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> MakeOptimizer(const OptimizerConfig& o,
+                                                                       torch::nn::Module& model) {
+  std::vector<OptimizerParamGroup> groups;
+  if (o.no_decay_on_bias_and_norm()) {
+    std::vector<at::Tensor> decay, no_decay;
+    for (const auto& item : model.named_parameters()) {
+      if (!item.value().requires_grad()) continue;
+      (IsBiasOrNorm(item.key(), item.value().dim()) ? no_decay : decay).push_back(item.value());
+    }
+    groups.emplace_back(decay, OptionsFor(o, o.weight_decay()));
+    groups.emplace_back(no_decay, OptionsFor(o, 0.0));
+  } else {
+    std::vector<at::Tensor> params;
+    for (const auto& p : model.parameters()) {
+      if (p.requires_grad()) params.push_back(p);
+    }
+    groups.emplace_back(params, OptionsFor(o, o.weight_decay()));
+  }
+  try {
+    switch (o.kind()) {
+      case OptimizerConfig::SGD:
+        return std::unique_ptr<torch::optim::Optimizer>(std::make_unique<torch::optim::SGD>(
+            std::move(groups), static_cast<torch::optim::SGDOptions&>(*OptionsFor(o, 0))));
+      case OptimizerConfig::ADAM:
+        return std::unique_ptr<torch::optim::Optimizer>(std::make_unique<torch::optim::Adam>(
+            std::move(groups), static_cast<torch::optim::AdamOptions&>(*OptionsFor(o, 0))));
+      case OptimizerConfig::ADAMW:
+        return std::unique_ptr<torch::optim::Optimizer>(std::make_unique<torch::optim::AdamW>(
+            std::move(groups), static_cast<torch::optim::AdamWOptions&>(*OptionsFor(o, 0))));
+      case OptimizerConfig::LAMB:
+        return std::unique_ptr<torch::optim::Optimizer>(std::make_unique<Lamb>(
+            std::move(groups), static_cast<torch::optim::AdamWOptions&>(*OptionsFor(o, 0))));
+      default:
+        return absl::InvalidArgumentError(
+            absl::StrCat("optimizer.kind: unknown optimizer ", static_cast<int>(o.kind())));
+    }
+  } catch (const c10::Error& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("optimizer: ", e.what_without_backtrace()));
+  }
+}
+
+double ClipGradients(torch::nn::Module& model, double max_norm) {
+  torch::NoGradGuard no_grad;
+  std::vector<at::Tensor> grads;
+  for (const auto& p : model.parameters()) {
+    if (p.grad().defined()) grads.push_back(p.grad());
+  }
+  if (grads.empty()) return 0;
+  std::vector<at::Tensor> norms;
+  for (const auto& g : grads) norms.push_back(g.norm().to(at::kDouble));
+  const double norm = torch::stack(norms).norm().item<double>();
+  if (max_norm > 0 && norm > max_norm) {
+    const double scale = max_norm / (norm + 1e-6);
+    for (auto& g : grads) g.mul_(scale);
+  }
+  return norm;
+}
+
+at::Tensor TrainingLoss(const at::Tensor& logits, const at::Tensor& labels, double smoothing) {
+  namespace F = torch::nn::functional;
+  return F::cross_entropy(logits, labels, F::CrossEntropyFuncOptions().label_smoothing(smoothing));
+}
+
+int64_t CountTopK(const at::Tensor& logits, const at::Tensor& labels, int64_t k) {
+  k = std::min<int64_t>(k, logits.size(1));
+  const at::Tensor top = std::get<1>(logits.topk(k, /*dim=*/1));
+  return top.eq(labels.unsqueeze(1)).any(1).sum().item<int64_t>();
+}
+
+WeightAverage::WeightAverage(torch::nn::Module& model, double decay) : decay_(decay) {
+  torch::NoGradGuard no_grad;
+  for (const auto& item : model.named_parameters()) {
+    averages_.emplace_back(item.key(), item.value().detach().clone());
+    live_.push_back(item.value());
+  }
+}
+
+void WeightAverage::Update(int64_t step) {
+  torch::NoGradGuard no_grad;
+  const double d = std::min(decay_, (1.0 + step) / (10.0 + step));
+  for (size_t i = 0; i < live_.size(); ++i) {
+    averages_[i].second.mul_(d).add_(live_[i].detach(), 1 - d);
+  }
+}
+
+void WeightAverage::Swap() {
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < live_.size(); ++i) {
+    at::Tensor live = live_[i].detach().clone();
+    live_[i].detach().copy_(averages_[i].second);
+    averages_[i].second.copy_(live);
+  }
+}
+
+}  // namespace train
+}  // namespace hvx
