@@ -67,7 +67,8 @@ absl::StatusOr<std::vector<torch::Tensor>> GatherBuffers(Classifier& model) {
 // replaced by their average over ranks while it is written, then restored.
 absl::Status WriteCheckpoint(const CheckpointConfig& c, Classifier& model,
                              torch::optim::Optimizer& optimizer, const TrainingPosition& p,
-                             const std::vector<torch::Tensor>& rank_buffers) {
+                             const std::vector<torch::Tensor>& rank_buffers,
+                             const NamedTensors* averages) {
   HVX_RETURN_IF_ERROR(MakeDirs(c.dir()));
   const std::string final_path =
       absl::StrCat(c.dir(), "/", kCheckpointPrefix, p.global_step, kCheckpointSuffix);
@@ -90,6 +91,14 @@ absl::Status WriteCheckpoint(const CheckpointConfig& c, Classifier& model,
     archive.write("optimizer", optimizer_archive);
     archive.write("rank_buffers", buffer_archive);
     archive.write("position", torch::tensor(EncodePosition(p), torch::kInt64));
+    if (averages != nullptr) {
+      torch::serialize::OutputArchive average_archive;
+      average_archive.write("count",
+                            torch::tensor(static_cast<int64_t>(averages->size()), torch::kInt64));
+      for (size_t i = 0; i < averages->size(); ++i)
+        average_archive.write(absl::StrCat("a", i), (*averages)[i].second);
+      archive.write("averages", average_archive);
+    }
     archive.save_to(tmp_path);
   } catch (const c10::Error& e) {
     status = absl::InternalError(
@@ -104,12 +113,37 @@ absl::Status WriteCheckpoint(const CheckpointConfig& c, Classifier& model,
   return absl::OkStatus();
 }
 
+// Reads the "averages" of a loaded checkpoint archive into `averages` (same count and shapes);
+// false when the archive has none.
+bool ReadAverages(torch::serialize::InputArchive& archive, const std::string& path,
+                  NamedTensors& averages) {
+  torch::serialize::InputArchive average_archive;
+  if (!archive.try_read("averages", average_archive)) return false;
+  torch::Tensor count;
+  average_archive.read("count", count);
+  TORCH_CHECK(count.item<int64_t>() == static_cast<int64_t>(averages.size()), "checkpoint ", path,
+              " holds the averages of ", count.item<int64_t>(), " parameters, the model has ",
+              averages.size());
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < averages.size(); ++i) {
+    torch::Tensor t;
+    average_archive.read(absl::StrCat("a", i), t);
+    TORCH_CHECK(t.sizes() == averages[i].second.sizes(), "checkpoint ", path, ": the average of ",
+                averages[i].first, " has shape ", t.sizes(), ", the parameter ",
+                averages[i].second.sizes());
+    averages[i].second.copy_(t);
+  }
+  return true;
+}
+
 // Loads onto `device`. *rank_buffers gets the per-rank buffers when the file has them for every
 // floating-point buffer of `model` (checkpoints from before they were recorded have not). Reads
 // positions of either stored form (see DecodePosition).
+// With `averages`, *found_averages says whether the file had them (and they were read).
 absl::Status LoadCheckpoint(const std::string& path, const torch::Device& device, Classifier& model,
                             torch::optim::Optimizer& optimizer, TrainingPosition* p,
-                            std::vector<torch::Tensor>* rank_buffers) {
+                            std::vector<torch::Tensor>* rank_buffers, NamedTensors* averages,
+                            bool* found_averages) {
   rank_buffers->clear();
   try {
     torch::serialize::InputArchive archive, model_archive, optimizer_archive, buffer_archive;
@@ -134,6 +168,7 @@ absl::Status LoadCheckpoint(const std::string& path, const torch::Device& device
       }
       if (rank_buffers->size() != n) rank_buffers->clear();
     }
+    if (averages != nullptr) *found_averages = ReadAverages(archive, path, *averages);
   } catch (const c10::Error& e) {
     return absl::DataLossError(
         absl::StrCat("checkpoint ", path, " cannot be loaded: ", e.what_without_backtrace()));
@@ -162,10 +197,12 @@ struct ResumeNotice {
   Outcome outcome = Outcome::kNoCheckpoint;
   TrainingPosition position;      // kLoaded: where the checkpoint stands
   bool own_rank_buffers = false;  // kLoaded: each rank's own buffers are broadcast next
+  bool averages = false;          // kLoaded: the parameters' averages are broadcast next
 };
 
-// The broadcast form of a ResumeNotice: outcome, EncodePosition(position), own_rank_buffers.
-constexpr size_t kEncodedNoticeSize = 1 + kEncodedPositionSize + 1;
+// The broadcast form of a ResumeNotice: outcome, EncodePosition(position), own_rank_buffers,
+// averages.
+constexpr size_t kEncodedNoticeSize = 1 + kEncodedPositionSize + 2;
 using EncodedNotice = std::array<int64_t, kEncodedNoticeSize>;
 
 EncodedNotice EncodeNotice(const ResumeNotice& notice) {
@@ -175,7 +212,8 @@ EncodedNotice EncodeNotice(const ResumeNotice& notice) {
     const std::vector<int64_t> position = EncodePosition(notice.position);
     std::copy(position.begin(), position.end(), encoded.begin() + 1);
   }
-  encoded.back() = notice.own_rank_buffers ? 1 : 0;
+  encoded[kEncodedNoticeSize - 2] = notice.own_rank_buffers ? 1 : 0;
+  encoded.back() = notice.averages ? 1 : 0;
   return encoded;
 }
 
@@ -185,7 +223,8 @@ absl::StatusOr<ResumeNotice> DecodeNotice(const EncodedNotice& encoded) {
   if (notice.outcome != ResumeNotice::Outcome::kLoaded) return notice;
   HVX_ASSIGN_OR_RETURN(notice.position, DecodePosition(absl::MakeConstSpan(encoded.data() + 1,
                                                                            kEncodedPositionSize)));
-  notice.own_rank_buffers = encoded.back() != 0;
+  notice.own_rank_buffers = encoded[kEncodedNoticeSize - 2] != 0;
+  notice.averages = encoded.back() != 0;
   return notice;
 }
 
@@ -193,7 +232,8 @@ absl::StatusOr<ResumeNotice> DecodeNotice(const EncodedNotice& encoded) {
 // the newest one, if any, into `model` and `optimizer`, and *rank_buffers.
 ResumeNotice LoadNewestOnRank0(const CheckpointConfig& c, bool fresh, const torch::Device& device,
                                Classifier& model, torch::optim::Optimizer& optimizer,
-                               std::vector<torch::Tensor>* rank_buffers, absl::Status* status) {
+                               std::vector<torch::Tensor>* rank_buffers, NamedTensors* averages,
+                               absl::Status* status) {
   ResumeNotice notice;
   if (fresh) {
     auto aside = MoveCheckpointsAside(c.dir());
@@ -203,9 +243,14 @@ ResumeNotice LoadNewestOnRank0(const CheckpointConfig& c, bool fresh, const torc
   }
   auto all = ListCheckpoints(c.dir());
   if (status->ok() && !all.empty()) {
-    *status =
-        LoadCheckpoint(all.back().second, device, model, optimizer, &notice.position, rank_buffers);
+    *status = LoadCheckpoint(all.back().second, device, model, optimizer, &notice.position,
+                             rank_buffers, averages, &notice.averages);
     if (status->ok()) {
+      if (averages != nullptr && !notice.averages) {
+        HVX_LOG(INFO) << all.back().second
+                      << " has no moving average of the weights (written with ema_decay 0); the "
+                         "average starts from its weights";
+      }
       notice.outcome = ResumeNotice::Outcome::kLoaded;
       notice.own_rank_buffers = !rank_buffers->empty() && notice.position.world_size == Size();
       HVX_LOG(INFO) << "resuming from " << all.back().second << " (epoch "
@@ -243,11 +288,13 @@ std::vector<std::pair<std::string, torch::Tensor>> FloatBuffers(Classifier& mode
 }
 
 absl::Status SaveCheckpoint(const CheckpointConfig& checkpoint, Classifier& model,
-                            torch::optim::Optimizer& optimizer, const TrainingPosition& position) {
+                            torch::optim::Optimizer& optimizer, const TrainingPosition& position,
+                            const NamedTensors* averages) {
   const absl::Time start = absl::Now();
   HVX_ASSIGN_OR_RETURN(std::vector<torch::Tensor> rank_buffers, GatherBuffers(model));
   if (Rank() != 0) return absl::OkStatus();
-  HVX_RETURN_IF_ERROR(WriteCheckpoint(checkpoint, model, optimizer, position, rank_buffers));
+  HVX_RETURN_IF_ERROR(
+      WriteCheckpoint(checkpoint, model, optimizer, position, rank_buffers, averages));
   // What a checkpoint costs, for choosing the interval (checkpoint.every_steps, every_seconds).
   const std::string path = absl::StrCat(checkpoint.dir(), "/", kCheckpointPrefix,
                                         position.global_step, kCheckpointSuffix);
@@ -261,12 +308,13 @@ absl::Status SaveCheckpoint(const CheckpointConfig& checkpoint, Classifier& mode
 absl::StatusOr<bool> ResumeFromNewestCheckpoint(const CheckpointConfig& checkpoint, bool fresh,
                                                 const torch::Device& device, Classifier& model,
                                                 torch::optim::Optimizer& optimizer,
-                                                TrainingPosition* position) {
+                                                TrainingPosition* position,
+                                                NamedTensors* averages) {
   absl::Status rank0_status;
   std::vector<torch::Tensor> rank_buffers;
   ResumeNotice found;
   if (Rank() == 0) {
-    found = LoadNewestOnRank0(checkpoint, fresh, device, model, optimizer, &rank_buffers,
+    found = LoadNewestOnRank0(checkpoint, fresh, device, model, optimizer, &rank_buffers, averages,
                               &rank0_status);
   }
   EncodedNotice encoded = EncodeNotice(found);
@@ -288,6 +336,16 @@ absl::StatusOr<bool> ResumeFromNewestCheckpoint(const CheckpointConfig& checkpoi
   HVX_RETURN_IF_ERROR(BroadcastParameters(model, 0));
   HVX_RETURN_IF_ERROR(BroadcastOptimizerState(optimizer, 0));
   if (found.own_rank_buffers) HVX_RETURN_IF_ERROR(BroadcastRankBuffers(model, rank_buffers));
+  if (averages != nullptr) {
+    // Without averages in the checkpoint they start from the weights just broadcast.
+    torch::NoGradGuard no_grad;
+    if (!found.averages) {
+      const auto params = model.named_parameters();
+      for (size_t i = 0; i < averages->size(); ++i)
+        (*averages)[i].second.copy_(params[(*averages)[i].first]);
+    }
+    HVX_RETURN_IF_ERROR(BroadcastTensors(*averages, 0, "resume.average."));
+  }
   return true;
 }
 
@@ -307,12 +365,21 @@ absl::Status ExportStateDict(Classifier& model, const std::string& path) {
 }
 
 absl::Status LoadCheckpointModel(const std::string& path, const torch::Device& device,
-                                 Classifier& model) {
+                                 Classifier& model, bool use_averages) {
   try {
     torch::serialize::InputArchive archive, model_archive;
     archive.load_from(path, device);
     archive.read("model", model_archive);
     model.load(model_archive);
+    if (use_averages) {
+      NamedTensors params;
+      for (const auto& p : model.named_parameters()) params.emplace_back(p.key(), p.value());
+      if (!ReadAverages(archive, path, params)) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "checkpoint ", path,
+            " has no moving average of the weights (ema_decay was 0 when it was written)"));
+      }
+    }
   } catch (const c10::Error& e) {
     return absl::DataLossError(
         absl::StrCat("checkpoint ", path, " cannot be loaded: ", e.what_without_backtrace()));

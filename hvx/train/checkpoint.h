@@ -14,6 +14,8 @@
 //   "rank_buffers"  "b0", "b1", ...: floating-point buffer i of every rank, [world size, numel], in
 //                   FloatBuffers order (absent from checkpoints written before it was recorded)
 //   "position"      int64 EncodePosition(TrainingPosition) (hvx/train/epoch_position.h)
+//   "averages"      "count" and "a0", "a1", ...: the moving average of every parameter, in
+//                   named_parameters order, when the run keeps one (TrainConfig.ema_decay)
 //
 // Only rank 0 reads or writes files; the others get the checkpoint by broadcast, so no file system
 // shared between hosts is needed.
@@ -35,21 +37,28 @@
 namespace hvx {
 namespace train {
 
-// Writes a checkpoint of `model`, `optimizer` and `position` into checkpoint.dir and removes the
-// oldest beyond checkpoint.keep(). Every rank calls it (each rank's buffers are gathered); rank 0
-// writes. The live model is left as it was.
+// Tensors by name that a checkpoint keeps beside the model (the parameters' moving average).
+using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
+
+// Writes a checkpoint of `model`, `optimizer`, `position` and `averages` (when not null) into
+// checkpoint.dir and removes the oldest beyond checkpoint.keep(). Every rank calls it (each rank's
+// buffers are gathered); rank 0 writes. The live model is left as it was.
 absl::Status SaveCheckpoint(const CheckpointConfig& checkpoint, Classifier& model,
-                            torch::optim::Optimizer& optimizer, const TrainingPosition& position);
+                            torch::optim::Optimizer& optimizer, const TrainingPosition& position,
+                            const NamedTensors* averages = nullptr);
 
 // Every rank calls it. Rank 0 loads the newest checkpoint in checkpoint.dir onto `device` (after
 // moving the existing ones into "<dir>/replaced-<unix seconds>/" when `fresh`), and every rank
 // takes its model, optimizer state and position into `model`, `optimizer` and *position; when the
 // world size is the checkpoint's, each rank also takes its own BatchNorm statistics. Returns false,
 // changing nothing, when there is no checkpoint; every rank returns rank 0's error when it fails.
+// With `averages`, every rank also takes the checkpoint's averages into them, or keeps them as
+// they are (logged) when the checkpoint has none.
 absl::StatusOr<bool> ResumeFromNewestCheckpoint(const CheckpointConfig& checkpoint, bool fresh,
                                                 const torch::Device& device, Classifier& model,
                                                 torch::optim::Optimizer& optimizer,
-                                                TrainingPosition* position);
+                                                TrainingPosition* position,
+                                                NamedTensors* averages = nullptr);
 
 // Writes `model`'s parameters and buffers by name (on the CPU) as a file that Python's
 // torch.load reads as a dict name -> tensor: `model.load_state_dict(torch.load(path))` for the
@@ -57,9 +66,10 @@ absl::StatusOr<bool> ResumeFromNewestCheckpoint(const CheckpointConfig& checkpoi
 absl::Status ExportStateDict(Classifier& model, const std::string& path);
 
 // Loads the model of a checkpoint file SaveCheckpoint wrote (its BatchNorm statistics averaged
-// over ranks) into `model`, on `device`. DataLoss naming the file when it cannot.
+// over ranks) into `model`, on `device`; with `use_averages`, the parameters are the checkpoint's
+// moving averages (FailedPrecondition when it has none). DataLoss naming the file when it cannot.
 absl::Status LoadCheckpointModel(const std::string& path, const torch::Device& device,
-                                 Classifier& model);
+                                 Classifier& model, bool use_averages = false);
 
 // The floating-point buffers of `model` (BatchNorm running statistics) by name, in a fixed order,
 // the same on every rank. The tensors share memory with the model's.

@@ -126,6 +126,25 @@ std::vector<FieldError> CheckConfig(const TrainConfig& c) {
       break;
     }
   }
+  if (!(o.clip_grad_norm() >= 0)) add("optimizer.clip_grad_norm", "must be >= 0 (0: no clipping)");
+  if (o.backward_passes_per_step() < 1) {
+    add("optimizer.backward_passes_per_step", "must be >= 1");
+  } else if (d.batch_size() > 0 && o.backward_passes_per_step() > d.batch_size()) {
+    add("optimizer.backward_passes_per_step",
+        absl::StrCat("is ", o.backward_passes_per_step(), ", more micro-batches than the ",
+                     d.batch_size(), " samples of data.batch_size"));
+  }
+  if (o.kind() == OptimizerConfig::LAMB || o.kind() == OptimizerConfig::ADAMW ||
+      o.kind() == OptimizerConfig::ADAM) {
+    if (!(o.beta1() >= 0 && o.beta1() < 1)) add("optimizer.beta1", "must be in [0, 1)");
+    if (!(o.beta2() >= 0 && o.beta2() < 1)) add("optimizer.beta2", "must be in [0, 1)");
+  }
+  if (!(c.label_smoothing() >= 0 && c.label_smoothing() < 1)) {
+    add("label_smoothing", absl::StrCat("must be in [0, 1), got ", c.label_smoothing()));
+  }
+  if (!(c.ema_decay() >= 0 && c.ema_decay() < 1)) {
+    add("ema_decay", absl::StrCat("must be in [0, 1) (0: no moving average), got ", c.ema_decay()));
+  }
   if (o.lr_scaling() == OptimizerConfig::BY_GLOBAL_BATCH && o.reference_batch() <= 0) {
     add("optimizer.reference_batch", "must be > 0 with lr_scaling BY_GLOBAL_BATCH");
   }
@@ -271,6 +290,7 @@ void FillDefaults(TrainConfig* c) {
   if (o->eps() == 0) o->set_eps(1e-8);
   if (o->reference_batch() == 0) o->set_reference_batch(256);
   if (o->step_gamma() == 0) o->set_step_gamma(0.1);
+  if (o->backward_passes_per_step() == 0) o->set_backward_passes_per_step(1);
   EngineConfig* e = c->mutable_engine();
   if (e->gradient_predivide_factor() == 0) e->set_gradient_predivide_factor(1.0);
   LoggingConfig* l = c->mutable_logging();

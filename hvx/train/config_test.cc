@@ -100,6 +100,30 @@ TEST(ConfigTest, SemanticErrorPointsAtTheTextThatSetTheValue) {
             "resnet18, resnet50");
 }
 
+TEST(ConfigTest, RecipeFieldsAreChecked) {
+  const std::string path = WriteFile(TempDir(), "recipe.pbtxt", kGood);
+  auto loaded = LoadTrainConfig(path, {}, {});
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->config.optimizer().backward_passes_per_step(), 1);
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"label_smoothing: 1", "--override #1:1:1: label_smoothing: must be in [0, 1), got 1"},
+      {"ema_decay: -0.5",
+       "--override #1:1:1: ema_decay: must be in [0, 1) (0: no moving average), got -0.5"},
+      {"optimizer { clip_grad_norm: -1 }",
+       "--override #1:1:13: optimizer.clip_grad_norm: must be >= 0 (0: no clipping)"},
+      {"optimizer { backward_passes_per_step: 64 }",
+       "--override #1:1:13: optimizer.backward_passes_per_step: is 64, more micro-batches than "
+       "the 32 samples of data.batch_size"},
+      {"optimizer { kind: LAMB beta2: 1 }",
+       "--override #1:1:24: optimizer.beta2: must be in [0, 1)"},
+  };
+  for (const auto& [override_text, message] : bad) {
+    auto result = LoadTrainConfig(path, {}, {override_text});
+    ASSERT_FALSE(result.ok()) << override_text;
+    EXPECT_EQ(result.status().message(), message);
+  }
+}
+
 TEST(ConfigTest, OverrideSyntaxErrorIsNamed) {
   const std::string path = WriteFile(TempDir(), "s.pbtxt", kGood);
   auto loaded = LoadTrainConfig(path, {}, {"epochs: two"});

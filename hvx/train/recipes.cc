@@ -123,8 +123,7 @@ absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> MakeOptimizer(const Opt
             absl::StrCat("optimizer.kind: unknown optimizer ", static_cast<int>(o.kind())));
     }
   } catch (const c10::Error& e) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("optimizer: ", e.what_without_backtrace()));
+    return absl::InvalidArgumentError(absl::StrCat("optimizer: ", e.what_without_backtrace()));
   }
 }
 

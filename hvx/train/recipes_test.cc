@@ -38,8 +38,8 @@ TEST(LambTest, FollowsTheLayerwiseTrustRatioFormula) {
     (*opt)->step();
     m = 0.9 * m + 0.1 * grads[t - 1];
     v = 0.999 * v + 0.001 * grads[t - 1] * grads[t - 1];
-    at::Tensor r = (m / (1 - std::pow(0.9, t))) / ((v / (1 - std::pow(0.999, t))).sqrt() + 1e-8) +
-                   0.01 * w;
+    at::Tensor r =
+        (m / (1 - std::pow(0.9, t))) / ((v / (1 - std::pow(0.999, t))).sqrt() + 1e-8) + 0.01 * w;
     w = w - 0.1 * (w.norm() / r.norm()) * r;
     EXPECT_TRUE(torch::allclose(model->w.detach(), w, 1e-12, 1e-12))
         << "step " << t << ": " << model->w << " vs " << w;
@@ -56,8 +56,7 @@ TEST(LambTest, StepGrowsWithTheParameterNormUnlikeAdamW) {
     opt->step();
     return (model->w.detach() - before).norm().item<double>();
   };
-  EXPECT_NEAR(step_size(OptimizerConfig::LAMB, 10) / step_size(OptimizerConfig::LAMB, 1), 10,
-              1e-9);
+  EXPECT_NEAR(step_size(OptimizerConfig::LAMB, 10) / step_size(OptimizerConfig::LAMB, 1), 10, 1e-9);
   EXPECT_NEAR(step_size(OptimizerConfig::ADAMW, 10) / step_size(OptimizerConfig::ADAMW, 1), 1,
               1e-9);
 }

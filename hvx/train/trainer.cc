@@ -34,6 +34,7 @@
 #include "hvx/train/epoch_position.h"
 #include "hvx/train/lr_schedule.h"
 #include "hvx/train/models.h"
+#include "hvx/train/recipes.h"
 #include "hvx/train/summary_writer.h"
 
 namespace hvx {
@@ -69,22 +70,6 @@ std::string FormatDuration(double s) {
   const int64_t t = static_cast<int64_t>(s);
   if (t >= 3600) return absl::StrFormat("%dh%02dm", t / 3600, (t / 60) % 60);
   return absl::StrFormat("%dm%02ds", t / 60, t % 60);
-}
-
-std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const OptimizerConfig& o,
-                                                       torch::nn::Module& model) {
-  if (o.kind() == OptimizerConfig::ADAM) {
-    return std::make_unique<torch::optim::Adam>(model.parameters(),
-                                                torch::optim::AdamOptions(o.lr())
-                                                    .betas({o.beta1(), o.beta2()})
-                                                    .eps(o.eps())
-                                                    .weight_decay(o.weight_decay()));
-  }
-  return std::make_unique<torch::optim::SGD>(model.parameters(),
-                                             torch::optim::SGDOptions(o.lr())
-                                                 .momentum(o.momentum())
-                                                 .nesterov(o.nesterov())
-                                                 .weight_decay(o.weight_decay()));
 }
 
 void SetLr(torch::optim::Optimizer& optimizer, double lr) {
@@ -141,6 +126,8 @@ struct Run {
   std::shared_ptr<Classifier> model;
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   std::unique_ptr<DistributedOptimizer> distributed;
+  // TrainConfig.ema_decay > 0: the parameters' moving average, what evaluation and export use.
+  std::unique_ptr<WeightAverage> average;
   std::unique_ptr<SummaryWriter> summaries;
   // Set by PlanEpochs before the first epoch.
   EpochShape shape;
@@ -196,8 +183,10 @@ absl::StatusOr<EvalResult> Evaluate(Run& run, int64_t epoch) {
   HVX_ASSIGN_OR_RETURN(auto pipeline, data::Pipeline::Create(run.eval_data, po));
   run.model->eval();
   torch::NoGradGuard no_grad;
-  // correct, loss sum, samples: summed over ranks at the end, so each sample counts once.
-  std::vector<double> sums = {0, 0, 0};
+  UseAveragedWeights averaged(run.average.get());
+  // correct, loss sum, samples, top-5 correct: summed over ranks at the end, so each sample
+  // counts once.
+  std::vector<double> sums = {0, 0, 0, 0};
   for (;;) {
     auto batch = pipeline->Next();
     if (absl::IsOutOfRange(batch.status())) break;
@@ -215,12 +204,14 @@ absl::StatusOr<EvalResult> Evaluate(Run& run, int64_t epoch) {
             logits, labels, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
             .item<double>();
     sums[2] += real;
+    sums[3] += CountTopK(logits, labels, 5);
   }
   HVX_ASSIGN_OR_RETURN(sums, SumMetrics(sums, absl::StrCat("eval.", epoch)));
   EvalResult result;
   result.samples = static_cast<int64_t>(sums[2]);
   result.accuracy = sums[2] > 0 ? sums[0] / sums[2] : 0;
   result.loss = sums[2] > 0 ? sums[1] / sums[2] : 0;
+  result.top5_accuracy = sums[2] > 0 ? sums[3] / sums[2] : 0;
   return result;
 }
 
@@ -361,7 +352,8 @@ absl::StatusOr<TrainingPosition> StartingPosition(Run& run, int64_t* resumed_fro
   if (CheckpointsOn(config) && (config.checkpoint().resume() || run.options.fresh)) {
     HVX_ASSIGN_OR_RETURN(
         bool resumed, ResumeFromNewestCheckpoint(config.checkpoint(), run.options.fresh, run.device,
-                                                 *run.model, *run.optimizer, &pos));
+                                                 *run.model, *run.optimizer, &pos,
+                                                 run.average ? &run.average->averages() : nullptr));
     if (resumed) *resumed_from_step = pos.global_step;
   }
   return pos;
@@ -411,40 +403,72 @@ absl::StatusOr<std::unique_ptr<data::Pipeline>> OpenTrainPipeline(const Run& run
   return pipeline;
 }
 
+// The moving average checkpoints keep, when the run has one.
+const NamedTensors* Averages(const Run& run) {
+  return run.average ? &run.average->averages() : nullptr;
+}
+
 // What a stretch of steps did on this rank: since the last progress line, or since the epoch began.
 struct StepWindow {
   Clock::time_point start = Clock::now();
   int64_t steps = 0;
   int64_t samples = 0;
   double loss_sum = 0;
-  double data_wait_s = 0;  // waiting for the pipeline's batches
+  double grad_norm_sum = 0;  // before clipping; only measured with optimizer.clip_grad_norm
+  double data_wait_s = 0;    // waiting for the pipeline's batches
 
-  void Add(double loss, int64_t batch_samples, double waited_s) {
+  void Add(double loss, double grad_norm, int64_t batch_samples, double waited_s) {
     ++steps;
     samples += batch_samples;
     loss_sum += loss;
+    grad_norm_sum += grad_norm;
     data_wait_s += waited_s;
   }
   double seconds() const { return Seconds(Clock::now() - start); }
 };
 
-// One optimizer step of every rank on this rank's `batch`, at learning rate `lr`. Returns this
-// rank's loss.
-absl::StatusOr<double> TrainStep(Run& run, std::unique_ptr<data::Batch> batch, int64_t global_step,
-                                 double lr) {
-  HVX_ASSIGN_OR_RETURN(torch::Tensor labels, LabelsOf(*batch, run.config));
+struct StepOutcome {
+  double loss = 0;       // this rank's mean training loss over its batch
+  double grad_norm = 0;  // the averaged gradients' norm before clipping (clip_grad_norm > 0)
+};
+
+// One optimizer step of every rank on this rank's `batch`, at learning rate `lr`, which makes
+// `global_step` + 1 steps done: forward and backward in optimizer.backward_passes_per_step
+// micro-batches (each loss weighted by its share of the batch, so the summed gradient is the
+// whole batch's mean), the gradients averaged over ranks, clipped, the optimizer step and the
+// moving average.
+absl::StatusOr<StepOutcome> TrainStep(Run& run, std::unique_ptr<data::Batch> batch,
+                                      int64_t global_step, double lr) {
+  const TrainConfig& config = run.config;
+  HVX_ASSIGN_OR_RETURN(torch::Tensor labels, LabelsOf(*batch, config));
   labels = labels.to(run.device);
   torch::Tensor images = ImagesOf(batch).to(run.device);
   // The random stream (dropout) depends only on where training stands, so a resumed run draws
   // exactly what the uninterrupted run drew.
-  torch::manual_seed(run.config.seed() * 1000003 + static_cast<uint64_t>(global_step) * 131 +
-                     Rank());
+  torch::manual_seed(config.seed() * 1000003 + static_cast<uint64_t>(global_step) * 131 + Rank());
   SetLr(*run.optimizer, lr);
   HVX_RETURN_IF_ERROR(run.distributed->ZeroGrad());
-  torch::Tensor loss = torch::nn::functional::cross_entropy(run.model->forward(images), labels);
-  loss.backward();
-  HVX_RETURN_IF_ERROR(run.distributed->Step());
-  return loss.item<double>();
+  const int64_t rows = images.size(0);
+  const int64_t passes = std::min<int64_t>(config.optimizer().backward_passes_per_step(), rows);
+  StepOutcome outcome;
+  for (int64_t i = 0, begin = 0; i < passes; ++i) {
+    // Rows split as evenly as they go: the first rows % passes micro-batches get one more.
+    const int64_t n = rows / passes + (i < rows % passes ? 1 : 0);
+    torch::Tensor loss = TrainingLoss(run.model->forward(images.narrow(0, begin, n)),
+                                      labels.narrow(0, begin, n), config.label_smoothing());
+    if (passes > 1) loss = loss * (static_cast<double>(n) / rows);
+    loss.backward();
+    outcome.loss += loss.item<double>();
+    begin += n;
+  }
+  HVX_RETURN_IF_ERROR(run.distributed->Synchronize());
+  // The averaged gradients are the same on every rank, so is their norm and the clipped step.
+  if (config.optimizer().clip_grad_norm() > 0) {
+    outcome.grad_norm = ClipGradients(*run.model, config.optimizer().clip_grad_norm());
+  }
+  HVX_RETURN_IF_ERROR(run.distributed->Step(/*synchronize=*/false));
+  if (run.average) run.average->Update(global_step + 1);
+  return outcome;
 }
 
 // Rank 0's progress line and summaries for the steps of `window`, which end at `pos`. Every rank
@@ -464,13 +488,18 @@ absl::Status ReportProgress(Run& run, int64_t epoch, const TrainingPosition& pos
       (config.epochs() - epoch - 1) * epoch_steps + (epoch_steps - pos.steps_in_epoch);
   const double eta_s = steps_left * window_s / window.steps;
   if (Rank() != 0) return absl::OkStatus();
+  const bool clipping = config.optimizer().clip_grad_norm() > 0;
+  const double grad_norm = window.grad_norm_sum / window.steps;  // the same on every rank
   std::printf(
-      "epoch %lld/%d step %lld/%lld loss %.7g lr %.6g samples/s %.0f data_wait %.1f%% eta %s\n",
+      "epoch %lld/%d step %lld/%lld loss %.7g lr %.6g samples/s %.0f data_wait %.1f%% eta %s%s\n",
       static_cast<long long>(epoch + 1), config.epochs(),
       static_cast<long long>(pos.steps_in_epoch), static_cast<long long>(epoch_steps), mean_loss,
       lr, samples_per_s, 100.0 * window.data_wait_s / std::max(window_s, 1e-9),
-      FormatDuration(eta_s).c_str());
+      FormatDuration(eta_s).c_str(),
+      clipping ? absl::StrFormat(" grad_norm %.6g", grad_norm).c_str() : "");
   std::fflush(stdout);
+  if (clipping)
+    HVX_RETURN_IF_ERROR(MaybeSummarize(run, "train/grad_norm", grad_norm, pos.global_step));
   HVX_RETURN_IF_ERROR(MaybeSummarize(run, "train/loss", mean_loss, pos.global_step));
   HVX_RETURN_IF_ERROR(MaybeSummarize(run, "train/lr", lr, pos.global_step));
   return MaybeSummarize(run, "train/samples_per_s", samples_per_s, pos.global_step);
@@ -512,11 +541,11 @@ absl::StatusOr<EpochSteps> TrainEpoch(Run& run, int64_t epoch, TrainingPosition*
     // The schedule at this run's size, where an uninterrupted run at this size stands at this
     // point of the epoch: the global step itself unless a resume changed the size.
     const double lr = run.schedule->At(epoch * run.steps_per_epoch + pos->steps_in_epoch);
-    HVX_ASSIGN_OR_RETURN(const double loss,
+    HVX_ASSIGN_OR_RETURN(const StepOutcome step,
                          TrainStep(run, std::move(*batch), pos->global_step, lr));
-    result->step_losses.push_back(loss);
-    since_progress.Add(loss, batch_samples, waited_s);
-    whole_epoch.Add(loss, batch_samples, waited_s);
+    result->step_losses.push_back(step.loss);
+    since_progress.Add(step.loss, step.grad_norm, batch_samples, waited_s);
+    whole_epoch.Add(step.loss, step.grad_norm, batch_samples, waited_s);
     ++pos->steps_in_epoch;
     ++pos->global_step;
     pos->samples_in_epoch += batch_samples * Size();  // every rank's batch has as many rows
@@ -532,7 +561,8 @@ absl::StatusOr<EpochSteps> TrainEpoch(Run& run, int64_t epoch, TrainingPosition*
     const int every_steps = config.checkpoint().every_steps();
     if (CheckpointsOn(config) && (stop || agreed.checkpoint_due ||
                                   (every_steps > 0 && pos->global_step % every_steps == 0))) {
-      HVX_RETURN_IF_ERROR(SaveCheckpoint(config.checkpoint(), *run.model, *run.optimizer, *pos));
+      HVX_RETURN_IF_ERROR(
+          SaveCheckpoint(config.checkpoint(), *run.model, *run.optimizer, *pos, Averages(run)));
       run.last_checkpoint = Clock::now();
     }
     if (stop) break;
@@ -551,12 +581,14 @@ absl::StatusOr<EpochSteps> TrainEpoch(Run& run, int64_t epoch, TrainingPosition*
 absl::Status ReportEvaluation(Run& run, int64_t epoch, double epoch_s, const EvalResult& eval,
                               const TrainResult& result, int64_t global_step) {
   HVX_LOG_RANK0(INFO) << absl::StrFormat(
-      "epoch %d/%d eval accuracy %.4f loss %.6f on %d samples (%.1f s/epoch, %.0f samples/s)",
-      epoch + 1, run.config.epochs(), eval.accuracy, eval.loss, eval.samples, epoch_s,
-      result.samples_per_s);
+      "epoch %d/%d eval accuracy %.4f loss %.6f on %d samples, top5 %.4f%s (%.1f s/epoch, %.0f "
+      "samples/s)",
+      epoch + 1, run.config.epochs(), eval.accuracy, eval.loss, eval.samples, eval.top5_accuracy,
+      run.average ? ", moving average of the weights" : "", epoch_s, result.samples_per_s);
   if (Rank() != 0) return absl::OkStatus();
   HVX_RETURN_IF_ERROR(MaybeSummarize(run, "eval/accuracy", eval.accuracy, global_step));
   HVX_RETURN_IF_ERROR(MaybeSummarize(run, "eval/loss", eval.loss, global_step));
+  HVX_RETURN_IF_ERROR(MaybeSummarize(run, "eval/top5_accuracy", eval.top5_accuracy, global_step));
   if (run.summaries) HVX_RETURN_IF_ERROR(run.summaries->Flush());
   return absl::OkStatus();
 }
@@ -579,7 +611,8 @@ absl::Status EndEpoch(Run& run, int64_t epoch, double epoch_s, TrainingPosition*
   }
   if (CheckpointsOn(config) && ((epoch + 1) % config.checkpoint().every_epochs() == 0 ||
                                 last_epoch || StopAfterThisStep(run, *pos))) {
-    HVX_RETURN_IF_ERROR(SaveCheckpoint(config.checkpoint(), *run.model, *run.optimizer, *pos));
+    HVX_RETURN_IF_ERROR(
+        SaveCheckpoint(config.checkpoint(), *run.model, *run.optimizer, *pos, Averages(run)));
     run.last_checkpoint = Clock::now();
   }
   return absl::OkStatus();
@@ -645,7 +678,8 @@ absl::StatusOr<TrainResult> RunTraining(const TrainConfig& config, const RunOpti
     if (Rank() == 0) {
       HVX_ASSIGN_OR_RETURN(run.model, CreateModel(config.model()));
       run.model->to(run.device);
-      HVX_RETURN_IF_ERROR(LoadCheckpointModel(options.export_from, run.device, *run.model));
+      HVX_RETURN_IF_ERROR(LoadCheckpointModel(options.export_from, run.device, *run.model,
+                                              /*use_averages=*/config.ema_decay() > 0));
       HVX_RETURN_IF_ERROR(ExportStateDict(*run.model, options.export_path));
       result.exported_to = options.export_path;
     }
@@ -659,9 +693,13 @@ absl::StatusOr<TrainResult> RunTraining(const TrainConfig& config, const RunOpti
   HVX_ASSIGN_OR_RETURN(run.model, CreateModel(config.model()));
   run.model->to(run.device);
   HVX_RETURN_IF_ERROR(BroadcastParameters(*run.model, 0));
-  run.optimizer = MakeOptimizer(config.optimizer(), *run.model);
+  HVX_ASSIGN_OR_RETURN(run.optimizer, MakeOptimizer(config.optimizer(), *run.model));
   HVX_RETURN_IF_ERROR(BroadcastOptimizerState(*run.optimizer, 0));
+  if (config.ema_decay() > 0) {
+    run.average = std::make_unique<WeightAverage>(*run.model, config.ema_decay());
+  }
   DistributedOptimizerOptions dopts;
+  dopts.backward_passes_per_step = config.optimizer().backward_passes_per_step();
   HVX_ASSIGN_OR_RETURN(dopts.compression, ParseGradientCompression(config.engine().compression()));
   dopts.gradient_predivide_factor = config.engine().gradient_predivide_factor();
   HVX_ASSIGN_OR_RETURN(run.distributed, DistributedOptimizer::Create(
@@ -675,6 +713,7 @@ absl::StatusOr<TrainResult> RunTraining(const TrainConfig& config, const RunOpti
     // A run already complete holds each rank's own statistics from its checkpoint.
     HVX_RETURN_IF_ERROR(AverageBuffers(*run.model));
     if (Rank() == 0) {
+      UseAveragedWeights averaged(run.average.get());
       HVX_RETURN_IF_ERROR(ExportStateDict(*run.model, options.export_path));
       result->exported_to = options.export_path;
     }

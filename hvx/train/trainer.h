@@ -39,7 +39,8 @@ struct RunOptions {
   // Start over even when checkpoint.dir holds checkpoints: rank 0 first moves them into
   // "<dir>/replaced-<unix seconds>/".
   bool fresh = false;
-  // Rank 0 writes the final weights (BatchNorm statistics averaged over ranks) here as a file
+  // Rank 0 writes the final weights (BatchNorm statistics averaged over ranks; the moving average
+  // of the parameters when TrainConfig.ema_decay is set) here as a file
   // Python's torch.load reads as a state dict (ExportStateDict), after the last epoch or, for a
   // run already complete, from its newest checkpoint; not when preempted.
   std::string export_path;
@@ -50,7 +51,8 @@ struct RunOptions {
 struct EvalResult {
   double accuracy = 0;
   double loss = 0;
-  int64_t samples = 0;  // summed over ranks: the evaluation set's size
+  double top5_accuracy = 0;  // the label among the 5 largest logits (all, with fewer classes)
+  int64_t samples = 0;       // summed over ranks: the evaluation set's size
 };
 
 struct TrainResult {

@@ -2,7 +2,9 @@
 """Loads a state dict the trainer exported (--export) into the built-in CNN as hvx.models defines
 it in PyTorch and evaluates it on Fashion-MNIST-shaped IDX files, as the trainer does.
 
-    export_check.py WEIGHTS.pt IDX_DIR   # prints "accuracy A loss L on N samples"
+    export_check.py WEIGHTS.pt IDX_DIR [MODEL]   # prints "accuracy A loss L top5 T on N samples"
+
+MODEL is the trainer's model.name, "cnn" when not given.
 """
 import gzip
 import struct
@@ -11,7 +13,7 @@ import sys
 import torch
 import torch.nn as nn
 
-from hvx.models import SmallCnn
+import hvx.models
 
 MEAN, STD = 0.2860, 0.3530  # hvx/train/trainer.cc's Fashion-MNIST normalisation
 
@@ -24,10 +26,10 @@ def read_idx(path):
     return torch.frombuffer(bytearray(data[4 + 4 * dims:]), dtype=torch.uint8).view(*shape)
 
 
-def main(weights, idx_dir):
+def main(weights, idx_dir, model_name="cnn"):
     state = torch.load(weights)
     assert isinstance(state, dict) and all(torch.is_tensor(v) for v in state.values()), type(state)
-    model = SmallCnn()
+    model = hvx.models.by_name(model_name)
     model.load_state_dict(state, strict=True)
     model.eval()
     images = read_idx(idx_dir + "/t10k-images-idx3-ubyte.gz").float().unsqueeze(1)
@@ -40,8 +42,9 @@ def main(weights, idx_dir):
         logits = model(x)
     loss = nn.functional.cross_entropy(logits, labels).item()
     accuracy = (logits.argmax(1) == labels).float().mean().item()
-    print("accuracy %.4f loss %.6f on %d samples" % (accuracy, loss, len(labels)))
+    top5 = (logits.topk(5, 1).indices == labels.unsqueeze(1)).any(1).float().mean().item()
+    print("accuracy %.4f loss %.6f top5 %.4f on %d samples" % (accuracy, loss, top5, len(labels)))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(*sys.argv[1:])

@@ -26,3 +26,22 @@ class SmallCnn(nn.Module):
 
     def forward(self, x):
         return self.classifier(self.features(x))
+
+
+class Mlp(nn.Module):
+    """The trainer's "mlp": 784-256-128-classes with ReLU, on 1x28x28 inputs."""
+
+    def __init__(self, num_classes=10):
+        super().__init__()
+        self.fc1 = nn.Linear(28 * 28, 256)
+        self.fc2 = nn.Linear(256, 128)
+        self.fc3 = nn.Linear(128, num_classes)
+
+    def forward(self, x):
+        x = x.flatten(1)
+        return self.fc3(self.fc2(self.fc1(x).relu()).relu())
+
+
+def by_name(name, num_classes=10):
+    """The network the trainer's model.name builds."""
+    return {"cnn": SmallCnn, "mlp": Mlp}[name](num_classes)
