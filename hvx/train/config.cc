@@ -87,8 +87,18 @@ std::vector<FieldError> CheckConfig(const TrainConfig& c) {
     errors.push_back({std::move(field), std::move(message)});
   };
   const auto& models = KnownModels();
-  if (c.model().name().empty()) {
-    add("model.name", absl::StrCat("no model given; set one of ", absl::StrJoin(models, ", ")));
+  const bool scripted = !c.model().torchscript().empty();
+  if (scripted && !c.model().name().empty()) {
+    add("model.torchscript", "set model.name (a built-in model) or model.torchscript, not both");
+  } else if (scripted) {
+    if (!FileExists(c.model().torchscript())) {
+      add("model.torchscript",
+          absl::StrCat(c.model().torchscript(),
+                       " does not exist (save one with torch.jit.script(model).save(path))"));
+    }
+  } else if (c.model().name().empty()) {
+    add("model.name", absl::StrCat("no model given; set one of ", absl::StrJoin(models, ", "),
+                                   ", or model.torchscript"));
   } else if (std::find(models.begin(), models.end(), c.model().name()) == models.end()) {
     add("model.name", absl::StrCat("unknown model \"", c.model().name(),
                                    "\"; known models: ", absl::StrJoin(models, ", ")));
@@ -232,6 +242,7 @@ absl::Status ExpandConfigPaths(const std::string& home, TrainConfig* config) {
     *patterns = absl::StrJoin(parts, ",");
     return absl::OkStatus();
   };
+  HVX_RETURN_IF_ERROR(expand("model.torchscript", config->mutable_model()->mutable_torchscript()));
   DataConfig* d = config->mutable_data();
   HVX_RETURN_IF_ERROR(expand_patterns("data.train_files", d->mutable_train_files()));
   HVX_RETURN_IF_ERROR(expand_patterns("data.eval_files", d->mutable_eval_files()));

@@ -116,7 +116,20 @@ TEST(ConfigTest, RecipeFieldsAreChecked) {
        "the 32 samples of data.batch_size"},
       {"optimizer { kind: LAMB beta2: 1 }",
        "--override #1:1:24: optimizer.beta2: must be in [0, 1)"},
+      {"model { torchscript: \"/nonexistent/m.pt\" }",
+       "--override #1:1:9: model.torchscript: set model.name (a built-in model) or "
+       "model.torchscript, not both"},
   };
+  // Without a name, the file must be there.
+  std::string unnamed = kGood;
+  unnamed.replace(unnamed.find("name: \"cnn\""), 11, "torchscript: \"/nonexistent/m.pt\"");
+  auto scripted = LoadTrainConfig(WriteFile(TempDir(), "ts.pbtxt", unnamed), {}, {});
+  ASSERT_FALSE(scripted.ok());
+  EXPECT_NE(scripted.status().message().find(
+                "model.torchscript: /nonexistent/m.pt does not exist (save one with "
+                "torch.jit.script(model).save(path))"),
+            std::string::npos)
+      << scripted.status();
   for (const auto& [override_text, message] : bad) {
     auto result = LoadTrainConfig(path, {}, {override_text});
     ASSERT_FALSE(result.ok()) << override_text;

@@ -1,7 +1,9 @@
 #include "hvx/train/models.h"
 
 #include <torch/nn.h>
+#include <torch/script.h>
 
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -126,10 +128,117 @@ class ResNet : public Classifier {
   nn::Linear fc_{nullptr};
 };
 
+// A TorchScript module as a Classifier: a tree of plain modules with the scripted module's names,
+// registering the scripted module's own parameter and buffer tensors (the same TensorImpls), so
+// the optimizer, checkpoints (load writes into the tensors in place), device moves (set_data) and
+// hooks act on what the scripted forward uses.
+class ScriptedClassifier : public Classifier {
+ public:
+  explicit ScriptedClassifier(torch::jit::Module module) : script_(std::move(module)) {
+    Mirror(script_, *this);
+  }
+  at::Tensor forward(const at::Tensor& images) override {
+    return script_.forward({images}).toTensor();
+  }
+  void train(bool on) override {
+    Classifier::train(on);
+    script_.train(on);
+  }
+  const torch::jit::Module& script() const { return script_; }
+
+ private:
+  static void Mirror(const torch::jit::Module& from, torch::nn::Module& to) {
+    for (const auto& p : from.named_parameters(/*recurse=*/false)) {
+      to.register_parameter(p.name, p.value, p.value.requires_grad());
+    }
+    for (const auto& b : from.named_buffers(/*recurse=*/false)) to.register_buffer(b.name, b.value);
+    for (const auto& c : from.named_children()) {
+      auto child = std::make_shared<torch::nn::Module>(c.name);
+      Mirror(c.value, *child);
+      to.register_module(c.name, child);
+    }
+  }
+
+  torch::jit::Module script_;
+};
+
+std::string SchemaText(const c10::FunctionSchema& schema) {
+  std::ostringstream out;
+  out << schema;
+  return out.str();
+}
+
+absl::StatusOr<std::shared_ptr<Classifier>> LoadScripted(const std::string& path) {
+  torch::jit::Module module;
+  try {
+    module = torch::jit::load(path);
+  } catch (const c10::Error& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.torchscript: cannot load ", path, ": ", e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.torchscript: cannot load ", path, ": ", e.what()));
+  }
+  const auto method = module.find_method("forward");
+  if (!method.has_value()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.torchscript: ", path, " has no forward method"));
+  }
+  const c10::FunctionSchema& schema = method->function().getSchema();
+  const auto& args = schema.arguments();
+  const bool fits = args.size() == 2 && args[1].type()->isSubtypeOf(*c10::TensorType::get()) &&
+                    schema.returns().size() == 1 &&
+                    schema.returns()[0].type()->isSubtypeOf(*c10::TensorType::get());
+  if (!fits) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.torchscript: ", path,
+                     ": forward must take the batch of inputs and return the logits, expected "
+                     "forward(self, x: Tensor) -> Tensor, found ",
+                     SchemaText(schema)));
+  }
+  return std::shared_ptr<Classifier>(std::make_shared<ScriptedClassifier>(std::move(module)));
+}
+
 }  // namespace
+
+absl::Status CheckModelFits(Classifier& model, const std::vector<int64_t>& input_shape,
+                            int num_classes, const std::string& model_description) {
+  std::vector<int64_t> batch = {2};
+  batch.insert(batch.end(), input_shape.begin(), input_shape.end());
+  const std::vector<int64_t> expected = {2, num_classes};
+  const bool was_training = model.is_training();
+  model.eval();
+  std::string problem;
+  try {
+    torch::NoGradGuard no_grad;
+    const auto& any = model.parameters();
+    const auto options =
+        any.empty() ? torch::TensorOptions() : torch::TensorOptions().device(any.front().device());
+    at::Tensor out = model.forward(torch::zeros(batch, options));
+    if (out.sizes().vec() != expected) {
+      problem = absl::StrCat("returned logits of shape [", absl::StrJoin(out.sizes(), ", "), "]");
+    }
+  } catch (const c10::Error& e) {
+    problem = absl::StrCat("raised: ", e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    problem = absl::StrCat("raised: ", e.what());
+  }
+  model.train(was_training);
+  if (problem.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat(model_description, " does not fit the configured inputs: on a batch of shape [",
+                   absl::StrJoin(batch, ", "), "] it should return logits of shape [2, ",
+                   num_classes, "] (model.num_classes), but it ", problem));
+}
+
+const torch::jit::Module* ScriptedModule(const Classifier& model) {
+  const auto* scripted = dynamic_cast<const ScriptedClassifier*>(&model);
+  return scripted != nullptr ? &scripted->script() : nullptr;
+}
 
 absl::StatusOr<std::shared_ptr<Classifier>> CreateModel(const ModelConfig& config) {
   const int classes = config.num_classes() > 0 ? config.num_classes() : 10;
+  if (!config.torchscript().empty()) return LoadScripted(config.torchscript());
   const std::string& name = config.name();
   if (name == "mlp") return std::shared_ptr<Classifier>(std::make_shared<Mlp>(classes));
   if (name == "cnn") return std::shared_ptr<Classifier>(std::make_shared<SmallCnn>(classes));

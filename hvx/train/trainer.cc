@@ -12,11 +12,13 @@
 #include <fstream>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
 #include "hvx/common/files.h"
 #include "hvx/common/logging.h"
 #include "hvx/common/status.h"
@@ -64,6 +66,61 @@ absl::StatusOr<std::shared_ptr<const data::Decoder>> MakeDecoder(const TrainConf
     default:
       return absl::InvalidArgumentError("data.format: set FASHION_MNIST or IMAGENET");
   }
+}
+
+std::string ModelDescription(const TrainConfig& config) {
+  return config.model().torchscript().empty()
+             ? config.model().name()
+             : absl::StrCat("the TorchScript model ", config.model().torchscript());
+}
+
+// One sample's input shape, as the data format's decoder makes it.
+std::vector<int64_t> InputShape(const TrainConfig& config) {
+  if (config.data().format() == IMAGENET) {
+    return {3, config.data().image_size(), config.data().image_size()};
+  }
+  return {1, 28, 28};
+}
+
+// The model of `config` on `device`; a TorchScript model is first run on a zero batch to check
+// that it fits the data's inputs and model.num_classes.
+absl::StatusOr<std::shared_ptr<Classifier>> CreateModelOn(const TrainConfig& config,
+                                                          const torch::Device& device) {
+  HVX_ASSIGN_OR_RETURN(std::shared_ptr<Classifier> model, CreateModel(config.model()));
+  model->to(device);
+  if (ScriptedModule(*model) != nullptr) {
+    HVX_RETURN_IF_ERROR(CheckModelFits(*model, InputShape(config), config.model().num_classes(),
+                                       ModelDescription(config)));
+  }
+  return model;
+}
+
+// Where --export=PATH puts the trained scripted module of a TorchScript model: PATH with ".pt"
+// replaced by ".scripted.pt".
+std::string ScriptedExportPath(const std::string& path) {
+  absl::string_view stem = path;
+  absl::ConsumeSuffix(&stem, ".pt");
+  return absl::StrCat(stem, ".scripted.pt");
+}
+
+// Rank 0's export of `model` (its weights as they are now): the state dict at `path` and, for a
+// TorchScript model, the scripted module in evaluation mode beside it. Returns what was written.
+absl::StatusOr<std::string> Export(Classifier& model, const std::string& path) {
+  HVX_RETURN_IF_ERROR(ExportStateDict(model, path));
+  const torch::jit::Module* scripted = ScriptedModule(model);
+  if (scripted == nullptr) return path;
+  const std::string script_path = ScriptedExportPath(path);
+  model.eval();
+  std::ostringstream bytes;
+  try {
+    scripted->save(bytes);
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("exporting the scripted module to ", script_path, ": ",
+                                            e.what_without_backtrace()));
+  }
+  HVX_RETURN_IF_ERROR(
+      WriteFileAtomically(script_path, bytes.str(), "exported scripted module", /*durable=*/true));
+  return absl::StrCat(path, " and the scripted module to ", script_path);
 }
 
 std::string FormatDuration(double s) {
@@ -332,8 +389,9 @@ absl::Status PlanEpochs(Run& run) {
                      " ranks is more than the ", run.train_data->num_samples(),
                      " training samples; lower batch_size or use fewer processes"));
   }
-  HVX_LOG_RANK0(INFO) << "training " << config.model().name() << " (" << CountParameters(*run.model)
-                      << " parameters) on " << run.train_data->num_samples() << " samples, "
+  HVX_LOG_RANK0(INFO) << "training " << ModelDescription(config) << " ("
+                      << CountParameters(*run.model) << " parameters) on "
+                      << run.train_data->num_samples() << " samples, "
                       << run.eval_data->num_samples() << " for evaluation; " << size
                       << " ranks x batch " << config.data().batch_size() << ", "
                       << run.steps_per_epoch << " steps per epoch";
@@ -676,12 +734,10 @@ absl::StatusOr<TrainResult> RunTraining(const TrainConfig& config, const RunOpti
     // No data and no training: the checkpoint's model, written as a state dict by rank 0.
     TrainResult result;
     if (Rank() == 0) {
-      HVX_ASSIGN_OR_RETURN(run.model, CreateModel(config.model()));
-      run.model->to(run.device);
+      HVX_ASSIGN_OR_RETURN(run.model, CreateModelOn(config, run.device));
       HVX_RETURN_IF_ERROR(LoadCheckpointModel(options.export_from, run.device, *run.model,
                                               /*use_averages=*/config.ema_decay() > 0));
-      HVX_RETURN_IF_ERROR(ExportStateDict(*run.model, options.export_path));
-      result.exported_to = options.export_path;
+      HVX_ASSIGN_OR_RETURN(result.exported_to, Export(*run.model, options.export_path));
     }
     return result;
   }
@@ -690,8 +746,7 @@ absl::StatusOr<TrainResult> RunTraining(const TrainConfig& config, const RunOpti
       Annotate(CheckSameOnEveryRank("trainer.settings", SettingsEveryRankShares(run)),
                "the trainer's ranks disagree"));
   torch::manual_seed(config.seed());
-  HVX_ASSIGN_OR_RETURN(run.model, CreateModel(config.model()));
-  run.model->to(run.device);
+  HVX_ASSIGN_OR_RETURN(run.model, CreateModelOn(config, run.device));
   HVX_RETURN_IF_ERROR(BroadcastParameters(*run.model, 0));
   HVX_ASSIGN_OR_RETURN(run.optimizer, MakeOptimizer(config.optimizer(), *run.model));
   HVX_RETURN_IF_ERROR(BroadcastOptimizerState(*run.optimizer, 0));
@@ -714,8 +769,7 @@ absl::StatusOr<TrainResult> RunTraining(const TrainConfig& config, const RunOpti
     HVX_RETURN_IF_ERROR(AverageBuffers(*run.model));
     if (Rank() == 0) {
       UseAveragedWeights averaged(run.average.get());
-      HVX_RETURN_IF_ERROR(ExportStateDict(*run.model, options.export_path));
-      result->exported_to = options.export_path;
+      HVX_ASSIGN_OR_RETURN(result->exported_to, Export(*run.model, options.export_path));
     }
   }
   return result;

@@ -67,7 +67,7 @@ struct TrainResult {
   double data_wait_fraction = 0;
   double wall_s = 0;
   int64_t resumed_from_step = -1;  // -1: started fresh
-  std::string exported_to;         // RunOptions::export_path, once written
+  std::string exported_to;  // RunOptions::export_path once written (and the scripted module's path)
   // A checkpoint request (SIGUSR1, hvxrun's form of a preemption notice) ended the run: every rank
   // stopped after the same step, which the checkpoint holds.
   bool preempted = false;

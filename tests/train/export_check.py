@@ -4,7 +4,8 @@ it in PyTorch and evaluates it on Fashion-MNIST-shaped IDX files, as the trainer
 
     export_check.py WEIGHTS.pt IDX_DIR [MODEL]   # prints "accuracy A loss L top5 T on N samples"
 
-MODEL is the trainer's model.name, "cnn" when not given.
+MODEL is the trainer's model.name, "cnn" when not given, or a TorchScript file (the module the
+trainer's model.torchscript named, or one it exported); WEIGHTS "-" keeps MODEL's own weights.
 """
 import gzip
 import struct
@@ -27,10 +28,15 @@ def read_idx(path):
 
 
 def main(weights, idx_dir, model_name="cnn"):
-    state = torch.load(weights)
-    assert isinstance(state, dict) and all(torch.is_tensor(v) for v in state.values()), type(state)
-    model = hvx.models.by_name(model_name)
-    model.load_state_dict(state, strict=True)
+    if model_name.endswith(".pt"):
+        model = torch.jit.load(model_name)
+    else:
+        model = hvx.models.by_name(model_name)
+    if weights != "-":
+        state = torch.load(weights)
+        assert isinstance(state, dict) and all(torch.is_tensor(v) for v in state.values()), \
+            type(state)
+        model.load_state_dict(state, strict=True)
     model.eval()
     images = read_idx(idx_dir + "/t10k-images-idx3-ubyte.gz").float().unsqueeze(1)
     labels = read_idx(idx_dir + "/t10k-labels-idx1-ubyte.gz").long()
