@@ -162,14 +162,7 @@ absl::StatusOr<int> Main(int argc, char** argv) {
         static_cast<long long>(result->global_step), dir.c_str());
     std::fflush(stdout);
   } else if (Rank() == 0) {
-    std::string final_line =
-        absl::StrFormat("done: %d steps in %.1f s", result->global_step, result->wall_s);
-    if (!result->evals.empty()) {
-      absl::StrAppendFormat(&final_line, ", eval accuracy %.4f on %d samples",
-                            result->evals.back().accuracy, result->evals.back().samples);
-    }
-    absl::StrAppendFormat(&final_line, ", %.0f samples/s", result->samples_per_s);
-    std::printf("%s\n", final_line.c_str());
+    std::printf("%s\n", DescribeResult(*result).c_str());
     std::fflush(stdout);
   }
   HVX_RETURN_IF_ERROR(Shutdown());

@@ -37,6 +37,7 @@
 #include "hvx/train/lr_schedule.h"
 #include "hvx/train/models.h"
 #include "hvx/train/recipes.h"
+#include "hvx/train/report.h"
 #include "hvx/train/summary_writer.h"
 
 namespace hvx {
@@ -186,6 +187,8 @@ struct Run {
   // TrainConfig.ema_decay > 0: the parameters' moving average, what evaluation and export use.
   std::unique_ptr<WeightAverage> average;
   std::unique_ptr<SummaryWriter> summaries;
+  // Rank 0, with summaries_dir: the page kept at "<summaries_dir>/report.html".
+  std::unique_ptr<RunReport> report;
   // Set by PlanEpochs before the first epoch.
   EpochShape shape;
   int64_t steps_per_epoch = 0;
@@ -347,6 +350,10 @@ class SampleLog {
  private:
   std::unique_ptr<std::ofstream> out_;
 };
+
+std::string ReportPath(const TrainConfig& config) {
+  return absl::StrCat(config.summaries_dir(), "/report.html");
+}
 
 absl::Status MaybeSummarize(Run& run, absl::string_view tag, double value, int64_t step) {
   if (run.summaries == nullptr) return absl::OkStatus();
@@ -558,6 +565,10 @@ absl::Status ReportProgress(Run& run, int64_t epoch, const TrainingPosition& pos
   std::fflush(stdout);
   if (clipping)
     HVX_RETURN_IF_ERROR(MaybeSummarize(run, "train/grad_norm", grad_norm, pos.global_step));
+  if (run.report) {
+    run.report->AddProgress({pos.global_step, mean_loss, lr, samples_per_s,
+                             window.data_wait_s / std::max(window_s, 1e-9)});
+  }
   HVX_RETURN_IF_ERROR(MaybeSummarize(run, "train/loss", mean_loss, pos.global_step));
   HVX_RETURN_IF_ERROR(MaybeSummarize(run, "train/lr", lr, pos.global_step));
   return MaybeSummarize(run, "train/samples_per_s", samples_per_s, pos.global_step);
@@ -647,6 +658,11 @@ absl::Status ReportEvaluation(Run& run, int64_t epoch, double epoch_s, const Eva
   HVX_RETURN_IF_ERROR(MaybeSummarize(run, "eval/accuracy", eval.accuracy, global_step));
   HVX_RETURN_IF_ERROR(MaybeSummarize(run, "eval/loss", eval.loss, global_step));
   HVX_RETURN_IF_ERROR(MaybeSummarize(run, "eval/top5_accuracy", eval.top5_accuracy, global_step));
+  if (run.report) {
+    run.report->AddEval(
+        {epoch + 1, global_step, eval.accuracy, eval.top5_accuracy, eval.loss, eval.samples});
+    HVX_RETURN_IF_ERROR(run.report->Write(ReportPath(run.config)));
+  }
   if (run.summaries) HVX_RETURN_IF_ERROR(run.summaries->Flush());
   return absl::OkStatus();
 }
@@ -714,6 +730,22 @@ absl::StatusOr<TrainResult> Train(Run& run) {
 
 }  // namespace
 
+std::string DescribeResult(const TrainResult& result) {
+  if (result.already_complete) {
+    return absl::StrFormat("already complete (%d epochs, %d steps)", result.epochs_done,
+                           result.global_step);
+  }
+  std::string line =
+      absl::StrFormat("%s: %d steps in %.1f s", result.preempted ? "preempted" : "done",
+                      result.global_step, result.wall_s);
+  if (!result.evals.empty()) {
+    absl::StrAppendFormat(&line, ", eval accuracy %.4f on %d samples", result.evals.back().accuracy,
+                          result.evals.back().samples);
+  }
+  absl::StrAppendFormat(&line, ", %.0f samples/s", result.samples_per_s);
+  return line;
+}
+
 absl::StatusOr<TrainResult> RunTraining(const TrainConfig& config, const RunOptions& options) {
   if (!IsInitialized()) return absl::FailedPreconditionError("RunTraining needs hvx::Init first");
   HVX_RETURN_IF_ERROR(ValidateTrainConfig(config, "config"));
@@ -761,9 +793,19 @@ absl::StatusOr<TrainResult> RunTraining(const TrainConfig& config, const RunOpti
                                             *run.optimizer, run.model->named_parameters(), dopts));
   if (Rank() == 0 && !config.summaries_dir().empty()) {
     HVX_ASSIGN_OR_RETURN(run.summaries, SummaryWriter::Create(config.summaries_dir()));
+    run.report = std::make_unique<RunReport>(
+        absl::StrCat(ModelDescription(config), " on ", run.train_data->num_samples(), " samples"),
+        config.DebugString(), Size());
+    HVX_RETURN_IF_ERROR(run.report->Write(ReportPath(config)));
   }
   auto result = Train(run);
   if (run.summaries) run.summaries->Close().IgnoreError();
+  if (run.report) {
+    run.report->SetState(result.ok() ? DescribeResult(*result)
+                                     : absl::StrCat("failed: ", result.status().ToString()));
+    absl::Status written = run.report->Write(ReportPath(config));
+    if (!written.ok()) HVX_LOG(WARNING) << written;
+  }
   if (result.ok() && !result->preempted && !options.export_path.empty()) {
     // A run already complete holds each rank's own statistics from its checkpoint.
     HVX_RETURN_IF_ERROR(AverageBuffers(*run.model));
