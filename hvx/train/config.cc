@@ -106,7 +106,50 @@ std::vector<FieldError> CheckConfig(const TrainConfig& c) {
   if (c.model().num_classes() < 2) add("model.num_classes", "must be at least 2");
   const DataConfig& d = c.data();
   if (d.train_files().empty()) add("data.train_files", "no training files given (a glob pattern)");
-  if (d.format() == RECORD_FORMAT_UNSPECIFIED) add("data.format", "set FASHION_MNIST or IMAGENET");
+  if (d.format() == RECORD_FORMAT_UNSPECIFIED) {
+    add("data.format", "set FASHION_MNIST, IMAGENET or EXAMPLE (with data.example)");
+  }
+  if (d.format() == EXAMPLE) {
+    const FeatureSpec& f = d.example().input();
+    if (f.key().empty()) {
+      add("data.example.input.key", "name the Example feature that is the model's input");
+    }
+    if (f.kind() == FeatureSpec::KIND_UNSPECIFIED) {
+      add("data.example.input.kind", "set JPEG, FLOAT_LIST, INT64_LIST or BYTES");
+    } else if (f.kind() != FeatureSpec::JPEG) {
+      if (f.shape().empty()) {
+        add("data.example.input.shape",
+            "give one sample's input shape as the model takes it, e.g. shape: [1, 28, 28]");
+      }
+      for (int64_t dim : f.shape()) {
+        if (dim < 1) {
+          add("data.example.input.shape", absl::StrCat("has a dimension < 1 (", dim, ")"));
+          break;
+        }
+      }
+      if (f.channels_last_stored() && f.shape_size() != 3) {
+        add("data.example.input.channels_last_stored", "needs a 3-dimensional shape [C, H, W]");
+      }
+      for (float sd : f.stddev()) {
+        if (sd == 0) {
+          add("data.example.input.stddev", "must not be 0");
+          break;
+        }
+      }
+      for (const auto* v : {&f.mean(), &f.stddev()}) {
+        if (v->size() > 1 && !f.shape().empty() && v->size() != f.shape(0)) {
+          add(v == &f.mean() ? "data.example.input.mean" : "data.example.input.stddev",
+              absl::StrCat("needs 1 value or ", f.shape(0),
+                           " (one per channel, the first "
+                           "dimension of the shape), got ",
+                           v->size()));
+          break;
+        }
+      }
+    }
+  } else if (d.has_example()) {
+    add("data.example", "is only read with format: EXAMPLE");
+  }
   if (d.batch_size() <= 0) {
     add("data.batch_size",
         absl::StrCat("must be > 0 (samples per rank per step), got ", d.batch_size()));
@@ -121,7 +164,9 @@ std::vector<FieldError> CheckConfig(const TrainConfig& c) {
         absl::StrCat("\"", c.model().name(),
                      "\" takes 28x28 grey images; use resnet18 or resnet50 for IMAGENET"));
   }
-  if (d.format() == IMAGENET && d.image_size() < 32) add("data.image_size", "must be at least 32");
+  const bool jpeg = d.format() == IMAGENET ||
+                    (d.format() == EXAMPLE && d.example().input().kind() == FeatureSpec::JPEG);
+  if (jpeg && d.image_size() < 32) add("data.image_size", "must be at least 32");
   const OptimizerConfig& o = c.optimizer();
   if (!(o.lr() > 0)) add("optimizer.lr", "must be > 0");
   if (o.momentum() < 0 || o.momentum() >= 1) add("optimizer.momentum", "must be in [0, 1)");
@@ -295,6 +340,11 @@ void FillDefaults(TrainConfig* c) {
   if (s->num_train_shards() == 0) s->set_num_train_shards(4);
   if (s->num_test_shards() == 0) s->set_num_test_shards(1);
   if (s->idx_dir().empty()) s->set_idx_dir("/usr/share/datasets/fashion-mnist");
+  if (d->format() == EXAMPLE) {
+    ExampleSpec* x = d->mutable_example();
+    if (x->label_key().empty()) x->set_label_key("label");
+    if (x->input().divide_by() == 0) x->mutable_input()->set_divide_by(1);
+  }
   OptimizerConfig* o = c->mutable_optimizer();
   if (o->beta1() == 0) o->set_beta1(0.9);
   if (o->beta2() == 0) o->set_beta2(0.999);

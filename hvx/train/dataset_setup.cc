@@ -24,6 +24,10 @@ namespace hvx {
 namespace train {
 namespace {
 
+// Fashion-MNIST pixel statistics over the training set, for input normalisation.
+constexpr float kFashionMean = 0.2860f;
+constexpr float kFashionStd = 0.3530f;
+
 bool Exists(const std::string& path) {
   struct stat st;
   return stat(path.c_str(), &st) == 0;
@@ -131,19 +135,73 @@ absl::Status PrepareDataset(const TrainConfig& config) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::shared_ptr<const data::Decoder>> MakeImageNetDecoder(const TrainConfig& config,
-                                                                         bool train) {
-  data::ImageNetDecoderOptions o =
-      train ? data::ImageNetDecoderOptions::Train() : data::ImageNetDecoderOptions::Eval();
-  o.out_size = config.data().image_size();
+absl::StatusOr<data::ExampleDecoderOptions> DecoderSpec(const TrainConfig& config, bool train) {
+  data::ExampleDecoderOptions o;
+  data::ExampleInputSpec& in = o.input;
+  o.label_key = "image/class/label";
+  switch (config.data().format()) {
+    case FASHION_MNIST:
+      in.key = "image/raw";
+      in.kind = data::FeatureKind::kBytes;
+      in.shape = {1, 28, 28};
+      in.divide_by = 255;
+      in.mean = {kFashionMean};
+      in.stddev = {kFashionStd};
+      return o;
+    case IMAGENET:
+      in.key = "image/encoded";
+      in.kind = data::FeatureKind::kJpeg;
+      break;
+    case EXAMPLE: {
+      const FeatureSpec& f = config.data().example().input();
+      o.label_key = config.data().example().label_key();
+      in.key = f.key();
+      in.shape.assign(f.shape().begin(), f.shape().end());
+      in.bytes_dtype =
+          f.bytes_type() == FeatureSpec::FLOAT32 ? DataType::kFloat32 : DataType::kUint8;
+      in.channels_last_stored = f.channels_last_stored();
+      in.divide_by = f.divide_by();
+      if (!f.mean().empty()) in.mean.assign(f.mean().begin(), f.mean().end());
+      if (!f.stddev().empty()) in.stddev.assign(f.stddev().begin(), f.stddev().end());
+      switch (f.kind()) {
+        case FeatureSpec::JPEG:
+          in.kind = data::FeatureKind::kJpeg;
+          break;
+        case FeatureSpec::FLOAT_LIST:
+          in.kind = data::FeatureKind::kFloatList;
+          break;
+        case FeatureSpec::INT64_LIST:
+          in.kind = data::FeatureKind::kInt64List;
+          break;
+        case FeatureSpec::BYTES:
+          in.kind = data::FeatureKind::kBytes;
+          break;
+        default:
+          return absl::InvalidArgumentError(
+              "data.example.input.kind: set JPEG, FLOAT_LIST, INT64_LIST or BYTES");
+      }
+      if (in.kind != data::FeatureKind::kJpeg) return o;
+      break;
+    }
+    default:
+      return absl::InvalidArgumentError("data.format: set FASHION_MNIST, IMAGENET or EXAMPLE");
+  }
+  in.jpeg = train ? data::ImageNetDecoderOptions::Train() : data::ImageNetDecoderOptions::Eval();
+  in.jpeg.out_size = config.data().image_size();
   // Evaluation keeps the standard 224/256 ratio between the centre crop and the resized shorter
   // side.
-  o.resize_shorter = static_cast<int>(std::lround(o.out_size * 256.0 / 224.0));
-  // The trainer adds data.label_offset to the labels of every format, so the decoder keeps them as
-  // stored.
-  o.label_offset = 0;
-  return std::shared_ptr<const data::Decoder>(
-      std::make_shared<data::ImageNetDecoder>(std::move(o)));
+  in.jpeg.resize_shorter = static_cast<int>(std::lround(in.jpeg.out_size * 256.0 / 224.0));
+  return o;
+}
+
+absl::StatusOr<std::shared_ptr<const data::Decoder>> MakeDecoder(const TrainConfig& config,
+                                                                 bool train) {
+  HVX_ASSIGN_OR_RETURN(data::ExampleDecoderOptions spec, DecoderSpec(config, train));
+  auto decoder = data::ExampleDecoder::Create(std::move(spec));
+  if (!decoder.ok()) {
+    return Annotate(decoder.status(), config.data().format() == EXAMPLE ? "data.example" : "data");
+  }
+  return std::shared_ptr<const data::Decoder>(*std::move(decoder));
 }
 
 }  // namespace train

@@ -1,8 +1,8 @@
-// Getting a config's data ready: creating Fashion-MNIST shards on first use, and the ImageNet
-// decoder. Collective: every rank calls PrepareDataset after hvx::Init.
+// Getting a config's data ready: creating Fashion-MNIST shards on first use, and the decoder of
+// its records. Collective: every rank calls PrepareDataset after hvx::Init.
 //
 //   HVX_RETURN_IF_ERROR(PrepareDataset(config));   // rank 0 writes missing shards, others wait
-//   HVX_ASSIGN_OR_RETURN(auto decoder, MakeImageNetDecoder(config, /*train=*/true));
+//   HVX_ASSIGN_OR_RETURN(auto decoder, MakeDecoder(config, /*train=*/true));
 #ifndef HVX_TRAIN_DATASET_SETUP_H_
 #define HVX_TRAIN_DATASET_SETUP_H_
 
@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "hvx/data/decoder.h"
+#include "hvx/data/example_decoder.h"
 #include "hvx/train/train_config.pb.h"
 
 namespace hvx {
@@ -22,12 +23,18 @@ namespace train {
 // train and eval patterns match files, with a message that says where the data was expected.
 absl::Status PrepareDataset(const TrainConfig& config);
 
-// ImageNet Example records (hvx/data/jpeg.h): JPEG decode, random-resized crop and flip for
-// training, shorter side to image_size * 256 / 224 and centre crop for evaluation, normalised
-// float32 [3, image_size, image_size]. Labels come out as stored (1..1000 in the standard layout);
-// the trainer adds data.label_offset.
-absl::StatusOr<std::shared_ptr<const data::Decoder>> MakeImageNetDecoder(const TrainConfig& config,
-                                                                         bool train);
+// How the records of `config` decode, for training or evaluation: data.example for format
+// EXAMPLE, else the preset of the format:
+//   FASHION_MNIST  input "image/raw": bytes of uint8 [1, 28, 28], / 255, mean 0.2860, std 0.3530
+//                  (the training set's pixel statistics); label "image/class/label"
+//   IMAGENET       input "image/encoded": JPEG (hvx/data/jpeg.h) at data.image_size, the
+//                  evaluation resize at image_size * 256 / 224; label "image/class/label"
+// Labels come out as stored; the trainer adds data.label_offset.
+absl::StatusOr<data::ExampleDecoderOptions> DecoderSpec(const TrainConfig& config, bool train);
+
+// The decoder DecoderSpec describes. InvalidArgument naming data.example when it cannot work.
+absl::StatusOr<std::shared_ptr<const data::Decoder>> MakeDecoder(const TrainConfig& config,
+                                                                 bool train);
 
 }  // namespace train
 }  // namespace hvx

@@ -48,27 +48,6 @@ using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
-// Fashion-MNIST pixel statistics over the training set, for input normalisation.
-constexpr float kFashionMean = 0.2860f;
-constexpr float kFashionStd = 0.3530f;
-
-absl::StatusOr<std::shared_ptr<const data::Decoder>> MakeDecoder(const TrainConfig& config,
-                                                                 bool train) {
-  switch (config.data().format()) {
-    case FASHION_MNIST: {
-      data::RawImageDecoderOptions o;
-      o.dtype = DataType::kFloat32;
-      o.mean = {kFashionMean};
-      o.stddev = {kFashionStd};
-      return std::shared_ptr<const data::Decoder>(std::make_shared<data::RawImageDecoder>(o));
-    }
-    case IMAGENET:
-      return MakeImageNetDecoder(config, train);
-    default:
-      return absl::InvalidArgumentError("data.format: set FASHION_MNIST or IMAGENET");
-  }
-}
-
 std::string ModelDescription(const TrainConfig& config) {
   return config.model().torchscript().empty()
              ? config.model().name()
@@ -76,22 +55,22 @@ std::string ModelDescription(const TrainConfig& config) {
 }
 
 // One sample's input shape, as the data format's decoder makes it.
-std::vector<int64_t> InputShape(const TrainConfig& config) {
-  if (config.data().format() == IMAGENET) {
-    return {3, config.data().image_size(), config.data().image_size()};
-  }
-  return {1, 28, 28};
+absl::StatusOr<std::vector<int64_t>> InputShape(const TrainConfig& config) {
+  HVX_ASSIGN_OR_RETURN(auto decoder, MakeDecoder(config, /*train=*/false));
+  return decoder->sample_shape().dims();
 }
 
-// The model of `config` on `device`; a TorchScript model is first run on a zero batch to check
-// that it fits the data's inputs and model.num_classes.
+// The model of `config` on `device`; a TorchScript model, or any model on format EXAMPLE, is first
+// run on a zero batch to check that it fits the data's inputs and model.num_classes.
 absl::StatusOr<std::shared_ptr<Classifier>> CreateModelOn(const TrainConfig& config,
                                                           const torch::Device& device) {
   HVX_ASSIGN_OR_RETURN(std::shared_ptr<Classifier> model, CreateModel(config.model()));
   model->to(device);
-  if (ScriptedModule(*model) != nullptr) {
-    HVX_RETURN_IF_ERROR(CheckModelFits(*model, InputShape(config), config.model().num_classes(),
-                                       ModelDescription(config)));
+  // A model or dataset from outside: check that they fit before anything is trained.
+  if (ScriptedModule(*model) != nullptr || config.data().format() == EXAMPLE) {
+    HVX_ASSIGN_OR_RETURN(const std::vector<int64_t> shape, InputShape(config));
+    HVX_RETURN_IF_ERROR(
+        CheckModelFits(*model, shape, config.model().num_classes(), ModelDescription(config)));
   }
   return model;
 }
