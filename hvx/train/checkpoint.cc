@@ -68,7 +68,8 @@ absl::StatusOr<std::vector<torch::Tensor>> GatherBuffers(Classifier& model) {
 absl::Status WriteCheckpoint(const CheckpointConfig& c, Classifier& model,
                              torch::optim::Optimizer& optimizer, const TrainingPosition& p,
                              const std::vector<torch::Tensor>& rank_buffers,
-                             const NamedTensors* averages) {
+                             const CheckpointExtras& extras) {
+  const NamedTensors* averages = extras.averages;
   HVX_RETURN_IF_ERROR(MakeDirs(c.dir()));
   const std::string final_path =
       absl::StrCat(c.dir(), "/", kCheckpointPrefix, p.global_step, kCheckpointSuffix);
@@ -98,6 +99,11 @@ absl::Status WriteCheckpoint(const CheckpointConfig& c, Classifier& model,
       for (size_t i = 0; i < averages->size(); ++i)
         average_archive.write(absl::StrCat("a", i), (*averages)[i].second);
       archive.write("averages", average_archive);
+    }
+    if (extras.state != nullptr) {
+      torch::serialize::OutputArchive state_archive;
+      for (const auto& [name, tensor] : *extras.state) state_archive.write(name, tensor);
+      archive.write("state", state_archive);
     }
     archive.save_to(tmp_path);
   } catch (const c10::Error& e) {
@@ -139,11 +145,33 @@ bool ReadAverages(torch::serialize::InputArchive& archive, const std::string& pa
 // Loads onto `device`. *rank_buffers gets the per-rank buffers when the file has them for every
 // floating-point buffer of `model` (checkpoints from before they were recorded have not). Reads
 // positions of either stored form (see DecodePosition).
-// With `averages`, *found_averages says whether the file had them (and they were read).
+// Reads the "state" tensors the file has into `state` (same shapes), keeping the others; returns
+// whether it had them all.
+bool ReadState(torch::serialize::InputArchive& archive, const std::string& path,
+               NamedTensors& state) {
+  torch::serialize::InputArchive state_archive;
+  if (!archive.try_read("state", state_archive)) return false;
+  torch::NoGradGuard no_grad;
+  bool all = true;
+  for (auto& [name, tensor] : state) {
+    torch::Tensor t;
+    if (!state_archive.try_read(name, t)) {
+      all = false;
+      continue;
+    }
+    TORCH_CHECK(t.sizes() == tensor.sizes(), "checkpoint ", path, ": state ", name, " has shape ",
+                t.sizes(), ", expected ", tensor.sizes());
+    tensor.copy_(t);
+  }
+  return all;
+}
+
+// *found_averages / *found_state say whether the file had extras.averages / extras.state.
 absl::Status LoadCheckpoint(const std::string& path, const torch::Device& device, Classifier& model,
                             torch::optim::Optimizer& optimizer, TrainingPosition* p,
-                            std::vector<torch::Tensor>* rank_buffers, NamedTensors* averages,
-                            bool* found_averages) {
+                            std::vector<torch::Tensor>* rank_buffers,
+                            const CheckpointExtras& extras, bool* found_averages,
+                            bool* found_state) {
   rank_buffers->clear();
   try {
     torch::serialize::InputArchive archive, model_archive, optimizer_archive, buffer_archive;
@@ -168,7 +196,8 @@ absl::Status LoadCheckpoint(const std::string& path, const torch::Device& device
       }
       if (rank_buffers->size() != n) rank_buffers->clear();
     }
-    if (averages != nullptr) *found_averages = ReadAverages(archive, path, *averages);
+    if (extras.averages != nullptr) *found_averages = ReadAverages(archive, path, *extras.averages);
+    if (extras.state != nullptr) *found_state = ReadState(archive, path, *extras.state);
   } catch (const c10::Error& e) {
     return absl::DataLossError(
         absl::StrCat("checkpoint ", path, " cannot be loaded: ", e.what_without_backtrace()));
@@ -198,11 +227,12 @@ struct ResumeNotice {
   TrainingPosition position;      // kLoaded: where the checkpoint stands
   bool own_rank_buffers = false;  // kLoaded: each rank's own buffers are broadcast next
   bool averages = false;          // kLoaded: the parameters' averages are broadcast next
+  bool state = false;             // kLoaded: the file had every state tensor
 };
 
 // The broadcast form of a ResumeNotice: outcome, EncodePosition(position), own_rank_buffers,
-// averages.
-constexpr size_t kEncodedNoticeSize = 1 + kEncodedPositionSize + 2;
+// averages, state.
+constexpr size_t kEncodedNoticeSize = 1 + kEncodedPositionSize + 3;
 using EncodedNotice = std::array<int64_t, kEncodedNoticeSize>;
 
 EncodedNotice EncodeNotice(const ResumeNotice& notice) {
@@ -212,8 +242,9 @@ EncodedNotice EncodeNotice(const ResumeNotice& notice) {
     const std::vector<int64_t> position = EncodePosition(notice.position);
     std::copy(position.begin(), position.end(), encoded.begin() + 1);
   }
-  encoded[kEncodedNoticeSize - 2] = notice.own_rank_buffers ? 1 : 0;
-  encoded.back() = notice.averages ? 1 : 0;
+  encoded[kEncodedNoticeSize - 3] = notice.own_rank_buffers ? 1 : 0;
+  encoded[kEncodedNoticeSize - 2] = notice.averages ? 1 : 0;
+  encoded.back() = notice.state ? 1 : 0;
   return encoded;
 }
 
@@ -223,8 +254,9 @@ absl::StatusOr<ResumeNotice> DecodeNotice(const EncodedNotice& encoded) {
   if (notice.outcome != ResumeNotice::Outcome::kLoaded) return notice;
   HVX_ASSIGN_OR_RETURN(notice.position, DecodePosition(absl::MakeConstSpan(encoded.data() + 1,
                                                                            kEncodedPositionSize)));
-  notice.own_rank_buffers = encoded[kEncodedNoticeSize - 2] != 0;
-  notice.averages = encoded.back() != 0;
+  notice.own_rank_buffers = encoded[kEncodedNoticeSize - 3] != 0;
+  notice.averages = encoded[kEncodedNoticeSize - 2] != 0;
+  notice.state = encoded.back() != 0;
   return notice;
 }
 
@@ -232,8 +264,8 @@ absl::StatusOr<ResumeNotice> DecodeNotice(const EncodedNotice& encoded) {
 // the newest one, if any, into `model` and `optimizer`, and *rank_buffers.
 ResumeNotice LoadNewestOnRank0(const CheckpointConfig& c, bool fresh, const torch::Device& device,
                                Classifier& model, torch::optim::Optimizer& optimizer,
-                               std::vector<torch::Tensor>* rank_buffers, NamedTensors* averages,
-                               absl::Status* status) {
+                               std::vector<torch::Tensor>* rank_buffers,
+                               const CheckpointExtras& extras, absl::Status* status) {
   ResumeNotice notice;
   if (fresh) {
     auto aside = MoveCheckpointsAside(c.dir());
@@ -244,9 +276,9 @@ ResumeNotice LoadNewestOnRank0(const CheckpointConfig& c, bool fresh, const torc
   auto all = ListCheckpoints(c.dir());
   if (status->ok() && !all.empty()) {
     *status = LoadCheckpoint(all.back().second, device, model, optimizer, &notice.position,
-                             rank_buffers, averages, &notice.averages);
+                             rank_buffers, extras, &notice.averages, &notice.state);
     if (status->ok()) {
-      if (averages != nullptr && !notice.averages) {
+      if (extras.averages != nullptr && !notice.averages) {
         HVX_LOG(INFO) << all.back().second
                       << " has no moving average of the weights (written with ema_decay 0); the "
                          "average starts from its weights";
@@ -289,12 +321,12 @@ std::vector<std::pair<std::string, torch::Tensor>> FloatBuffers(Classifier& mode
 
 absl::Status SaveCheckpoint(const CheckpointConfig& checkpoint, Classifier& model,
                             torch::optim::Optimizer& optimizer, const TrainingPosition& position,
-                            const NamedTensors* averages) {
+                            const CheckpointExtras& extras) {
   const absl::Time start = absl::Now();
   HVX_ASSIGN_OR_RETURN(std::vector<torch::Tensor> rank_buffers, GatherBuffers(model));
   if (Rank() != 0) return absl::OkStatus();
   HVX_RETURN_IF_ERROR(
-      WriteCheckpoint(checkpoint, model, optimizer, position, rank_buffers, averages));
+      WriteCheckpoint(checkpoint, model, optimizer, position, rank_buffers, extras));
   // What a checkpoint costs, for choosing the interval (checkpoint.every_steps, every_seconds).
   const std::string path = absl::StrCat(checkpoint.dir(), "/", kCheckpointPrefix,
                                         position.global_step, kCheckpointSuffix);
@@ -309,12 +341,12 @@ absl::StatusOr<bool> ResumeFromNewestCheckpoint(const CheckpointConfig& checkpoi
                                                 const torch::Device& device, Classifier& model,
                                                 torch::optim::Optimizer& optimizer,
                                                 TrainingPosition* position,
-                                                NamedTensors* averages) {
+                                                const CheckpointExtras& extras) {
   absl::Status rank0_status;
   std::vector<torch::Tensor> rank_buffers;
   ResumeNotice found;
   if (Rank() == 0) {
-    found = LoadNewestOnRank0(checkpoint, fresh, device, model, optimizer, &rank_buffers, averages,
+    found = LoadNewestOnRank0(checkpoint, fresh, device, model, optimizer, &rank_buffers, extras,
                               &rank0_status);
   }
   EncodedNotice encoded = EncodeNotice(found);
@@ -336,7 +368,10 @@ absl::StatusOr<bool> ResumeFromNewestCheckpoint(const CheckpointConfig& checkpoi
   HVX_RETURN_IF_ERROR(BroadcastParameters(model, 0));
   HVX_RETURN_IF_ERROR(BroadcastOptimizerState(optimizer, 0));
   if (found.own_rank_buffers) HVX_RETURN_IF_ERROR(BroadcastRankBuffers(model, rank_buffers));
-  if (averages != nullptr) {
+  if (extras.state != nullptr && found.state) {
+    HVX_RETURN_IF_ERROR(BroadcastTensors(*extras.state, 0, "resume.state."));
+  }
+  if (NamedTensors* averages = extras.averages; averages != nullptr) {
     // Without averages in the checkpoint they start from the weights just broadcast.
     torch::NoGradGuard no_grad;
     if (!found.averages) {

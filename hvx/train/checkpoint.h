@@ -16,6 +16,8 @@
 //   "position"      int64 EncodePosition(TrainingPosition) (hvx/train/epoch_position.h)
 //   "averages"      "count" and "a0", "a1", ...: the moving average of every parameter, in
 //                   named_parameters order, when the run keeps one (TrainConfig.ema_decay)
+//   "state"         other training state by name (the loss scale of mixed precision), when the
+//                   run has some
 //
 // Only rank 0 reads or writes files; the others get the checkpoint by broadcast, so no file system
 // shared between hosts is needed.
@@ -37,28 +39,35 @@
 namespace hvx {
 namespace train {
 
-// Tensors by name that a checkpoint keeps beside the model (the parameters' moving average).
+// Tensors by name that a checkpoint keeps beside the model.
 using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
 
-// Writes a checkpoint of `model`, `optimizer`, `position` and `averages` (when not null) into
-// checkpoint.dir and removes the oldest beyond checkpoint.keep(). Every rank calls it (each rank's
-// buffers are gathered); rank 0 writes. The live model is left as it was.
+// What a run keeps beyond model, optimizer and position; null: the run has none. Every rank holds
+// the same values.
+struct CheckpointExtras {
+  NamedTensors* averages = nullptr;  // the parameters' moving average, by parameter name
+  NamedTensors* state = nullptr;     // names without dots, e.g. "loss_scale"
+};
+
+// Writes a checkpoint of `model`, `optimizer`, `position` and `extras` into checkpoint.dir and
+// removes the oldest beyond checkpoint.keep(). Every rank calls it (each rank's buffers are
+// gathered); rank 0 writes. The live model is left as it was.
 absl::Status SaveCheckpoint(const CheckpointConfig& checkpoint, Classifier& model,
                             torch::optim::Optimizer& optimizer, const TrainingPosition& position,
-                            const NamedTensors* averages = nullptr);
+                            const CheckpointExtras& extras = {});
 
 // Every rank calls it. Rank 0 loads the newest checkpoint in checkpoint.dir onto `device` (after
 // moving the existing ones into "<dir>/replaced-<unix seconds>/" when `fresh`), and every rank
 // takes its model, optimizer state and position into `model`, `optimizer` and *position; when the
 // world size is the checkpoint's, each rank also takes its own BatchNorm statistics. Returns false,
 // changing nothing, when there is no checkpoint; every rank returns rank 0's error when it fails.
-// With `averages`, every rank also takes the checkpoint's averages into them, or keeps them as
-// they are (logged) when the checkpoint has none.
+// Every rank also takes the checkpoint's `extras` into them; averages the checkpoint does not have
+// start from the checkpoint's weights (logged), state it does not have keeps its value.
 absl::StatusOr<bool> ResumeFromNewestCheckpoint(const CheckpointConfig& checkpoint, bool fresh,
                                                 const torch::Device& device, Classifier& model,
                                                 torch::optim::Optimizer& optimizer,
                                                 TrainingPosition* position,
-                                                NamedTensors* averages = nullptr);
+                                                const CheckpointExtras& extras = {});
 
 // Writes `model`'s parameters and buffers by name (on the CPU) as a file that Python's
 // torch.load reads as a dict name -> tensor: `model.load_state_dict(torch.load(path))` for the

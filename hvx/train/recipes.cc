@@ -1,5 +1,6 @@
 #include "hvx/train/recipes.h"
 
+#include <ATen/autocast_mode.h>
 #include <torch/nn/functional/loss.h>
 #include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/adam.h>
@@ -178,6 +179,65 @@ void WeightAverage::Swap() {
     live_[i].detach().copy_(averages_[i].second);
     averages_[i].second.copy_(live);
   }
+}
+
+AutocastGuard::AutocastGuard(c10::DeviceType device_type, at::ScalarType dtype)
+    : active_(dtype != at::kFloat), cuda_(device_type == c10::DeviceType::CUDA) {
+  if (!active_) return;
+  if (cuda_) {
+    was_enabled_ = at::autocast::is_enabled();
+    was_dtype_ = at::autocast::get_autocast_gpu_dtype();
+    at::autocast::set_enabled(true);
+    at::autocast::set_autocast_gpu_dtype(dtype);
+  } else {
+    was_enabled_ = at::autocast::is_cpu_enabled();
+    was_dtype_ = at::autocast::get_autocast_cpu_dtype();
+    at::autocast::set_cpu_enabled(true);
+    at::autocast::set_autocast_cpu_dtype(dtype);
+  }
+  at::autocast::increment_nesting();
+}
+
+AutocastGuard::~AutocastGuard() {
+  if (!active_) return;
+  // Leaving the outermost guard drops the casts cached for this forward (weights cast once).
+  if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+  if (cuda_) {
+    at::autocast::set_enabled(was_enabled_);
+    at::autocast::set_autocast_gpu_dtype(was_dtype_);
+  } else {
+    at::autocast::set_cpu_enabled(was_enabled_);
+    at::autocast::set_autocast_cpu_dtype(was_dtype_);
+  }
+}
+
+LossScaler::LossScaler(double initial_scale, int64_t growth_interval)
+    : growth_interval_(growth_interval) {
+  state_.emplace_back("loss_scale", torch::tensor({initial_scale, 0.0, 0.0}, torch::kFloat64));
+}
+
+bool LossScaler::UnscaleOrSkip(torch::nn::Module& model) {
+  torch::NoGradGuard no_grad;
+  std::vector<at::Tensor> grads, finite;
+  for (const auto& p : model.parameters()) {
+    if (!p.grad().defined()) continue;
+    grads.push_back(p.grad());
+    finite.push_back(p.grad().isfinite().all());
+  }
+  double* v = values();
+  // One synchronisation for every gradient.
+  if (!finite.empty() && !torch::stack(finite).all().item<bool>()) {
+    v[0] *= 0.5;
+    v[1] = 0;
+    v[2] += 1;
+    return false;
+  }
+  for (auto& g : grads) g.mul_(1.0 / v[0]);
+  if (++v[1] >= growth_interval_) {
+    v[0] *= 2;
+    v[1] = 0;
+  }
+  return true;
 }
 
 }  // namespace train

@@ -98,6 +98,46 @@ class UseAveragedWeights {
   WeightAverage* average_;
 };
 
+// Mixed precision: while alive, eligible operations on `device_type` (CPU or CUDA) run in `dtype`
+// (kBFloat16, or kHalf on CUDA), as torch.autocast does; kFloat does nothing. Guards nest.
+class AutocastGuard {
+ public:
+  AutocastGuard(c10::DeviceType device_type, at::ScalarType dtype);
+  ~AutocastGuard();
+  AutocastGuard(const AutocastGuard&) = delete;
+  AutocastGuard& operator=(const AutocastGuard&) = delete;
+
+ private:
+  const bool active_;
+  const bool cuda_;
+  bool was_enabled_ = false;
+  at::ScalarType was_dtype_ = at::kFloat;
+};
+
+// Dynamic loss scaling for float16 training, as torch.cuda.amp.GradScaler: the loss is multiplied
+// by scale() before backward; after the gradients are averaged over ranks (so every rank decides
+// alike), UnscaleOrSkip() divides them by the scale when all are finite, and otherwise asks for the
+// step to be skipped and halves the scale; after growth_interval good steps in a row the scale
+// doubles.
+class LossScaler {
+ public:
+  explicit LossScaler(double initial_scale = 65536.0, int64_t growth_interval = 2000);
+
+  double scale() const { return values()[0]; }
+  int64_t skipped_steps() const { return static_cast<int64_t>(values()[2]); }
+  // True: the gradients of `model` are unscaled, step. False: some gradient is inf or NaN, skip.
+  bool UnscaleOrSkip(torch::nn::Module& model);
+  // "loss_scale": float64 [scale, good steps in a row, skipped steps], for checkpoints.
+  std::vector<std::pair<std::string, at::Tensor>>& state() { return state_; }
+
+ private:
+  const double* values() const { return state_[0].second.data_ptr<double>(); }
+  double* values() { return state_[0].second.data_ptr<double>(); }
+
+  const int64_t growth_interval_;
+  std::vector<std::pair<std::string, at::Tensor>> state_;
+};
+
 }  // namespace train
 }  // namespace hvx
 

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cmath>
+#include <limits>
 #include <sstream>
 
 namespace hvx {
@@ -196,6 +198,51 @@ TEST(WeightAverageTest, AveragesWithWarmupAndSwapsBack) {
     EXPECT_NEAR(model->w[1].item<double>(), expected, 1e-12);
   }
   EXPECT_EQ(model->w[1].item<double>(), 4.0);
+}
+
+TEST(AutocastGuardTest, Bf16OnCpuWhileAliveNestedAndRestored) {
+  torch::nn::Linear fc(4, 3);
+  const at::Tensor x = torch::randn({2, 4});
+  EXPECT_EQ(fc(x).scalar_type(), at::kFloat);
+  {
+    AutocastGuard outer(c10::DeviceType::CPU, at::kBFloat16);
+    EXPECT_EQ(fc(x).scalar_type(), at::kBFloat16);
+    {
+      AutocastGuard inner(c10::DeviceType::CPU, at::kBFloat16);
+      EXPECT_EQ(fc(x).scalar_type(), at::kBFloat16);
+    }
+    EXPECT_EQ(fc(x).scalar_type(), at::kBFloat16);  // the outer guard still holds
+  }
+  EXPECT_EQ(fc(x).scalar_type(), at::kFloat);
+  {
+    AutocastGuard fp32(c10::DeviceType::CPU, at::kFloat);
+    EXPECT_EQ(fc(x).scalar_type(), at::kFloat);
+  }
+}
+
+TEST(LossScalerTest, UnscalesSkipsOnOverflowAndGrows) {
+  auto model = std::make_shared<OneParam>(torch::tensor({1.0f, 2.0f}));
+  LossScaler scaler(8.0, /*growth_interval=*/2);
+  model->w.mutable_grad() = torch::tensor({8.0f, -16.0f});
+  EXPECT_TRUE(scaler.UnscaleOrSkip(*model));
+  EXPECT_TRUE(torch::equal(model->w.grad(), torch::tensor({1.0f, -2.0f})));
+  EXPECT_EQ(scaler.scale(), 8.0);
+  model->w.mutable_grad() = torch::tensor({std::numeric_limits<float>::infinity(), 1.0f});
+  EXPECT_FALSE(scaler.UnscaleOrSkip(*model));
+  EXPECT_EQ(scaler.scale(), 4.0);
+  EXPECT_EQ(scaler.skipped_steps(), 1);
+  model->w.mutable_grad() = torch::tensor({std::nanf(""), 1.0f});
+  EXPECT_FALSE(scaler.UnscaleOrSkip(*model));
+  EXPECT_EQ(scaler.scale(), 2.0);
+  for (int i = 0; i < 2; ++i) {
+    model->w.mutable_grad() = torch::tensor({2.0f, 2.0f});
+    EXPECT_TRUE(scaler.UnscaleOrSkip(*model));
+  }
+  EXPECT_EQ(scaler.scale(), 4.0);  // 2 good steps in a row: doubled
+  EXPECT_EQ(scaler.skipped_steps(), 2);
+  EXPECT_EQ(scaler.state()[0].first, "loss_scale");
+  EXPECT_TRUE(
+      torch::equal(scaler.state()[0].second, torch::tensor({4.0, 0.0, 2.0}, torch::kFloat64)));
 }
 
 }  // namespace

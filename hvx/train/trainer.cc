@@ -165,6 +165,10 @@ struct Run {
   std::unique_ptr<DistributedOptimizer> distributed;
   // TrainConfig.ema_decay > 0: the parameters' moving average, what evaluation and export use.
   std::unique_ptr<WeightAverage> average;
+  // precision: what autocast computes in (kFloat: nothing is cast), and the loss scaling of
+  // mixed precision on CUDA.
+  at::ScalarType autocast_dtype = at::kFloat;
+  std::unique_ptr<LossScaler> scaler;
   std::unique_ptr<SummaryWriter> summaries;
   // Rank 0, with summaries_dir: the page kept at "<summaries_dir>/report.html".
   std::unique_ptr<RunReport> report;
@@ -202,6 +206,47 @@ EpochShape TrainShape(const TrainConfig& config, int64_t num_samples, int size) 
                     config.logging().max_steps_per_epoch()};
 }
 
+// The model's float32 logits for `images`, under the run's autocast precision.
+torch::Tensor Forward(Run& run, const torch::Tensor& images) {
+  AutocastGuard autocast(run.device.type(), run.autocast_dtype);
+  return run.model->forward(images).to(torch::kFloat);
+}
+
+// What checkpoints keep for this run beyond model, optimizer and position.
+CheckpointExtras Extras(Run& run) {
+  return {run.average ? &run.average->averages() : nullptr,
+          run.scaler ? &run.scaler->state() : nullptr};
+}
+
+// precision: BF16 autocasts on either device; FP16 needs CUDA. On CUDA both scale the loss
+// (LossScaler), so that small float16 gradients do not underflow.
+absl::Status SetUpPrecision(const TrainConfig& config, Run* run) {
+  const bool cuda = run->device.is_cuda();
+  switch (config.precision()) {
+    case FP32:
+      return absl::OkStatus();
+    case BF16:
+      run->autocast_dtype = at::kBFloat16;
+      break;
+    case FP16:
+      if (!cuda) {
+        return absl::FailedPreconditionError(
+            "precision: FP16 autocast needs CUDA; training runs on the CPU, where BF16 is the "
+            "mixed precision: --override='precision: BF16'");
+      }
+      run->autocast_dtype = at::kHalf;
+      break;
+    default:
+      return absl::InvalidArgumentError("precision: set FP32, BF16 or FP16");
+  }
+  if (cuda) run->scaler = std::make_unique<LossScaler>();
+  HVX_LOG_RANK0(INFO) << "mixed precision: autocast to "
+                      << (run->autocast_dtype == at::kHalf ? "float16" : "bfloat16") << " on "
+                      << run->device.str()
+                      << (cuda ? ", dynamic loss scaling (initial scale 65536)" : "");
+  return absl::OkStatus();
+}
+
 absl::StatusOr<EvalResult> Evaluate(Run& run, int64_t epoch) {
   const TrainConfig& config = run.config;
   HVX_RETURN_IF_ERROR(AverageBuffers(*run.model));
@@ -235,7 +280,7 @@ absl::StatusOr<EvalResult> Evaluate(Run& run, int64_t epoch) {
     labels = labels.to(run.device);
     torch::Tensor images = ImagesOf(*batch).to(run.device);
     if (real <= 0) continue;
-    torch::Tensor logits = run.model->forward(images).narrow(0, 0, real);
+    torch::Tensor logits = Forward(run, images).narrow(0, 0, real);
     labels = labels.narrow(0, 0, real);
     sums[0] += logits.argmax(1).eq(labels).sum().item<double>();
     sums[1] +=
@@ -396,8 +441,7 @@ absl::StatusOr<TrainingPosition> StartingPosition(Run& run, int64_t* resumed_fro
   if (CheckpointsOn(config) && (config.checkpoint().resume() || run.options.fresh)) {
     HVX_ASSIGN_OR_RETURN(
         bool resumed, ResumeFromNewestCheckpoint(config.checkpoint(), run.options.fresh, run.device,
-                                                 *run.model, *run.optimizer, &pos,
-                                                 run.average ? &run.average->averages() : nullptr));
+                                                 *run.model, *run.optimizer, &pos, Extras(run)));
     if (resumed) *resumed_from_step = pos.global_step;
   }
   return pos;
@@ -447,11 +491,6 @@ absl::StatusOr<std::unique_ptr<data::Pipeline>> OpenTrainPipeline(const Run& run
   return pipeline;
 }
 
-// The moving average checkpoints keep, when the run has one.
-const NamedTensors* Averages(const Run& run) {
-  return run.average ? &run.average->averages() : nullptr;
-}
-
 // What a stretch of steps did on this rank: since the last progress line, or since the epoch began.
 struct StepWindow {
   Clock::time_point start = Clock::now();
@@ -474,6 +513,7 @@ struct StepWindow {
 struct StepOutcome {
   double loss = 0;       // this rank's mean training loss over its batch
   double grad_norm = 0;  // the averaged gradients' norm before clipping (clip_grad_norm > 0)
+  bool skipped = false;  // loss scaling found inf or NaN gradients: no optimizer step
 };
 
 // One optimizer step of every rank on this rank's `batch`, at learning rate `lr`, which makes
@@ -498,14 +538,19 @@ absl::StatusOr<StepOutcome> TrainStep(Run& run, std::unique_ptr<data::Batch> bat
   for (int64_t i = 0, begin = 0; i < passes; ++i) {
     // Rows split as evenly as they go: the first rows % passes micro-batches get one more.
     const int64_t n = rows / passes + (i < rows % passes ? 1 : 0);
-    torch::Tensor loss = TrainingLoss(run.model->forward(images.narrow(0, begin, n)),
+    torch::Tensor loss = TrainingLoss(Forward(run, images.narrow(0, begin, n)),
                                       labels.narrow(0, begin, n), config.label_smoothing());
     if (passes > 1) loss = loss * (static_cast<double>(n) / rows);
-    loss.backward();
+    (run.scaler ? loss * run.scaler->scale() : loss).backward();
     outcome.loss += loss.item<double>();
     begin += n;
   }
   HVX_RETURN_IF_ERROR(run.distributed->Synchronize());
+  // Every rank sees the same averaged gradients, so every rank skips the same steps.
+  if (run.scaler && !run.scaler->UnscaleOrSkip(*run.model)) {
+    outcome.skipped = true;
+    return outcome;
+  }
   // The averaged gradients are the same on every rank, so is their norm and the clipped step.
   if (config.optimizer().clip_grad_norm() > 0) {
     outcome.grad_norm = ClipGradients(*run.model, config.optimizer().clip_grad_norm());
@@ -540,7 +585,11 @@ absl::Status ReportProgress(Run& run, int64_t epoch, const TrainingPosition& pos
       static_cast<long long>(pos.steps_in_epoch), static_cast<long long>(epoch_steps), mean_loss,
       lr, samples_per_s, 100.0 * window.data_wait_s / std::max(window_s, 1e-9),
       FormatDuration(eta_s).c_str(),
-      clipping ? absl::StrFormat(" grad_norm %.6g", grad_norm).c_str() : "");
+      absl::StrCat(clipping ? absl::StrFormat(" grad_norm %.6g", grad_norm) : "",
+                   run.scaler ? absl::StrFormat(" loss_scale %g skipped_steps %d",
+                                                run.scaler->scale(), run.scaler->skipped_steps())
+                              : "")
+          .c_str());
   std::fflush(stdout);
   if (clipping)
     HVX_RETURN_IF_ERROR(MaybeSummarize(run, "train/grad_norm", grad_norm, pos.global_step));
@@ -610,7 +659,7 @@ absl::StatusOr<EpochSteps> TrainEpoch(Run& run, int64_t epoch, TrainingPosition*
     if (CheckpointsOn(config) && (stop || agreed.checkpoint_due ||
                                   (every_steps > 0 && pos->global_step % every_steps == 0))) {
       HVX_RETURN_IF_ERROR(
-          SaveCheckpoint(config.checkpoint(), *run.model, *run.optimizer, *pos, Averages(run)));
+          SaveCheckpoint(config.checkpoint(), *run.model, *run.optimizer, *pos, Extras(run)));
       run.last_checkpoint = Clock::now();
     }
     if (stop) break;
@@ -665,7 +714,7 @@ absl::Status EndEpoch(Run& run, int64_t epoch, double epoch_s, TrainingPosition*
   if (CheckpointsOn(config) && ((epoch + 1) % config.checkpoint().every_epochs() == 0 ||
                                 last_epoch || StopAfterThisStep(run, *pos))) {
     HVX_RETURN_IF_ERROR(
-        SaveCheckpoint(config.checkpoint(), *run.model, *run.optimizer, *pos, Averages(run)));
+        SaveCheckpoint(config.checkpoint(), *run.model, *run.optimizer, *pos, Extras(run)));
     run.last_checkpoint = Clock::now();
   }
   return absl::OkStatus();
@@ -704,6 +753,12 @@ absl::StatusOr<TrainResult> Train(Run& run) {
   }
   result.global_step = pos.global_step;
   result.wall_s = Seconds(Clock::now() - run_start);
+  if (run.scaler) {
+    result.skipped_steps = run.scaler->skipped_steps();
+    HVX_LOG_RANK0(INFO) << "loss scaling skipped " << result.skipped_steps
+                        << " steps with inf or NaN gradients; loss scale now "
+                        << run.scaler->scale();
+  }
   return result;
 }
 
@@ -736,6 +791,7 @@ absl::StatusOr<TrainResult> RunTraining(const TrainConfig& config, const RunOpti
   Run run{config, options};
   HVX_ASSIGN_OR_RETURN(run.device, SelectTrainingDevice(config.device()));
   HVX_LOG_RANK0(INFO) << "training on " << run.device.str();
+  HVX_RETURN_IF_ERROR(SetUpPrecision(config, &run));
   const int threads = config.threads() > 0
                           ? config.threads()
                           : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /

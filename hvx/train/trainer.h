@@ -76,6 +76,8 @@ struct TrainResult {
   // (global_step and epochs_done are that run's).
   bool already_complete = false;
   int64_t epochs_done = 0;
+  // precision FP16/BF16 on CUDA: optimizer steps skipped for inf or NaN gradients (all runs).
+  int64_t skipped_steps = 0;
 };
 
 absl::StatusOr<TrainResult> RunTraining(const TrainConfig& config, const RunOptions& options);

@@ -11,6 +11,7 @@
 # - ema_decay: the exported weights are the average, not the live weights, and reproduce the
 #   trainer's eval accuracy, loss and top-5 in PyTorch; a run stopped and resumed evaluates
 #   exactly like the uninterrupted one;
+# - precision: BF16 autocasts on the CPU (learns, with its own losses); FP16 there is refused;
 # - LAMB and AdamW with no_decay_on_bias_and_norm learn the tiny set.
 #   recipes_test.sh TRAIN MAKE_IDX CHECK LIB PYTHON
 set -uo pipefail
@@ -110,6 +111,19 @@ run ema-resume --override="$ema" --override="checkpoint { dir: \"$T/ema2\" }"
 final() { grep -hoE 'epoch 2/2 eval accuracy .* samples, top5 [0-9.]+' "$@"; }
 [[ -n $(final "$T/ema.out" "$T/ema.err") && $(final "$T/ema.out" "$T/ema.err") == $(final "$T/ema-resume.out" "$T/ema-resume.err") ]]
 check "stopped at step 30 and resumed, the run evaluates exactly as the uninterrupted one" $?
+
+# Mixed precision on the CPU: bfloat16 autocast trains, and differently from float32; float16 needs
+# CUDA and says so.
+run bf16 --override='model { name: "cnn" } epochs: 2 precision: BF16'
+grep -q 'mixed precision: autocast to bfloat16 on cpu' "$T/bf16.err" "$T/bf16.out"; check "BF16 says it autocasts" $?
+run fp32 --override='model { name: "cnn" } epochs: 2'
+acc=$(grep -oE 'done: .*eval accuracy [0-9.]+' "$T/bf16.out" | grep -oE '[0-9.]+$')
+loss_values "$T/bf16.out" >"$T/bf16.loss"; loss_values "$T/fp32.out" >"$T/fp32.loss"
+python3 -c "import sys; sys.exit(not float('${acc:-0}') >= 0.9)" && ! same_numbers "$T/bf16.loss" "$T/fp32.loss" 1e-3 >/dev/null
+check "BF16 learns (${acc:-?}) with losses of its own (not float32's)" $?
+timeout 60 "$TRAIN" --config="$T/tiny.pbtxt" --override='precision: FP16 device: "cpu"' >"$T/fp16.out" 2>&1
+[[ $? != 0 ]] && grep -q "precision: FP16 autocast needs CUDA; training runs on the CPU, where BF16 is the mixed precision" "$T/fp16.out"
+check "FP16 on the CPU is refused, naming BF16" $?
 
 # LAMB and AdamW learn.
 for kind in LAMB ADAMW; do
