@@ -682,12 +682,23 @@ def test_error_reducescatter_shape_and_op(rank, size):
 
 
 def test_error_duplicate_async_name(rank, size):
+    # Each rank checks the duplicate while its first submission cannot have completed: rank 0's
+    # "dup.a" waits for the others, who submit it only after their own check on "dup.b"; "dup.b"
+    # waits for rank 0, who submits it only once "dup.a" is done.
+    if size < 2:
+        pytest.skip("needs another rank to hold the first submission in flight")
     t = torch.ones(17)
-    first = hvd.allreduce_async(t, name="duplicate_name")
+    mine, theirs = ("dup.a", "dup.b") if rank == 0 else ("dup.b", "dup.a")
+    first = hvd.allreduce_async(t, name=mine)
     with pytest.raises(ValueError, match="still in flight"):
-        for _ in range(10):
-            hvd.allreduce_async(t, name="duplicate_name")
-    hvd.synchronize(first)
+        hvd.allreduce_async(t, name=mine)
+    if rank == 0:
+        hvd.synchronize(first)
+        hvd.synchronize(hvd.allreduce_async(t, name=theirs))
+    else:
+        other = hvd.allreduce_async(t, name=theirs)
+        hvd.synchronize(other)
+        hvd.synchronize(first)
 
 
 def test_error_unsupported_dtype(rank, size):
