@@ -32,8 +32,7 @@ absl::Status Make(const std::string& images_path, const std::string& labels_path
   return hvx::data::WriteShards(
              out, prefix, shards, n,
              [&](int64_t i) -> absl::StatusOr<std::string> {
-               const auto* p =
-                   reinterpret_cast<const uint8_t*>(images->data.data()) + i * pixels;
+               const auto* p = reinterpret_cast<const uint8_t*>(images->data.data()) + i * pixels;
                std::vector<float> f(pixels);
                std::vector<int64_t> ints(pixels);
                std::string rgb(pixels * 3, '\0'), f32(pixels * 4, '\0');
@@ -59,7 +58,8 @@ absl::Status Make(const std::string& images_path, const std::string& labels_path
 int main(int argc, char** argv) {
   int shards = 0;
   if (argc != 6 || !absl::SimpleAtoi(argv[5], &shards)) {
-    std::fprintf(stderr, "usage: make_feature_records IMAGES_IDX LABELS_IDX OUT_DIR PREFIX SHARDS\n");
+    std::fprintf(stderr,
+                 "usage: make_feature_records IMAGES_IDX LABELS_IDX OUT_DIR PREFIX SHARDS\n");
     return 2;
   }
   absl::Status s = Make(argv[1], argv[2], argv[3], argv[4], shards);
