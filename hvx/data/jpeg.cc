@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 #include "absl/strings/str_cat.h"
 #include "hvx/common/status.h"
@@ -77,16 +78,16 @@ class Decompressor {
   int width() const { return static_cast<int>(cinfo_.image_width); }
   int height() const { return static_cast<int>(cinfo_.image_height); }
 
-  // After ReadHeader(): decodes to RGB at 1/denominator into *image and ends the image. False on
-  // failure (see failure()).
-  bool Decode(int denominator, RgbImage* image) {
+  // After ReadHeader(): decodes to RGB at numerator/denominator (libjpeg-turbo's DCT scaling:
+  // M/8 for M in 1..16) into *image and ends the image. False on failure (see failure()).
+  bool Decode(int numerator, int denominator, RgbImage* image) {
     errors_.failure = Failure::kNone;
     if (setjmp(errors_.jump)) {
       jpeg_abort_decompress(&cinfo_);
       return false;
     }
     cinfo_.out_color_space = JCS_RGB;
-    cinfo_.scale_num = 1;
+    cinfo_.scale_num = static_cast<unsigned int>(numerator);
     cinfo_.scale_denom = static_cast<unsigned int>(denominator);
     jpeg_calc_output_dimensions(&cinfo_);
     image->width = static_cast<int>(cinfo_.output_width);
@@ -99,6 +100,64 @@ class Decompressor {
       jpeg_read_scanlines(&cinfo_, &row, 1);
     }
     // Reads on to the end-of-image marker: a file cut after its last scan is truncated too.
+    jpeg_finish_decompress(&cinfo_);
+    return true;
+  }
+
+  // After ReadHeader(): decodes at numerator/denominator only what bilinear sampling of the window
+  // (x0, y0, w, h) of the full-size image needs, into *out: the rows it touches, and the columns,
+  // widened to the image's iMCU column boundaries by libjpeg-turbo (jpeg_crop_scanline). Rows
+  // above are skipped without colour conversion or upsampling (jpeg_skip_scanlines), rows below
+  // are skipped too (all but the last, which is read) and the image is still read to its end,
+  // so a truncated tail is found as in Decode(). False on failure (see failure()).
+  bool DecodeWindow(int numerator, int denominator, double x0, double y0, double w, double h,
+                    RgbWindow* out) {
+    errors_.failure = Failure::kNone;
+    if (setjmp(errors_.jump)) {
+      jpeg_abort_decompress(&cinfo_);
+      return false;
+    }
+    cinfo_.out_color_space = JCS_RGB;
+    cinfo_.scale_num = static_cast<unsigned int>(numerator);
+    cinfo_.scale_denom = static_cast<unsigned int>(denominator);
+    jpeg_calc_output_dimensions(&cinfo_);
+    const int full_w = static_cast<int>(cinfo_.output_width);
+    const int full_h = static_cast<int>(cinfo_.output_height);
+    const double fx = static_cast<double>(full_w) / cinfo_.image_width;
+    const double fy = static_cast<double>(full_h) / cinfo_.image_height;
+    // Sampling reads pixels floor(p) and floor(p) + 1 for p in [x0 - 0.5, x0 + w - 0.5] (in the
+    // decoded image's pixels); one more on each side keeps clear of rounding.
+    const int left = std::max(0, static_cast<int>(std::floor(x0 * fx)) - 2);
+    const int right = std::min(full_w, static_cast<int>(std::ceil((x0 + w) * fx)) + 2);
+    const int top = std::max(0, static_cast<int>(std::floor(y0 * fy)) - 2);
+    const int bottom = std::min(full_h, static_cast<int>(std::ceil((y0 + h) * fy)) + 2);
+    jpeg_start_decompress(&cinfo_);
+    JDIMENSION x = static_cast<JDIMENSION>(left);
+    JDIMENSION width = static_cast<JDIMENSION>(std::max(1, right - left));
+    if (width < cinfo_.output_width) jpeg_crop_scanline(&cinfo_, &x, &width);
+    out->x = static_cast<int>(x);
+    out->width = static_cast<int>(width);
+    out->y = top;
+    out->height = std::max(1, bottom - top);
+    out->full_width = full_w;
+    out->full_height = full_h;
+    const size_t stride = static_cast<size_t>(out->width) * 3;
+    out->pixels.resize(stride * static_cast<size_t>(out->height));
+    if (top > 0) jpeg_skip_scanlines(&cinfo_, static_cast<JDIMENSION>(top));
+    for (int row = 0; row < out->height; ++row) {
+      JSAMPROW dst = out->pixels.data() + stride * static_cast<size_t>(row);
+      jpeg_read_scanlines(&cinfo_, &dst, 1);
+    }
+    // Rows below: entropy-decoded and dropped, but the last one read, because skipping to the
+    // very end decodes nothing and a truncated tail would go unnoticed.
+    if (cinfo_.output_scanline + 1 < cinfo_.output_height) {
+      jpeg_skip_scanlines(&cinfo_, cinfo_.output_height - cinfo_.output_scanline - 1);
+    }
+    if (cinfo_.output_scanline < cinfo_.output_height) {
+      tail_row_.resize(stride);
+      JSAMPROW dst = tail_row_.data();
+      jpeg_read_scanlines(&cinfo_, &dst, 1);
+    }
     jpeg_finish_decompress(&cinfo_);
     return true;
   }
@@ -166,6 +225,7 @@ class Decompressor {
 
   ErrorManager errors_;
   jpeg_decompress_struct cinfo_;
+  std::vector<uint8_t> tail_row_;  // DecodeWindow's last row, read and dropped
   bool created_ = false;
 };
 
@@ -191,30 +251,33 @@ absl::Status CheckJpegSize(int width, int height, size_t bytes, const JpegLimits
   return absl::OkStatus();
 }
 
-// Bilinear resampling of window (x0, y0, w, h) of `img` (window in img's pixels) to out x out,
-// optionally mirrored, written channels-first through `store(channel, y, x, value)`.
+// Bilinear resampling of window (x0, y0, w, h) of `img` (window in the decoded image's pixels)
+// to out x out, optionally mirrored, written channels-first through `store(channel, y, x, value)`.
+// `img` holds rows and columns [img.y, img.y + img.height) x [img.x, img.x + img.width) of an
+// image of img.full_width x img.full_height, which must include every pixel sampled.
 template <typename Store>
-void ResampleWindow(const RgbImage& img, double x0, double y0, double w, double h, int out,
+void ResampleWindow(const RgbWindow& img, double x0, double y0, double w, double h, int out,
                     bool flip, Store store) {
   std::vector<int> xi0(out), xi1(out);
   std::vector<float> xf(out);
   const double sx = w / out, sy = h / out;
   for (int ox = 0; ox < out; ++ox) {
     double fx = x0 + (ox + 0.5) * sx - 0.5;
-    fx = std::min(std::max(fx, 0.0), static_cast<double>(img.width - 1));
+    fx = std::min(std::max(fx, 0.0), static_cast<double>(img.full_width - 1));
     int i = static_cast<int>(fx);
-    xi0[ox] = i;
-    xi1[ox] = std::min(i + 1, img.width - 1);
+    xi0[ox] = i - img.x;
+    xi1[ox] = std::min(i + 1, img.full_width - 1) - img.x;
     xf[ox] = static_cast<float>(fx - i);
   }
   const int stride = img.width * 3;
   std::vector<float> row(static_cast<size_t>(stride));
   for (int oy = 0; oy < out; ++oy) {
     double fy = y0 + (oy + 0.5) * sy - 0.5;
-    fy = std::min(std::max(fy, 0.0), static_cast<double>(img.height - 1));
-    const int y_lo = static_cast<int>(fy);
-    const int y_hi = std::min(y_lo + 1, img.height - 1);
-    const float wy = static_cast<float>(fy - y_lo);
+    fy = std::min(std::max(fy, 0.0), static_cast<double>(img.full_height - 1));
+    const int y_full = static_cast<int>(fy);
+    const float wy = static_cast<float>(fy - y_full);
+    const int y_lo = y_full - img.y;
+    const int y_hi = std::min(y_full + 1, img.full_height - 1) - img.y;
     const uint8_t* r0 = img.pixels.data() + static_cast<size_t>(y_lo) * stride;
     const uint8_t* r1 = img.pixels.data() + static_cast<size_t>(y_hi) * stride;
     // Blend the two source rows over the window's columns only, then interpolate across.
@@ -254,7 +317,7 @@ absl::Status DecodeJpeg(absl::string_view jpeg, int scale_denominator, const Jpe
     d.Abort();
     return size;
   }
-  if (!d.Decode(scale_denominator, image)) return d.failure("JPEG decode failed", jpeg.size());
+  if (!d.Decode(1, scale_denominator, image)) return d.failure("JPEG decode failed", jpeg.size());
   return absl::OkStatus();
 }
 
@@ -272,6 +335,62 @@ absl::StatusOr<std::string> EncodeJpeg(const RgbImage& image, int quality) {
   std::string out(reinterpret_cast<char*>(buf), size);
   tjFree(buf);
   return out;
+}
+
+RgbImage SyntheticPhoto(int width, int height, uint64_t seed) {
+  RgbImage img;
+  img.width = width;
+  img.height = height;
+  std::vector<float> value(static_cast<size_t>(width) * height * 3, 0.0f);
+  SampleRng rng(MixSeed(seed, 0x9e3779b9, 7));
+  // Octaves of bilinear value noise, wavelength 256, 128, ..., 2 pixels, of nearly equal
+  // amplitude: power falling as 1/f (pink), the fine texture photos have.
+  for (int wavelength = 256; wavelength >= 2; wavelength /= 2) {
+    const int gw = width / wavelength + 2, gh = height / wavelength + 2;
+    const float amplitude = 90.0f * std::pow(wavelength / 256.0f, 0.1f);
+    for (int c = 0; c < 3; ++c) {
+      std::vector<float> grid(static_cast<size_t>(gw) * gh);
+      for (float& g : grid) g = static_cast<float>(rng.Uniform(-1.0, 1.0));
+      for (int y = 0; y < height; ++y) {
+        const float gy = static_cast<float>(y) / wavelength;
+        const int y0 = static_cast<int>(gy);
+        const float ty = gy - y0;
+        for (int x = 0; x < width; ++x) {
+          const float gx = static_cast<float>(x) / wavelength;
+          const int x0 = static_cast<int>(gx);
+          const float tx = gx - x0;
+          const float* g0 = &grid[static_cast<size_t>(y0) * gw + x0];
+          const float* g1 = g0 + gw;
+          const float top = g0[0] + tx * (g0[1] - g0[0]);
+          const float bottom = g1[0] + tx * (g1[1] - g1[0]);
+          value[(static_cast<size_t>(y) * width + x) * 3 + c] +=
+              amplitude * (top + ty * (bottom - top)) * (c == 1 ? 1.0f : 0.8f);
+        }
+      }
+    }
+  }
+  // Hard edges: discs and bars of flat colour, as objects in a scene.
+  for (int shape = 0; shape < 12; ++shape) {
+    const int cx = static_cast<int>(rng.Below(width)), cy = static_cast<int>(rng.Below(height));
+    const int r = 10 + static_cast<int>(rng.Below(std::max(1, std::min(width, height) / 5)));
+    const bool disc = rng.Uniform() < 0.5;
+    float color[3];
+    for (float& v : color) v = static_cast<float>(rng.Uniform(-110, 110));
+    for (int y = std::max(0, cy - r); y < std::min(height, cy + r); ++y) {
+      for (int x = std::max(0, cx - r); x < std::min(width, cx + r); ++x) {
+        if (disc && (x - cx) * (x - cx) + (y - cy) * (y - cy) > r * r) continue;
+        if (!disc && std::abs(y - cy) > r / 4) continue;
+        float* p = &value[(static_cast<size_t>(y) * width + x) * 3];
+        for (int c = 0; c < 3; ++c) p[c] = 0.4f * p[c] + color[c];
+      }
+    }
+  }
+  img.pixels.resize(value.size());
+  for (size_t i = 0; i < value.size(); ++i) {
+    const float v = 128.0f + value[i] + static_cast<float>(rng.Uniform(-8, 8));
+    img.pixels[i] = static_cast<uint8_t>(std::min(255.0f, std::max(0.0f, v)));
+  }
+  return img;
 }
 
 CropWindow RandomResizedCropWindow(int width, int height, double min_area, double max_area,
@@ -319,7 +438,14 @@ absl::Status ImageNetDecoder::Decode(absl::string_view record, const SampleConte
 
 absl::Status ImageNetDecoder::DecodeImage(absl::string_view jpeg, const SampleContext& context,
                                           void* out) const {
-  HVX_ASSIGN_OR_RETURN(JpegInfo info, ReadJpegHeader(jpeg));
+  Decompressor& d = ThreadDecompressor();
+  if (!d.ReadHeader(jpeg)) return d.failure("not a readable JPEG", jpeg.size());
+  const JpegInfo info{d.width(), d.height()};
+  absl::Status size = CheckJpegSize(info.width, info.height, jpeg.size(), options_.limits);
+  if (!size.ok()) {
+    d.Abort();
+    return size;
+  }
   SampleRng rng(MixSeed(context.seed, static_cast<uint64_t>(context.epoch),
                         static_cast<uint64_t>(context.sample_id)));
   CropWindow crop;
@@ -331,6 +457,8 @@ absl::Status ImageNetDecoder::DecodeImage(absl::string_view jpeg, const SampleCo
   } else {
     crop = CenterCropWindow(info.width, info.height, options_.out_size, options_.resize_shorter);
   }
+  // Decode at 1/2, 1/4 or 1/8 of the size while the crop still covers out_size pixels. (Other
+  // M/8 scales decode fewer pixels but slower: libjpeg-turbo has SIMD code for these only.)
   int denominator = 1;
   if (options_.scaled_decode) {
     while (denominator < 8 &&
@@ -338,10 +466,21 @@ absl::Status ImageNetDecoder::DecodeImage(absl::string_view jpeg, const SampleCo
       denominator *= 2;
     }
   }
-  thread_local RgbImage image;  // reused: avoids a large allocation per sample
-  HVX_RETURN_IF_ERROR(DecodeJpeg(jpeg, denominator, options_.limits, &image));
-  const double fx = static_cast<double>(image.width) / info.width;
-  const double fy = static_cast<double>(image.height) / info.height;
+  thread_local RgbWindow image;  // reused: avoids a large allocation per sample
+  if (options_.decode_crop) {
+    if (!d.DecodeWindow(1, denominator, crop.x, crop.y, crop.width, crop.height, &image)) {
+      return d.failure("JPEG decode failed", jpeg.size());
+    }
+  } else {
+    thread_local RgbImage full;
+    if (!d.Decode(1, denominator, &full)) return d.failure("JPEG decode failed", jpeg.size());
+    image.x = image.y = 0;
+    image.width = image.full_width = full.width;
+    image.height = image.full_height = full.height;
+    image.pixels.swap(full.pixels);
+  }
+  const double fx = static_cast<double>(image.full_width) / info.width;
+  const double fy = static_cast<double>(image.full_height) / info.height;
   const int n = options_.out_size;
   const size_t plane = static_cast<size_t>(n) * n;
   if (options_.dtype == DataType::kUint8) {

@@ -2,7 +2,9 @@
 #include "hvx/data/jpeg.h"
 
 #include <cmath>
+#include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -363,6 +365,38 @@ TEST(JpegTest, EvalIsDeterministicAndUnflipped) {
   // Centre crop of 300 wide: columns 19..281 of the source, so red runs from ~238 down to ~17.
   EXPECT_NEAR(a[112 * 224 + 0], 255.0 * (299 - 19.6) / 299, 6);
   EXPECT_NEAR(a[112 * 224 + 223], 255.0 * (299 - 279.4) / 299, 6);
+}
+
+// Decoding only the crop's rows and columns (decode_crop, the default) gives exactly the output
+// of decoding the whole image, for random training crops (any position, scaled decodes included)
+// and the evaluation crop, on 4:2:0 photos of awkward sizes.
+TEST(JpegTest, DecodingOnlyTheCropGivesTheSameOutput) {
+  for (const auto& [w, h] : std::vector<std::pair<int, int>>{{500, 375}, {333, 517}, {1203, 901}}) {
+    auto jpeg = EncodeJpeg(SyntheticPhoto(w, h, w), 90);
+    ASSERT_TRUE(jpeg.ok());
+    for (bool train : {true, false}) {
+      ImageNetDecoderOptions o =
+          train ? ImageNetDecoderOptions::Train() : ImageNetDecoderOptions::Eval();
+      ImageNetDecoder cropped(o);
+      o.decode_crop = false;
+      ImageNetDecoder whole(o);
+      std::vector<float> a(3 * 224 * 224), b(3 * 224 * 224);
+      int64_t label;
+      for (int64_t id = 0; id < (train ? 40 : 1); ++id) {
+        SCOPED_TRACE(absl::StrCat(w, "x", h, train ? " train" : " eval", " sample ", id));
+        ASSERT_TRUE(cropped.Decode(Record(*jpeg, 1), {5, 1, id}, a.data(), &label).ok());
+        ASSERT_TRUE(whole.Decode(Record(*jpeg, 1), {5, 1, id}, b.data(), &label).ok());
+        ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+      }
+    }
+  }
+}
+
+TEST(JpegTest, SyntheticPhotoEncodesLikeAPhoto) {
+  auto jpeg = EncodeJpeg(SyntheticPhoto(500, 375, 1), 90);
+  ASSERT_TRUE(jpeg.ok());
+  EXPECT_GT(jpeg->size(), 90000u);
+  EXPECT_LT(jpeg->size(), 150000u);
 }
 
 TEST(JpegTest, ScaledDecodeGivesNearlyTheSameImage) {
