@@ -127,11 +127,21 @@ absl::Status BroadcastTensors(std::vector<std::pair<std::string, at::Tensor>> na
   std::vector<Handle> handles;
   // Writing into a leaf parameter is not something autograd should record.
   at::NoGradGuard no_grad;
+  // Tensors in another memory layout (channels_last weights) travel as a contiguous copy in
+  // logical order and are copied back, so ranks agree on values whatever their layouts.
+  std::vector<std::pair<at::Tensor, at::Tensor>> staged;  // (tensor, contiguous copy)
   for (const auto& [name, tensor] : named) {
-    HVX_ASSIGN_OR_RETURN(TensorRef ref, AsTensorRef(tensor, prefix + name));
+    at::Tensor sent = tensor;
+    if (tensor.defined() && !tensor.is_contiguous()) {
+      sent = tensor.contiguous();
+      staged.emplace_back(tensor, sent);
+    }
+    HVX_ASSIGN_OR_RETURN(TensorRef ref, AsTensorRef(sent, prefix + name));
     handles.push_back(hvx::Broadcast(prefix + name, ref, root_rank));
   }
-  return WaitAll(handles);
+  HVX_RETURN_IF_ERROR(WaitAll(handles));
+  for (auto& [tensor, sent] : staged) tensor.copy_(sent);
+  return absl::OkStatus();
 }
 
 absl::Status BroadcastParameters(const torch::nn::Module& module, int root_rank) {

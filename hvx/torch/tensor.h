@@ -49,7 +49,8 @@ absl::Status BroadcastInPlace(const std::string& name, const at::Tensor& tensor,
                               const ProcessSet& process_set = {});
 
 // Broadcasts `named` tensors from root_rank in place, sorted by name, and waits for all.
-// Every rank must pass the same names with the same shapes.
+// Every rank must pass the same names with the same shapes; tensors that are not contiguous
+// (channels_last) go through a contiguous copy.
 absl::Status BroadcastTensors(std::vector<std::pair<std::string, at::Tensor>> named, int root_rank,
                               const std::string& prefix);
 // Every parameter and buffer of `module` (recursively) takes root_rank's value.

@@ -87,6 +87,20 @@ TEST(TorchTest, BroadcastParametersMakesEveryRankEqualToRoot) {
   EXPECT_TRUE(torch::equal(after[0], before[root]));
 }
 
+// Channels-last weights on some ranks and not others: the values still come from the root, each
+// rank keeping its own layout.
+TEST(TorchTest, BroadcastTensorsCarriesValuesAcrossMemoryLayouts) {
+  torch::manual_seed(200 + Rank());
+  at::Tensor w = torch::randn({4, 3, 3, 3});
+  const at::Tensor root_value = w.clone();
+  if (Rank() % 2 == 1) w = w.contiguous(at::MemoryFormat::ChannelsLast);
+  ASSERT_TRUE(BroadcastTensors({{"w", w}}, 0, "layouts.").ok());
+  EXPECT_EQ(w.is_contiguous(at::MemoryFormat::ChannelsLast), Rank() % 2 == 1);
+  at::Tensor all = *Allgather("layouts.check", w.contiguous().reshape({1, -1}));
+  ExpectRowsEqual(all);
+  if (Rank() == 0) EXPECT_TRUE(torch::equal(all[0].view_as(w), root_value));
+}
+
 TEST(TorchTest, GradientsAfterSynchronizeAreTheAverageOverRanks) {
   auto net = SameNetEverywhere(1);
   const auto expected = ExpectedAverage(*net, AllUseSide);

@@ -252,6 +252,19 @@ absl::StatusOr<std::shared_ptr<Classifier>> CreateModel(const ModelConfig& confi
       "unknown model \"", name, "\"; known models: ", absl::StrJoin(KnownModels(), ", ")));
 }
 
+int ToChannelsLast(torch::nn::Module& model) {
+  torch::NoGradGuard no_grad;
+  int moved = 0;
+  auto move = [&moved](at::Tensor& t) {
+    if (t.dim() != 4) return;
+    t.set_data(t.data().contiguous(at::MemoryFormat::ChannelsLast));
+    ++moved;
+  };
+  for (auto& p : model.parameters()) move(p);
+  for (auto& b : model.buffers()) move(b);
+  return moved;
+}
+
 int64_t CountParameters(const torch::nn::Module& module) {
   int64_t n = 0;
   for (const auto& p : module.parameters()) n += p.numel();

@@ -44,6 +44,10 @@ absl::StatusOr<std::shared_ptr<Classifier>> CreateModel(const ModelConfig& confi
 absl::Status CheckModelFits(Classifier& model, const std::vector<int64_t>& input_shape,
                             int num_classes, const std::string& model_description);
 
+// Puts every 4-D parameter and buffer of `model` (convolution weights) in channels-last memory
+// layout, in place (the same tensors, so optimizers and hooks still see them). Returns how many.
+int ToChannelsLast(torch::nn::Module& model);
+
 // The trained scripted module when `model` came from model.torchscript, else null; it shares
 // its tensors with `model`.
 const torch::jit::Module* ScriptedModule(const Classifier& model);

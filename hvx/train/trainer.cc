@@ -66,6 +66,11 @@ absl::StatusOr<std::shared_ptr<Classifier>> CreateModelOn(const TrainConfig& con
                                                           const torch::Device& device) {
   HVX_ASSIGN_OR_RETURN(std::shared_ptr<Classifier> model, CreateModel(config.model()));
   model->to(device);
+  if (config.model().channels_last()) {
+    const int moved = ToChannelsLast(*model);
+    HVX_LOG_RANK0(INFO) << "channels_last: " << moved
+                        << " 4-D weights and the 4-D inputs in NHWC memory layout";
+  }
   // A model or dataset from outside: check that they fit before anything is trained.
   if (ScriptedModule(*model) != nullptr || config.data().format() == EXAMPLE) {
     HVX_ASSIGN_OR_RETURN(const std::vector<int64_t> shape, InputShape(config));
@@ -209,6 +214,9 @@ EpochShape TrainShape(const TrainConfig& config, int64_t num_samples, int size) 
 // The model's float32 logits for `images`, under the run's autocast precision.
 torch::Tensor Forward(Run& run, const torch::Tensor& images) {
   AutocastGuard autocast(run.device.type(), run.autocast_dtype);
+  if (run.config.model().channels_last() && images.dim() == 4) {
+    return run.model->forward(images.contiguous(at::MemoryFormat::ChannelsLast)).to(torch::kFloat);
+  }
   return run.model->forward(images).to(torch::kFloat);
 }
 

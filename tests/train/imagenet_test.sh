@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# data/imagenet.pbtxt end to end on a tiny ImageNet-layout dataset made here from synthetic JPEGs
+# data/imagenet.pbtxt, then data/imagenet_fast.pbtxt, end to end on a tiny ImageNet-layout dataset made here from synthetic JPEGs
 # (4 classes, labels 1..4 as in the standard conversion): ResNet-50 at 224x224 as configured, with
 # only sizes overridden (2 processes x batch 2, 3 steps, one evaluation). Checks the scaled and
 # warmed-up learning rate of the config, the evaluation count, the checkpoint, the message for
@@ -55,6 +55,21 @@ grep -q "training resnet50 (25557032 parameters) on 24 samples, 8 for evaluation
 check "ResNet-50 with 1000 classes on 24 training samples" $?
 [[ -f $T/ck/ckpt-3.pt ]]; check "checkpoint ckpt-3.pt written" $?
 ls "$T/summaries" | grep -q 'events.out.tfevents'; check "TensorBoard events written" $?
+
+# data/imagenet_fast.pbtxt the same way: LAMB, label smoothing, EMA, bfloat16, channels_last.
+timeout -k 5 400 "$TRAIN" --config=imagenet_fast.pbtxt --override="$small $data launch { num_processes: \"2\" }" \
+    --override="checkpoint { dir: \"$T/ckf\" } summaries_dir: \"$T/summaries_fast\"" >"$T/fast.out" 2>&1
+rc=$?
+check "imagenet_fast.pbtxt trains on the tiny dataset (rc=$rc)" $rc
+[[ $rc == 0 ]] || tail -n 30 "$T/fast.out"
+grep -q 'mixed precision: autocast to bfloat16 on cpu' "$T/fast.out" &&
+    grep -qE 'channels_last: [0-9]+ 4-D weights and the 4-D inputs in NHWC' "$T/fast.out"
+check "bfloat16 autocast and channels_last are on" $?
+steps=$(grep -cE '^\[0\] epoch 1/1 step [1-3]/3 loss [0-9.e+-]+ lr .* grad_norm [0-9.e+-]+' "$T/fast.out")
+[[ $steps == 3 ]]; check "3 steps with finite losses and the clipped gradient norm logged (got $steps)" $?
+grep -qE 'epoch 1/1 eval accuracy [0-9.]+ loss [0-9.]+ on 8 samples, top5 [0-9.]+, moving average' "$T/fast.out"
+check "evaluated with the moving average of the weights, with top-5" $?
+[[ -s $T/summaries_fast/report.html ]]; check "the run's report.html is written" $?
 
 echo "failures: $failures"
 [[ $failures == 0 ]]
