@@ -78,47 +78,33 @@ class Decompressor {
   int width() const { return static_cast<int>(cinfo_.image_width); }
   int height() const { return static_cast<int>(cinfo_.image_height); }
 
-  // After ReadHeader(): decodes to RGB at numerator/denominator (libjpeg-turbo's DCT scaling:
-  // M/8 for M in 1..16) into *image and ends the image. False on failure (see failure()).
-  bool Decode(int numerator, int denominator, RgbImage* image) {
-    errors_.failure = Failure::kNone;
-    if (setjmp(errors_.jump)) {
-      jpeg_abort_decompress(&cinfo_);
-      return false;
-    }
-    cinfo_.out_color_space = JCS_RGB;
-    cinfo_.scale_num = static_cast<unsigned int>(numerator);
-    cinfo_.scale_denom = static_cast<unsigned int>(denominator);
-    jpeg_calc_output_dimensions(&cinfo_);
-    image->width = static_cast<int>(cinfo_.output_width);
-    image->height = static_cast<int>(cinfo_.output_height);
-    const size_t stride = static_cast<size_t>(image->width) * 3;
-    image->pixels.resize(stride * static_cast<size_t>(image->height));
-    jpeg_start_decompress(&cinfo_);
-    while (cinfo_.output_scanline < cinfo_.output_height) {
-      JSAMPROW row = image->pixels.data() + stride * cinfo_.output_scanline;
-      jpeg_read_scanlines(&cinfo_, &row, 1);
-    }
-    // Reads on to the end-of-image marker: a file cut after its last scan is truncated too.
-    jpeg_finish_decompress(&cinfo_);
-    return true;
+  // After ReadHeader(): decodes all of the image to RGB at 1/denominator into *image and ends
+  // the image. False on failure (see failure()).
+  bool Decode(int denominator, RgbImage* image) {
+    RgbWindow all;
+    all.pixels.swap(image->pixels);  // reuse the allocation
+    const bool ok = DecodeWindow(denominator, 0, 0, width(), height(), &all);
+    image->width = all.width;
+    image->height = all.height;
+    image->pixels.swap(all.pixels);
+    return ok;
   }
 
-  // After ReadHeader(): decodes at numerator/denominator only what bilinear sampling of the window
+  // After ReadHeader(): decodes at 1/denominator only what bilinear sampling of the window
   // (x0, y0, w, h) of the full-size image needs, into *out: the rows it touches, and the columns,
   // widened to the image's iMCU column boundaries by libjpeg-turbo (jpeg_crop_scanline). Rows
   // above are skipped without colour conversion or upsampling (jpeg_skip_scanlines), rows below
   // are skipped too (all but the last, which is read) and the image is still read to its end,
-  // so a truncated tail is found as in Decode(). False on failure (see failure()).
-  bool DecodeWindow(int numerator, int denominator, double x0, double y0, double w, double h,
-                    RgbWindow* out) {
+  // so a truncated tail is found. The whole image is the window (0, 0, width(), height()). False
+  // on failure (see failure()).
+  bool DecodeWindow(int denominator, double x0, double y0, double w, double h, RgbWindow* out) {
     errors_.failure = Failure::kNone;
     if (setjmp(errors_.jump)) {
       jpeg_abort_decompress(&cinfo_);
       return false;
     }
     cinfo_.out_color_space = JCS_RGB;
-    cinfo_.scale_num = static_cast<unsigned int>(numerator);
+    cinfo_.scale_num = 1;
     cinfo_.scale_denom = static_cast<unsigned int>(denominator);
     jpeg_calc_output_dimensions(&cinfo_);
     const int full_w = static_cast<int>(cinfo_.output_width);
@@ -317,7 +303,7 @@ absl::Status DecodeJpeg(absl::string_view jpeg, int scale_denominator, const Jpe
     d.Abort();
     return size;
   }
-  if (!d.Decode(1, scale_denominator, image)) return d.failure("JPEG decode failed", jpeg.size());
+  if (!d.Decode(scale_denominator, image)) return d.failure("JPEG decode failed", jpeg.size());
   return absl::OkStatus();
 }
 
@@ -468,12 +454,12 @@ absl::Status ImageNetDecoder::DecodeImage(absl::string_view jpeg, const SampleCo
   }
   thread_local RgbWindow image;  // reused: avoids a large allocation per sample
   if (options_.decode_crop) {
-    if (!d.DecodeWindow(1, denominator, crop.x, crop.y, crop.width, crop.height, &image)) {
+    if (!d.DecodeWindow(denominator, crop.x, crop.y, crop.width, crop.height, &image)) {
       return d.failure("JPEG decode failed", jpeg.size());
     }
   } else {
     thread_local RgbImage full;
-    if (!d.Decode(1, denominator, &full)) return d.failure("JPEG decode failed", jpeg.size());
+    if (!d.Decode(denominator, &full)) return d.failure("JPEG decode failed", jpeg.size());
     image.x = image.y = 0;
     image.width = image.full_width = full.width;
     image.height = image.full_height = full.height;

@@ -10,23 +10,14 @@ The recipe is the trainer's: AdamW (decoupled weight decay, none on biases and n
 smoothing, a cosine schedule from lr to 0 at the last step, inputs (pixel / 255 - 0.2860) /
 0.3530, a new shuffle each epoch, the last incomplete batch dropped.
 """
-import gzip
 import math
-import struct
 import sys
 
 import torch
 import torch.nn.functional as F
 
+from export_check import read_idx
 from make_scripted import Mixer
-
-
-def read_idx(path):
-    with gzip.open(path, "rb") as f:
-        data = f.read()
-    dims = data[3]
-    shape = struct.unpack(">" + "I" * dims, data[4:4 + 4 * dims])
-    return torch.frombuffer(bytearray(data[4 + 4 * dims:]), dtype=torch.uint8).view(*shape)
 
 
 def inputs(images):

@@ -10,7 +10,7 @@ IDX=${IDX:-/usr/share/datasets/fashion-mnist}
 OUT=${OUT:-$(mktemp -d)}
 mkdir -p "$OUT"
 PY=/usr/bin/python3
-export PYTHONPATH=$PWD/tests/train
+export PYTHONPATH=$PWD/tests/train:$PWD/hvx/python
 $PY tests/train/scripted_parity.py script "$OUT/mixer.pt"
 start=$(date +%s)
 bazel-bin/tools/train/train --config=fashion_mnist.pbtxt \
