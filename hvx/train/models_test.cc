@@ -24,7 +24,9 @@ TEST(ModelsTest, ChannelsLastMovesTheConvolutionWeightsAndKeepsTheOutput) {
     EXPECT_TRUE(after[i].is_same(before[i]));  // the same tensors: optimizers still own them
     if (after[i].dim() == 4) {
       EXPECT_TRUE(after[i].is_contiguous(at::MemoryFormat::ChannelsLast));
-      if (after[i].size(2) > 1) EXPECT_FALSE(after[i].is_contiguous());  // 1x1: both layouts
+      if (after[i].size(2) > 1) {  // a 1x1 kernel is contiguous in both layouts
+        EXPECT_FALSE(after[i].is_contiguous());
+      }
       ++moved;
     }
   }

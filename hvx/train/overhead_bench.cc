@@ -56,7 +56,9 @@ double PlainLoop(const TrainConfig& config, int steps) {
       torch::Tensor logits;
       {
         AutocastGuard guard(c10::DeviceType::CPU, autocast);
-        logits = model->forward(images[i % 16].narrow(0, begin, n)).to(torch::kFloat);
+        torch::Tensor x = images[i % 16].narrow(0, begin, n);
+        if (config.model().channels_last()) x = x.contiguous(at::MemoryFormat::ChannelsLast);
+        logits = model->forward(x).to(torch::kFloat);
       }
       torch::Tensor loss =
           TrainingLoss(logits, labels[i % 16].narrow(0, begin, n), config.label_smoothing());
