@@ -457,13 +457,15 @@ void JpegBench(const std::string& dir, int num_records) {
   for (bool train : {true, false}) {
     // "whole": the decoder before decode_crop (decode every pixel, then crop), the baseline;
     // "crop": the default.
-    double ceiling[2], ceiling_cpu[2];
-    PipelineRun one[2];
-    const char* names[2] = {"whole", "crop"};
-    for (int m = 0; m < 2; ++m) {
+    // "nhwc": the default with channels_last output.
+    double ceiling[3], ceiling_cpu[3];
+    PipelineRun one[3];
+    const char* names[3] = {"whole", "crop", "nhwc"};
+    for (int m = 0; m < 3; ++m) {
       ImageNetDecoderOptions o =
           train ? ImageNetDecoderOptions::Train() : ImageNetDecoderOptions::Eval();
-      o.decode_crop = m == 1;
+      o.decode_crop = m >= 1;
+      o.channels_last = m == 2;
       auto decoder = std::make_shared<ImageNetDecoder>(o);
       ceiling[m] = DecodeCeiling(*dataset, *decoder, count, &ceiling_cpu[m]);
       for (int threads : {1, 2}) {
@@ -478,9 +480,12 @@ void JpegBench(const std::string& dir, int num_records) {
             threads, r.images_per_s / (threads * full_decode), threads);
       }
     }
-    std::printf("jpeg %-5s crop vs whole: decoder alone %.2fx, pipeline per decode thread %.2fx\n",
-                train ? "train" : "eval", ceiling[1] / ceiling[0],
-                one[1].images_per_s / one[0].images_per_s);
+    std::printf(
+        "jpeg %-5s crop vs whole: decoder alone %.2fx, pipeline per decode thread %.2fx; nhwc vs "
+        "whole: %.2fx, %.2fx\n",
+        train ? "train" : "eval", ceiling[1] / ceiling[0],
+        one[1].images_per_s / one[0].images_per_s, ceiling[2] / ceiling[0],
+        one[2].images_per_s / one[0].images_per_s);
   }
 }
 

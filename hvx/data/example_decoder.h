@@ -9,7 +9,7 @@
 //
 // Input kinds:
 //   kJpeg       an encoded image: ImageNetDecoder's transforms (`jpeg`: train or eval, size),
-//               output [3, size, size]
+//               output [3, size, size] ([size, size, 3] with jpeg.channels_last)
 //   kFloatList  a float_list of exactly prod(shape) values
 //   kInt64List  an int64_list of exactly prod(shape) values
 //   kBytes      one bytes value holding prod(shape) elements of `bytes_dtype` (uint8, or

@@ -469,11 +469,17 @@ absl::Status ImageNetDecoder::DecodeImage(absl::string_view jpeg, const SampleCo
   const double fy = static_cast<double>(image.full_height) / info.height;
   const int n = options_.out_size;
   const size_t plane = static_cast<size_t>(n) * n;
+  // Where channel k of pixel (y, x) goes: [3, n, n], or [n, n, 3] with channels_last.
+  const bool hwc = options_.channels_last;
+  auto at = [hwc, plane, n](int k, int y, int x) {
+    const size_t pixel = static_cast<size_t>(y) * n + x;
+    return hwc ? pixel * 3 + k : k * plane + pixel;
+  };
   if (options_.dtype == DataType::kUint8) {
     auto* dst = static_cast<uint8_t*>(out);
     ResampleWindow(image, crop.x * fx, crop.y * fy, crop.width * fx, crop.height * fy, n, flip,
                    [&](int k, int y, int x, float v) {
-                     dst[k * plane + static_cast<size_t>(y) * n + x] =
+                     dst[at(k, y, x)] =
                          static_cast<uint8_t>(std::min(255.0f, std::max(0.0f, v + 0.5f)));
                    });
     return absl::OkStatus();
@@ -490,9 +496,7 @@ absl::Status ImageNetDecoder::DecodeImage(absl::string_view jpeg, const SampleCo
   }
   auto* dst = static_cast<float*>(out);
   ResampleWindow(image, crop.x * fx, crop.y * fy, crop.width * fx, crop.height * fy, n, flip,
-                 [&](int k, int y, int x, float v) {
-                   dst[k * plane + static_cast<size_t>(y) * n + x] = v * scale[k] + shift[k];
-                 });
+                 [&](int k, int y, int x, float v) { dst[at(k, y, x)] = v * scale[k] + shift[k]; });
   return absl::OkStatus();
 }
 

@@ -120,6 +120,9 @@ struct ImageNetDecoderOptions {
   // Decode only the rows and columns the crop samples (libjpeg-turbo's partial decode); the
   // output is the same as decoding the whole image. false: decode all of it (the baseline).
   bool decode_crop = true;
+  // Output [out_size, out_size, 3] (pixels with their channels together, what NHWC tensors
+  // hold) instead of [3, out_size, out_size]; the values are the same.
+  bool channels_last = false;
   // Images whose header claims more pixels are refused as corrupt.
   JpegLimits limits;
   std::string image_key = "image/encoded";
@@ -133,12 +136,13 @@ struct ImageNetDecoderOptions {
   }
 };
 
-// Output shape [3, out_size, out_size].
+// Output shape [3, out_size, out_size], or [out_size, out_size, 3] with channels_last.
 class ImageNetDecoder : public Decoder {
  public:
   explicit ImageNetDecoder(ImageNetDecoderOptions options) : options_(std::move(options)) {}
   DataType dtype() const override { return options_.dtype; }
   TensorShape sample_shape() const override {
+    if (options_.channels_last) return TensorShape({options_.out_size, options_.out_size, 3});
     return TensorShape({3, options_.out_size, options_.out_size});
   }
   absl::Status Decode(absl::string_view record, const SampleContext& context, void* out,

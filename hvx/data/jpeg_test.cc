@@ -392,6 +392,28 @@ TEST(JpegTest, DecodingOnlyTheCropGivesTheSameOutput) {
   }
 }
 
+TEST(JpegTest, ChannelsLastOutputHoldsTheSameValuesPixelByPixel) {
+  auto jpeg = EncodeJpeg(SyntheticPhoto(500, 375, 3), 90);
+  ASSERT_TRUE(jpeg.ok());
+  for (bool train : {true, false}) {
+    ImageNetDecoderOptions o =
+        train ? ImageNetDecoderOptions::Train() : ImageNetDecoderOptions::Eval();
+    ImageNetDecoder planar(o);
+    o.channels_last = true;
+    ImageNetDecoder hwc(o);
+    EXPECT_EQ(hwc.sample_shape().dims(), (std::vector<int64_t>{224, 224, 3}));
+    std::vector<float> a(3 * 224 * 224), b(3 * 224 * 224);
+    int64_t label;
+    ASSERT_TRUE(planar.Decode(Record(*jpeg, 1), {2, 0, 9}, a.data(), &label).ok());
+    ASSERT_TRUE(hwc.Decode(Record(*jpeg, 1), {2, 0, 9}, b.data(), &label).ok());
+    for (int k = 0; k < 3; ++k) {
+      for (int p = 0; p < 224 * 224; p += 97) {
+        ASSERT_EQ(a[k * 224 * 224 + p], b[p * 3 + k]) << "channel " << k << " pixel " << p;
+      }
+    }
+  }
+}
+
 TEST(JpegTest, SyntheticPhotoEncodesLikeAPhoto) {
   auto jpeg = EncodeJpeg(SyntheticPhoto(500, 375, 1), 90);
   ASSERT_TRUE(jpeg.ok());

@@ -191,7 +191,15 @@ absl::StatusOr<data::ExampleDecoderOptions> DecoderSpec(const TrainConfig& confi
   // Evaluation keeps the standard 224/256 ratio between the centre crop and the resized shorter
   // side.
   in.jpeg.resize_shorter = static_cast<int>(std::lround(in.jpeg.out_size * 256.0 / 224.0));
+  in.jpeg.channels_last = DecodesChannelsLast(config);
   return o;
+}
+
+bool DecodesChannelsLast(const TrainConfig& config) {
+  const bool jpeg = config.data().format() == IMAGENET ||
+                    (config.data().format() == EXAMPLE &&
+                     config.data().example().input().kind() == FeatureSpec::JPEG);
+  return jpeg && config.model().channels_last();
 }
 
 absl::StatusOr<std::shared_ptr<const data::Decoder>> MakeDecoder(const TrainConfig& config,

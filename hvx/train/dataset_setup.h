@@ -32,6 +32,10 @@ absl::Status PrepareDataset(const TrainConfig& config);
 // Labels come out as stored; the trainer adds data.label_offset.
 absl::StatusOr<data::ExampleDecoderOptions> DecoderSpec(const TrainConfig& config, bool train);
 
+// Whether the decoder writes images channels last ([H, W, C] per sample): JPEG inputs for a
+// model.channels_last model, which then needs no conversion.
+bool DecodesChannelsLast(const TrainConfig& config);
+
 // The decoder DecoderSpec describes. InvalidArgument naming data.example when it cannot work.
 absl::StatusOr<std::shared_ptr<const data::Decoder>> MakeDecoder(const TrainConfig& config,
                                                                  bool train);

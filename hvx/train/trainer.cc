@@ -57,7 +57,10 @@ std::string ModelDescription(const TrainConfig& config) {
 // One sample's input shape, as the data format's decoder makes it.
 absl::StatusOr<std::vector<int64_t>> InputShape(const TrainConfig& config) {
   HVX_ASSIGN_OR_RETURN(auto decoder, MakeDecoder(config, /*train=*/false));
-  return decoder->sample_shape().dims();
+  std::vector<int64_t> dims = decoder->sample_shape().dims();
+  // Channels-last images come out [H, W, C]; the model takes them as [C, H, W].
+  if (DecodesChannelsLast(config)) dims = {dims[2], dims[0], dims[1]};
+  return dims;
 }
 
 // The model of `config` on `device`; a TorchScript model, or any model on format EXAMPLE, is first
@@ -131,7 +134,7 @@ absl::Status AverageBuffers(Classifier& model) {
 }
 
 // Wraps a pipeline batch as a tensor without copying; the tensor owns the batch.
-torch::Tensor ImagesOf(std::unique_ptr<data::Batch>& batch) {
+torch::Tensor RawImagesOf(std::unique_ptr<data::Batch>& batch) {
   data::Batch* raw = batch.release();
   return torch::from_blob(
       raw->data(), raw->shape().dims(), [raw](void*) { delete raw; },
@@ -187,6 +190,13 @@ struct Run {
   // When this rank last wrote (rank 0) or took part in a checkpoint: checkpoint.every_seconds.
   Clock::time_point last_checkpoint = Clock::now();
 };
+
+// The batch's images as the model takes them, [N, C, H, W]: a channels-last batch ([N, H, W, C]
+// from the decoder) is the permuted view, whose memory is already NHWC.
+torch::Tensor ImagesOf(const Run& run, std::unique_ptr<data::Batch>& batch) {
+  torch::Tensor images = RawImagesOf(batch);
+  return DecodesChannelsLast(run.config) ? images.permute({0, 3, 1, 2}) : images;
+}
 
 // SIGUSR1: hvxrun forwards a preemption notice (SIGTERM or SIGINT to it) as this request.
 std::atomic<bool> g_checkpoint_request{false};
@@ -286,7 +296,7 @@ absl::StatusOr<EvalResult> Evaluate(Run& run, int64_t epoch) {
     const int64_t real = (*batch)->size() - (*batch)->num_padded();
     HVX_ASSIGN_OR_RETURN(torch::Tensor labels, LabelsOf(**batch, config));
     labels = labels.to(run.device);
-    torch::Tensor images = ImagesOf(*batch).to(run.device);
+    torch::Tensor images = ImagesOf(run, *batch).to(run.device);
     if (real <= 0) continue;
     torch::Tensor logits = Forward(run, images).narrow(0, 0, real);
     labels = labels.narrow(0, 0, real);
@@ -534,7 +544,7 @@ absl::StatusOr<StepOutcome> TrainStep(Run& run, std::unique_ptr<data::Batch> bat
   const TrainConfig& config = run.config;
   HVX_ASSIGN_OR_RETURN(torch::Tensor labels, LabelsOf(*batch, config));
   labels = labels.to(run.device);
-  torch::Tensor images = ImagesOf(batch).to(run.device);
+  torch::Tensor images = ImagesOf(run, batch).to(run.device);
   // The random stream (dropout) depends only on where training stands, so a resumed run draws
   // exactly what the uninterrupted run drew.
   torch::manual_seed(config.seed() * 1000003 + static_cast<uint64_t>(global_step) * 131 + Rank());
