@@ -453,17 +453,11 @@ absl::Status ImageNetDecoder::DecodeImage(absl::string_view jpeg, const SampleCo
     }
   }
   thread_local RgbWindow image;  // reused: avoids a large allocation per sample
-  if (options_.decode_crop) {
-    if (!d.DecodeWindow(denominator, crop.x, crop.y, crop.width, crop.height, &image)) {
-      return d.failure("JPEG decode failed", jpeg.size());
-    }
-  } else {
-    thread_local RgbImage full;
-    if (!d.Decode(denominator, &full)) return d.failure("JPEG decode failed", jpeg.size());
-    image.x = image.y = 0;
-    image.width = image.full_width = full.width;
-    image.height = image.full_height = full.height;
-    image.pixels.swap(full.pixels);
+  // Without decode_crop the window is the whole image.
+  const CropWindow decoded =
+      options_.decode_crop ? crop : CropWindow{0, 0, info.width, info.height};
+  if (!d.DecodeWindow(denominator, decoded.x, decoded.y, decoded.width, decoded.height, &image)) {
+    return d.failure("JPEG decode failed", jpeg.size());
   }
   const double fx = static_cast<double>(image.full_width) / info.width;
   const double fy = static_cast<double>(image.full_height) / info.height;
