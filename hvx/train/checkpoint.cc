@@ -69,7 +69,6 @@ absl::Status WriteCheckpoint(const CheckpointConfig& c, Classifier& model,
                              torch::optim::Optimizer& optimizer, const TrainingPosition& p,
                              const std::vector<torch::Tensor>& rank_buffers,
                              const CheckpointExtras& extras) {
-  const NamedTensors* averages = extras.averages;
   HVX_RETURN_IF_ERROR(MakeDirs(c.dir()));
   const std::string final_path =
       absl::StrCat(c.dir(), "/", kCheckpointPrefix, p.global_step, kCheckpointSuffix);
@@ -92,7 +91,7 @@ absl::Status WriteCheckpoint(const CheckpointConfig& c, Classifier& model,
     archive.write("optimizer", optimizer_archive);
     archive.write("rank_buffers", buffer_archive);
     archive.write("position", torch::tensor(EncodePosition(p), torch::kInt64));
-    if (averages != nullptr) {
+    if (const NamedTensors* averages = extras.averages; averages != nullptr) {
       torch::serialize::OutputArchive average_archive;
       average_archive.write("count",
                             torch::tensor(static_cast<int64_t>(averages->size()), torch::kInt64));
@@ -142,9 +141,6 @@ bool ReadAverages(torch::serialize::InputArchive& archive, const std::string& pa
   return true;
 }
 
-// Loads onto `device`. *rank_buffers gets the per-rank buffers when the file has them for every
-// floating-point buffer of `model` (checkpoints from before they were recorded have not). Reads
-// positions of either stored form (see DecodePosition).
 // Reads the "state" tensors the file has into `state` (same shapes), keeping the others; returns
 // whether it had them all.
 bool ReadState(torch::serialize::InputArchive& archive, const std::string& path,
@@ -166,7 +162,10 @@ bool ReadState(torch::serialize::InputArchive& archive, const std::string& path,
   return all;
 }
 
-// *found_averages / *found_state say whether the file had extras.averages / extras.state.
+// Loads onto `device`. *rank_buffers gets the per-rank buffers when the file has them for every
+// floating-point buffer of `model` (checkpoints from before they were recorded have not). Reads
+// positions of either stored form (see DecodePosition). *found_averages / *found_state say whether
+// the file had extras.averages / extras.state.
 absl::Status LoadCheckpoint(const std::string& path, const torch::Device& device, Classifier& model,
                             torch::optim::Optimizer& optimizer, TrainingPosition* p,
                             std::vector<torch::Tensor>* rank_buffers,
@@ -372,14 +371,14 @@ absl::StatusOr<bool> ResumeFromNewestCheckpoint(const CheckpointConfig& checkpoi
     HVX_RETURN_IF_ERROR(BroadcastTensors(*extras.state, 0, "resume.state."));
   }
   if (NamedTensors* averages = extras.averages; averages != nullptr) {
-    // Without averages in the checkpoint they start from the weights just broadcast.
-    torch::NoGradGuard no_grad;
-    if (!found.averages) {
+    if (found.averages) {
+      HVX_RETURN_IF_ERROR(BroadcastTensors(*averages, 0, "resume.average."));
+    } else {
+      // They start from the weights just broadcast, the same on every rank.
+      torch::NoGradGuard no_grad;
       const auto params = model.named_parameters();
-      for (size_t i = 0; i < averages->size(); ++i)
-        (*averages)[i].second.copy_(params[(*averages)[i].first]);
+      for (auto& [name, average] : *averages) average.copy_(params[name]);
     }
-    HVX_RETURN_IF_ERROR(BroadcastTensors(*averages, 0, "resume.average."));
   }
   return true;
 }

@@ -164,9 +164,7 @@ std::vector<FieldError> CheckConfig(const TrainConfig& c) {
         absl::StrCat("\"", c.model().name(),
                      "\" takes 28x28 grey images; use resnet18 or resnet50 for IMAGENET"));
   }
-  const bool jpeg = d.format() == IMAGENET ||
-                    (d.format() == EXAMPLE && d.example().input().kind() == FeatureSpec::JPEG);
-  if (jpeg && d.image_size() < 32) add("data.image_size", "must be at least 32");
+  if (HasJpegInput(d) && d.image_size() < 32) add("data.image_size", "must be at least 32");
   const OptimizerConfig& o = c.optimizer();
   if (!(o.lr() > 0)) add("optimizer.lr", "must be > 0");
   if (o.momentum() < 0 || o.momentum() >= 1) add("optimizer.momentum", "must be in [0, 1)");
@@ -403,6 +401,11 @@ absl::StatusOr<LoadedConfig> LoadTrainConfig(absl::string_view name, const Confi
   // Unset in every source: the problem is a missing field.
   return absl::InvalidArgumentError(
       absl::StrCat(loaded.path, ": ", error.field, ": ", error.message));
+}
+
+bool HasJpegInput(const DataConfig& data) {
+  return data.format() == IMAGENET ||
+         (data.format() == EXAMPLE && data.example().input().kind() == FeatureSpec::JPEG);
 }
 
 std::vector<std::string> SplitFilePatterns(absl::string_view patterns) {

@@ -65,6 +65,9 @@ absl::Status ExpandConfigPaths(const std::string& home, TrainConfig* config);
 // Splits a comma-separated list of glob patterns (whitespace around each is dropped).
 std::vector<std::string> SplitFilePatterns(absl::string_view patterns);
 
+// Whether the model's input is a JPEG image: format IMAGENET, or EXAMPLE with a JPEG feature.
+bool HasJpegInput(const DataConfig& data);
+
 // One path with ExpandConfigPaths' rules; InvalidArgument when it needs `home` and it is empty.
 absl::StatusOr<std::string> ExpandHome(absl::string_view path, const std::string& home);
 

@@ -196,10 +196,7 @@ absl::StatusOr<data::ExampleDecoderOptions> DecoderSpec(const TrainConfig& confi
 }
 
 bool DecodesChannelsLast(const TrainConfig& config) {
-  const bool jpeg = config.data().format() == IMAGENET ||
-                    (config.data().format() == EXAMPLE &&
-                     config.data().example().input().kind() == FeatureSpec::JPEG);
-  return jpeg && config.model().channels_last();
+  return HasJpegInput(config.data()) && config.model().channels_last();
 }
 
 absl::StatusOr<std::shared_ptr<const data::Decoder>> MakeDecoder(const TrainConfig& config,

@@ -45,14 +45,13 @@ double PlainLoop(const TrainConfig& config, int steps) {
   if (config.ema_decay() > 0) average = std::make_unique<WeightAverage>(*model, config.ema_decay());
   const at::ScalarType autocast = config.precision() == BF16 ? at::kBFloat16 : at::kFloat;
   const int batch = config.data().batch_size();
-  const int passes = config.optimizer().backward_passes_per_step();
+  const auto parts = MicroBatches(batch, config.optimizer().backward_passes_per_step());
   torch::Tensor images = torch::randn({16, batch, 1, 28, 28});
   torch::Tensor labels = torch::randint(0, 10, {16, batch}, torch::kInt64);
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < steps; ++i) {
     optimizer->zero_grad();
-    for (int k = 0, begin = 0; k < passes; ++k) {
-      const int n = batch / passes + (k < batch % passes ? 1 : 0);
+    for (const auto& [begin, n] : parts) {
       torch::Tensor logits;
       {
         AutocastGuard guard(c10::DeviceType::CPU, autocast);
@@ -62,10 +61,9 @@ double PlainLoop(const TrainConfig& config, int steps) {
       }
       torch::Tensor loss =
           TrainingLoss(logits, labels[i % 16].narrow(0, begin, n), config.label_smoothing());
-      if (passes > 1) loss = loss * (static_cast<double>(n) / batch);
+      if (parts.size() > 1) loss = loss * (static_cast<double>(n) / batch);
       loss.backward();
       loss.item<double>();
-      begin += n;
     }
     if (config.optimizer().clip_grad_norm() > 0) {
       ClipGradients(*model, config.optimizer().clip_grad_norm());

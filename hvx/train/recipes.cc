@@ -89,22 +89,16 @@ bool IsBiasOrNorm(const std::string& name, int64_t dims) {
 
 absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> MakeOptimizer(const OptimizerConfig& o,
                                                                        torch::nn::Module& model) {
-  std::vector<OptimizerParamGroup> groups;
-  if (o.no_decay_on_bias_and_norm()) {
-    std::vector<at::Tensor> decay, no_decay;
-    for (const auto& item : model.named_parameters()) {
-      if (!item.value().requires_grad()) continue;
-      (IsBiasOrNorm(item.key(), item.value().dim()) ? no_decay : decay).push_back(item.value());
-    }
-    groups.emplace_back(decay, OptionsFor(o, o.weight_decay()));
-    groups.emplace_back(no_decay, OptionsFor(o, 0.0));
-  } else {
-    std::vector<at::Tensor> params;
-    for (const auto& p : model.parameters()) {
-      if (p.requires_grad()) params.push_back(p);
-    }
-    groups.emplace_back(params, OptionsFor(o, o.weight_decay()));
+  std::vector<at::Tensor> decay, no_decay;
+  for (const auto& item : model.named_parameters()) {
+    if (!item.value().requires_grad()) continue;
+    const bool exempt =
+        o.no_decay_on_bias_and_norm() && IsBiasOrNorm(item.key(), item.value().dim());
+    (exempt ? no_decay : decay).push_back(item.value());
   }
+  std::vector<OptimizerParamGroup> groups;
+  groups.emplace_back(decay, OptionsFor(o, o.weight_decay()));
+  if (o.no_decay_on_bias_and_norm()) groups.emplace_back(no_decay, OptionsFor(o, 0.0));
   try {
     switch (o.kind()) {
       case OptimizerConfig::SGD:
@@ -126,6 +120,17 @@ absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> MakeOptimizer(const Opt
   } catch (const c10::Error& e) {
     return absl::InvalidArgumentError(absl::StrCat("optimizer: ", e.what_without_backtrace()));
   }
+}
+
+std::vector<std::pair<int64_t, int64_t>> MicroBatches(int64_t rows, int64_t passes) {
+  passes = std::max<int64_t>(1, std::min(passes, rows));
+  std::vector<std::pair<int64_t, int64_t>> parts;
+  for (int64_t i = 0, begin = 0; i < passes; ++i) {
+    const int64_t n = rows / passes + (i < rows % passes ? 1 : 0);
+    parts.emplace_back(begin, n);
+    begin += n;
+  }
+  return parts;
 }
 
 double ClipGradients(torch::nn::Module& model, double max_norm) {

@@ -47,6 +47,11 @@ absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> MakeOptimizer(const Opt
 // no_decay_on_bias_and_norm.
 bool IsBiasOrNorm(const std::string& name, int64_t dims);
 
+// Gradient accumulation: the micro-batches of a batch of `rows` rows in `passes` backward passes
+// (no more than one per row), as {first row, rows} in order, as even as they go: the first
+// rows % passes of them one row longer.
+std::vector<std::pair<int64_t, int64_t>> MicroBatches(int64_t rows, int64_t passes);
+
 // Scales every gradient of `model` so that their global L2 norm is at most max_norm (> 0) and
 // returns the norm before scaling; max_norm <= 0 only measures it. Parameters without a gradient
 // count as zero.

@@ -136,6 +136,13 @@ TEST(MakeOptimizerTest, NamesBiasesAndNorms) {
   EXPECT_FALSE(IsBiasOrNorm("conv.weight", 4));
 }
 
+TEST(MicroBatchesTest, SplitsRowsAsEvenlyAsTheyGo) {
+  using Parts = std::vector<std::pair<int64_t, int64_t>>;
+  EXPECT_EQ(MicroBatches(10, 3), (Parts{{0, 4}, {4, 3}, {7, 3}}));
+  EXPECT_EQ(MicroBatches(12, 1), (Parts{{0, 12}}));
+  EXPECT_EQ(MicroBatches(2, 4), (Parts{{0, 1}, {1, 1}}));  // no more passes than rows
+}
+
 TEST(ClipGradientsTest, BoundsTheGlobalNormAndReportsItBefore) {
   auto model = std::make_shared<LinearAndNorm>();
   auto params = model->parameters();

@@ -551,17 +551,14 @@ absl::StatusOr<StepOutcome> TrainStep(Run& run, std::unique_ptr<data::Batch> bat
   SetLr(*run.optimizer, lr);
   HVX_RETURN_IF_ERROR(run.distributed->ZeroGrad());
   const int64_t rows = images.size(0);
-  const int64_t passes = std::min<int64_t>(config.optimizer().backward_passes_per_step(), rows);
+  const auto parts = MicroBatches(rows, config.optimizer().backward_passes_per_step());
   StepOutcome outcome;
-  for (int64_t i = 0, begin = 0; i < passes; ++i) {
-    // Rows split as evenly as they go: the first rows % passes micro-batches get one more.
-    const int64_t n = rows / passes + (i < rows % passes ? 1 : 0);
+  for (const auto& [begin, n] : parts) {
     torch::Tensor loss = TrainingLoss(Forward(run, images.narrow(0, begin, n)),
                                       labels.narrow(0, begin, n), config.label_smoothing());
-    if (passes > 1) loss = loss * (static_cast<double>(n) / rows);
+    if (parts.size() > 1) loss = loss * (static_cast<double>(n) / rows);
     (run.scaler ? loss * run.scaler->scale() : loss).backward();
     outcome.loss += loss.item<double>();
-    begin += n;
   }
   HVX_RETURN_IF_ERROR(run.distributed->Synchronize());
   // Every rank sees the same averaged gradients, so every rank skips the same steps.
@@ -590,6 +587,7 @@ absl::Status ReportProgress(Run& run, int64_t epoch, const TrainingPosition& pos
   }
   const double window_s = window.seconds();
   const double samples_per_s = window.samples * size / std::max(window_s, 1e-9);
+  const double data_wait = window.data_wait_s / std::max(window_s, 1e-9);
   const int64_t epoch_steps = run.steps_per_epoch;
   const int64_t steps_left =
       (config.epochs() - epoch - 1) * epoch_steps + (epoch_steps - pos.steps_in_epoch);
@@ -601,8 +599,7 @@ absl::Status ReportProgress(Run& run, int64_t epoch, const TrainingPosition& pos
       "epoch %lld/%d step %lld/%lld loss %.7g lr %.6g samples/s %.0f data_wait %.1f%% eta %s%s\n",
       static_cast<long long>(epoch + 1), config.epochs(),
       static_cast<long long>(pos.steps_in_epoch), static_cast<long long>(epoch_steps), mean_loss,
-      lr, samples_per_s, 100.0 * window.data_wait_s / std::max(window_s, 1e-9),
-      FormatDuration(eta_s).c_str(),
+      lr, samples_per_s, 100.0 * data_wait, FormatDuration(eta_s).c_str(),
       absl::StrCat(clipping ? absl::StrFormat(" grad_norm %.6g", grad_norm) : "",
                    run.scaler ? absl::StrFormat(" loss_scale %g skipped_steps %d",
                                                 run.scaler->scale(), run.scaler->skipped_steps())
@@ -612,8 +609,7 @@ absl::Status ReportProgress(Run& run, int64_t epoch, const TrainingPosition& pos
   if (clipping)
     HVX_RETURN_IF_ERROR(MaybeSummarize(run, "train/grad_norm", grad_norm, pos.global_step));
   if (run.report) {
-    run.report->AddProgress({pos.global_step, mean_loss, lr, samples_per_s,
-                             window.data_wait_s / std::max(window_s, 1e-9)});
+    run.report->AddProgress({pos.global_step, mean_loss, lr, samples_per_s, data_wait});
   }
   HVX_RETURN_IF_ERROR(MaybeSummarize(run, "train/loss", mean_loss, pos.global_step));
   HVX_RETURN_IF_ERROR(MaybeSummarize(run, "train/lr", lr, pos.global_step));
