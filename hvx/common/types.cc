@@ -12,6 +12,7 @@ size_t DataTypeSize(DataType dtype) {
     case DataType::kInt8:
     case DataType::kBool:
       return 1;
+    case DataType::kInt16:
     case DataType::kFloat16:
     case DataType::kBfloat16:
       return 2;
@@ -45,6 +46,8 @@ absl::string_view DataTypeName(DataType dtype) {
       return "float64";
     case DataType::kBool:
       return "bool";
+    case DataType::kInt16:
+      return "int16";
   }
   return "unknown";
 }
@@ -59,9 +62,11 @@ absl::StatusOr<DataType> ParseDataType(absl::string_view name) {
   if (n == "half") return DataType::kFloat16;
   if (n == "int") return DataType::kInt32;
   if (n == "long") return DataType::kInt64;
+  if (n == "short") return DataType::kInt16;
   return absl::InvalidArgumentError(absl::StrCat(
       "unknown data type '", name,
-      "': expected uint8, int8, int32, int64, float16, bfloat16, float32, float64 or bool"));
+      "': expected uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64 or "
+      "bool"));
 }
 
 bool IsFloatingPoint(DataType dtype) {

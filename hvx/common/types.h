@@ -28,19 +28,23 @@ enum class DataType : uint8_t {
   kFloat32,
   kFloat64,
   kBool,
+  // Appended, so that the wire values of the types before it stay as they were.
+  kInt16,
 };
 
+// Every type, integers first by width (not in wire order).
 inline constexpr DataType kAllDataTypes[] = {
-    DataType::kUint8,   DataType::kInt8,    DataType::kInt32,
-    DataType::kInt64,   DataType::kFloat16, DataType::kBfloat16,
-    DataType::kFloat32, DataType::kFloat64, DataType::kBool,
+    DataType::kUint8,   DataType::kInt8,    DataType::kInt16,    DataType::kInt32,
+    DataType::kInt64,   DataType::kFloat16, DataType::kBfloat16, DataType::kFloat32,
+    DataType::kFloat64, DataType::kBool,
 };
 
-// Bytes per element: 1, 1, 4, 8, 2, 2, 4, 8, 1.
+// Bytes per element, in kAllDataTypes' order: 1, 1, 2, 4, 8, 2, 2, 4, 8, 1.
 size_t DataTypeSize(DataType dtype);
-// "uint8", "int8", "int32", "int64", "float16", "bfloat16", "float32", "float64", "bool".
+// In kAllDataTypes' order: "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16",
+// "float32", "float64", "bool".
 absl::string_view DataTypeName(DataType dtype);
-// The inverse of DataTypeName; also accepts "float", "double", "half", "int", "long".
+// The inverse of DataTypeName; also accepts "float", "double", "half", "short", "int", "long".
 absl::StatusOr<DataType> ParseDataType(absl::string_view name);
 bool IsFloatingPoint(DataType dtype);
 

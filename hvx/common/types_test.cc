@@ -10,7 +10,7 @@ namespace hvx {
 namespace {
 
 TEST(DataTypeTest, SizesAndNamesRoundTrip) {
-  const size_t sizes[] = {1, 1, 4, 8, 2, 2, 4, 8, 1};
+  const size_t sizes[] = {1, 1, 2, 4, 8, 2, 2, 4, 8, 1};
   int i = 0;
   for (DataType t : kAllDataTypes) {
     EXPECT_EQ(DataTypeSize(t), sizes[i++]) << DataTypeName(t);
@@ -21,8 +21,8 @@ TEST(DataTypeTest, SizesAndNamesRoundTrip) {
   EXPECT_EQ(DataTypeName(DataType::kBfloat16), "bfloat16");
   EXPECT_EQ(*ParseDataType("half"), DataType::kFloat16);
   EXPECT_EQ(ParseDataType("complex64").status().message(),
-            "unknown data type 'complex64': expected uint8, int8, int32, int64, float16, bfloat16, "
-            "float32, float64 or bool");
+            "unknown data type 'complex64': expected uint8, int8, int16, int32, int64, float16, "
+            "bfloat16, float32, float64 or bool");
   EXPECT_TRUE(IsFloatingPoint(DataType::kBfloat16));
   EXPECT_FALSE(IsFloatingPoint(DataType::kInt64));
 }

@@ -137,6 +137,8 @@ void ReduceInto(DataType dtype, ReduceOp op, void* acc, const void* in, int64_t 
       return ReduceTyped(op, static_cast<uint8_t*>(acc), static_cast<const uint8_t*>(in), n);
     case DataType::kInt8:
       return ReduceTyped(op, static_cast<int8_t*>(acc), static_cast<const int8_t*>(in), n);
+    case DataType::kInt16:
+      return ReduceTyped(op, static_cast<int16_t*>(acc), static_cast<const int16_t*>(in), n);
     case DataType::kInt32:
       return ReduceTyped(op, static_cast<int32_t*>(acc), static_cast<const int32_t*>(in), n);
     case DataType::kInt64:
@@ -163,6 +165,8 @@ void ScaleInPlace(DataType dtype, void* data, int64_t n, double factor) {
       return ScaleInt(static_cast<uint8_t*>(data), n, factor);
     case DataType::kInt8:
       return ScaleInt(static_cast<int8_t*>(data), n, factor);
+    case DataType::kInt16:
+      return ScaleInt(static_cast<int16_t*>(data), n, factor);
     case DataType::kInt32:
       return ScaleInt(static_cast<int32_t*>(data), n, factor);
     case DataType::kInt64:

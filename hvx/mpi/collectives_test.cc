@@ -69,6 +69,9 @@ struct Buffer {
       case DataType::kInt8:
         *static_cast<int8_t*>(p) = static_cast<int8_t>(v);
         break;
+      case DataType::kInt16:
+        *static_cast<int16_t*>(p) = static_cast<int16_t>(v);
+        break;
       case DataType::kInt32:
         *static_cast<int32_t*>(p) = static_cast<int32_t>(v);
         break;
@@ -99,6 +102,8 @@ struct Buffer {
         return *static_cast<const uint8_t*>(p);
       case DataType::kInt8:
         return *static_cast<const int8_t*>(p);
+      case DataType::kInt16:
+        return *static_cast<const int16_t*>(p);
       case DataType::kInt32:
         return *static_cast<const int32_t*>(p);
       case DataType::kInt64:

@@ -78,6 +78,8 @@ cudaError_t ScaleConvert(const void* in, DataType in_type, void* out, DataType o
         return LaunchSame<uint8_t>(in, out, n, factor, limits, stream);
       case DataType::kInt8:
         return LaunchSame<int8_t>(in, out, n, factor, limits, stream);
+      case DataType::kInt16:
+        return LaunchSame<int16_t>(in, out, n, factor, limits, stream);
       case DataType::kInt32:
         return LaunchSame<int32_t>(in, out, n, factor, limits, stream);
       case DataType::kInt64:

@@ -70,6 +70,8 @@ ncclDataType_t NcclType(DataType t) {
       return ncclFloat32;
     case DataType::kFloat64:
       return ncclFloat64;
+    case DataType::kInt16:
+      break;  // ChooseReduction refuses int16; data moves go as bytes
   }
   return ncclFloat32;
 }

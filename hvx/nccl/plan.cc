@@ -141,6 +141,11 @@ HierarchicalShards ShardForHierarchical(int64_t elements, int local_size, int64_
 absl::StatusOr<ReductionChoice> ChooseReduction(ReduceOp op, DataType dtype, double prescale,
                                                 double postscale, int set_size, int nccl_version,
                                                 bool half_in_float32, bool allow_avg) {
+  if (dtype == DataType::kInt16) {
+    return absl::InvalidArgumentError(
+        "NCCL has no int16 type: int16 GPU tensors cannot be reduced (cast them to int32, or "
+        "reduce them on the CPU)");
+  }
   ReductionChoice c;
   c.prescale = prescale;
   c.postscale = postscale;

@@ -19,6 +19,8 @@ absl::StatusOr<DataType> ToDataType(at::ScalarType type) {
       return DataType::kUint8;
     case at::kChar:
       return DataType::kInt8;
+    case at::kShort:
+      return DataType::kInt16;
     case at::kInt:
       return DataType::kInt32;
     case at::kLong:
@@ -45,6 +47,8 @@ at::ScalarType ToScalarType(DataType dtype) {
       return at::kByte;
     case DataType::kInt8:
       return at::kChar;
+    case DataType::kInt16:
+      return at::kShort;
     case DataType::kInt32:
       return at::kInt;
     case DataType::kInt64:
