@@ -214,6 +214,10 @@ const std::string& Handle::name() const {
   return state_ ? state_->name : *empty;
 }
 
+bool Handle::rejected() const {
+  return state_ != nullptr && state_->rejected.load(std::memory_order_acquire);
+}
+
 absl::Status Handle::status() const {
   if (!state_) return absl::InvalidArgumentError("invalid hvx::Handle");
   if (!state_->done()) return absl::UnavailableError("pending");

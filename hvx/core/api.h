@@ -208,6 +208,9 @@ class Handle {
 
   // The status once complete; Unavailable("pending") before.
   absl::Status status() const;
+  // True when the op failed at submission, before any negotiation (a bad argument, an unknown
+  // process set, a name still in flight, hvx stopped); its status says why.
+  bool rejected() const;
   // Allgather / Alltoall / ReduceScatter: the output tensor (the allocator's or hvx-owned memory,
   // which lives as long as any copy of this handle).
   const TensorRef& output() const;

@@ -73,12 +73,14 @@ void Coordinator::Add(int rank, const RequestList& list, absl::Time now) {
     }
     auto [it, inserted] = table_.try_emplace(req.name);
     Pending& p = it->second;
+    const absl::Time submitted = now - absl::Seconds(std::max(0.0, req.waited_s));
     if (inserted) {
       p.by_rank.resize(size_);
-      p.first_seen = now;
+      p.first_seen = submitted;
       p.arrival = next_arrival_++;
       if (options_.observer) options_.observer->NegotiationStart(req.name, req.type);
     }
+    p.first_seen = std::min(p.first_seen, submitted);
     if (options_.observer) options_.observer->RankReady(req.name, rank);
     if (!req.device.is_cpu()) device_of_rank_[rank].emplace(req.device.type, req.device);
     p.by_rank[rank] = req;
@@ -92,11 +94,13 @@ bool Coordinator::IsReady(const Pending& p) const {
   return true;
 }
 
-Response Coordinator::ErrorResponse(const std::string& name, std::string message) const {
+Response Coordinator::ErrorResponse(const std::string& name, std::string message,
+                                    absl::StatusCode code) const {
   Response r;
   r.type = OpType::kError;
   r.names = {name};
   r.error = std::move(message);
+  r.error_code = static_cast<uint8_t>(code);
   return r;
 }
 
@@ -315,11 +319,55 @@ void Coordinator::MaybeWarnStall(absl::Time now, std::vector<Response>* errors) 
     errors->push_back(ErrorResponse(
         name,
         absl::StrCat("tensor '", name, "' stalled for more than ", options_.stall_shutdown_time_s,
-                     " s (HVX_STALL_SHUTDOWN_TIME_S) waiting for other ranks. ", report)));
+                     " s (HVX_STALL_SHUTDOWN_TIME_S) waiting for other ranks. ", report),
+        absl::StatusCode::kDeadlineExceeded));
     table_.erase(name);
   }
   HVX_LOG(ERROR) << "Failing " << stalled.size() << " stalled tensor(s) after "
                  << options_.stall_shutdown_time_s << " s. " << report;
+}
+
+bool Coordinator::CheckDue(absl::Time now) const {
+  if (table_.empty()) return false;
+  absl::Time oldest = absl::InfiniteFuture();
+  for (const auto& [name, p] : table_) oldest = std::min(oldest, p.first_seen);
+  const absl::Duration waited = now - oldest;
+  const auto due = [&](double seconds) { return seconds > 0 && waited >= absl::Seconds(seconds); };
+  return (due(options_.stall_check_time_s) &&
+          now - last_stall_warning_ >= absl::Seconds(options_.stall_check_time_s)) ||
+         due(options_.stall_shutdown_time_s) || due(options_.collective_timeout_s);
+}
+
+void Coordinator::FailTimedOut(absl::Time now, std::vector<Response>* errors) {
+  if (options_.collective_timeout_s <= 0) return;
+  const absl::Duration limit = absl::Seconds(options_.collective_timeout_s);
+  std::vector<std::string> timed_out;
+  for (const auto& [name, p] : table_) {
+    if (now - p.first_seen >= limit && !IsReady(p)) timed_out.push_back(name);
+  }
+  for (const std::string& name : timed_out) {
+    const Pending& p = table_.at(name);
+    std::vector<std::string> came, missing;
+    OpType type = OpType::kAllreduce;
+    for (int r = 0; r < size_; ++r) {
+      if (p.by_rank[r].has_value()) {
+        type = p.by_rank[r]->type;
+        came.push_back(Who(r));
+      } else if (joined_.count(r) == 0) {
+        missing.push_back(WhoOnHost(r));
+      }
+    }
+    std::string message = absl::StrCat(
+        OpTypeName(type), " '", name, "' timed out after ", options_.collective_timeout_s,
+        " s (HVX_COLLECTIVE_TIMEOUT_S): ", absl::StrJoin(missing, ", "),
+        missing.size() == 1 ? " did" : " did all", " not submit it (submitted by ",
+        absl::StrJoin(came, ", "),
+        "). Every rank must run the same collectives: a rank that skipped this one, failed "
+        "before it or runs different names leaves the others waiting.");
+    HVX_LOG(ERROR) << message;
+    errors->push_back(ErrorResponse(name, std::move(message), absl::StatusCode::kDeadlineExceeded));
+    table_.erase(name);
+  }
 }
 
 ResponseList Coordinator::Build(absl::Time now) {
@@ -335,6 +383,7 @@ ResponseList Coordinator::Build(absl::Time now) {
     table_.erase(name);
   }
   MaybeWarnStall(now, &responses);
+  FailTimedOut(now, &responses);
   ResponseList out;
   out.responses = FuseResponses(std::move(responses), options_.fusion_threshold_bytes);
   if (static_cast<int>(joined_.size()) == size_ && size_ > 0) {

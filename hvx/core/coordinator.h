@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "hvx/core/message.h"
 
@@ -41,6 +42,9 @@ struct CoordinatorOptions {
   NegotiationObserver* observer = nullptr;
   // Host of each set rank, for messages.
   std::vector<std::string> hosts;
+  // A name some ranks submitted fails on every rank once it has waited this long for the others
+  // (HVX_COLLECTIVE_TIMEOUT_S); 0 = never.
+  double collective_timeout_s = 0;
 };
 
 // Merges consecutive-compatible allreduce responses (same dtype, device, op, scales) up to
@@ -69,6 +73,10 @@ class Coordinator {
   // Number of names waiting for some rank.
   size_t pending() const { return table_.size(); }
 
+  // Whether a stall warning, a stall shutdown or a collective timeout is due by `now`: Build must
+  // run then even when no rank has anything new to send.
+  bool CheckDue(absl::Time now) const;
+
  private:
   struct Pending {
     std::vector<std::optional<Request>> by_rank;
@@ -78,8 +86,11 @@ class Coordinator {
 
   bool IsReady(const Pending& p) const;
   Response Validate(const std::string& name, const Pending& p) const;
-  Response ErrorResponse(const std::string& name, std::string message) const;
+  Response ErrorResponse(const std::string& name, std::string message,
+                         absl::StatusCode code = absl::StatusCode::kInvalidArgument) const;
   void MaybeWarnStall(absl::Time now, std::vector<Response>* errors);
+  // Fails every name that has waited HVX_COLLECTIVE_TIMEOUT_S, naming the ranks that did not come.
+  void FailTimedOut(absl::Time now, std::vector<Response>* errors);
   std::string Who(int set_rank) const;
   // Who(set_rank) with its host when known: "rank 5 (host h1)".
   std::string WhoOnHost(int set_rank) const;

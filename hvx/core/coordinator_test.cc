@@ -35,6 +35,7 @@ TEST(MessageTest, RoundTripsAndRejectsTruncation) {
   r.splits = {1, 1};
   r.prescale = 0.25;
   r.device = Device::Cuda(1);
+  r.waited_s = 2.5;
   in.requests.push_back(r);
   const std::string bytes = EncodeRequestList(in);
   auto out = DecodeRequestList(bytes);
@@ -46,6 +47,7 @@ TEST(MessageTest, RoundTripsAndRejectsTruncation) {
   EXPECT_EQ(out->requests[0].splits, (std::vector<int64_t>{1, 1}));
   EXPECT_EQ(out->requests[0].device, Device::Cuda(1));
   EXPECT_EQ(out->requests[0].prescale, 0.25);
+  EXPECT_EQ(out->requests[0].waited_s, 2.5);
   EXPECT_FALSE(DecodeRequestList(bytes.substr(0, bytes.size() - 1)).ok());
 
   ResponseList rl;
@@ -54,6 +56,8 @@ TEST(MessageTest, RoundTripsAndRejectsTruncation) {
   resp.shapes = {{1}, {2, 2}};
   resp.rows = {4, 5};
   resp.error = "boom";
+  resp.error_code = static_cast<uint8_t>(absl::StatusCode::kDeadlineExceeded);
+  resp.dtype = DataType::kInt16;
   resp.last_joined_rank = 1;
   rl.responses.push_back(resp);
   rl.shutdown = true;
@@ -63,6 +67,8 @@ TEST(MessageTest, RoundTripsAndRejectsTruncation) {
   EXPECT_EQ(back->responses[0].names, resp.names);
   EXPECT_EQ(back->responses[0].shapes, resp.shapes);
   EXPECT_EQ(back->responses[0].error, "boom");
+  EXPECT_EQ(back->responses[0].error_code, resp.error_code);
+  EXPECT_EQ(back->responses[0].dtype, DataType::kInt16);
   EXPECT_EQ(back->responses[0].last_joined_rank, 1);
 }
 
@@ -204,6 +210,60 @@ TEST(CoordinatorTest, StallReportListsMissingRanksAndShutdownFailsThem) {
   EXPECT_TRUE(absl::StrContains(out.responses[0].error, "stalled")) << out.responses[0].error;
   EXPECT_TRUE(absl::StrContains(out.responses[0].error, "2: [w1, w2]"));
   EXPECT_EQ(c.pending(), 0u);
+}
+
+TEST(CoordinatorTest, CollectiveTimeoutFailsANameSomeRanksNeverSubmitted) {
+  CoordinatorOptions o;
+  o.stall_check_time_s = 0;
+  o.collective_timeout_s = 10;
+  o.global_ranks = {0, 1, 2};
+  o.hosts = {"a", "a", "b"};
+  Coordinator c(3, o);
+  const absl::Time t0 = absl::Now();
+  c.Add(0, List({Allreduce(0, "w", {1})}), t0);
+  Request waited = Allreduce(1, "w", {1});
+  waited.waited_s = 4;  // rank 1 had waited in the response cache before sending it
+  c.Add(1, List({waited}), t0 + absl::Seconds(1));
+  EXPECT_FALSE(c.CheckDue(t0 + absl::Seconds(5)));
+  EXPECT_TRUE(c.Build(t0 + absl::Seconds(5)).responses.empty());
+  // The wait counts from rank 1's submission, 3 s before rank 0's.
+  EXPECT_TRUE(c.CheckDue(t0 + absl::Seconds(7)));
+  auto out = c.Build(t0 + absl::Seconds(7));
+  ASSERT_EQ(out.responses.size(), 1u);
+  EXPECT_EQ(out.responses[0].type, OpType::kError);
+  EXPECT_EQ(out.responses[0].error_code, static_cast<uint8_t>(absl::StatusCode::kDeadlineExceeded));
+  EXPECT_EQ(
+      out.responses[0].error,
+      "ALLREDUCE 'w' timed out after 10 s (HVX_COLLECTIVE_TIMEOUT_S): rank 2 (host b) did "
+      "not submit it (submitted by rank 0, rank 1). Every rank must run the same collectives: "
+      "a rank that skipped this one, failed before it or runs different names leaves the "
+      "others waiting.");
+  EXPECT_EQ(c.pending(), 0u);
+  EXPECT_FALSE(c.CheckDue(t0 + absl::Seconds(30)));
+}
+
+TEST(CoordinatorTest, DisagreementsAreInvalidArgument) {
+  Coordinator c(2, CoordinatorOptions{});
+  const absl::Time t0 = absl::Now();
+  c.Add(0, List({Allreduce(0, "w", {1})}), t0);
+  c.Add(1, List({Allreduce(1, "w", {2})}), t0);
+  auto out = c.Build(t0);
+  ASSERT_EQ(out.responses.size(), 1u);
+  EXPECT_EQ(out.responses[0].error_code, static_cast<uint8_t>(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(CoordinatorTest, StallWarningIsDueWithoutNewRequests) {
+  CoordinatorOptions o;
+  o.stall_check_time_s = 2;
+  Coordinator c(2, o);
+  const absl::Time t0 = absl::Now();
+  EXPECT_FALSE(c.CheckDue(t0 + absl::Seconds(100)));
+  c.Add(0, List({Allreduce(0, "w", {1})}), t0);
+  EXPECT_FALSE(c.CheckDue(t0 + absl::Seconds(1)));
+  EXPECT_TRUE(c.CheckDue(t0 + absl::Seconds(3)));
+  c.Build(t0 + absl::Seconds(3));  // warns
+  EXPECT_FALSE(c.CheckDue(t0 + absl::Seconds(4)));
+  EXPECT_TRUE(c.CheckDue(t0 + absl::Seconds(5)));
 }
 
 TEST(TopologyTest, LocalAndCrossFromHostNames) {

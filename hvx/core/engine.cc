@@ -30,6 +30,7 @@ void OpState::Complete(absl::Status s) {
 
 void OpState::Reject(absl::Status s) {
   std::lock_guard<std::mutex> lock(mu);
+  rejected.store(true, std::memory_order_release);
   status = Unshared(s);
   parts_left = 0;
   finished.store(true, std::memory_order_release);
@@ -169,7 +170,7 @@ absl::Status Engine::Setup() {
           topology_.size,
           CoordinatorOptions{options_.fusion_threshold_bytes, options_.stall_check_time_s,
                              options_.stall_shutdown_time_s, world->global_ranks, timeline_.get(),
-                             hosts_});
+                             hosts_, options_.collective_timeout_s});
     }
     std::lock_guard<std::mutex> lock(mu_);
     sets_.push_back(std::move(world));
@@ -233,7 +234,8 @@ absl::Status Engine::AddSet(std::vector<int> ranks, int* id) {
     set->coordinator = std::make_unique<Coordinator>(
         set->size(),
         CoordinatorOptions{options_.fusion_threshold_bytes, options_.stall_check_time_s,
-                           options_.stall_shutdown_time_s, ranks, nullptr, HostsOf(ranks)});
+                           options_.stall_shutdown_time_s, ranks, nullptr, HostsOf(ranks),
+                           options_.collective_timeout_s});
   }
   std::lock_guard<std::mutex> lock(mu_);
   set->id = static_cast<int>(sets_.size());
@@ -364,7 +366,7 @@ std::shared_ptr<internal::OpState> Engine::NewState(const std::string& name, int
 
 Handle Engine::Failed(const std::string& name, absl::Status status) {
   auto st = NewState(name, 1);
-  st->Complete(std::move(status));
+  st->Reject(std::move(status));
   return Handle(st);
 }
 
@@ -623,6 +625,10 @@ absl::StatusOr<Engine::CacheOutcome> Engine::VoteOnCache(SetState& set, bool joi
   ResponseCache& cache = *set.cache;
   CacheVote vote(cache.capacity());
   const absl::Time now = absl::Now();
+  absl::Duration stalled_after = absl::InfiniteDuration();
+  for (double s : {options_.stall_check_time_s, options_.collective_timeout_s}) {
+    if (s > 0) stalled_after = std::min(stalled_after, absl::Seconds(s));
+  }
   for (const std::string& name : set.order) {
     const Entry& e = set.pending.at(name);
     if (e.sent) continue;
@@ -632,9 +638,9 @@ absl::StatusOr<Engine::CacheOutcome> Engine::VoteOnCache(SetState& set, bool joi
     // on every rank: invalidate its entry so that every rank sends it.
     if (lookup == ResponseCache::Lookup::kHit && !OnOwnDevice(set, e.request))
       lookup = ResponseCache::Lookup::kInvalid;
-    // A stalled tensor leaves the cache so that the coordinator's stall inspector sees it.
-    const bool stalled = options_.stall_check_time_s > 0 &&
-                         now - e.submitted > absl::Seconds(options_.stall_check_time_s);
+    // A stalled tensor leaves the cache so that the coordinator's stall inspector and collective
+    // timeout see it.
+    const bool stalled = now - e.submitted > stalled_after;
     if (lookup == ResponseCache::Lookup::kHit && !stalled) {
       vote.Ready(bit);
     } else if (lookup != ResponseCache::Lookup::kMiss) {
@@ -645,6 +651,10 @@ absl::StatusOr<Engine::CacheOutcome> Engine::VoteOnCache(SetState& set, bool joi
   }
   if (joined_here) vote.Raise(CacheVote::kJoined);
   if (shutdown_here && set.id == 0) vote.Raise(CacheVote::kShutdown);
+  // Tensors the coordinator holds for absent ranks reach their stall warning or timeout even
+  // when no rank has anything new to negotiate.
+  if (set.coordinator != nullptr && set.coordinator->CheckDue(now))
+    vote.Raise(CacheVote::kCheckDue);
   HVX_RETURN_IF_ERROR(set.comm->BitwiseAnd(vote.words()));
 
   CacheOutcome outcome;
@@ -660,7 +670,8 @@ absl::StatusOr<Engine::CacheOutcome> Engine::VoteOnCache(SetState& set, bool joi
     }
   }
   outcome.negotiate = !invalidated.empty() || vote.AnyRank(CacheVote::kUncached) ||
-                      outcome.any_joined || vote.AnyRank(CacheVote::kShutdown);
+                      outcome.any_joined || vote.AnyRank(CacheVote::kShutdown) ||
+                      vote.AnyRank(CacheVote::kCheckDue);
   return outcome;
 }
 
@@ -691,10 +702,12 @@ absl::StatusOr<ResponseList> Engine::GatherPlanBroadcast(SetState& set,
     std::lock_guard<std::mutex> lock(mu_);
     mine.shutdown = shutdown_requested_ && set.id == 0;
   }
+  const absl::Time now = absl::Now();
   for (const std::string& name : to_send) {
-    const Request& r = set.pending.at(name).request;
-    if (r.type == OpType::kJoin) joined_ = true;
-    mine.requests.push_back(r);
+    const Entry& e = set.pending.at(name);
+    if (e.request.type == OpType::kJoin) joined_ = true;
+    mine.requests.push_back(e.request);
+    mine.requests.back().waited_s = absl::ToDoubleSeconds(now - e.submitted);
   }
   mine.joined = joined || joined_;
   Failpoint("negotiation");
@@ -702,7 +715,7 @@ absl::StatusOr<ResponseList> Engine::GatherPlanBroadcast(SetState& set,
   HVX_RETURN_IF_ERROR(set.comm->Gather(EncodeRequestList(mine), &all));
   std::string out;
   if (set.comm->rank() == 0) {
-    const absl::Time now = absl::Now();
+    const absl::Time now = absl::Now();  // after the gather, which waited for every rank
     for (int r = 0; r < static_cast<int>(all.size()); ++r) {
       HVX_ASSIGN_OR_RETURN(RequestList list, DecodeRequestList(all[r]));
       set.coordinator->Add(r, list, now);

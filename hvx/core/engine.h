@@ -58,6 +58,8 @@ struct OpState {
   int parts_left ABSL_GUARDED_BY(mu) = 1;
   absl::Status status ABSL_GUARDED_BY(mu);
   std::atomic<bool> finished{false};
+  // Set by Reject: the op failed at submission, before any rank negotiated it.
+  std::atomic<bool> rejected{false};
 
   // Results, written by the background thread before completion, read-only afterwards.
   TensorRef output;

@@ -67,15 +67,18 @@ absl::Status Engine::Execute(SetState& set, const Response& r) {
   }
   for (const std::string& n : r.names) CompleteEntry(set, n, status);
   // A collective whose peers never answered leaves requests pending in the transport: nothing
-  // more can run on it.
-  return absl::IsDeadlineExceeded(status) ? status : absl::OkStatus();
+  // more can run on it. (An op the coordinator failed for absent ranks ran no collective.)
+  return r.type != OpType::kError && absl::IsDeadlineExceeded(status) ? status : absl::OkStatus();
 }
 
 absl::Status Engine::ExecuteOp(const Execution& x) {
   Entry* first = x.entries.empty() ? nullptr : x.entries[0];
   switch (x.r.type) {
-    case OpType::kError:
-      return absl::FailedPreconditionError(x.r.error);
+    case OpType::kError: {
+      const auto code = static_cast<absl::StatusCode>(x.r.error_code);
+      return absl::Status(
+          code == absl::StatusCode::kOk ? absl::StatusCode::kFailedPrecondition : code, x.r.error);
+    }
     case OpType::kAllreduce: {
       absl::Status status = ExecuteAllreduce(x);
       RememberInCache(x.set, x.r);

@@ -143,6 +143,7 @@ std::string EncodeRequestList(const RequestList& list) {
     w.Put(r.prescale);
     w.Put(r.postscale);
     w.PutInts(r.splits);
+    w.Put(r.waited_s);
   }
   return w.Take();
 }
@@ -170,6 +171,7 @@ absl::StatusOr<RequestList> DecodeRequestList(absl::string_view bytes) {
     rd.Get(&r.prescale);
     rd.Get(&r.postscale);
     rd.GetInts(&r.splits);
+    rd.Get(&r.waited_s);
     r.type = static_cast<OpType>(type);
     r.dtype = static_cast<DataType>(dtype);
     r.reduce_op = static_cast<ReduceOp>(op);
@@ -188,6 +190,7 @@ std::string EncodeResponseList(const ResponseList& list) {
     w.Put<uint64_t>(r.names.size());
     for (const auto& name : r.names) w.PutString(name);
     w.PutString(r.error);
+    w.Put(r.error_code);
     w.Put(static_cast<uint8_t>(r.dtype));
     w.Put(static_cast<uint8_t>(r.device_type));
     w.Put(static_cast<uint8_t>(r.reduce_op));
@@ -221,6 +224,7 @@ absl::StatusOr<ResponseList> DecodeResponseList(absl::string_view bytes) {
       r.names.push_back(std::move(name));
     }
     rd.GetString(&r.error);
+    rd.Get(&r.error_code);
     rd.Get(&dtype);
     rd.Get(&device_type);
     r.device_type = static_cast<DeviceType>(device_type);

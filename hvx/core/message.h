@@ -21,7 +21,7 @@
 namespace hvx {
 
 // Raised whenever the encoding below changes.
-inline constexpr int kWireFormatVersion = 2;
+inline constexpr int kWireFormatVersion = 3;
 
 enum class OpType : uint8_t {
   kAllreduce = 0,
@@ -51,6 +51,9 @@ struct Request {
   double postscale = 1.0;
   // Alltoall: rows sent to each rank (empty = equal split). AddProcessSet: the global ranks.
   std::vector<int64_t> splits;
+  // Seconds the op had waited on its rank when this request was sent, so that the coordinator
+  // measures a wait from its submission, also when it first waited in the response cache.
+  double waited_s = 0;
 };
 
 struct RequestList {
@@ -64,6 +67,9 @@ struct Response {
   OpType type = OpType::kAllreduce;
   std::vector<std::string> names;
   std::string error;  // kError
+  // kError: why it failed, as an absl::StatusCode: kInvalidArgument when the ranks' arguments
+  // disagree or are wrong, kDeadlineExceeded when some ranks never submitted it in time.
+  uint8_t error_code = 0;
   DataType dtype = DataType::kFloat32;
   // Every rank runs the response on its own device of this type (its tensors'; each rank uses one
   // device per type), never on the device of the rank whose request the coordinator read first.

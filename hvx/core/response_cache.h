@@ -76,6 +76,7 @@ class CacheVote {
     kUncached = 1,  // a tensor that is not in the cache
     kJoined = 2,    // this rank has joined
     kShutdown = 4,  // this rank is shutting down
+    kCheckDue = 8,  // the coordinator's stall warning or collective timeout is due
   };
 
   explicit CacheVote(int64_t capacity);
