@@ -37,6 +37,14 @@ class InternalError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Raised by a collective the coordinator failed because the ranks' arguments were wrong or
+// disagreed (shapes, dtypes, roots, splits): in Python both a ValueError, as Horovod's argument
+// errors are, and an HvxInternalError, as every failed collective is.
+class InvalidArgumentError : public InternalError {
+ public:
+  using InternalError::InternalError;
+};
+
 void Raise(const absl::Status& status) {
   if (status.ok()) return;
   const std::string message(status.message());
@@ -116,10 +124,11 @@ TensorRef Ref(const at::Tensor& tensor, const std::string& name) {
   return Take(AsTensorRef(tensor, absl::StrCat("tensor '", name, "'")));
 }
 
-// Submission errors (a dtype hvx has no reduction for, a name in flight) complete the handle at
-// once; they raise here, at the call, as Horovod's do.
+// Submission errors (a dtype hvx has no reduction for, a name in flight) reject the handle at
+// once; they raise here, at the call, as Horovod's do. (An op that failed in negotiation raises
+// from its wait, even when that was quick.)
 std::shared_ptr<PyHandle> Submitted(std::shared_ptr<PyHandle> h) {
-  if (Poll(h->handle)) {
+  if (Poll(h->handle) && h->handle.rejected()) {
     const absl::Status status = h->handle.status();
     if (absl::IsInvalidArgument(status)) throw py::value_error(std::string(status.message()));
   }
@@ -132,6 +141,7 @@ void Wait(PyHandle& h) {
     py::gil_scoped_release release;
     status = hvx::Wait(h.handle);
   }
+  if (absl::IsInvalidArgument(status)) throw InvalidArgumentError(std::string(status.message()));
   if (!status.ok()) throw InternalError(std::string(status.message()));
 }
 
@@ -271,7 +281,9 @@ class Records {
 
 void DefineModule(py::module_& m) {
   m.doc() = "hvx's native module; use hvx.torch and hvx.data";
-  py::register_exception<InternalError>(m, "HvxInternalError", PyExc_RuntimeError);
+  auto internal = py::register_exception<InternalError>(m, "HvxInternalError", PyExc_RuntimeError);
+  const py::tuple bases = py::make_tuple(internal, py::handle(PyExc_ValueError));
+  py::register_exception<InvalidArgumentError>(m, "HvxInvalidArgumentError", bases);
 
   m.def("init", &InitHvx, py::arg("process_sets"));
   m.def("shutdown", &ShutdownHvx);

@@ -13,7 +13,7 @@ import torch
 import hvx.torch as hvd
 
 FLOATS = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
-INTS = [torch.uint8, torch.int8, torch.int32, torch.int64]
+INTS = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64]
 DIMS = [1, 2, 3]
 
 
@@ -285,10 +285,16 @@ def test_process_sets(rank, size):
         assert torch.equal(out, torch.ones(3) * sum(range(0, size, 2)))
         g = hvd.allgather(torch.ones(1) * rank, process_set=evens, name="ps.gather")
         assert g.tolist() == list(range(0, size, 2))
-        # root_rank counts within the set.
-        b = hvd.broadcast(torch.ones(1) * rank, evens.size() - 1, process_set=evens,
-                          name="ps.bcast")
-        assert b.item() == evens.ranks[-1]
+        # root_rank is a global rank, as in Horovod; a non-member is refused at the call.
+        root = evens.ranks[-1]
+        b = hvd.broadcast(torch.ones(1) * rank, root, process_set=evens, name="ps.bcast")
+        assert b.item() == root
+        obj = hvd.broadcast_object({"from": rank}, root_rank=root, process_set=evens,
+                                   name="ps.obj")
+        assert obj == {"from": root}
+        if size > 1:
+            with pytest.raises(ValueError, match="root_rank 1 is not a member"):
+                hvd.broadcast(torch.ones(1), 1, process_set=evens, name="ps.bad_root")
     else:
         assert not evens.included() and evens.rank() == -1
         with pytest.raises(ValueError, match="not a member of process set"):
@@ -398,6 +404,51 @@ def test_broadcast_optimizer_state(rank, size, make):
     # The options still work for a step.
     model(torch.randn(4, 10)).sum().backward()
     opt.step()
+
+
+def test_broadcast_optimizer_state_before_the_first_step(rank, size):
+    # As Horovod: the state is made (a zero .grad on every trainable parameter, one step of the
+    # wrapped optimizer, nothing exchanged), then broadcast; the weights do not move, although
+    # weight decay on a zero gradient would have moved them.
+    model = _model()
+    model[0].bias.requires_grad_(False)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    opt = hvd.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9, weight_decay=0.1 * (rank + 1)),
+        named_parameters=model.named_parameters())
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    assert model[0].bias.grad is None
+    for name, p in model.named_parameters():
+        if p.requires_grad:
+            assert torch.equal(p.grad, torch.zeros_like(p)), name
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, before[k]), k
+    assert opt.param_groups[0]["weight_decay"] == 0.1  # the root's
+    buffers = hvd.allgather_object([s["momentum_buffer"].sum().item()
+                                    for s in opt.state_dict()["state"].values()])
+    assert all(b == buffers[0] for b in buffers) and len(buffers[0]) == 3
+
+
+def test_distributed_optimizer_subclassed(rank, size):
+    # A wrapper that subclasses the optimizer's class (as frameworks do) and calls super().step():
+    # this recursed forever while the class called super(self.__class__, self).
+    model = _model()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+
+    class Counted(type(opt)):
+        steps = 0
+
+        def step(self, closure=None):
+            Counted.steps += 1
+            return super().step(closure)
+
+    opt.__class__ = Counted
+    model(torch.randn(4, 10)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+    assert Counted.steps == 1
 
 
 # ------------------------------------------------------------------------- DistributedOptimizer
@@ -580,10 +631,80 @@ def test_allgather_grad(rank, size, dim):
 
 
 def test_broadcast_grad(rank, size):
+    # Horovod's convention: the root's gradient is the average of every rank's, zero elsewhere.
     for root in range(size):
         t = (torch.ones(17, 17) * rank).requires_grad_()
-        hvd.broadcast(t, root).backward(torch.ones(17, 17))
-        assert torch.equal(t.grad, torch.ones(17, 17) * (size if rank == root else 0))
+        hvd.broadcast(t, root).backward(torch.ones(17, 17) * (rank + 1))
+        mean = sum(range(1, size + 1)) / size
+        assert torch.equal(t.grad, torch.ones(17, 17) * (mean if rank == root else 0))
+
+
+def test_broadcast_grad_process_set_root_is_global(rank, size):
+    odds = hvd.add_process_set([r for r in range(size) if r % 2 == 1] or [0])
+    if odds.included():
+        root = odds.ranks[-1]
+        t = torch.ones(3).requires_grad_()
+        hvd.broadcast(t, root, process_set=odds, name="odds.bcast").backward(torch.ones(3))
+        assert torch.equal(t.grad, torch.ones(3) * (1 if rank == root else 0))
+    hvd.remove_process_set(odds)
+
+
+def test_grouped_reducescatter_and_grad(rank, size):
+    ts = [(torch.arange(size * 4 * d, dtype=torch.float32).view(size * 4, d) + rank)
+          .requires_grad_() for d in (1, 2, 3)]
+    outs = hvd.grouped_reducescatter(ts, op=hvd.Sum)
+    for t, out in zip(ts, outs):
+        whole = sum(t.detach() - rank + r for r in range(size))
+        assert torch.equal(out, whole[rank * 4:(rank + 1) * 4])
+    torch.autograd.backward(outs, [torch.ones_like(o) for o in outs])
+    for t in ts:
+        assert torch.equal(t.grad, torch.ones_like(t) * size)
+    h = hvd.grouped_reducescatter_async([torch.ones(size * 2), torch.ones(size, 3)],
+                                        op=hvd.Average, name="grs")
+    avg = hvd.synchronize(h)
+    assert [a.shape for a in avg] == [torch.Size([2]), torch.Size([1, 3])]
+    assert all(torch.equal(a, torch.ones_like(a)) for a in avg)
+    gathered = hvd.synchronize(hvd.grouped_allgather_async(
+        [torch.ones(1, 2) * rank, torch.ones(rank + 1, dtype=torch.int16)]))
+    assert gathered[0][:, 0].tolist() == list(range(size))
+    assert gathered[1].dtype == torch.int16 and gathered[1].numel() == sum(range(1, size + 1))
+
+
+def test_sparse_allreduce(rank, size):
+    torch.manual_seed(rank)
+    dense = torch.rand(6, 4) * (torch.rand(6, 4) > 0.6)
+    expected = hvd.allreduce(dense, op=hvd.Average, name="sparse.dense")
+    handle = hvd.sparse_allreduce_async(dense.to_sparse(), name="sparse", op=hvd.Average)
+    got = handle()  # Horovod's handle is callable; synchronize works too
+    assert got.is_sparse and torch.allclose(got.to_dense(), expected, atol=1e-6)
+    h2 = hvd.sparse_allreduce_async(dense.to_sparse(), name="sparse2", op=hvd.Sum)
+    assert torch.allclose(hvd.synchronize(h2).to_dense(), expected * size, atol=1e-6)
+
+
+@pytest.mark.parametrize("sparse_as_dense", [False, True])
+def test_distributed_optimizer_sparse_gradients(rank, size, sparse_as_dense):
+    torch.manual_seed(3)
+    emb = torch.nn.Embedding(10, 3, sparse=True)
+    start = emb.weight.detach().clone()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(emb.parameters(), lr=1.0),
+                                   named_parameters=emb.named_parameters(),
+                                   sparse_as_dense=sparse_as_dense)
+    rows = torch.tensor([rank % 10, 9])
+    emb(rows).sum().backward()
+    opt.step()
+    # Every rank's rows, averaged: row 9 by all, row r by rank r.
+    expected = start.clone()
+    for r in range(size):
+        expected[r % 10] -= 1.0 / size
+    expected[9] -= 1.0
+    assert torch.allclose(emb.weight.detach(), expected, atol=1e-6)
+    emb(rows).sum().backward()  # accumulates onto the gradient the exchange handed back
+    opt.step()
+    emb2 = torch.nn.Embedding(10, 3, sparse=True)
+    sparse_adam = hvd.DistributedOptimizer(torch.optim.SparseAdam(list(emb2.parameters())),
+                                           sparse_as_dense=sparse_as_dense)
+    emb2(rows).sum().backward()
+    sparse_adam.step()  # SparseAdam takes only sparse gradients: they come back sparse
 
 
 def test_alltoall_grad(rank, size):
@@ -664,13 +785,15 @@ def test_error_broadcast_shape_mismatch(rank, size):
 
 
 def test_error_alltoall_splits(rank, size):
-    with pytest.raises(RuntimeError, match="splits sum to"):
+    # A ValueError (Horovod's type for bad splits) and an HvxInternalError, on every rank.
+    with pytest.raises(hvd.HvxInvalidArgumentError, match="splits sum to") as e:
         hvd.alltoall(torch.ones(size * 2), splits=[1] * size if rank == 0 else [2] * size,
                      name="err.splits")
+    assert isinstance(e.value, ValueError) and isinstance(e.value, hvd.HvxInternalError)
 
 
 def test_error_alltoall_rows_do_not_divide(rank, size):
-    with pytest.raises(RuntimeError, match="does not divide by the set size"):
+    with pytest.raises(ValueError, match="does not divide by the set size"):
         hvd.alltoall(torch.ones(size + 1), name="err.a2a_rows")
 
 
@@ -679,6 +802,8 @@ def test_error_reducescatter_shape_and_op(rank, size):
         hvd.reducescatter(torch.ones(size * 2 + rank), name="err.rs")
     with pytest.raises(ValueError, match="Average or Sum"):
         hvd.reducescatter(torch.ones(4), op=hvd.Adasum)
+    with pytest.raises(RuntimeError, match="Average or Sum"):  # what Horovod raises
+        hvd.grouped_reducescatter([torch.ones(4)], op=hvd.Adasum)
 
 
 def test_error_duplicate_async_name(rank, size):
@@ -703,7 +828,7 @@ def test_error_duplicate_async_name(rank, size):
 
 def test_error_unsupported_dtype(rank, size):
     with pytest.raises(ValueError):
-        hvd.allreduce(torch.ones(3, dtype=torch.int16), name="err.int16")
+        hvd.allreduce(torch.ones(3, dtype=torch.complex128), name="err.complex128")
     with pytest.raises(ValueError):
         hvd.allreduce(torch.ones(3, dtype=torch.complex64), name="err.complex")
 

@@ -6,9 +6,12 @@ its unnamed calls in the same order). An `_async` op returns an integer handle f
 `synchronize`; the tensors it reads and writes are kept alive until then. Ops without `_` return
 new tensors and are differentiable (see the autograd classes at the end).
 
-Errors: a bad argument raises ValueError at the call; an op that fails (ranks disagree on shape,
-dtype, root or splits; a peer died) raises HvxInternalError, a RuntimeError, from `synchronize`
-on every rank it failed on.
+Errors: a bad argument raises ValueError at the call; an op that fails raises HvxInternalError, a
+RuntimeError, from `synchronize` on every rank it failed on: HvxInvalidArgumentError (also a
+ValueError) when the ranks' arguments disagree or are wrong (shape, dtype, root, splits), and a
+plain HvxInternalError when a peer died or did not submit the op within HVX_COLLECTIVE_TIMEOUT_S.
+
+With a process set, `root_rank` is a global rank (a member of the set), as in Horovod.
 """
 
 import collections
@@ -23,6 +26,7 @@ from hvx import _C
 from hvx.torch.compression import Compression
 
 HvxInternalError = _C.HvxInternalError
+HvxInvalidArgumentError = _C.HvxInvalidArgumentError
 # Horovod's name for the same error, for scripts that catch it.
 HorovodInternalError = HvxInternalError
 
@@ -227,6 +231,8 @@ def _register(native, result):
 
 def poll(handle):
     """True once the op has completed (synchronize then returns at once)."""
+    if isinstance(handle, _SparseHandle):
+        return all(poll(h) for h in handle.parts)
     with _handles_lock:
         entry = _handles.get(handle)
     if entry is None:
@@ -236,6 +242,8 @@ def poll(handle):
 
 def synchronize(handle):
     """Waits for the op and returns its result; raises HvxInternalError if it failed."""
+    if isinstance(handle, _SparseHandle):
+        return handle.result()
     with _handles_lock:
         entry = _handles.pop(handle, None)
     if entry is None:
@@ -249,6 +257,18 @@ def _process_set_id(process_set):
     if not isinstance(process_set, ProcessSet):
         raise ValueError("process_set must be a hvx.torch.ProcessSet, got %r" % (process_set,))
     return process_set._id()
+
+
+def _root_in_set(root_rank, process_set):
+    """The index within `process_set` of the global rank `root_rank` (Horovod's convention)."""
+    root_rank = int(root_rank)
+    if process_set.process_set_id == 0:
+        return root_rank
+    ranks = process_set.ranks
+    if root_rank not in ranks:
+        raise ValueError("root_rank %d is not a member of %r: with a process set, root_rank is "
+                         "the global rank of one of its members" % (root_rank, process_set))
+    return ranks.index(root_rank)
 
 
 def _op_of(average, op, what):
@@ -385,8 +405,49 @@ def allgather(tensor, name=None, process_set=global_process_set):
     return _Allgather.apply(tensor, name, process_set)
 
 
+def _grouped(op, tensors, name, submit):
+    """Submits submit(tensor, name_i) for each tensor under one base name; one handle for all."""
+    if not tensors:
+        raise ValueError("%s: no tensors" % op)
+    base = _name(op, name)
+    natives = [submit(t, "%s.%d" % (base, i)) for i, t in enumerate(tensors)]
+    return _register(_GroupWait(natives), lambda g: g.results())
+
+
+class _GroupWait:
+    """The native handles of a grouped op as one: wait() waits for all, then raises the first
+    error; results() lists the outputs."""
+
+    def __init__(self, natives):
+        self.natives = natives
+
+    def poll(self):
+        return all(n.poll() for n in self.natives)
+
+    def wait(self):
+        error = None
+        for n in self.natives:
+            try:
+                n.wait()
+            except HvxInternalError as e:
+                error = error or e
+        if error is not None:
+            raise error
+
+    def results(self):
+        return [n.output for n in self.natives]
+
+
+def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
+    """Starts an allgather of each tensor; synchronize returns the list of results."""
+    _check_initialized("grouped_allgather")
+    ps = _process_set_id(process_set)
+    return _grouped("grouped_allgather", tensors, name,
+                    lambda t, n: _C.allgather_async(t.contiguous(), n, ps))
+
+
 def grouped_allgather(tensors, name=None, process_set=global_process_set):
-    """allgather of each tensor; returns the list of results."""
+    """allgather of each tensor; returns the list of results (differentiable)."""
     base = _name("grouped_allgather", name)
     return [allgather(t, "%s.%d" % (base, i), process_set) for i, t in enumerate(tensors)]
 
@@ -395,8 +456,8 @@ def grouped_allgather(tensors, name=None, process_set=global_process_set):
 
 def _broadcast_async(tensor, root_rank, name, process_set, done):
     _check_initialized("broadcast")
-    native = _C.broadcast_async(tensor, int(root_rank), _name("broadcast", name),
-                                _process_set_id(process_set))
+    native = _C.broadcast_async(tensor, _root_in_set(root_rank, process_set),
+                                _name("broadcast", name), _process_set_id(process_set))
     return _register(native, lambda _: done())
 
 
@@ -413,8 +474,8 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_se
 
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
     """root_rank's tensor, as a new tensor on every rank; differentiable (the gradient is the
-    sum of every rank's, on root_rank, and zero elsewhere). With a process set, root_rank is a
-    rank within the set (0 .. set size - 1)."""
+    average of every rank's, on root_rank, and zero elsewhere, as in Horovod). With a process
+    set, root_rank is the global rank of one of its members."""
     return _Broadcast.apply(tensor, root_rank, name, process_set)
 
 
@@ -463,14 +524,43 @@ def reducescatter_async(tensor, name=None, op=Average, prescale_factor=1.0,
                         postscale_factor=1.0, process_set=global_process_set):
     """Starts a reduce-scatter: the reduction of `tensor` over the set, of which rank r keeps
     its block of rows (rows divide as evenly as possible, the first ranks get one more)."""
-    _check_initialized("reducescatter")
-    if op not in (Average, Sum):
-        raise ValueError("reducescatter: op must be Average or Sum, got %s"
-                         % _OP_NAMES.get(op, op))
+    _check_reducescatter_op(op)
     native = _C.reducescatter_async(tensor.contiguous(), _name("reducescatter", name), op,
                                     float(prescale_factor), float(postscale_factor),
                                     _process_set_id(process_set))
     return _register(native, lambda n: n.output)
+
+
+def _check_reducescatter_op(op):
+    _check_initialized("reducescatter")
+    if op not in (Average, Sum):
+        # A ValueError, and a RuntimeError as Horovod's is.
+        raise HvxInvalidArgumentError("reducescatter: op must be Average or Sum, got %s"
+                                      % _OP_NAMES.get(op, op))
+
+
+def grouped_reducescatter_async(tensors, name=None, op=Average, prescale_factor=1.0,
+                                postscale_factor=1.0, process_set=global_process_set):
+    """Starts a reduce-scatter of each tensor; synchronize returns the list of this rank's
+    blocks."""
+    _check_reducescatter_op(op)
+    ps = _process_set_id(process_set)
+    return _grouped("grouped_reducescatter", tensors, name,
+                    lambda t, n: _C.reducescatter_async(t.contiguous(), n, op,
+                                                        float(prescale_factor),
+                                                        float(postscale_factor), ps))
+
+
+def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
+                          prescale_factor=1.0, postscale_factor=1.0,
+                          process_set=global_process_set):
+    """Reduce-scatter of each tensor as one op; differentiable (each gradient is the allgather
+    of its output's)."""
+    _check_reducescatter_op(op)
+    compressed = [compression.compress(t) for t in tensors]
+    outputs = _GroupedReduceScatter.apply(name, op, prescale_factor, postscale_factor,
+                                          process_set, *[c for c, _ in compressed])
+    return [compression.decompress(o, ctx) for o, (_, ctx) in zip(outputs, compressed)]
 
 
 def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
@@ -480,6 +570,43 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
     out = _ReduceScatter.apply(compressed, name, op, prescale_factor, postscale_factor,
                                process_set)
     return compression.decompress(out, ctx)
+
+
+# -------------------------------------------------------------------------------- sparse tensors
+
+class _SparseHandle:
+    """A sparse allreduce in flight: the allgathers of every rank's indices and values. Calling
+    it (as Horovod's callable handle) or synchronize() returns the result."""
+
+    def __init__(self, tensor, op, process_set, indices, values):
+        self.tensor, self.op, self.process_set = tensor, op, process_set
+        self.parts = [indices, values]
+
+    def result(self):
+        indices, values = (synchronize(h) for h in self.parts)
+        if self.op == Average:
+            values = values / self.process_set.size()
+        # Gathered along dim 0, so the indices travelled as [nnz, sparse_dim].
+        return torch.sparse_coo_tensor(indices.t(), values, self.tensor.size(),
+                                       dtype=values.dtype)
+
+    __call__ = result
+
+
+def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
+    """Starts the allreduce of a sparse COO tensor: every rank's indices and values are
+    allgathered, so the result (from synchronize) holds every rank's entries, uncoalesced; with
+    Average the values are divided by the set size. op: Average or Sum."""
+    _check_initialized("sparse_allreduce")
+    if op not in (Average, Sum):
+        raise ValueError("sparse_allreduce: op must be Average or Sum, got %s"
+                         % _OP_NAMES.get(op, op))
+    if not tensor.is_sparse:
+        raise ValueError("sparse_allreduce: the tensor is not sparse (layout %s)" % tensor.layout)
+    name = _name("sparse_allreduce", name)
+    indices = allgather_async(tensor._indices().t().contiguous(), name + ".indices", process_set)
+    values = allgather_async(tensor._values().contiguous(), name + ".values", process_set)
+    return _SparseHandle(tensor, op, process_set, indices, values)
 
 
 # ---------------------------------------------------------------------------------- barrier, join
@@ -516,13 +643,15 @@ def _from_bytes(t):
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
     """root_rank's picklable object, on every rank."""
     name = _name("broadcast_object", name)
-    payload = _to_bytes(obj) if process_set.rank() == root_rank else None
+    _check_initialized("broadcast_object")
+    is_root = _C.rank() == root_rank
+    payload = _to_bytes(obj) if is_root else None
     length = torch.tensor([payload.numel() if payload is not None else 0], dtype=torch.int64)
     broadcast_(length, root_rank, name + ".size", process_set)
     if payload is None:
         payload = torch.empty(int(length.item()), dtype=torch.uint8)
     broadcast_(payload, root_rank, name + ".data", process_set)
-    return obj if process_set.rank() == root_rank else _from_bytes(payload)
+    return obj if is_root else _from_bytes(payload)
 
 
 def allgather_object(obj, name=None, process_set=global_process_set):
@@ -545,6 +674,7 @@ class _Allreduce(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, name, op, prescale_factor, postscale_factor, process_set):
         ctx.args = (op, prescale_factor, postscale_factor, process_set)
+        ctx.name = name
         return synchronize(allreduce_async(tensor, name=name, op=op,
                                            prescale_factor=prescale_factor,
                                            postscale_factor=postscale_factor,
@@ -553,7 +683,8 @@ class _Allreduce(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_output):
         op, pre, post, ps = ctx.args
-        grad = synchronize(allreduce_async(grad_output, op=op, prescale_factor=pre,
+        name = None if ctx.name is None else ctx.name + ".grad"
+        grad = synchronize(allreduce_async(grad_output, name=name, op=op, prescale_factor=pre,
                                            postscale_factor=post, process_set=ps))
         return grad, None, None, None, None, None
 
@@ -595,14 +726,18 @@ class _Broadcast(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, root_rank, name, process_set):
         ctx.root_rank = root_rank
+        ctx.name = name
         ctx.process_set = process_set
         return synchronize(broadcast_async(tensor, root_rank, name, process_set))
 
     @staticmethod
     def backward(ctx, grad_output):
-        ps = ctx.process_set
-        grad = synchronize(allreduce_async(grad_output, op=Sum, process_set=ps))
-        if ps.rank() != ctx.root_rank:
+        # A named broadcast's gradient is named after it, so that ranks of a process set do not
+        # move the unnamed-op counters alone.
+        name = None if ctx.name is None else ctx.name + ".grad"
+        grad = synchronize(allreduce_async(grad_output, name=name, op=Average,
+                                           process_set=ctx.process_set))
+        if _C.rank() != ctx.root_rank:
             grad = grad * 0
         return grad, None, None, None
 
@@ -623,6 +758,25 @@ class _Alltoall(torch.autograd.Function):
         return grad, None, None, None
 
 
+def _reducescatter_grad(grad_output, op, process_set):
+    grad = synchronize(allgather_async(grad_output, process_set=process_set))
+    return grad * process_set.size() if op == Sum else grad
+
+
+class _GroupedReduceScatter(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, op, prescale_factor, postscale_factor, process_set, *tensors):
+        ctx.op = op
+        ctx.process_set = process_set
+        return tuple(synchronize(grouped_reducescatter_async(
+            list(tensors), name, op, prescale_factor, postscale_factor, process_set)))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        return (None,) * 5 + tuple(_reducescatter_grad(g, ctx.op, ctx.process_set)
+                                   for g in grads)
+
+
 class _ReduceScatter(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, name, op, prescale_factor, postscale_factor, process_set):
@@ -633,7 +787,4 @@ class _ReduceScatter(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output):
-        grad = synchronize(allgather_async(grad_output, process_set=ctx.process_set))
-        if ctx.op == Sum:
-            grad = grad * ctx.process_set.size()
-        return grad, None, None, None, None, None
+        return _reducescatter_grad(grad_output, ctx.op, ctx.process_set), None, None, None, None, None

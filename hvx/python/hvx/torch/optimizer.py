@@ -20,9 +20,10 @@ from hvx.torch.mpi_ops import Adasum, Average, global_process_set
 
 class _DistributedOptimizer(torch.optim.Optimizer):
     def __init__(self, params, named_parameters, compression, backward_passes_per_step, op,
-                 gradient_predivide_factor, process_set):
-        super(self.__class__, self).__init__(params)
+                 gradient_predivide_factor, sparse_as_dense, process_set):
+        self._hvx_base.__init__(self, params)
         self._compression = compression
+        self._sparse_as_dense = sparse_as_dense
         self._op = op
         self._predivide = gradient_predivide_factor
         self._process_set = process_set
@@ -55,6 +56,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self.backward_passes_per_step = backward_passes_per_step
         self._allreduce_delay = {p: backward_passes_per_step for p in all_params}
         self._handles = {}
+        self._densified = {}  # parameter -> sparse_dim of the gradient exchanged dense
         self._grad_accs = []
         self._requires_update = set()
         self._synchronized = False
@@ -82,6 +84,13 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             # Unused on this rank this step: the others still wait for it.
             p.grad = torch.zeros_like(p)
         name = "grad." + self._parameter_names[p]
+        if p.grad.is_sparse:
+            if not self._sparse_as_dense:
+                return mpi_ops.sparse_allreduce_async(p.grad, name, self._op,
+                                                      self._process_set), None
+            # Exchanged dense; written back sparse for optimizers that need it (SparseAdam).
+            self._densified[p] = p.grad.sparse_dim()
+            p.grad = p.grad.to_dense()
         prescale, postscale = 1.0, 1.0
         if self._op == Average and self._predivide != 1.0:
             prescale, postscale = 1.0 / self._predivide, self._predivide
@@ -119,13 +128,20 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             if handle is None:
                 self._handles[p] = self._allreduce_grad_async(p)
         try:
-            for p, (handle, (compressed, ctx)) in self._handles.items():
+            for p, (handle, ctx) in self._handles.items():
                 output = mpi_ops.synchronize(handle)
                 self._allreduce_delay[p] = self.backward_passes_per_step
+                if ctx is None:  # a sparse gradient, allreduced as sparse
+                    p.grad = output
+                    continue
+                compressed, ctx = ctx
                 if output is not p.grad:
                     p.grad.copy_(self._compression.decompress(output, ctx))
+                if p in self._densified:
+                    p.grad = p.grad.to_sparse(self._densified[p])
         finally:
             self._handles.clear()
+            self._densified.clear()
         self._synchronized = True
 
     @contextlib.contextmanager
@@ -145,14 +161,14 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                               "Use `with optimizer.skip_synchronize(): optimizer.step()`.")
             self.synchronize()
         self._synchronized = False
-        return super(self.__class__, self).step(closure)
+        return self._hvx_base.step(self, closure)
 
     def zero_grad(self, *args, **kwargs):
         if self._handles:
             raise AssertionError("optimizer.zero_grad() was called after loss.backward() but "
                                  "before optimizer.step() or optimizer.synchronize(). This is "
                                  "prohibited as it can cause a race condition.")
-        return super(self.__class__, self).zero_grad(*args, **kwargs)
+        return self._hvx_base.zero_grad(self, *args, **kwargs)
 
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
@@ -168,18 +184,17 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         f/size after it (keeps half-precision sums in range).
     num_groups / groups: accepted for compatibility; hvx fuses whatever is ready in the same
         cycle, up to HVX_FUSION_THRESHOLD, without explicit groups.
+    sparse_as_dense: sparse gradients (nn.Embedding(sparse=True)) are allreduced dense and
+        handed back sparse; otherwise every rank's entries are allgathered (sparse_allreduce).
     """
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError("gradient_predivide_factor not supported with op != Average")
     if op not in (Average, mpi_ops.Sum, Adasum):
         raise ValueError("DistributedOptimizer: op must be Average, Sum or Adasum")
-    if sparse_as_dense:
-        warnings.warn("sparse_as_dense: hvx exchanges dense gradients only; sparse gradients "
-                      "raise at the exchange")
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
-               dict(_DistributedOptimizer.__dict__))
+               dict(_DistributedOptimizer.__dict__, _hvx_base=optimizer.__class__))
     return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
-               op, gradient_predivide_factor, process_set)
+               op, gradient_predivide_factor, sparse_as_dense, process_set)
 
 
 def broadcast_parameters(params, root_rank, process_set=global_process_set):
@@ -206,13 +221,42 @@ def broadcast_parameters(params, root_rank, process_set=global_process_set):
         mpi_ops.synchronize(h)
 
 
-def broadcast_optimizer_state(optimizer, root_rank, process_set=global_process_set):
+def _initialize_state(optimizer, model):
+    """Gives an optimizer that has not stepped yet its state, as Horovod does: every parameter
+    that requires a gradient gets a zero .grad (sparse where the optimizer or an
+    nn.Embedding(sparse=True) of `model` wants one) and the wrapped optimizer steps once without
+    exchanging anything. Unlike Horovod's, the parameters keep their values: a step on zero
+    gradients still applies weight decay, which would move a resumed rank away from the root."""
+    sparse = set()
+    if model is not None:
+        for m in model.modules():
+            if isinstance(m, torch.nn.Embedding) and m.sparse:
+                sparse.update(id(p) for p in m.parameters())
+    params = [p for group in optimizer.param_groups for p in group["params"] if p.requires_grad]
+    saved = [p.detach().clone() for p in params]
+    for p in params:
+        p.grad = torch.zeros_like(p)
+        if isinstance(optimizer, torch.optim.SparseAdam) or id(p) in sparse:
+            p.grad = p.grad.to_sparse()
+    step = getattr(optimizer, "_hvx_base", type(optimizer)).step
+    step(optimizer)
+    with torch.no_grad():
+        for p, value in zip(params, saved):
+            p.copy_(value)
+
+
+def broadcast_optimizer_state(optimizer, root_rank, model=None, process_set=global_process_set):
     """Every rank's optimizer takes root_rank's state (momentum buffers, moments, step counts)
-    and param-group options (lr, momentum, betas, ...). Ranks must wrap the same parameters."""
+    and param-group options (lr, momentum, betas, ...). Ranks must wrap the same parameters.
+    root_rank is a global rank (a member of process_set). An optimizer that has not stepped yet
+    is first given its state (see _initialize_state), so every rank ends with the same state and
+    a zero .grad on each parameter that requires one. model: identifies sparse embeddings."""
     if isinstance(optimizer, torch.optim.LBFGS):
         raise ValueError("cannot broadcast torch.optim.LBFGS state")
-    state = mpi_ops.broadcast_object(optimizer.state_dict() if process_set.rank() == root_rank
-                                     else None, root_rank, name="optimizer.state",
-                                     process_set=process_set)
-    if process_set.rank() != root_rank:
+    if not optimizer.state_dict()["state"]:
+        _initialize_state(optimizer, model)
+    is_root = mpi_ops.rank() == root_rank
+    state = mpi_ops.broadcast_object(optimizer.state_dict() if is_root else None, root_rank,
+                                     name="optimizer.state", process_set=process_set)
+    if not is_root:
         optimizer.load_state_dict(state)
