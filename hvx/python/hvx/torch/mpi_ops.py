@@ -232,7 +232,7 @@ def _register(native, result):
 def poll(handle):
     """True once the op has completed (synchronize then returns at once)."""
     if isinstance(handle, _SparseHandle):
-        return all(poll(h) for h in handle.parts)
+        handle = handle.handle
     with _handles_lock:
         entry = _handles.get(handle)
     if entry is None:
@@ -243,7 +243,7 @@ def poll(handle):
 def synchronize(handle):
     """Waits for the op and returns its result; raises HvxInternalError if it failed."""
     if isinstance(handle, _SparseHandle):
-        return handle.result()
+        handle = handle.handle
     with _handles_lock:
         entry = _handles.pop(handle, None)
     if entry is None:
@@ -575,22 +575,14 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
 # -------------------------------------------------------------------------------- sparse tensors
 
 class _SparseHandle:
-    """A sparse allreduce in flight: the allgathers of every rank's indices and values. Calling
-    it (as Horovod's callable handle) or synchronize() returns the result."""
+    """A sparse allreduce's handle: callable, as Horovod's is, and accepted by poll and
+    synchronize like any other."""
 
-    def __init__(self, tensor, op, process_set, indices, values):
-        self.tensor, self.op, self.process_set = tensor, op, process_set
-        self.parts = [indices, values]
+    def __init__(self, handle):
+        self.handle = handle
 
-    def result(self):
-        indices, values = (synchronize(h) for h in self.parts)
-        if self.op == Average:
-            values = values / self.process_set.size()
-        # Gathered along dim 0, so the indices travelled as [nnz, sparse_dim].
-        return torch.sparse_coo_tensor(indices.t(), values, self.tensor.size(),
-                                       dtype=values.dtype)
-
-    __call__ = result
+    def __call__(self):
+        return synchronize(self.handle)
 
 
 def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
@@ -603,10 +595,19 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
                          % _OP_NAMES.get(op, op))
     if not tensor.is_sparse:
         raise ValueError("sparse_allreduce: the tensor is not sparse (layout %s)" % tensor.layout)
+    ps = _process_set_id(process_set)
+    size = tensor.size()
+
+    def result(gathered):
+        indices, values = gathered.results()
+        if op == Average:
+            values = values / process_set.size()
+        # Gathered along dim 0, so the indices travelled as [nnz, sparse_dim].
+        return torch.sparse_coo_tensor(indices.t(), values, size, dtype=values.dtype)
     name = _name("sparse_allreduce", name)
-    indices = allgather_async(tensor._indices().t().contiguous(), name + ".indices", process_set)
-    values = allgather_async(tensor._values().contiguous(), name + ".values", process_set)
-    return _SparseHandle(tensor, op, process_set, indices, values)
+    natives = [_C.allgather_async(tensor._indices().t().contiguous(), name + ".indices", ps),
+               _C.allgather_async(tensor._values().contiguous(), name + ".values", ps)]
+    return _SparseHandle(_register(_GroupWait(natives), result))
 
 
 # ---------------------------------------------------------------------------------- barrier, join
