@@ -63,14 +63,39 @@ void ReduceBool(ReduceOp op, uint8_t* acc, const uint8_t* in, int64_t n) {
 }
 
 template <typename T>
-void ScaleInt(T* data, int64_t n, double f) {
-  for (int64_t i = 0; i < n; ++i) data[i] = static_cast<T>(static_cast<double>(data[i]) * f);
+void ScaleInt(T* data, int64_t n, Scale s) {
+  const double f = s.factor, d = s.divisor;
+  for (int64_t i = 0; i < n; ++i) data[i] = static_cast<T>(static_cast<double>(data[i]) * f / d);
+}
+
+// float32(x * f) / divisor, rounded once: see cpu_ops.h.
+inline float DivideOnce(float x, double reciprocal) {
+  return static_cast<float>(static_cast<double>(x) * reciprocal);
+}
+
+void ScaleFloat(float* d, int64_t n, Scale s) {
+  const float f = static_cast<float>(s.factor);
+  if (s.divisor == 1) {
+    for (int64_t i = 0; i < n; ++i) d[i] *= f;
+    return;
+  }
+  const double r = 1.0 / s.divisor;
+  if (s.factor == 1.0) {
+    for (int64_t i = 0; i < n; ++i) d[i] = DivideOnce(d[i], r);
+  } else {
+    for (int64_t i = 0; i < n; ++i) d[i] = DivideOnce(d[i] * f, r);
+  }
 }
 
 template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float)>
-void ScaleHalf(uint16_t* data, int64_t n, double factor) {
-  const float f = static_cast<float>(factor);
-  for (int64_t i = 0; i < n; ++i) data[i] = FromFloat(ToFloat(data[i]) * f);
+void ScaleHalf(uint16_t* data, int64_t n, Scale s) {
+  const float f = static_cast<float>(s.factor);
+  if (s.divisor == 1) {
+    for (int64_t i = 0; i < n; ++i) data[i] = FromFloat(ToFloat(data[i]) * f);
+    return;
+  }
+  const double r = 1.0 / s.divisor;
+  for (int64_t i = 0; i < n; ++i) data[i] = FromFloat(DivideOnce(ToFloat(data[i]) * f, r));
 }
 
 template <typename T, typename Load, typename Store>
@@ -158,34 +183,35 @@ void ReduceInto(DataType dtype, ReduceOp op, void* acc, const void* in, int64_t 
   }
 }
 
-void ScaleInPlace(DataType dtype, void* data, int64_t n, double factor) {
-  if (factor == 1.0) return;
+void ScaleInPlace(DataType dtype, void* data, int64_t n, Scale scale) {
+  if (scale.is_identity()) return;
   switch (dtype) {
     case DataType::kUint8:
-      return ScaleInt(static_cast<uint8_t*>(data), n, factor);
+      return ScaleInt(static_cast<uint8_t*>(data), n, scale);
     case DataType::kInt8:
-      return ScaleInt(static_cast<int8_t*>(data), n, factor);
+      return ScaleInt(static_cast<int8_t*>(data), n, scale);
     case DataType::kInt16:
-      return ScaleInt(static_cast<int16_t*>(data), n, factor);
+      return ScaleInt(static_cast<int16_t*>(data), n, scale);
     case DataType::kInt32:
-      return ScaleInt(static_cast<int32_t*>(data), n, factor);
+      return ScaleInt(static_cast<int32_t*>(data), n, scale);
     case DataType::kInt64:
-      return ScaleInt(static_cast<int64_t*>(data), n, factor);
-    case DataType::kFloat32: {
-      float* d = static_cast<float*>(data);
-      const float f = static_cast<float>(factor);
-      for (int64_t i = 0; i < n; ++i) d[i] *= f;
-      return;
-    }
+      return ScaleInt(static_cast<int64_t*>(data), n, scale);
+    case DataType::kFloat32:
+      return ScaleFloat(static_cast<float*>(data), n, scale);
     case DataType::kFloat64: {
       double* d = static_cast<double*>(data);
-      for (int64_t i = 0; i < n; ++i) d[i] *= factor;
+      const double f = scale.factor, divisor = scale.divisor;
+      if (scale.divisor == 1) {
+        for (int64_t i = 0; i < n; ++i) d[i] *= f;
+      } else {
+        for (int64_t i = 0; i < n; ++i) d[i] = d[i] * f / divisor;
+      }
       return;
     }
     case DataType::kFloat16:
-      return ScaleHalf<HalfToFloat, FloatToHalf>(static_cast<uint16_t*>(data), n, factor);
+      return ScaleHalf<HalfToFloat, FloatToHalf>(static_cast<uint16_t*>(data), n, scale);
     case DataType::kBfloat16:
-      return ScaleHalf<Bfloat16ToFloat, FloatToBfloat16>(static_cast<uint16_t*>(data), n, factor);
+      return ScaleHalf<Bfloat16ToFloat, FloatToBfloat16>(static_cast<uint16_t*>(data), n, scale);
     case DataType::kBool:
       return;
   }

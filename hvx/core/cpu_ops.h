@@ -5,6 +5,10 @@
 //
 // float16/bfloat16 are widened to float32 for each operation and rounded back once. Integers are
 // scaled in float64 and truncated toward zero. bool: Sum and Max are OR, Min and Product are AND.
+// A Scale's factor multiplies in the element's precision (float32 for float16/bfloat16), as
+// Horovod's CPU ops do; its divisor then divides so that the quotient is correctly rounded:
+// float32(float64(x) * (1.0 / divisor)), which equals x / divisor rounded once for any divisor
+// below 2^20 (x / n never lies within 2^-52 of a float32 rounding boundary unless it is one).
 #ifndef HVX_CORE_CPU_OPS_H_
 #define HVX_CORE_CPU_OPS_H_
 
@@ -30,8 +34,9 @@ void StreamBytes(void* dst, const void* src, size_t n);
 // acc[i] = acc[i] (op) in[i] for i < count. op is kSum, kMin, kMax or kProduct.
 void ReduceInto(DataType dtype, ReduceOp op, void* acc, const void* in, int64_t count);
 
-// data[i] *= factor. No-op when factor == 1. bool data is left alone.
-void ScaleInPlace(DataType dtype, void* data, int64_t count, double factor);
+// data[i] = data[i] * scale.factor / scale.divisor. No-op for the identity. bool data is left
+// alone.
+void ScaleInPlace(DataType dtype, void* data, int64_t count, Scale scale);
 
 // Adasum of two vectors, written into a: a*(1 - a.b/(2|a|^2)) + b*(1 - a.b/(2|b|^2)), with a
 // coefficient of 1 where a norm is ~0. Symmetric in a and b. Floating-point dtypes only.

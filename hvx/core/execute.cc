@@ -38,8 +38,8 @@ std::string ShapeJson(const TensorRef& t) {
 }
 
 // Average is a sum on the data plane, divided by the set's size in the postscale.
-double Postscale(const Response& r, int set_size) {
-  return r.postscale / (r.reduce_op == ReduceOp::kAverage ? set_size : 1);
+Scale Postscale(const Response& r, int set_size) {
+  return Scale(r.postscale, r.reduce_op == ReduceOp::kAverage ? set_size : 1);
 }
 
 }  // namespace

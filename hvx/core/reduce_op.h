@@ -24,6 +24,20 @@ enum class ReduceOp : uint8_t {
 // "average", "sum", "min", "max", "product", "adasum".
 absl::string_view ReduceOpName(ReduceOp op);
 
+// What a reduction's inputs or result are scaled by: multiplied by `factor`, then divided by
+// `divisor` (an Average's set size). The divisor is kept apart from the factor so that an average
+// is rounded once, as `sum / size` is: float32 sums multiplied by float(1/3) come out one ulp off
+// in a third of cases. Implicit from a double, for the common case of a plain factor.
+struct Scale {
+  Scale(double factor = 1.0, int divisor = 1) : factor(factor), divisor(divisor) {}  // NOLINT
+  bool is_identity() const { return factor == 1.0 && divisor == 1; }
+  // The scale as one number, for planes that can only multiply (factor / divisor).
+  double value() const { return factor / divisor; }
+
+  double factor;
+  int divisor;
+};
+
 }  // namespace hvx
 
 #endif  // HVX_CORE_REDUCE_OP_H_

@@ -71,9 +71,9 @@ struct AllreduceWork {
   std::vector<TensorRef> outputs;
   DataType dtype = DataType::kFloat32;
   Device device;
-  ReduceOp op = ReduceOp::kSum;  // never kAverage: the engine folds 1/size into postscale
+  ReduceOp op = ReduceOp::kSum;  // never kAverage: the engine makes the set size postscale's divisor
   double prescale_factor = 1.0;
-  double postscale_factor = 1.0;
+  Scale postscale_factor;
   // Bytes the fused buffer may use (the fusion threshold, at least the largest tensor).
   int64_t fusion_buffer_bytes = 0;
   // Reduce each element in an order that does not depend on what else is fused
@@ -122,7 +122,7 @@ struct ReduceScatterWork {
   std::vector<int64_t> recv_rows;
   int64_t row_elements = 1;
   double prescale_factor = 1.0;
-  double postscale_factor = 1.0;
+  Scale postscale_factor;  // an Average's set size is its divisor
   ActivityRecorder* activity = nullptr;
 };
 

@@ -425,7 +425,7 @@ RingSegments PerSpanSegments(const std::vector<Span>& spans, int size, int64_t e
 }
 
 absl::Status RingAllreduce(MPI_Comm comm, const RingSegments& segments, DataType dtype, ReduceOp op,
-                           double postscale, int64_t piece_bytes, HostBuffer* scratch) {
+                           Scale postscale, int64_t piece_bytes, HostBuffer* scratch) {
   int rank = 0, size = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
@@ -464,7 +464,7 @@ absl::Status RingAllreduce(MPI_Comm comm, const RingSegments& segments, DataType
           Exchange(comm, right, left, 11, send, off, sn, recv, off, rn, tmp, esize, &requests));
       // The last step completes this rank's segment: scale it block by block while the block is
       // still in cache, instead of in another pass over memory.
-      const double scale = s == size - 2 ? postscale : 1.0;
+      const Scale scale = s == size - 2 ? postscale : Scale();
       recv.ForEachPart(off, rn, [&](char* p, int64_t k, int64_t at) {
         constexpr int64_t kBlock = 8192;
         for (int64_t b = 0; b < k; b += kBlock) {
@@ -491,7 +491,7 @@ absl::Status RingAllreduce(MPI_Comm comm, const RingSegments& segments, DataType
 }
 
 absl::Status RingAllreduce(MPI_Comm comm, const std::vector<Span>& spans, DataType dtype,
-                           ReduceOp op, double postscale, int64_t piece_bytes,
+                           ReduceOp op, Scale postscale, int64_t piece_bytes,
                            HostBuffer* scratch) {
   int size = 1;
   MPI_Comm_size(comm, &size);
@@ -501,13 +501,13 @@ absl::Status RingAllreduce(MPI_Comm comm, const std::vector<Span>& spans, DataTy
 }
 
 absl::Status RingAllreduce(MPI_Comm comm, void* data, int64_t count, DataType dtype, ReduceOp op,
-                           double postscale, int64_t piece_bytes, HostBuffer* scratch) {
+                           Scale postscale, int64_t piece_bytes, HostBuffer* scratch) {
   return RingAllreduce(comm, {Span{static_cast<char*>(data), count}}, dtype, op, postscale,
                        piece_bytes, scratch);
 }
 
 absl::Status GatherAllreduce(MPI_Comm comm, char* data, const std::vector<int64_t>& bounds,
-                             DataType dtype, ReduceOp op, double postscale, HostBuffer* gathered) {
+                             DataType dtype, ReduceOp op, Scale postscale, HostBuffer* gathered) {
   int size = 1;
   MPI_Comm_size(comm, &size);
   if (static_cast<int>(bounds.size()) != size + 1 || bounds.front() != 0) {
@@ -539,7 +539,7 @@ absl::Status GatherAllreduce(MPI_Comm comm, char* data, const std::vector<int64_
 }
 
 absl::Status Allreduce(MPI_Comm comm, void* data, int64_t count, DataType dtype, ReduceOp op,
-                       double postscale, HostBuffer* scratch) {
+                       Scale postscale, HostBuffer* scratch) {
   if (count * static_cast<int64_t>(DataTypeSize(dtype)) < kRingMinBytes) {
     HVX_RETURN_IF_ERROR(ChunkedAllreduce(comm, data, count, dtype, op, INT_MAX));
     ScaleInPlace(dtype, data, count, postscale);

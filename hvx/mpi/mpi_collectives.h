@@ -166,11 +166,11 @@ RingSegments PerSpanSegments(const std::vector<Span>& spans, int size, int64_t e
 // Reduce-scatter then allgather over the segments, in pieces of `piece_bytes` per segment, results
 // in place. Each message is one contiguous part (no derived datatypes).
 absl::Status RingAllreduce(MPI_Comm comm, const RingSegments& segments, DataType dtype, ReduceOp op,
-                           double postscale, int64_t piece_bytes, HostBuffer* scratch);
+                           Scale postscale, int64_t piece_bytes, HostBuffer* scratch);
 
 // The same over the concatenation of `spans`, PositionalSegments, results in place.
 absl::Status RingAllreduce(MPI_Comm comm, const std::vector<Span>& spans, DataType dtype,
-                           ReduceOp op, double postscale, int64_t piece_bytes, HostBuffer* scratch);
+                           ReduceOp op, Scale postscale, int64_t piece_bytes, HostBuffer* scratch);
 
 // A small allreduce with the ring's order and one collective: `data` holds the segments back to
 // back (segment k is elements [bounds[k], bounds[k+1]), bounds has size + 1 entries from 0). Every
@@ -178,17 +178,17 @@ absl::Status RingAllreduce(MPI_Comm comm, const std::vector<Span>& spans, DataTy
 // rank in RingAllreduce's order, so the bits equal RingAllreduce over the same segments; then
 // multiplied by `postscale`.
 absl::Status GatherAllreduce(MPI_Comm comm, char* data, const std::vector<int64_t>& bounds,
-                             DataType dtype, ReduceOp op, double postscale, HostBuffer* gathered);
+                             DataType dtype, ReduceOp op, Scale postscale, HostBuffer* gathered);
 
 // The result is multiplied by `postscale`; each rank scales only the segment it finished, before
 // the allgather, so scaling costs 1/size of a pass over the data.
 absl::Status RingAllreduce(MPI_Comm comm, void* data, int64_t count, DataType dtype, ReduceOp op,
-                           double postscale, int64_t piece_bytes, HostBuffer* scratch);
+                           Scale postscale, int64_t piece_bytes, HostBuffer* scratch);
 
 // MPI_Allreduce below kRingMinBytes (latency-bound; temporaries are small), RingAllreduce above.
 // The result is multiplied by `postscale`.
 absl::Status Allreduce(MPI_Comm comm, void* data, int64_t count, DataType dtype, ReduceOp op,
-                       double postscale, HostBuffer* scratch);
+                       Scale postscale, HostBuffer* scratch);
 
 inline constexpr int64_t kRingMinBytes = int64_t{256} << 10;
 // Ring piece: the scratch a received piece lands in is re-read from cache at this size; larger

@@ -510,8 +510,8 @@ absl::Status NcclDataPlane::Allreduce(const AllreduceWork& work) {
   }
   const bool hierarchical = plan_.algorithm == AllreduceAlgorithm::kHierarchical;
   absl::StatusOr<ReductionChoice> choice =
-      ChooseReduction(work.op, work.dtype, work.prescale_factor, work.postscale_factor, set_size(),
-                      version_, options_.half_in_float32, /*allow_avg=*/!hierarchical);
+      ChooseReduction(work.op, work.dtype, work.prescale_factor, work.postscale_factor.value(),
+                      set_size(), version_, options_.half_in_float32, /*allow_avg=*/!hierarchical);
   if (!choice.ok()) return Annotate(choice.status(), absl::StrCat("tensor '", label, "'"));
   const ReductionChoice rc = *choice;
   int64_t total = 0;
@@ -723,7 +723,7 @@ absl::Status NcclDataPlane::ReduceScatter(const ReduceScatterWork& work) {
   HVX_RETURN_IF_ERROR(CheckDevice(work.output, work.name));
   const DataType dtype = work.input.dtype();
   absl::StatusOr<ReductionChoice> choice =
-      ChooseReduction(ReduceOp::kSum, dtype, work.prescale_factor, work.postscale_factor,
+      ChooseReduction(ReduceOp::kSum, dtype, work.prescale_factor, work.postscale_factor.value(),
                       set_size(), version_, options_.half_in_float32, /*allow_avg=*/true);
   if (!choice.ok()) return Annotate(choice.status(), absl::StrCat("tensor '", work.name, "'"));
   const ReductionChoice rc = *choice;

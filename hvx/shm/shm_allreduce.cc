@@ -87,7 +87,7 @@ ShmAllreducer::ShmAllreducer(ShmGroup* group, CrossHostLink* cross, const Option
     : group_(group), cross_(cross), options_(options), scratch_(options.chunk_bytes) {}
 
 absl::Status ShmAllreducer::Allreduce(const std::vector<ReduceSpan>& spans, DataType dtype,
-                                      ReduceOp op, double prescale, double postscale,
+                                      ReduceOp op, double prescale, Scale postscale,
                                       absl::string_view what) {
   if (!broken_.ok()) return broken_;
   const absl::Time start = absl::Now();

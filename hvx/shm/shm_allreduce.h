@@ -87,7 +87,7 @@ class ShmAllreducer {
   // passes spans of the same counts. Errors name `what`; after one, every later call fails too
   // (the peers' progress can no longer be trusted).
   absl::Status Allreduce(const std::vector<ReduceSpan>& spans, DataType dtype, ReduceOp op,
-                         double prescale, double postscale, absl::string_view what);
+                         double prescale, Scale postscale, absl::string_view what);
 
   // Where the time of the calls so far went: all of it, and the part spent in the cross-host
   // link's Recv and Flush (waiting for other hosts and moving data between them).
@@ -125,7 +125,7 @@ class ShmAllreducer {
   DataType dtype_ = DataType::kFloat32;
   ReduceOp op_ = ReduceOp::kSum;
   double prescale_ = 1.0;
-  double postscale_ = 1.0;
+  Scale postscale_;
   std::string what_;
   size_t esize_ = 4;
   int64_t chunk_ = 1;  // elements per chunk
