@@ -94,6 +94,14 @@ bool Coordinator::IsReady(const Pending& p) const {
   return true;
 }
 
+bool Coordinator::FailsForJoin(const Pending& p) const {
+  if (joined_.empty()) return false;
+  for (const std::optional<Request>& req : p.by_rank) {
+    if (req.has_value()) return req->type != OpType::kAllreduce;
+  }
+  return false;
+}
+
 Response Coordinator::ErrorResponse(const std::string& name, std::string message,
                                     absl::StatusCode code) const {
   Response r;
@@ -360,8 +368,7 @@ void Coordinator::FailTimedOut(absl::Time now, std::vector<Response>* errors) {
     std::string message = absl::StrCat(
         OpTypeName(type), " '", name, "' timed out after ", options_.collective_timeout_s,
         " s (HVX_COLLECTIVE_TIMEOUT_S): ", absl::StrJoin(missing, ", "),
-        missing.size() == 1 ? " did" : " did all", " not submit it (submitted by ",
-        absl::StrJoin(came, ", "),
+        " did not submit it (submitted by ", absl::StrJoin(came, ", "),
         "). Every rank must run the same collectives: a rank that skipped this one, failed "
         "before it or runs different names leaves the others waiting.");
     HVX_LOG(ERROR) << message;
@@ -373,7 +380,7 @@ void Coordinator::FailTimedOut(absl::Time now, std::vector<Response>* errors) {
 ResponseList Coordinator::Build(absl::Time now) {
   std::vector<std::pair<int64_t, std::string>> ready;
   for (const auto& [name, p] : table_) {
-    if (IsReady(p)) ready.emplace_back(p.arrival, name);
+    if (IsReady(p) || FailsForJoin(p)) ready.emplace_back(p.arrival, name);
   }
   std::sort(ready.begin(), ready.end());
   std::vector<Response> responses;

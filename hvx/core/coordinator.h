@@ -85,6 +85,10 @@ class Coordinator {
   };
 
   bool IsReady(const Pending& p) const;
+  // Whether `p` is an op other than allreduce while some rank has joined: an error however the
+  // other ranks answer (a joined rank submits nothing until every rank joins), so it fails now
+  // instead of waiting for ranks whose unnamed ops may be counted differently.
+  bool FailsForJoin(const Pending& p) const;
   Response Validate(const std::string& name, const Pending& p) const;
   Response ErrorResponse(const std::string& name, std::string message,
                          absl::StatusCode code = absl::StatusCode::kInvalidArgument) const;

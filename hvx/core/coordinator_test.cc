@@ -191,6 +191,33 @@ TEST(CoordinatorTest, JoinedRanksCountAsReadyAndLastJoinerIsReported) {
   EXPECT_EQ(out.responses[0].last_joined_rank, 0);
 }
 
+// With a rank joined, an allgather is an error whatever the others do: it fails in the round its
+// first request arrives, not after the collective timeout waiting for ranks that may have named it
+// differently (their unnamed-op counts differ in a loop where a different rank joins each time).
+TEST(CoordinatorTest, NonAllreduceFailsAtOnceWhileARankHasJoined) {
+  Coordinator c(3, CoordinatorOptions{{}, 60, 0, {0, 1, 2}, nullptr});
+  Request join;
+  join.type = OpType::kJoin;
+  join.name = "join";
+  c.Add(1, List({join}), absl::Now());
+  Request gather = Allreduce(0, "allgather.noname.0", {2});
+  gather.type = OpType::kAllgather;
+  c.Add(0, List({gather}), absl::Now());
+  auto out = c.Build(absl::Now());
+  ASSERT_EQ(out.responses.size(), 1u);
+  EXPECT_EQ(out.responses[0].type, OpType::kError);
+  EXPECT_EQ(out.responses[0].names, std::vector<std::string>{"allgather.noname.0"});
+  EXPECT_TRUE(absl::StrContains(out.responses[0].error,
+                                "not supported while ranks have joined (joined: 1)"));
+  // An allreduce still waits for the ranks that have not joined.
+  c.Add(0, List({Allreduce(0, "g", {2})}), absl::Now());
+  EXPECT_TRUE(c.Build(absl::Now()).responses.empty());
+  c.Add(2, List({Allreduce(2, "g", {2})}), absl::Now());
+  out = c.Build(absl::Now());
+  ASSERT_EQ(out.responses.size(), 1u);
+  EXPECT_EQ(out.responses[0].type, OpType::kAllreduce);
+}
+
 TEST(CoordinatorTest, StallReportListsMissingRanksAndShutdownFailsThem) {
   CoordinatorOptions o;
   o.stall_check_time_s = 1;
