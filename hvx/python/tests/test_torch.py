@@ -78,6 +78,17 @@ def test_allreduce_average(rank, size, dtype, dim):
     assert torch.allclose(averaged.double(), expected, atol=1e-6)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.float64])
+def test_allreduce_average_is_the_sum_divided_by_size(rank, size, dtype):
+    # Whole numbers sum exactly, so the average must be `sum / size` rounded once, bit for bit,
+    # as torch divides (Horovod's tests compare so at threshold 0); float32 sums multiplied by
+    # float32(1/3) differ from that in the last bit for a third of the values.
+    torch.manual_seed(1234)
+    tensor = torch.FloatTensor(1000).random_(-100, 100).to(dtype)
+    averaged = hvd.allreduce(tensor, op=hvd.Average)
+    assert torch.equal(averaged, (tensor.double() * size).to(dtype) / size)
+
+
 @pytest.mark.parametrize("op,reduce", [(hvd.Min, torch.min), (hvd.Max, torch.max),
                                        (hvd.Product, torch.prod)])
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.float32, torch.float64])
@@ -307,6 +318,26 @@ def test_process_sets(rank, size):
         hvd.allreduce(torch.ones(3), process_set=[0])
 
 
+def test_unnamed_ops_are_counted_per_process_set(rank, size):
+    # The even and the odd ranks run different numbers of unnamed ops on their own sets; the
+    # unnamed op on the global set after them must still have one name on every rank (a count
+    # shared by all sets would differ between the even and the odd ranks: a timeout).
+    evens = hvd.add_process_set(list(range(0, size, 2)))
+    odds = hvd.add_process_set(list(range(1, size, 2)))
+    mine, repeats = (evens, 3) if rank % 2 == 0 else (odds, 1)
+    for _ in range(repeats):
+        out = hvd.allreduce(torch.ones(2), op=hvd.Sum, process_set=mine)
+        assert torch.equal(out, torch.ones(2) * mine.size())
+    assert torch.equal(hvd.allreduce(torch.ones(2), op=hvd.Sum), torch.ones(2) * size)
+    hvd.remove_process_set(odds)
+    hvd.remove_process_set(evens)
+    # A set registered again under a reused id starts its count again on every member.
+    again = hvd.add_process_set(list(range(size)))
+    assert torch.equal(hvd.allreduce(torch.ones(2), op=hvd.Sum, process_set=again),
+                       torch.ones(2) * size)
+    hvd.remove_process_set(again)
+
+
 def test_process_set_at_init_order_and_duplicates(rank, size):
     a = hvd.add_process_set(hvd.ProcessSet(range(size)))
     with pytest.raises(ValueError, match="already registered"):
@@ -338,6 +369,19 @@ def test_join_rejects_other_collectives(rank, size):
         with pytest.raises(hvd.HvxInternalError, match="not supported while ranks have joined"):
             hvd.broadcast(torch.ones(2), 1, name="join.bcast")
         hvd.join()
+
+
+def test_join_fails_other_collectives_at_once_in_every_order(rank, size):
+    # Horovod's join_allgather loop: each rank in turn joins first while the others run an
+    # unnamed allgather. Their unnamed counts differ from the second round on, so the error must
+    # come from the join rule as soon as one of them submits, not from the collective timeout.
+    for first in range(size):
+        if rank != first:
+            with pytest.raises(hvd.HvxInternalError, match="not supported while ranks have joined"):
+                hvd.allgather(torch.ones(2))
+        last = hvd.join()
+        assert last != first or size == 1
+        assert hvd.allgather_object(last) == [last] * size
 
 
 def test_barrier(rank, size):

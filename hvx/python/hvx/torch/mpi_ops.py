@@ -1,10 +1,11 @@
 """Collectives on torch tensors: horovod.torch's names, arguments and results, over hvx's engine.
 
 Every op is submitted to hvx's background thread under a name that must be the same on every rank
-(an unnamed op gets "<op>.noname.<n>", counted per op, which agrees as long as every rank makes
-its unnamed calls in the same order). An `_async` op returns an integer handle for `poll` and
-`synchronize`; the tensors it reads and writes are kept alive until then. Ops without `_` return
-new tensors and are differentiable (see the autograd classes at the end).
+(an unnamed op gets "<op>.noname.<n>", counted per op and process set, which agrees as long as
+the members of each set make their unnamed calls on it in the same order). An `_async` op returns
+an integer handle for `poll` and `synchronize`; the tensors it reads and writes are kept alive
+until then. Ops without `_` return new tensors and are differentiable (see the autograd classes
+at the end).
 
 Errors: a bad argument raises ValueError at the call; an op that fails raises HvxInternalError, a
 RuntimeError, from `synchronize` on every rank it failed on: HvxInvalidArgumentError (also a
@@ -189,6 +190,7 @@ def add_process_set(process_set):
     if process_set.process_set_id is not None:
         raise ValueError("%r is already registered" % process_set)
     process_set.process_set_id = _C.add_process_set(process_set.ranks)
+    _forget_names(process_set.process_set_id)
     return process_set
 
 
@@ -210,15 +212,29 @@ def remove_process_set(process_set):
 _handles = {}
 _handles_lock = threading.Lock()
 _next_handle = itertools.count(1)
+# Unnamed ops are counted per (process set, op): the members of a set run its ops in the same
+# order, but ranks outside it do not run them at all, so one count for every set would drift apart
+# between ranks as soon as two sets ran different numbers of ops. A set's counts restart when its
+# id is registered (ids are reused after remove_process_set). Horovod counts every op of the
+# process in one sequence.
 _noname = collections.defaultdict(itertools.count)
 
 
-def _name(op, name):
+def _name(op, name, process_set):
     if name is not None:
         if not isinstance(name, str) or not name:
             raise ValueError("name must be a non-empty string, got %r" % (name,))
         return name
-    return "%s.noname.%d" % (op, next(_noname[op]))
+    set_id = getattr(process_set, "process_set_id", None) or 0
+    count = next(_noname[(set_id, op)])
+    if set_id == 0:
+        return "%s.noname.%d" % (op, count)
+    return "%s.set%d.noname.%d" % (op, set_id, count)
+
+
+def _forget_names(set_id):
+    for key in [k for k in _noname if k[0] == set_id]:
+        del _noname[key]
 
 
 def _register(native, result):
@@ -298,7 +314,7 @@ def _contiguous_target(tensor):
 def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor, process_set,
                      done):
     _check_initialized("allreduce")
-    native = _C.allreduce_async(tensor, output, _name("allreduce", name), op,
+    native = _C.allreduce_async(tensor, output, _name("allreduce", name, process_set), op,
                                 float(prescale_factor), float(postscale_factor),
                                 _process_set_id(process_set))
     return _register(native, lambda _: done())
@@ -347,7 +363,7 @@ def _grouped_async(inputs, outputs, name, op, prescale_factor, postscale_factor,
     if not inputs:
         raise ValueError("grouped_allreduce: no tensors")
     native = _C.grouped_allreduce_async(list(inputs), list(outputs),
-                                        _name("grouped_allreduce", name), op,
+                                        _name("grouped_allreduce", name, process_set), op,
                                         float(prescale_factor), float(postscale_factor),
                                         _process_set_id(process_set))
     return _register(native, lambda _: done())
@@ -395,7 +411,7 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
     """Starts an allgather: every rank's tensor concatenated along dim 0 in rank order (first
     dimensions may differ)."""
     _check_initialized("allgather")
-    native = _C.allgather_async(tensor.contiguous(), _name("allgather", name),
+    native = _C.allgather_async(tensor.contiguous(), _name("allgather", name, process_set),
                                 _process_set_id(process_set))
     return _register(native, lambda n: n.output)
 
@@ -405,11 +421,11 @@ def allgather(tensor, name=None, process_set=global_process_set):
     return _Allgather.apply(tensor, name, process_set)
 
 
-def _grouped(op, tensors, name, submit):
+def _grouped(op, tensors, name, process_set, submit):
     """Submits submit(tensor, name_i) for each tensor under one base name; one handle for all."""
     if not tensors:
         raise ValueError("%s: no tensors" % op)
-    base = _name(op, name)
+    base = _name(op, name, process_set)
     natives = [submit(t, "%s.%d" % (base, i)) for i, t in enumerate(tensors)]
     return _register(_GroupWait(natives), lambda g: g.results())
 
@@ -442,13 +458,13 @@ def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
     """Starts an allgather of each tensor; synchronize returns the list of results."""
     _check_initialized("grouped_allgather")
     ps = _process_set_id(process_set)
-    return _grouped("grouped_allgather", tensors, name,
+    return _grouped("grouped_allgather", tensors, name, process_set,
                     lambda t, n: _C.allgather_async(t.contiguous(), n, ps))
 
 
 def grouped_allgather(tensors, name=None, process_set=global_process_set):
     """allgather of each tensor; returns the list of results (differentiable)."""
-    base = _name("grouped_allgather", name)
+    base = _name("grouped_allgather", name, process_set)
     return [allgather(t, "%s.%d" % (base, i), process_set) for i, t in enumerate(tensors)]
 
 
@@ -457,7 +473,8 @@ def grouped_allgather(tensors, name=None, process_set=global_process_set):
 def _broadcast_async(tensor, root_rank, name, process_set, done):
     _check_initialized("broadcast")
     native = _C.broadcast_async(tensor, _root_in_set(root_rank, process_set),
-                                _name("broadcast", name), _process_set_id(process_set))
+                                _name("broadcast", name, process_set),
+                                _process_set_id(process_set))
     return _register(native, lambda _: done())
 
 
@@ -499,7 +516,7 @@ def _splits_list(splits):
 def _alltoall_async(tensor, splits, name, process_set, with_received_splits):
     _check_initialized("alltoall")
     native = _C.alltoall_async(tensor.contiguous(), _splits_list(splits),
-                               _name("alltoall", name), _process_set_id(process_set))
+                               _name("alltoall", name, process_set), _process_set_id(process_set))
     if not with_received_splits:
         return _register(native, lambda n: n.output)
     return _register(native, lambda n: (n.output,
@@ -525,7 +542,8 @@ def reducescatter_async(tensor, name=None, op=Average, prescale_factor=1.0,
     """Starts a reduce-scatter: the reduction of `tensor` over the set, of which rank r keeps
     its block of rows (rows divide as evenly as possible, the first ranks get one more)."""
     _check_reducescatter_op(op)
-    native = _C.reducescatter_async(tensor.contiguous(), _name("reducescatter", name), op,
+    native = _C.reducescatter_async(tensor.contiguous(),
+                                    _name("reducescatter", name, process_set), op,
                                     float(prescale_factor), float(postscale_factor),
                                     _process_set_id(process_set))
     return _register(native, lambda n: n.output)
@@ -545,7 +563,7 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, prescale_factor=
     blocks."""
     _check_reducescatter_op(op)
     ps = _process_set_id(process_set)
-    return _grouped("grouped_reducescatter", tensors, name,
+    return _grouped("grouped_reducescatter", tensors, name, process_set,
                     lambda t, n: _C.reducescatter_async(t.contiguous(), n, op,
                                                         float(prescale_factor),
                                                         float(postscale_factor), ps))
@@ -604,7 +622,7 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
             values = values / process_set.size()
         # Gathered along dim 0, so the indices travelled as [nnz, sparse_dim].
         return torch.sparse_coo_tensor(indices.t(), values, size, dtype=values.dtype)
-    name = _name("sparse_allreduce", name)
+    name = _name("sparse_allreduce", name, process_set)
     natives = [_C.allgather_async(tensor._indices().t().contiguous(), name + ".indices", ps),
                _C.allgather_async(tensor._values().contiguous(), name + ".values", ps)]
     return _SparseHandle(_register(_GroupWait(natives), result))
@@ -643,7 +661,7 @@ def _from_bytes(t):
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
     """root_rank's picklable object, on every rank."""
-    name = _name("broadcast_object", name)
+    name = _name("broadcast_object", name, process_set)
     _check_initialized("broadcast_object")
     is_root = _C.rank() == root_rank
     payload = _to_bytes(obj) if is_root else None
@@ -657,7 +675,7 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
 
 def allgather_object(obj, name=None, process_set=global_process_set):
     """Every rank's picklable object, as a list in rank order."""
-    name = _name("allgather_object", name)
+    name = _name("allgather_object", name, process_set)
     payload = _to_bytes(obj)
     sizes = synchronize(allgather_async(torch.tensor([payload.numel()], dtype=torch.int64),
                                         name + ".sizes", process_set)).tolist()
@@ -788,4 +806,5 @@ class _ReduceScatter(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output):
-        return _reducescatter_grad(grad_output, ctx.op, ctx.process_set), None, None, None, None, None
+        return (_reducescatter_grad(grad_output, ctx.op, ctx.process_set),
+                None, None, None, None, None)
