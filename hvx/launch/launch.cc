@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -78,9 +79,14 @@ absl::StatusOr<Child> Spawn(std::vector<std::string> argv) {
   if (pipe2(out, O_CLOEXEC) != 0) return ErrnoToStatus(errno, "pipe");
   if (pipe2(err, O_CLOEXEC) != 0) return ErrnoToStatus(errno, "pipe");
   std::vector<char*> cargv = CArgv(argv);
+  const pid_t parent = getpid();
   pid_t pid = fork();
   if (pid < 0) return ErrnoToStatus(errno, "fork");
   if (pid == 0) {
+    // hvxrun killed outright (SIGKILL, the OOM killer) runs no handler: the kernel's SIGTERM
+    // makes mpiexec stop the job instead of leaving it running with nobody to report it.
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) _exit(128 + SIGTERM);
     setpgid(0, 0);
     dup2(out[1], 1);
     dup2(err[1], 2);

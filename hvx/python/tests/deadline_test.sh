@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # deadlines_check.py on 2 ranks with a 5 s collective timeout and a 2 s stall check: every test
 # passes, and rank 0's stall inspector warned from the Python job, naming the missing rank (-s:
-# the engine logs to stderr, which pytest would otherwise capture).
+# the engine logs to stderr, which pytest would otherwise capture). Then hvxrun is stopped by
+# SIGTERM and by SIGKILL while a rank waits in a barrier: no process of the job may outlive it.
 #   deadline_test.sh HVXRUN PYTHON
 set -uo pipefail
 HVXRUN=$(readlink -f "$1"); PYTHON=$(readlink -f "$2")
@@ -16,3 +17,42 @@ cat out.txt
 grep -q 'Some tensors were submitted by only some ranks' out.txt && grep -q '  1: \[barrier\]' out.txt \
     || { echo "FAIL: no stall warning naming rank 1 and the barrier it skipped"; exit 1; }
 echo "ok: every wait ended within the timeout, and the stall inspector warned"
+
+# hvxrun stopped while rank 1 waits in a barrier that rank 0 (asleep) never enters: by SIGTERM,
+# and killed outright (SIGKILL runs no handler), nothing of the job may be left running. The job
+# stays silent meanwhile (no stall warning, no timeout): a write to the dead launcher's pipe would
+# end it by SIGPIPE and hide a job that outlives a quiet launcher.
+export HVX_COLLECTIVE_TIMEOUT_S=600 HVX_STALL_CHECK_TIME_S=600
+for sig in TERM KILL; do
+    marker="hvx-orphan-check-$sig-$$"
+    "$HVXRUN" -np 2 -- "$PYTHON" -c '
+import sys, time
+import hvx.torch as hvd
+hvd.init()
+print("waiting", flush=True)
+time.sleep(600) if hvd.rank() == 0 else hvd.barrier()
+' "$marker" >"orphan-$sig.txt" 2>&1 &
+    launcher=$!
+    for _ in $(seq 100); do
+        [[ $(grep -c waiting "orphan-$sig.txt") == 2 ]] && break
+        sleep 0.2
+    done
+    [[ $(grep -c waiting "orphan-$sig.txt") == 2 ]] \
+        || { cat "orphan-$sig.txt"; echo "FAIL: the ranks did not start"; exit 1; }
+    sleep 0.5  # rank 1 is in the barrier's native wait
+    kill -s "$sig" "$launcher"
+    wait "$launcher"
+    left=""
+    for _ in $(seq 50); do
+        left=$(pgrep -f "$marker")
+        [[ -z $left ]] && break
+        sleep 0.2
+    done
+    if [[ -n $left ]]; then
+        ps -o pid,ppid,args -p "$(tr '\n' ',' <<<"$left" | sed 's/,$//')"
+        kill -KILL $left 2>/dev/null
+        echo "FAIL: after SIG$sig to hvxrun, processes of the job outlived it 10 s"
+        exit 1
+    fi
+    echo "ok: SIG$sig to hvxrun while a rank waited left nothing running"
+done
