@@ -2,6 +2,7 @@
 every op x dtype, in place and async, fused submission, grouped, process sets, scaling, join,
 barrier, objects and optimizer state, DistributedOptimizer, gradients, and every error case
 raising on every rank. Run on 2 and 3 ranks."""
+import copy
 import itertools
 import os
 import subprocess
@@ -885,3 +886,77 @@ def test_error_unknown_handle():
 def test_ops_still_work_after_errors(rank, size):
     assert torch.equal(hvd.allreduce(torch.ones(2), op=hvd.Sum, name="after.errors"),
                        torch.ones(2) * size)
+
+
+# ------------------------------------------------------------------------------------- elastic
+
+def test_elastic_torch_state_sync_commit_restore(rank, size):
+    model = torch.nn.Linear(2, 2)
+    with torch.no_grad():
+        model.weight.fill_(rank + 1.0)
+        model.bias.fill_(rank + 1.0)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    state = hvd.elastic.TorchState(model, optimizer, batch=10 + rank, tags=["r%d" % rank])
+    state.sync()
+    # Every rank holds rank 0's values, and they are what a restore returns to.
+    assert torch.equal(model.weight, torch.ones(2, 2)) and state.batch == 10
+    assert state.tags == ["r0"]
+    with torch.no_grad():
+        model.weight.fill_(7.0)
+    state.batch = 11
+    state.tags.append("uncommitted")
+    state.restore()
+    assert torch.equal(model.weight, torch.ones(2, 2))
+    assert state.batch == 10 and state.tags == ["r0"]
+    # A commit moves the restore point; the optimizer's state comes back with it.
+    model(torch.ones(1, 2)).sum().backward()
+    optimizer.step()
+    state.batch = 12
+    state.commit()
+    committed = copy.deepcopy(optimizer.state_dict())
+    weight = model.weight.detach().clone()
+    optimizer.step()
+    state.batch = 13
+    state.restore()
+    assert torch.equal(model.weight, weight) and state.batch == 12
+    for k, v in committed["state"].items():
+        assert torch.equal(optimizer.state_dict()["state"][k]["momentum_buffer"],
+                           v["momentum_buffer"])
+    assert state.model is model and state.optimizer is optimizer
+
+
+def test_elastic_sampler_partitions_the_rest_of_the_epoch(rank, size):
+    dataset = list(range(10 * size + 3))
+    sampler = hvd.elastic.ElasticSampler(dataset, shuffle=True, seed=5)
+    state = hvd.elastic.TorchState(sampler=sampler)
+    state.sync()
+    mine = list(sampler)
+    everyone = [i for part in hvd.allgather_object(mine) for i in part]
+    # Every sample once, padded to equal shares with fewer than `size` repeats.
+    assert len(mine) == len(sampler) == -(-len(dataset) // size)
+    assert set(everyone) == set(dataset) and len(everyone) - len(dataset) < size
+    # Two batches of 2 on every rank processed and committed, one more undone by a restore:
+    # the rest of the epoch is the permutation's tail, partitioned again, each once (plus fewer
+    # than `size` pads).
+    sampler.record_batch(0, 2)
+    sampler.record_batch(1, 2)
+    state.commit()
+    sampler.record_batch(2, 2)
+    state.restore()
+    assert sampler.processed_num == 4 * size
+    order = [i for i in _C_plan(len(dataset), size, sampler.epoch, 5)]
+    rest = [i for part in hvd.allgather_object(list(sampler)) for i in part]
+    tail = order[4 * size:]
+    assert set(tail) <= set(rest)
+    assert len(rest) == size * len(sampler) and 0 <= len(rest) - len(tail) < size
+    # A new epoch: all of it, in another order.
+    sampler.set_epoch(1)
+    assert sampler.processed_num == 0 and len(sampler) == -(-len(dataset) // size)
+    assert list(sampler) != mine or size == len(dataset)
+
+
+def _C_plan(n, size, epoch, seed):
+    """The epoch's permutation as the ranks take it: position p goes to rank p % size."""
+    from hvx import _C
+    plans = [list(_C.shard_plan(n, r, size, epoch, seed, True, True, 0).ids) for r in range(size)]
+    return [plans[p % size][p // size] for p in range(n)]

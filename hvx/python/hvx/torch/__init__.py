@@ -22,4 +22,4 @@ from hvx.torch.mpi_ops import (
 from hvx.torch.optimizer import (
     DistributedOptimizer, broadcast_optimizer_state, broadcast_parameters)
 from hvx.torch.sync_batch_norm import SyncBatchNorm
-from hvx.torch import data
+from hvx.torch import data, elastic
