@@ -67,6 +67,7 @@ void Coordinator::Add(int rank, const RequestList& list, absl::Time now) {
   if (list.shutdown) shutdown_ = true;
   for (const Request& req : list.requests) {
     if (req.type == OpType::kJoin) {
+      if (joined_.empty()) join_progress_ = now - absl::Seconds(std::max(0.0, req.waited_s));
       if (joined_.insert(rank).second)
         last_joined_ = options_.global_ranks.empty() ? rank : options_.global_ranks[rank];
       continue;
@@ -335,7 +336,14 @@ void Coordinator::MaybeWarnStall(absl::Time now, std::vector<Response>* errors) 
                  << options_.stall_shutdown_time_s << " s. " << report;
 }
 
+bool Coordinator::JoinTimedOut(absl::Time now) const {
+  return options_.collective_timeout_s > 0 && !joined_.empty() &&
+         static_cast<int>(joined_.size()) < size_ &&
+         now - join_progress_ >= absl::Seconds(options_.collective_timeout_s);
+}
+
 bool Coordinator::CheckDue(absl::Time now) const {
+  if (JoinTimedOut(now)) return true;
   if (table_.empty()) return false;
   absl::Time oldest = absl::InfiniteFuture();
   for (const auto& [name, p] : table_) oldest = std::min(oldest, p.first_seen);
@@ -348,6 +356,26 @@ bool Coordinator::CheckDue(absl::Time now) const {
 
 void Coordinator::FailTimedOut(absl::Time now, std::vector<Response>* errors) {
   if (options_.collective_timeout_s <= 0) return;
+  if (JoinTimedOut(now)) {
+    std::vector<std::string> joined, missing;
+    for (int r = 0; r < size_; ++r) {
+      if (joined_.count(r) != 0) {
+        joined.push_back(Who(r));
+      } else {
+        missing.push_back(WhoOnHost(r));
+      }
+    }
+    std::string message = absl::StrCat(
+        "JOIN timed out after ", options_.collective_timeout_s,
+        " s (HVX_COLLECTIVE_TIMEOUT_S): ", absl::StrJoin(missing, ", "),
+        " neither joined nor ran a collective in that time (joined: ", absl::StrJoin(joined, ", "),
+        "). A rank with no more data joins; one that is still training runs its allreduces, and "
+        "each completed one restarts this timeout.");
+    HVX_LOG(ERROR) << message;
+    errors->push_back(
+        ErrorResponse("join", std::move(message), absl::StatusCode::kDeadlineExceeded));
+    joined_.clear();
+  }
   const absl::Duration limit = absl::Seconds(options_.collective_timeout_s);
   std::vector<std::string> timed_out;
   for (const auto& [name, p] : table_) {
@@ -386,6 +414,8 @@ ResponseList Coordinator::Build(absl::Time now) {
   std::vector<Response> responses;
   for (const auto& [arrival, name] : ready) {
     responses.push_back(Validate(name, table_[name]));
+    // The joined ranks take part in every allreduce: while they run, the join is not stalled.
+    if (responses.back().type != OpType::kError) join_progress_ = now;
     if (options_.observer) options_.observer->NegotiationEnd(name);
     table_.erase(name);
   }

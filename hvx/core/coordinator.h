@@ -93,8 +93,12 @@ class Coordinator {
   Response ErrorResponse(const std::string& name, std::string message,
                          absl::StatusCode code = absl::StatusCode::kInvalidArgument) const;
   void MaybeWarnStall(absl::Time now, std::vector<Response>* errors);
-  // Fails every name that has waited HVX_COLLECTIVE_TIMEOUT_S, naming the ranks that did not come.
+  // Fails every name that has waited HVX_COLLECTIVE_TIMEOUT_S, naming the ranks that did not come,
+  // and the join of the joined ranks when no collective completed for that long.
   void FailTimedOut(absl::Time now, std::vector<Response>* errors);
+  // Whether some ranks have joined and none of the others joined or completed a collective with
+  // them within HVX_COLLECTIVE_TIMEOUT_S.
+  bool JoinTimedOut(absl::Time now) const;
   std::string Who(int set_rank) const;
   // Who(set_rank) with its host when known: "rank 5 (host h1)".
   std::string WhoOnHost(int set_rank) const;
@@ -106,6 +110,8 @@ class Coordinator {
   // Each rank's device of each non-CPU type: the first one its requests named.
   std::vector<std::map<DeviceType, Device>> device_of_rank_;
   std::set<int> joined_;
+  // When the first rank joined or, since, the last collective completed.
+  absl::Time join_progress_ = absl::InfinitePast();
   int last_joined_ = -1;
   bool shutdown_ = false;
   absl::Time last_stall_warning_ = absl::InfinitePast();

@@ -269,6 +269,45 @@ TEST(CoordinatorTest, CollectiveTimeoutFailsANameSomeRanksNeverSubmitted) {
   EXPECT_FALSE(c.CheckDue(t0 + absl::Seconds(30)));
 }
 
+// A join waits as long as the other ranks keep running collectives with it, and fails when none
+// joined nor completed one within the timeout.
+TEST(CoordinatorTest, JoinFailsWhenNoCollectiveCompletesWithinTheTimeout) {
+  CoordinatorOptions o;
+  o.stall_check_time_s = 0;
+  o.collective_timeout_s = 10;
+  o.global_ranks = {0, 1, 2};
+  o.hosts = {"a", "a", "b"};
+  Coordinator c(3, o);
+  const absl::Time t0 = absl::Now();
+  Request join;
+  join.type = OpType::kJoin;
+  join.name = "join";
+  c.Add(1, List({join}), t0);
+  EXPECT_FALSE(c.CheckDue(t0 + absl::Seconds(9)));
+  // Ranks 0 and 2 still train: an allreduce completes at 9 s, so the wait counts from there.
+  c.Add(0, List({Allreduce(0, "g", {2})}), t0 + absl::Seconds(9));
+  c.Add(2, List({Allreduce(2, "g", {2})}), t0 + absl::Seconds(9));
+  ASSERT_EQ(c.Build(t0 + absl::Seconds(9)).responses.size(), 1u);
+  EXPECT_FALSE(c.CheckDue(t0 + absl::Seconds(15)));
+  EXPECT_TRUE(c.Build(t0 + absl::Seconds(15)).responses.empty());
+  EXPECT_TRUE(c.CheckDue(t0 + absl::Seconds(19)));
+  auto out = c.Build(t0 + absl::Seconds(19));
+  ASSERT_EQ(out.responses.size(), 1u);
+  EXPECT_EQ(out.responses[0].type, OpType::kError);
+  EXPECT_EQ(out.responses[0].names, std::vector<std::string>{"join"});
+  EXPECT_EQ(out.responses[0].error_code, static_cast<uint8_t>(absl::StatusCode::kDeadlineExceeded));
+  EXPECT_TRUE(absl::StartsWith(
+      out.responses[0].error,
+      "JOIN timed out after 10 s (HVX_COLLECTIVE_TIMEOUT_S): rank 0 (host a), rank 2 (host b) "
+      "neither joined nor ran a collective in that time (joined: rank 1)."))
+      << out.responses[0].error;
+  // The joined rank left the join: an allreduce waits for it again, and a new join starts over.
+  EXPECT_FALSE(c.CheckDue(t0 + absl::Seconds(60)));
+  c.Add(0, List({Allreduce(0, "h", {2})}), t0 + absl::Seconds(20));
+  c.Add(2, List({Allreduce(2, "h", {2})}), t0 + absl::Seconds(20));
+  EXPECT_TRUE(c.Build(t0 + absl::Seconds(20)).responses.empty());
+}
+
 TEST(CoordinatorTest, DisagreementsAreInvalidArgument) {
   Coordinator c(2, CoordinatorOptions{});
   const absl::Time t0 = absl::Now();

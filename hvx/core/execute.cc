@@ -56,6 +56,8 @@ absl::Status Engine::Execute(SetState& set, const Response& r) {
   }
   Recorder recorder(timeline, &r.names);
   const Execution x{set, r, entries, &recorder};
+  const bool first_is_join =
+      !entries.empty() && entries[0] != nullptr && entries[0]->request.type == OpType::kJoin;
   absl::Status status = ExecuteOp(x);
   if (timeline && r.type != OpType::kError) {
     for (size_t i = 0; i < r.names.size(); ++i) {
@@ -65,6 +67,9 @@ absl::Status Engine::Execute(SetState& set, const Response& r) {
   if (!status.ok() && r.type != OpType::kError) {
     HVX_LOG(DEBUG) << OpTypeName(r.type) << " failed: " << status;
   }
+  // A join the coordinator failed (no progress within the collective timeout) ends this rank's
+  // join: it takes part in no more allreduces as zeros.
+  if (r.type == OpType::kError && first_is_join) joined_ = false;
   for (const std::string& n : r.names) CompleteEntry(set, n, status);
   // A collective whose peers never answered leaves requests pending in the transport: nothing
   // more can run on it. (An op the coordinator failed for absent ranks ran no collective.)

@@ -1,6 +1,7 @@
 """No wait without a deadline: a rank that skips a collective fails every rank within
 HVX_COLLECTIVE_TIMEOUT_S (set low by the test that runs this file), naming the op and the ranks
-that did not come, and the job goes on. Run on 2 ranks by tests/deadline_test.sh, not by the main
+that did not come, and the job goes on; a join waits while the others run collectives and fails
+when none completes in that time. Run on 2 ranks by tests/deadline_test.sh, not by the main
 suite (whose timeout is 60 s)."""
 import os
 import time
@@ -63,3 +64,27 @@ def test_optimizer_step_on_one_rank_fails_in_time(rank, size):
         with pytest.raises(hvd.HvxInternalError, match="BROADCAST 'lonely.size' timed out .*rank 1 "):
             hvd.broadcast_object("only rank 0 asks", root_rank=0, name="lonely")
     assert hvd.allreduce(torch.ones(1), op=hvd.Sum, name="after.step").item() == size
+
+
+def test_join_waits_while_the_others_train_and_fails_when_they_stop(rank, size):
+    start = time.time()
+    if rank == 0:
+        # The others keep running allreduces for longer than the timeout: the join waits.
+        assert hvd.join() == 1
+        assert time.time() - start >= TIMEOUT
+        start = time.time()
+        with pytest.raises(hvd.HvxInternalError, match=r"JOIN timed out after \d+ s "
+                           r"\(HVX_COLLECTIVE_TIMEOUT_S\): rank 1 \(host [^)]+\) neither joined "
+                           r"nor ran a collective in that time \(joined: rank 0\)"):
+            hvd.join()
+        _within_the_timeout(start)
+    else:
+        for i in range(int(TIMEOUT * 1.5 / 0.25)):
+            out = hvd.allreduce(torch.ones(1), op=hvd.Sum, name="still.training")
+            assert out.item() == size - 1  # the joined rank counts as zero
+            time.sleep(0.25)
+        hvd.join()
+        time.sleep(TIMEOUT + 1)  # busy elsewhere, in no collective, not joined
+    # The job goes on: both join, and a collective runs on every rank.
+    hvd.join()
+    assert hvd.allreduce(torch.ones(1), op=hvd.Sum, name="after.join").item() == size
