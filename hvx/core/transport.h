@@ -71,7 +71,8 @@ struct AllreduceWork {
   std::vector<TensorRef> outputs;
   DataType dtype = DataType::kFloat32;
   Device device;
-  ReduceOp op = ReduceOp::kSum;  // never kAverage: the engine makes the set size postscale's divisor
+  ReduceOp op =
+      ReduceOp::kSum;  // never kAverage: the engine makes the set size postscale's divisor
   double prescale_factor = 1.0;
   Scale postscale_factor;
   // Bytes the fused buffer may use (the fusion threshold, at least the largest tensor).

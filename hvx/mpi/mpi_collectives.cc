@@ -491,8 +491,7 @@ absl::Status RingAllreduce(MPI_Comm comm, const RingSegments& segments, DataType
 }
 
 absl::Status RingAllreduce(MPI_Comm comm, const std::vector<Span>& spans, DataType dtype,
-                           ReduceOp op, Scale postscale, int64_t piece_bytes,
-                           HostBuffer* scratch) {
+                           ReduceOp op, Scale postscale, int64_t piece_bytes, HostBuffer* scratch) {
   int size = 1;
   MPI_Comm_size(comm, &size);
   return RingAllreduce(comm,

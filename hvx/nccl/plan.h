@@ -103,11 +103,11 @@ struct ReductionChoice {
   bool widen_to_float32 = false;
 };
 
-// The engine passes Average as Sum with postscale 1/size (Scale::value()). With prescale 1 and exactly that
-// postscale, NCCL >= 2.10 averages itself (ncclAvg: exact integer division, no extra pass).
-// bool reduces as uint8: Sum/Max are OR (max), Min/Product are AND (min), never scaled. Adasum and
-// unknown dtypes are InvalidArgument. `allow_avg` is false where the reduction is split in steps
-// (hierarchical), which must sum and scale at the end.
+// The engine passes Average as Sum with postscale 1/size (Scale::value()). With prescale 1 and
+// exactly that postscale, NCCL >= 2.10 averages itself (ncclAvg: exact integer division, no extra
+// pass). bool reduces as uint8: Sum/Max are OR (max), Min/Product are AND (min), never scaled.
+// Adasum and unknown dtypes are InvalidArgument. `allow_avg` is false where the reduction is split
+// in steps (hierarchical), which must sum and scale at the end.
 absl::StatusOr<ReductionChoice> ChooseReduction(ReduceOp op, DataType dtype, double prescale,
                                                 double postscale, int set_size, int nccl_version,
                                                 bool half_in_float32, bool allow_avg);
