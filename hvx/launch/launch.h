@@ -4,18 +4,20 @@
 //   if (!hvx::launch::IsUnderLauncher(hvx::Environment::Process())) {
 //     HVX_ASSIGN_OR_RETURN(int exit_code, hvx::launch::RunJob(options));  // waits for the job
 //
-// RunJob resolves the plan (options.h), starts mpiexec (command.h), tags every rank's lines
-// (output.h) and supervises: every rank must report its start within start_timeout_s; the first
-// rank that exits non-zero or by a signal stops the job (SIGINT to mpiexec at once, SIGKILL to
-// what is left after stop_timeout_s) and a summary names that rank, its host, its status and its
-// last stderr lines. The exit code is the first failing rank's status (128+N for signal N), 1 when
-// ranks did not start, 124 when timeout_s ran out, 128+N when hvxrun itself got signal N.
+// RunJob resolves the plan (options.h), then follows the leader (follower.h), runs the restart
+// loop (elastic.h) or runs one attempt (supervisor.h): mpiexec (command.h) with every rank's lines
+// tagged (output.h), supervised: every rank must report its start within start_timeout_s; the
+// first rank that exits non-zero or by a signal stops the job (SIGINT to mpiexec at once, SIGKILL
+// to what is left after stop_timeout_s) and a summary names that rank, its host, its status and
+// its last stderr lines. The exit code is the first failing rank's status (128+N for signal N), 1
+// when ranks did not start, 124 when timeout_s ran out, 128+N when hvxrun itself got signal N.
 #ifndef HVX_LAUNCH_LAUNCH_H_
 #define HVX_LAUNCH_LAUNCH_H_
 
 #include "absl/status/statusor.h"
 #include "hvx/common/env.h"
 #include "hvx/launch/cluster_env.h"
+#include "hvx/launch/gpu_probe.h"
 #include "hvx/launch/options.h"
 
 namespace hvx {
@@ -25,10 +27,6 @@ namespace launch {
 // another launcher, mpiexec not startable) come back as a Status before anything starts.
 absl::StatusOr<int> RunJob(const LaunchOptions& options);
 absl::StatusOr<int> RunJob(const LaunchOptions& options, const Environment& env);
-
-// The real probe for --slots-per-host auto: this host's GPUs from CUDA_VISIBLE_DEVICES or the
-// driver; a remote host's through the remote shell (ssh or --launcher-exec).
-HostProbe SystemHostProbe(const LaunchOptions& options, const Environment& env);
 
 // The whole hvxrun program: wrapper dispatch, argument parsing, RunJob, errors on stderr.
 int HvxrunMain(int argc, char** argv);

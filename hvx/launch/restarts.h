@@ -21,6 +21,19 @@
 namespace hvx {
 namespace launch {
 
+// How one attempt of an elastic job ended (after Run): whether a restart may help (a rank failed,
+// or ranks never started; not a signal to hvxrun or --timeout), why it ended, and the hosts at
+// fault.
+struct AttemptOutcome {
+  bool restartable = false;
+  bool grow = false;  // every rank ended cleanly after a growth request
+  std::string cause;
+  std::vector<std::string> fault_hosts;
+  // mpiexec ended before these hosts' ranks reported an exit: a host that died takes its
+  // proxy with it, and hydra then ends the whole job. Which host is not known here.
+  std::vector<std::string> lost_hosts;
+};
+
 // What the attempts so far say about each host.
 struct HostHealth {
   std::map<std::string, int> failures;          // attempts that failed on the host

@@ -1,0 +1,112 @@
+#include "hvx/launch/subprocess.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "hvx/common/status.h"
+#include "hvx/launch/command.h"
+#include "hvx/launch/output.h"
+
+namespace hvx {
+namespace launch {
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+Clock::duration FromSeconds(double s) {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+}
+
+namespace {
+
+std::vector<char*> CArgv(std::vector<std::string>& argv) {
+  std::vector<char*> out;
+  for (std::string& a : argv) out.push_back(a.data());
+  out.push_back(nullptr);
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<Child> Spawn(std::vector<std::string> argv) {
+  int out[2], err[2];
+  if (pipe2(out, O_CLOEXEC) != 0) return ErrnoToStatus(errno, "pipe");
+  if (pipe2(err, O_CLOEXEC) != 0) return ErrnoToStatus(errno, "pipe");
+  std::vector<char*> cargv = CArgv(argv);
+  const pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid < 0) return ErrnoToStatus(errno, "fork");
+  if (pid == 0) {
+    // hvxrun killed outright (SIGKILL, the OOM killer) runs no handler: the kernel's SIGTERM
+    // makes mpiexec stop the job instead of leaving it running with nobody to report it.
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) _exit(128 + SIGTERM);
+    setpgid(0, 0);
+    dup2(out[1], 1);
+    dup2(err[1], 2);
+    for (const char* v : {"HYDRA_HOST_FILE", "HYDRA_RMK", "HYDRA_LAUNCHER", "HYDRA_BOOTSTRAP",
+                          "HYDRA_LAUNCHER_EXEC", "HYDRA_BOOTSTRAP_EXEC", "MPIEXEC_TIMEOUT"}) {
+      unsetenv(v);
+    }
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE}) signal(sig, SIG_DFL);
+    execvp(cargv[0], cargv.data());
+    WriteAll(2, absl::StrCat("hvxrun: cannot run '", argv[0], "': ", strerror(errno), "\n"));
+    _exit(127);
+  }
+  close(out[1]);
+  close(err[1]);
+  return Child{pid, out[0], err[0]};
+}
+
+absl::StatusOr<std::string> RunCapture(std::vector<std::string> argv, double timeout_s) {
+  HVX_ASSIGN_OR_RETURN(Child c, Spawn(argv));
+  std::string out, err;
+  const Clock::time_point deadline = Clock::now() + FromSeconds(timeout_s);
+  while (c.out >= 0 || c.err >= 0) {
+    pollfd fds[2] = {{c.out, POLLIN, 0}, {c.err, POLLIN, 0}};
+    int ms = static_cast<int>(Seconds(deadline - Clock::now()) * 1000);
+    if (ms <= 0) break;
+    if (poll(fds, 2, ms) < 0 && errno != EINTR) break;
+    for (int k = 0; k < 2; ++k) {
+      if (fds[k].fd < 0 || !(fds[k].revents & (POLLIN | POLLHUP))) continue;
+      char buf[4096];
+      ssize_t n = read(fds[k].fd, buf, sizeof(buf));
+      if (n > 0) {
+        (k == 0 ? out : err).append(buf, n);
+      } else if (n == 0) {
+        close(fds[k].fd);
+        (k == 0 ? c.out : c.err) = -1;
+      }
+    }
+  }
+  const bool timed_out = c.out >= 0 || c.err >= 0;
+  if (timed_out) kill(-c.pid, SIGKILL);
+  if (c.out >= 0) close(c.out);
+  if (c.err >= 0) close(c.err);
+  int status = 0;
+  waitpid(c.pid, &status, 0);
+  const std::string shown = ShellJoin(argv);
+  if (timed_out) {
+    return absl::DeadlineExceededError(absl::StrCat("'", shown, "' took over ", timeout_s, " s"));
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("'", shown, "' failed: ", absl::StripAsciiWhitespace(err)));
+  }
+  return out;
+}
+
+}  // namespace launch
+}  // namespace hvx

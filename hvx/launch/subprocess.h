@@ -1,0 +1,42 @@
+// Child processes for hvxrun: started in their own process group with stdout and stderr on pipes,
+// or run to completion with their output captured.
+//
+//   HVX_ASSIGN_OR_RETURN(Child c, Spawn({"mpiexec", "-n", "2", "true"}));  // read c.out, c.err
+//   HVX_ASSIGN_OR_RETURN(std::string out, RunCapture({"ssh", host, "true"}, /*timeout_s=*/10));
+#ifndef HVX_LAUNCH_SUBPROCESS_H_
+#define HVX_LAUNCH_SUBPROCESS_H_
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace hvx {
+namespace launch {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::duration d);
+Clock::duration FromSeconds(double s);
+
+struct Child {
+  pid_t pid = -1;
+  int out = -1;  // read ends; -1 once closed
+  int err = -1;
+};
+
+// Starts argv in its own process group with stdout/stderr on pipes. Variables that would make
+// hydra pick other hosts or another launcher behind our back are removed from its environment.
+// The child gets SIGTERM when this process dies, however it dies.
+absl::StatusOr<Child> Spawn(std::vector<std::string> argv);
+
+// Runs argv, returns its stdout; fails on a non-zero exit or after timeout_s (the child is killed).
+absl::StatusOr<std::string> RunCapture(std::vector<std::string> argv, double timeout_s);
+
+}  // namespace launch
+}  // namespace hvx
+
+#endif  // HVX_LAUNCH_SUBPROCESS_H_

@@ -1,0 +1,440 @@
+#include "hvx/launch/supervisor.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "hvx/common/files.h"
+#include "hvx/common/status.h"
+#include "hvx/launch/command.h"
+#include "hvx/launch/output.h"
+#include "hvx/launch/rank_wrapper.h"
+#include "hvx/launch/subprocess.h"
+
+namespace hvx {
+namespace launch {
+namespace {
+
+// When mpiexec ends before ranks report, the summary repeats the last stderr lines of this many
+// of them; a large job that fails everywhere at once would otherwise repeat its whole output.
+constexpr int kUnreportedRanksShown = 4;
+
+// Signals to hvxrun (and SIGCHLD) arrive here so the poll loop sees them.
+int g_signal_pipe[2] = {-1, -1};
+
+void OnSignal(int sig) {
+  const int saved = errno;
+  unsigned char c = static_cast<unsigned char>(sig);
+  (void)!write(g_signal_pipe[1], &c, 1);
+  errno = saved;
+}
+
+std::string SelfExe() {
+  const std::string self = SelfExecutable();
+  return self.empty() ? std::string("/proc/self/exe") : self;
+}
+
+// The per-rank wrapper: hvxrun_rank beside this binary (they are installed together, and Bazel
+// builds them into the same directory), else this binary, which then must call
+// MaybeRunRankWrapper first. hvxrun_rank links only the C++ library and starts much faster.
+std::string DefaultWrapper() {
+  const std::string self = SelfExe();
+  const size_t slash = self.rfind('/');
+  if (slash != std::string::npos) {
+    const std::string sibling = self.substr(0, slash + 1) + "hvxrun_rank";
+    if (access(sibling.c_str(), X_OK) == 0) return sibling;
+  }
+  return self;
+}
+
+struct Failure {
+  int rank = -1;
+  std::string host;
+  int exit_code = 0;
+  int signal = 0;
+  std::string message;
+  Clock::time_point when;
+};
+
+class Supervisor {
+ public:
+  Supervisor(const LaunchOptions& options, const Plan& plan)
+      : options_(options),
+        plan_(plan),
+        router_(
+            plan, options.tag_output, options.out_fd, options.err_fd,
+            [](int fd, absl::string_view data) { WriteAll(fd, data); },
+            [this](const ControlRecord& r) { OnControl(r); }),
+        out_demux_(
+            [this](int src, absl::string_view d) { router_.OnBytes(Stream::kStdout, src, d); }),
+        err_demux_(
+            [this](int src, absl::string_view d) { router_.OnBytes(Stream::kStderr, src, d); }) {}
+
+  absl::Status OpenOutputDir(const std::string& dir) { return router_.OpenOutputDir(dir); }
+
+  int Run(Child child);
+
+  // Polled every `interval_s` while the job runs (RunElastic's discovery): a non-empty answer
+  // (what appeared) asks the ranks to checkpoint, and the job ends for a restart with more ranks.
+  void WatchForGrowth(double interval_s, std::function<std::string()> more) {
+    grow_interval_s_ = interval_s;
+    more_slots_ = std::move(more);
+  }
+
+  // After Run: whether a restart may help, and why the attempt ended.
+  using Outcome = AttemptOutcome;
+  Outcome outcome() const;
+
+ private:
+  void OnControl(const ControlRecord& r);
+  void BeginStop(const char* why);
+  void Say(absl::string_view text) {
+    WriteAll(options_.err_fd, absl::StrCat("hvxrun: ", text, "\n"));
+  }
+  int Report(int mpiexec_status);
+
+  const LaunchOptions& options_;
+  const Plan& plan_;
+  OutputRouter router_;
+  StreamDemuxer out_demux_;
+  StreamDemuxer err_demux_;
+
+  Child child_;
+  Clock::time_point start_;
+  std::set<int> started_;
+  std::map<int, ControlRecord> exits_;
+  std::optional<Failure> failure_;
+  bool stopping_ = false;
+  bool killed_ = false;
+  bool start_failed_ = false;
+  bool timed_out_ = false;
+  int got_signal_ = 0;
+  // A preemption notice was forwarded as a checkpoint request; the ranks have until this.
+  bool preempting_ = false;
+  Clock::time_point preempt_deadline_;
+  double grow_interval_s_ = 0;
+  std::function<std::string()> more_slots_;
+  std::string growing_;  // what appeared, once the ranks were asked to checkpoint for it
+  Clock::time_point next_growth_check_;
+  Clock::time_point kill_at_;
+  std::optional<Clock::time_point> all_exited_at_;
+};
+
+Supervisor::Outcome Supervisor::outcome() const {
+  Outcome o;
+  if (got_signal_ != 0 || timed_out_) return o;
+  if (!growing_.empty() && !failure_ && static_cast<int>(exits_.size()) == plan_.size) {
+    o.restartable = true;
+    o.grow = true;
+    o.cause = absl::StrCat("the discovery script listed more slots (", growing_, ")");
+    return o;
+  }
+  if (failure_) {
+    const RankPlacement& p = plan_.ranks[failure_->rank];
+    o.restartable = true;
+    o.cause =
+        absl::StrCat("rank ", failure_->rank, " on host ", p.host, " ",
+                     failure_->message.empty() ? DescribeExit(failure_->exit_code, failure_->signal)
+                                               : failure_->message);
+    o.fault_hosts = {p.host};
+  } else if (start_failed_) {
+    o.restartable = true;
+    for (const RankPlacement& p : plan_.ranks) {
+      if (!started_.count(p.rank) &&
+          std::find(o.fault_hosts.begin(), o.fault_hosts.end(), p.host) == o.fault_hosts.end()) {
+        o.fault_hosts.push_back(p.host);
+      }
+    }
+    o.cause = absl::StrCat("ranks did not start on host ", absl::StrJoin(o.fault_hosts, ", "));
+  } else if (static_cast<int>(exits_.size()) < plan_.size) {
+    o.restartable = true;
+    for (const RankPlacement& p : plan_.ranks) {
+      if (!exits_.count(p.rank) &&
+          std::find(o.lost_hosts.begin(), o.lost_hosts.end(), p.host) == o.lost_hosts.end()) {
+        o.lost_hosts.push_back(p.host);
+      }
+    }
+    o.cause = "mpiexec ended before the ranks reported their exit";
+  }
+  return o;
+}
+
+void Supervisor::OnControl(const ControlRecord& r) {
+  switch (r.kind) {
+    case ControlRecord::Kind::kStart:
+      started_.insert(r.rank);
+      break;
+    case ControlRecord::Kind::kExit:
+      exits_[r.rank] = r;
+      // A rank that does not handle the checkpoint request ends by it: the stop that was asked.
+      if ((preempting_ || !growing_.empty()) && r.signal == SIGUSR1) {
+        BeginStop("a rank ended on the checkpoint request");
+      } else if ((r.exit_code != 0 || r.signal != 0) && !failure_ && !stopping_) {
+        failure_ = Failure{r.rank, r.host, r.exit_code, r.signal, "", Clock::now()};
+        BeginStop("a rank failed");
+      }
+      if (static_cast<int>(exits_.size()) == plan_.size) all_exited_at_ = Clock::now();
+      break;
+    case ControlRecord::Kind::kError:
+      if (!failure_ && !stopping_) {
+        failure_ = Failure{r.rank, r.host, 1, 0, r.message, Clock::now()};
+        BeginStop("a rank failed");
+      }
+      break;
+  }
+}
+
+void Supervisor::BeginStop(const char* why) {
+  if (stopping_) return;
+  stopping_ = true;
+  kill_at_ = Clock::now() + FromSeconds(options_.stop_timeout_s);
+  if (options_.verbose) Say(absl::StrCat("stopping the job: ", why));
+  router_.set_show_mpiexec(options_.verbose);
+  // Hydra's Ctrl-C path: it signals every rank on every host and exits.
+  kill(child_.pid, SIGINT);
+}
+
+int Supervisor::Run(Child child) {
+  child_ = child;
+  start_ = Clock::now();
+  const Clock::time_point start_deadline = start_ + FromSeconds(options_.start_timeout_s);
+  next_growth_check_ = start_ + FromSeconds(grow_interval_s_);
+  const bool has_deadline = options_.timeout_s > 0;
+  const Clock::time_point job_deadline = start_ + FromSeconds(options_.timeout_s);
+  // Once mpiexec is gone, remote shells may still hold the pipes for a moment; not longer.
+  constexpr double kDrainSeconds = 2;
+  std::optional<int> mpiexec_status;
+  Clock::time_point exited_at;
+  while (true) {
+    const Clock::time_point now = Clock::now();
+    if (!stopping_ && static_cast<int>(started_.size()) < plan_.size && now > start_deadline) {
+      start_failed_ = true;
+      BeginStop("ranks did not start in time");
+    }
+    if (preempting_ && !stopping_ && now > preempt_deadline_) {
+      BeginStop("--preempt-grace expired");
+    }
+    if (grow_interval_s_ > 0 && growing_.empty() && !preempting_ && !stopping_ &&
+        now > next_growth_check_) {
+      next_growth_check_ = now + FromSeconds(grow_interval_s_);
+      growing_ = more_slots_();
+      if (!growing_.empty()) {
+        kill(child_.pid, SIGUSR1);
+        Say(absl::StrCat("the discovery script lists more slots (", growing_,
+                         "): asked the ranks to checkpoint (SIGUSR1) for a restart with more"));
+      }
+    }
+    if (!stopping_ && has_deadline && now > job_deadline) {
+      timed_out_ = true;
+      BeginStop("--timeout expired");
+    }
+    // Every rank has ended but mpiexec has not: hydra's own teardown is stuck.
+    if (!stopping_ && !mpiexec_status && all_exited_at_ &&
+        now > *all_exited_at_ + FromSeconds(options_.stop_timeout_s)) {
+      BeginStop("mpiexec did not exit after every rank had ended");
+    }
+    if (stopping_ && !killed_ && !mpiexec_status && now > kill_at_) {
+      killed_ = true;
+      kill(-child_.pid, SIGKILL);
+    }
+    if (mpiexec_status &&
+        ((child_.out < 0 && child_.err < 0) || now > exited_at + FromSeconds(kDrainSeconds))) {
+      break;
+    }
+    std::vector<pollfd> fds = {
+        {g_signal_pipe[0], POLLIN, 0}, {child_.out, POLLIN, 0}, {child_.err, POLLIN, 0}};
+    poll(fds.data(), fds.size(), 100);
+    if (fds[0].revents & POLLIN) {
+      unsigned char sigs[64];
+      ssize_t n = read(g_signal_pipe[0], sigs, sizeof(sigs));
+      for (ssize_t k = 0; k < n; ++k) {
+        if (sigs[k] == SIGCHLD) continue;
+        const bool notice = sigs[k] == SIGTERM || sigs[k] == SIGINT;
+        if (got_signal_ == 0 && notice && options_.preempt_grace_s > 0 && !stopping_) {
+          // Hydra forwards SIGUSR1 to every rank on every host.
+          got_signal_ = sigs[k];
+          preempting_ = true;
+          preempt_deadline_ = now + FromSeconds(options_.preempt_grace_s);
+          kill(child_.pid, SIGUSR1);
+          Say(absl::StrCat("signal ", sigs[k], " (", strsignal(sigs[k]),
+                           "): asked the ranks to checkpoint and end (SIGUSR1); they have ",
+                           options_.preempt_grace_s,
+                           " s (--preempt-grace), a second signal stops them now"));
+        } else if (got_signal_ == 0 || preempting_) {
+          if (got_signal_ == 0) got_signal_ = sigs[k];
+          BeginStop("hvxrun was signalled");
+        }
+      }
+    }
+    for (int k = 1; k <= 2; ++k) {
+      if (fds[k].fd < 0 || !(fds[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      char buf[65536];
+      ssize_t n = read(fds[k].fd, buf, sizeof(buf));
+      if (n < 0 && errno == EINTR) continue;
+      StreamDemuxer& demux = k == 1 ? out_demux_ : err_demux_;
+      if (n > 0) {
+        demux.Feed(absl::string_view(buf, n));
+      } else {
+        demux.Finish();
+        close(fds[k].fd);
+        (k == 1 ? child_.out : child_.err) = -1;
+      }
+    }
+    if (!mpiexec_status) {
+      int status = 0;
+      if (waitpid(child_.pid, &status, WNOHANG) == child_.pid) {
+        mpiexec_status = status;
+        exited_at = Clock::now();
+      }
+    }
+  }
+  for (int* fd : {&child_.out, &child_.err}) {
+    if (*fd >= 0) close(*fd);
+  }
+  out_demux_.Finish();
+  err_demux_.Finish();
+  router_.Finish();
+  return Report(*mpiexec_status);
+}
+
+int Supervisor::Report(int mpiexec_status) {
+  const double elapsed = Seconds(Clock::now() - start_);
+  if (failure_) {
+    const Failure& f = *failure_;
+    const RankPlacement& p = plan_.ranks[f.rank];
+    std::string what = f.message.empty() ? DescribeExit(f.exit_code, f.signal) : f.message;
+    Say(absl::StrCat("rank ", f.rank, " on host ", p.host, " (local rank ", p.local_rank, ") ",
+                     what, "; it was the first of ", plan_.size,
+                     " ranks to fail, the others were stopped (job ran ",
+                     absl::StrFormat("%.1f", elapsed), " s)"));
+    std::vector<std::string> lines = router_.LastStderrLines(f.rank);
+    if (lines.empty()) {
+      Say(absl::StrCat("rank ", f.rank, " wrote nothing on stderr"));
+    } else {
+      Say(absl::StrCat("last stderr lines of rank ", f.rank, ":"));
+      for (const std::string& l : lines) Say(absl::StrCat("  ", l));
+    }
+    return f.signal != 0 ? 128 + f.signal : (f.exit_code != 0 ? f.exit_code : 1);
+  }
+  if (preempting_ && !stopping_ && static_cast<int>(exits_.size()) == plan_.size &&
+      std::all_of(exits_.begin(), exits_.end(),
+                  [](const auto& e) { return e.second.exit_code == 0 && e.second.signal == 0; })) {
+    Say(absl::StrCat("preempted: every rank ended cleanly after the checkpoint request (signal ",
+                     got_signal_, "); exit status ", kPreemptedExitCode,
+                     ": run the same command again to resume"));
+    return kPreemptedExitCode;
+  }
+  if (got_signal_ != 0) {
+    Say(absl::StrCat("stopped the job on signal ", got_signal_, " (", strsignal(got_signal_), ")"));
+    return 128 + got_signal_;
+  }
+  if (start_failed_) {
+    std::map<std::string, std::vector<int>> missing;
+    for (const RankPlacement& p : plan_.ranks) {
+      if (!started_.count(p.rank)) missing[p.host].push_back(p.rank);
+    }
+    std::vector<std::string> parts;
+    for (const auto& [host, ranks] : missing) {
+      parts.push_back(absl::StrCat(host, " (ranks ", absl::StrJoin(ranks, ","), ")"));
+    }
+    Say(absl::StrCat("ranks did not start within ", options_.start_timeout_s,
+                     " s (--start-timeout) on host ", absl::StrJoin(parts, ", "),
+                     ": check that the host is reachable with the remote shell and that the "
+                     "program exists there"));
+    for (const std::string& l : router_.LastMpiexecLines()) Say(absl::StrCat("  ", l));
+    return 1;
+  }
+  if (timed_out_) {
+    Say(absl::StrCat("stopped the job after --timeout ", options_.timeout_s, " s"));
+    return 124;
+  }
+  if (static_cast<int>(exits_.size()) == plan_.size) return 0;
+  std::vector<int> unreported;
+  for (const RankPlacement& p : plan_.ranks) {
+    if (!exits_.count(p.rank)) unreported.push_back(p.rank);
+  }
+  const int code =
+      WIFEXITED(mpiexec_status) ? WEXITSTATUS(mpiexec_status) : 128 + WTERMSIG(mpiexec_status);
+  Say(absl::StrCat("mpiexec ended (",
+                   DescribeExit(WIFEXITED(mpiexec_status) ? code : 0,
+                                WIFSIGNALED(mpiexec_status) ? WTERMSIG(mpiexec_status) : 0),
+                   ") before ranks ", absl::StrJoin(unreported, ","), " reported their exit"));
+  for (const std::string& l : router_.LastMpiexecLines()) Say(absl::StrCat("  ", l));
+  // A rank that ends the job itself (MPI_Abort, or an MPI error in MPI_Init, which aborts) reaches
+  // hydra before its wrapper's exit record does; what it wrote last says why.
+  int shown = 0;
+  for (int rank : unreported) {
+    const std::vector<std::string> lines = router_.LastStderrLines(rank);
+    if (lines.empty()) continue;
+    if (++shown > kUnreportedRanksShown) {
+      Say("(the last stderr lines of further ranks are above, tagged by rank)");
+      break;
+    }
+    Say(absl::StrCat("last stderr lines of rank ", rank, " (host ", plan_.ranks[rank].host, "):"));
+    for (const std::string& l : lines) Say(absl::StrCat("  ", l));
+  }
+  return code != 0 ? code : 1;
+}
+
+}  // namespace
+
+absl::StatusOr<int> RunAttempt(const LaunchOptions& options, const JobSetup& setup,
+                               AttemptOutcome* outcome, std::function<std::string()> more_slots) {
+  const std::string wrapper = options.wrapper.empty() ? DefaultWrapper() : options.wrapper;
+  const std::vector<std::string> argv = MpiexecCommand(options, setup, wrapper);
+  if (options.dry_run || options.verbose) {
+    std::string text =
+        absl::StrCat("hvxrun: plan from ", setup.source, ": ", setup.plan.size, " processes on ",
+                     setup.plan.used_hosts.size(), " hosts\n", FormatPlan(setup.plan),
+                     "hvxrun: command: ", ShellJoin(argv), "\n");
+    WriteAll(options.dry_run ? options.out_fd : options.err_fd, text);
+    if (options.dry_run) return 0;
+  }
+  Supervisor supervisor(options, setup.plan);
+  if (more_slots) supervisor.WatchForGrowth(options.discovery_interval_s, std::move(more_slots));
+  if (!options.output_dir.empty())
+    HVX_RETURN_IF_ERROR(supervisor.OpenOutputDir(options.output_dir));
+
+  if (pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) return ErrnoToStatus(errno, "pipe");
+  struct sigaction sa {
+  }, old[4];
+  sa.sa_handler = OnSignal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  const int sigs[4] = {SIGINT, SIGTERM, SIGHUP, SIGCHLD};
+  for (int k = 0; k < 4; ++k) sigaction(sigs[k], &sa, &old[k]);
+  struct sigaction ignore {
+  }, old_pipe;
+  ignore.sa_handler = SIG_IGN;
+  sigaction(SIGPIPE, &ignore, &old_pipe);
+
+  absl::StatusOr<Child> child = Spawn(argv);
+  int rc = child.ok() ? supervisor.Run(*child) : 0;
+  if (child.ok() && outcome != nullptr) *outcome = supervisor.outcome();
+
+  for (int k = 0; k < 4; ++k) sigaction(sigs[k], &old[k], nullptr);
+  sigaction(SIGPIPE, &old_pipe, nullptr);
+  close(g_signal_pipe[0]);
+  close(g_signal_pipe[1]);
+  g_signal_pipe[0] = g_signal_pipe[1] = -1;
+  if (!child.ok()) return child.status();
+  return rc;
+}
+
+}  // namespace launch
+}  // namespace hvx
