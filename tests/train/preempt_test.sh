@@ -17,9 +17,12 @@ common=(--config="$T/tiny.pbtxt" --override='launch { num_processes: "2" }')
 timeout -k 5 200 "$TRAIN" "${common[@]}" --override="checkpoint { dir: \"$T/ck_full\" }" >"$T/full.out" 2>"$T/full.err"
 check "the uninterrupted run exits 0 (rc=$?)" $?
 
-# start NAME CKPT_DIR: the trainer in the background; its pid in $pid.
+# start NAME CKPT_DIR: the trainer in the background; its pid in $pid. --foreground: a signal to
+# `timeout` reaches the trainer once (without it, timeout sends it to the trainer and then to its
+# whole process group, the trainer again: a second notice, which stops the job at once when the
+# first was handled in between).
 start() {
-    timeout -k 5 200 "$TRAIN" "${common[@]}" --override="checkpoint { dir: \"$2\" }" >"$T/$1.out" 2>"$T/$1.err" &
+    timeout --foreground -k 5 200 "$TRAIN" "${common[@]}" --override="checkpoint { dir: \"$2\" }" >"$T/$1.out" 2>"$T/$1.err" &
     pid=$!
 }
 # signal_at STEP SIGNALS...: once rank 0 logged that step of epoch 1, sends each signal in turn.
