@@ -395,5 +395,29 @@ TEST(TopologyTest, SingletonUnderTorchrunOrAPyTorchJob) {
   EXPECT_TRUE(CheckSingleton(MapEnvironment{{"WORLD_SIZE", "1"}, {"RANK", "0"}}, 1, "t").ok());
 }
 
+// A Kubeflow Trainer v2 pod has PET_* and no WORLD_SIZE: refused, naming the MPIJob recipe.
+TEST(TopologyTest, SingletonInATrainerV2Pod) {
+  absl::Status s = CheckSingleton(MapEnvironment{{"PET_NNODES", "2"},
+                                                 {"PET_NPROC_PER_NODE", "1"},
+                                                 {"PET_NODE_RANK", "1"},
+                                                 {"PET_MASTER_ADDR", "job-node-0-0.job"},
+                                                 {"PET_MASTER_PORT", "29400"}},
+                                  0, "t");
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(
+      s.message(),
+      "in a Kubeflow TrainJob pod (Trainer v2: PET_NNODES=2, PET_NPROC_PER_NODE=1, "
+      "PET_NODE_RANK=1)"))
+      << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "examples/deploy/kubernetes/mpijob.yaml")) << s;
+  // One node with several processes per node is a cluster too; one of one is not.
+  EXPECT_FALSE(
+      CheckSingleton(MapEnvironment{{"PET_NNODES", "1"}, {"PET_NPROC_PER_NODE", "4"}}, 0, "t")
+          .ok());
+  EXPECT_TRUE(
+      CheckSingleton(MapEnvironment{{"PET_NNODES", "1"}, {"PET_NPROC_PER_NODE", "1"}}, 0, "t")
+          .ok());
+}
+
 }  // namespace
 }  // namespace hvx

@@ -174,6 +174,23 @@ absl::Status CheckSingleton(const Environment& env, int visible_gpus,
         "(examples/deploy/kubernetes/mpijob.yaml), or set HVX_ALLOW_SINGLETON=1 "
         "(InitOptions::allow_singleton) to run alone on purpose."));
   }
+  // Kubeflow Trainer v2's torch runtime: PET_* (torchrun's arguments as variables), no WORLD_SIZE
+  // until torchrun runs. A program started without torchrun is one of PET_NNODES pods alone.
+  const int pet_nodes = IntOr(env, "PET_NNODES", 0);
+  const int pet_procs = IntOr(env, "PET_NPROC_PER_NODE", 0);
+  if (pet_nodes * std::max(pet_procs, 1) > 1) {
+    const std::optional<std::string> node = env.GetNonEmpty("PET_NODE_RANK");
+    return absl::FailedPreconditionError(absl::StrCat(
+        "hvx started as a single process (size 1) in a Kubeflow TrainJob pod (Trainer v2: "
+        "PET_NNODES=",
+        pet_nodes, pet_procs > 0 ? absl::StrCat(", PET_NPROC_PER_NODE=", pet_procs) : "",
+        node ? absl::StrCat(", PET_NODE_RANK=", *node) : "",
+        "): each pod runs the program alone, so each would train as a job of size 1 on the whole "
+        "dataset. Trainer v2 starts MPI jobs with Open MPI only; run hvx as an MPIJob (Kubeflow "
+        "MPI Operator, mpiImplementation: MPICH), whose launcher pod runs `hvxrun -- PROGRAM` over "
+        "the worker pods (examples/deploy/kubernetes/mpijob.yaml), or set HVX_ALLOW_SINGLETON=1 "
+        "(InitOptions::allow_singleton) to run alone on purpose."));
+  }
   if (visible_gpus > 1) {
     seen.push_back(absl::StrCat(visible_gpus, " visible GPUs"));
     if (np == 0) np = visible_gpus;

@@ -35,7 +35,8 @@ Topology ComputeTopology(int rank, const std::vector<std::string>& hosts);
 absl::Status CheckLauncherEnvironment(const Topology& t, const Environment& env);
 
 // For a size-1 job: FailedPrecondition when the environment shows more processes were intended
-// (PMI_SIZE / OMPI_COMM_WORLD_SIZE / SLURM_NTASKS > 1, several SM_HOSTS or SM_NUM_GPUS > 1, more
+// (PMI_SIZE / OMPI_COMM_WORLD_SIZE / SLURM_NTASKS > 1, several SM_HOSTS or SM_NUM_GPUS > 1,
+// WORLD_SIZE > 1 (torchrun, a PyTorchJob), PET_NNODES x PET_NPROC_PER_NODE > 1 (Trainer v2), more
 // than one visible GPU: hvx::CountVisibleGpus in hvx/common/cluster.h). The message says what was
 // seen, what was expected, and the hvxrun command
 // (`hvxrun -np N -H host1:S,host2:S -- <command_line>`) that starts the job. OK otherwise.
