@@ -4,11 +4,14 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "hvx/common/files.h"
 #include "hvx/launch/output.h"
@@ -25,58 +28,87 @@ std::string NetNamespace(const std::string& pid) {
   return n > 0 ? std::string(buf, n) : std::string();
 }
 
-// Whether a hydra proxy runs on this host: in this network namespace, so that hosts sharing one
-// kernel's process table (containers, the tests' namespace hosts) see only their own.
-bool HydraProxyRunning() {
+// The parent of a process, -1 when /proc does not say.
+int ParentOf(int pid) {
+  absl::StatusOr<std::string> stat = ReadFileFromDisk(absl::StrCat("/proc/", pid, "/stat"));
+  if (!stat.ok()) return -1;
+  // "pid (comm) state ppid ...": comm may hold spaces and parentheses, so read after the last ')'.
+  const size_t close = stat->rfind(')');
+  if (close == std::string::npos) return -1;
+  std::vector<std::string> fields =
+      absl::StrSplit(absl::string_view(*stat).substr(close + 1), ' ', absl::SkipEmpty());
+  int ppid = -1;
+  return fields.size() > 1 && absl::SimpleAtoi(fields[1], &ppid) ? ppid : -1;
+}
+
+// The hydra proxies running on this host: in this network namespace, so that hosts sharing one
+// kernel's process table (containers, the tests' namespace hosts) see only their own. A proxy's
+// child between its fork and its exec still has the proxy's name; it is not counted.
+std::set<int> HydraProxies() {
+  std::set<int> found;
   DIR* proc = opendir("/proc");
-  if (proc == nullptr) return false;
+  if (proc == nullptr) return found;
   const std::string own_net = NetNamespace("self");
-  bool found = false;
   while (dirent* e = readdir(proc)) {
     int pid = 0;
     if (!absl::SimpleAtoi(e->d_name, &pid)) continue;
     absl::StatusOr<std::string> comm = ReadFileFromDisk(absl::StrCat("/proc/", pid, "/comm"));
     if (comm.ok() && absl::StripAsciiWhitespace(*comm) == "hydra_pmi_proxy" &&
         NetNamespace(e->d_name) == own_net) {
-      found = true;
-      break;
+      found.insert(pid);
     }
   }
   closedir(proc);
-  return found;
+  std::set<int> proxies;
+  for (int pid : found) {
+    if (found.count(ParentOf(pid)) == 0) proxies.insert(pid);
+  }
+  return proxies;
 }
 
 }  // namespace
 
 // With --max-restarts (the leader has the same command line) it also waits --start-timeout after
-// its ranks end for a restart that brings them back.
+// its ranks end for a restart that brings them back. Each attempt starts its own proxy on this
+// host, so a proxy not seen before is a restart even while the last attempt's is still exiting.
 absl::StatusOr<int> FollowLeader(const LaunchOptions& options, const JobSetup& setup) {
   WriteAll(options.err_fd,
            absl::StrCat("hvxrun: this host is not the leader of the ", setup.source, "; ",
                         setup.leader, " starts the ranks here. Waiting for them to finish.\n"));
+  // Short jobs' proxies live well under a second: a coarser poll could miss them all.
+  constexpr std::chrono::milliseconds kPoll = std::chrono::milliseconds(20);
   const Clock::time_point deadline = Clock::now() + FromSeconds(options.start_timeout_s);
-  while (!HydraProxyRunning()) {
+  std::set<int> now;
+  while ((now = HydraProxies()).empty()) {
     if (Clock::now() > deadline) {
       return absl::DeadlineExceededError(
           absl::StrCat("no ranks were started on this host by the leader ", setup.leader,
                        " within ", options.start_timeout_s, " s"));
     }
-    // Short jobs' proxies live well under a second: a coarser poll could miss them all.
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::this_thread::sleep_for(kPoll);
   }
+  std::set<int> seen = now;
   while (true) {
-    while (HydraProxyRunning()) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    while (!now.empty()) {
+      for (int pid : now) {
+        if (seen.insert(pid).second) {
+          WriteAll(options.err_fd,
+                   absl::StrCat("hvxrun: ", setup.leader,
+                                " restarted the job; this host runs ranks again\n"));
+        }
+      }
+      // While ranks run, a coarser poll: a restart's proxy lives as long as its ranks.
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      now = HydraProxies();
+    }
     // The leader runs the same command: with --max-restarts it may start the job again here.
     if (options.max_restarts == 0) return 0;
     const Clock::time_point again_by = Clock::now() + FromSeconds(options.start_timeout_s);
-    bool again = false;
-    while (!again && Clock::now() < again_by) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      again = HydraProxyRunning();
+    while (now.empty() && Clock::now() < again_by) {
+      std::this_thread::sleep_for(kPoll);
+      now = HydraProxies();
     }
-    if (!again) return 0;
-    WriteAll(options.err_fd, absl::StrCat("hvxrun: ", setup.leader,
-                                          " restarted the job; this host runs ranks again\n"));
+    if (now.empty()) return 0;
   }
 }
 
