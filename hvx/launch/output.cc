@@ -233,7 +233,11 @@ void OutputRouter::OnLine(Stream stream, int source, absl::string_view line) {
           ParseControlRecord(line.substr(magic + strlen(kControlMagic)));
       // A rank that died mid-line leaves its unfinished text in front of the record.
       if (magic > 0) OnLine(stream, source, line.substr(0, magic));
-      if (record) {
+      // A record counts only from the rank it names (hydra's tag says who wrote it); the wrapper
+      // names rank -1 when it could not place itself. Any other is the rank's own output: a
+      // program could otherwise make hvxrun index its plan with any number.
+      if (record && (record->rank == source || record->rank == -1)) {
+        record->rank = source;
         on_control_(*record);
         return;
       }

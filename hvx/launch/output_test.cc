@@ -79,6 +79,22 @@ TEST_F(RouterTest, ControlRecordsAreConsumedNotPrinted) {
   EXPECT_THAT(Lines(2), ElementsAre("[1] half a line\n"));
 }
 
+// A record naming another rank, or one outside the plan, is the rank's output, not a record: hvxrun
+// indexed its plan with it (rank=100000000 crashed hvxrun). The wrapper's rank=-1 (it could not
+// place itself) is the rank hydra's tag names.
+TEST_F(RouterTest, ControlRecordsCountOnlyFromTheRankTheyName) {
+  err_.Feed(Marker(0) + "\x01hvxctl error rank=100000000 msg=x\n");
+  err_.Feed(Marker(1) + FormatExitRecord(2, "h2", 0));
+  EXPECT_TRUE(got_.records.empty());
+  EXPECT_THAT(Lines(2), ElementsAre("[0] \x01hvxctl error rank=100000000 msg=x\n",
+                                    "[1] " + FormatExitRecord(2, "h2", 0)));
+  err_.Feed(Marker(2) + FormatErrorRecord(-1, "?", "bad --plan"));
+  ASSERT_EQ(got_.records.size(), 1u);
+  EXPECT_EQ(got_.records[0].kind, ControlRecord::Kind::kError);
+  EXPECT_EQ(got_.records[0].rank, 2);
+  EXPECT_EQ(got_.records[0].message, "bad --plan");
+}
+
 TEST_F(RouterTest, PartialLastLineFlushedAtEnd) {
   out_.Feed(Marker(0) + "no newline");
   out_.Finish();
