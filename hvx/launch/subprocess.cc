@@ -91,12 +91,23 @@ absl::StatusOr<std::string> RunCapture(std::vector<std::string> argv, double tim
       }
     }
   }
-  const bool timed_out = c.out >= 0 || c.err >= 0;
-  if (timed_out) kill(-c.pid, SIGKILL);
+  bool timed_out = c.out >= 0 || c.err >= 0;
   if (c.out >= 0) close(c.out);
   if (c.err >= 0) close(c.err);
+  // A command may close its output and go on running (a discovery script that daemonizes, or
+  // sleeps): its exit is waited for within the same deadline.
   int status = 0;
-  waitpid(c.pid, &status, 0);
+  while (!timed_out && waitpid(c.pid, &status, WNOHANG) == 0) {
+    if (Clock::now() >= deadline) {
+      timed_out = true;
+      break;
+    }
+    poll(nullptr, 0, 10);
+  }
+  if (timed_out) {
+    kill(-c.pid, SIGKILL);
+    waitpid(c.pid, &status, 0);
+  }
   const std::string shown = ShellJoin(argv);
   if (timed_out) {
     return absl::DeadlineExceededError(absl::StrCat("'", shown, "' took over ", timeout_s, " s"));
