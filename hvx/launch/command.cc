@@ -39,6 +39,12 @@ std::vector<std::string> MpiexecCommand(const LaunchOptions& options, const JobS
   return argv;
 }
 
+std::vector<std::string> RemoteCommand(const LaunchOptions& options, const std::string& host,
+                                       const std::string& command) {
+  if (!options.launcher_exec.empty()) return {options.launcher_exec, host, command};
+  return {"ssh", "-o", "BatchMode=yes", host, command};
+}
+
 std::string ShellQuote(const std::string& word) {
   if (!word.empty() && word.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
                                               "0123456789_-+=./:,@%") == std::string::npos) {

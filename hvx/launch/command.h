@@ -27,6 +27,12 @@ std::vector<std::pair<std::string, std::string>> JobEnvironment(const LaunchOpti
 std::vector<std::string> MpiexecCommand(const LaunchOptions& options, const JobSetup& setup,
                                         const std::string& wrapper);
 
+// argv that runs `command` on `host` through the remote shell, for hvxrun's own probes: the
+// --launcher-exec program as given, or ssh in batch mode (a host asking for a password fails at
+// once instead of waiting at a prompt nobody sees).
+std::vector<std::string> RemoteCommand(const LaunchOptions& options, const std::string& host,
+                                       const std::string& command);
+
 // Quotes one word for a POSIX shell; control bytes are written as $'\001'.
 std::string ShellQuote(const std::string& word);
 std::string ShellJoin(const std::vector<std::string>& argv);

@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "hvx/common/files.h"
 #include "hvx/common/status.h"
+#include "hvx/launch/command.h"
 #include "hvx/launch/gpu_probe.h"
 #include "hvx/launch/output.h"
 #include "hvx/launch/subprocess.h"
@@ -38,11 +39,11 @@ absl::StatusOr<std::vector<Host>> CandidateHosts(const LaunchOptions& options,
 // this host (the probe's is_local) always answers.
 std::vector<std::string> UnreachableHosts(const LaunchOptions& options, const HostProbe& probe,
                                           const std::vector<std::string>& hosts) {
-  const std::string shell = options.launcher_exec.empty() ? "ssh" : options.launcher_exec;
   std::vector<std::string> gone;
   for (const std::string& h : hosts) {
     if (probe.is_local(h)) continue;
-    if (!RunCapture({shell, h, "true"}, std::min(options.start_timeout_s, 10.0)).ok()) {
+    if (!RunCapture(RemoteCommand(options, h, "true"), std::min(options.start_timeout_s, 10.0))
+             .ok()) {
       gone.push_back(h);
     }
   }

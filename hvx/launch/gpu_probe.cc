@@ -9,6 +9,7 @@
 #include "hvx/common/cluster.h"
 #include "hvx/common/files.h"
 #include "hvx/common/status.h"
+#include "hvx/launch/command.h"
 #include "hvx/launch/subprocess.h"
 
 namespace hvx {
@@ -22,16 +23,15 @@ HostProbe SystemHostProbe(const LaunchOptions& options, const Environment& env) 
     return host == "localhost" || host == "127.0.0.1" || host == self ||
            host == self.substr(0, self.find('.'));
   };
-  const std::string shell = options.launcher_exec.empty() ? "ssh" : options.launcher_exec;
   const double timeout = options.start_timeout_s;
-  probe.remote_gpus = [shell, timeout](const std::string& host) -> absl::StatusOr<int> {
+  probe.remote_gpus = [options, timeout](const std::string& host) -> absl::StatusOr<int> {
     HVX_ASSIGN_OR_RETURN(
         std::string out,
-        RunCapture(
-            {shell, host,
-             "if [ -n \"${CUDA_VISIBLE_DEVICES+x}\" ]; then echo \"cvd=$CUDA_VISIBLE_DEVICES\"; "
-             "fi; ls /proc/driver/nvidia/gpus 2>/dev/null | wc -l"},
-            timeout));
+        RunCapture(RemoteCommand(options, host,
+                                 "if [ -n \"${CUDA_VISIBLE_DEVICES+x}\" ]; then echo "
+                                 "\"cvd=$CUDA_VISIBLE_DEVICES\"; fi; ls /proc/driver/nvidia/gpus "
+                                 "2>/dev/null | wc -l"),
+                   timeout));
     MapEnvironment remote;
     int dir_count = 0;
     for (absl::string_view line : absl::StrSplit(out, '\n', absl::SkipWhitespace())) {

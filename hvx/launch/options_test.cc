@@ -199,6 +199,17 @@ TEST(CommandTest, ExactMpiexecCommand) {
             "-genv A 1 /bin/hvxrun --hvx-rank-wrapper --plan h1:2,h2:1 -- prog 'it'\\''s'");
 }
 
+// hvxrun's own probes never wait at a password prompt: ssh runs in batch mode; a --launcher-exec
+// program is run as given.
+TEST(CommandTest, RemoteCommandsRunInBatchMode) {
+  LaunchOptions o;
+  EXPECT_EQ(RemoteCommand(o, "h2", "true"),
+            (std::vector<std::string>{"ssh", "-o", "BatchMode=yes", "h2", "true"}));
+  o.launcher_exec = "/usr/bin/rsh";
+  EXPECT_EQ(RemoteCommand(o, "h2", "true"),
+            (std::vector<std::string>{"/usr/bin/rsh", "h2", "true"}));
+}
+
 }  // namespace
 }  // namespace launch
 }  // namespace hvx
