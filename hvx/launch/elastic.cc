@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "hvx/common/status.h"
 #include "hvx/launch/command.h"
 #include "hvx/launch/gpu_probe.h"
+#include "hvx/launch/hosts.h"
 #include "hvx/launch/output.h"
 #include "hvx/launch/subprocess.h"
 #include "hvx/launch/supervisor.h"
@@ -26,7 +28,20 @@ absl::StatusOr<std::vector<Host>> CandidateHosts(const LaunchOptions& options,
   if (!options.host_discovery_script.empty()) {
     HVX_ASSIGN_OR_RETURN(std::string out,
                          RunCapture({options.host_discovery_script}, options.start_timeout_s));
-    return ParseDiscoveredHosts(out, options.host_discovery_script);
+    // Slots for bare names: the hostfile the job names (-hostfile, or the cluster's, such as the
+    // MPI Operator's HYDRA_HOST_FILE), read again each time as the script is.
+    std::map<std::string, int> known;
+    std::string hostfile = options.hostfile;
+    if (hostfile.empty()) hostfile = env.GetNonEmpty("HYDRA_HOST_FILE").value_or("");
+    if (!hostfile.empty()) {
+      absl::StatusOr<std::vector<HostSpec>> listed = ReadHostfile(hostfile);
+      if (listed.ok()) {
+        for (const HostSpec& h : *listed) {
+          if (h.slots) known[h.name] = *h.slots;
+        }
+      }
+    }
+    return ParseDiscoveredHosts(out, options.host_discovery_script, known, options.slots_per_host);
   }
   LaunchOptions all = options;
   all.np.reset();

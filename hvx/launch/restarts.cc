@@ -55,18 +55,24 @@ absl::StatusOr<LaunchOptions> PlanAttempt(const LaunchOptions& base, const std::
   return next;
 }
 
-absl::StatusOr<std::vector<Host>> ParseDiscoveredHosts(const std::string& output,
-                                                       const std::string& script) {
+absl::StatusOr<std::vector<Host>> ParseDiscoveredHosts(
+    const std::string& output, const std::string& script,
+    const std::map<std::string, int>& known_slots, std::optional<int> default_slots) {
   HVX_ASSIGN_OR_RETURN(std::vector<HostSpec> specs,
                        ParseHostfile(output, absl::StrCat("--host-discovery-script ", script)));
   std::vector<Host> hosts;
   for (const HostSpec& s : specs) {
-    if (!s.slots) {
-      return absl::InvalidArgumentError(absl::StrCat("--host-discovery-script ", script, ": host '",
-                                                     s.name, "' has no slot count (print ", s.name,
-                                                     ":SLOTS)"));
+    std::optional<int> slots = s.slots;
+    if (!slots) {
+      const auto known = known_slots.find(s.name);
+      slots = known != known_slots.end() ? std::optional<int>(known->second) : default_slots;
     }
-    hosts.push_back({s.name, *s.slots});
+    if (!slots) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--host-discovery-script ", script, ": host '", s.name, "' has no slot count (print ",
+          s.name, ":SLOTS, list it in the job's hostfile, or give --slots-per-host)"));
+    }
+    hosts.push_back({s.name, *slots});
   }
   if (hosts.empty()) {
     return absl::InvalidArgumentError(

@@ -11,6 +11,7 @@
 #define HVX_LAUNCH_RESTARTS_H_
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -53,9 +54,14 @@ absl::StatusOr<LaunchOptions> PlanAttempt(const LaunchOptions& base, const std::
                                           const HostHealth& health, int attempt,
                                           const std::string& run_id);
 
-// The hosts a --host-discovery-script printed: "host:slots" (or "host slots=N") lines.
-absl::StatusOr<std::vector<Host>> ParseDiscoveredHosts(const std::string& output,
-                                                       const std::string& script);
+// The hosts a --host-discovery-script printed: "host:slots" (or "host slots=N") lines, or bare
+// names (the Kubeflow MPI Operator's discover_hosts.sh prints no slots), which take their slots
+// from `known_slots` (the job's own host list: its hostfile) and else from `default_slots`
+// (--slots-per-host). A bare name with neither is an error naming the ways to give it slots.
+absl::StatusOr<std::vector<Host>> ParseDiscoveredHosts(
+    const std::string& output, const std::string& script,
+    const std::map<std::string, int>& known_slots = {},
+    std::optional<int> default_slots = std::nullopt);
 
 // "restart 1 of 2: rank 5 on host h3 was killed by signal 9; excluded h3 (1 failure); new plan:
 // np 4 on h1:2,h2:2"

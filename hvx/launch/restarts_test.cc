@@ -73,6 +73,21 @@ TEST(RestartsTest, DiscoveredHostsNeedSlots) {
   EXPECT_EQ(*hosts, (std::vector<Host>{{"h1", 2}, {"h2", 4}}));
   EXPECT_TRUE(absl::StrContains(ParseDiscoveredHosts("h1\n", "/d.sh").status().message(),
                                 "host 'h1' has no slot count"));
+  // The MPI Operator's discover_hosts.sh prints bare names: slots from the job's hostfile, else
+  // --slots-per-host.
+  const std::map<std::string, int> hostfile = {{"job-worker-0.job.ns.svc", 4}};
+  hosts = ParseDiscoveredHosts("job-worker-0.job.ns.svc\njob-worker-1.job.ns.svc:2\n", "/d.sh",
+                               hostfile);
+  ASSERT_TRUE(hosts.ok()) << hosts.status();
+  EXPECT_EQ(*hosts,
+            (std::vector<Host>{{"job-worker-0.job.ns.svc", 4}, {"job-worker-1.job.ns.svc", 2}}));
+  hosts = ParseDiscoveredHosts("a\njob-worker-0.job.ns.svc\n", "/d.sh", hostfile, 1);
+  ASSERT_TRUE(hosts.ok()) << hosts.status();
+  EXPECT_EQ(*hosts, (std::vector<Host>{{"a", 1}, {"job-worker-0.job.ns.svc", 4}}));
+  EXPECT_TRUE(absl::StrContains(
+      ParseDiscoveredHosts("a\n", "/d.sh", hostfile).status().message(),
+      "host 'a' has no slot count (print a:SLOTS, list it in the job's hostfile, or give "
+      "--slots-per-host)"));
   EXPECT_TRUE(
       absl::StrContains(ParseDiscoveredHosts("\n", "/d.sh").status().message(), "no hosts"));
 }
