@@ -8,6 +8,7 @@
 // waits releases the GIL.
 #include <torch/extension.h>
 
+#include <cctype>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -284,6 +285,14 @@ void DefineModule(py::module_& m) {
   auto internal = py::register_exception<InternalError>(m, "HvxInternalError", PyExc_RuntimeError);
   const py::tuple bases = py::make_tuple(internal, py::handle(PyExc_ValueError));
   py::register_exception<InvalidArgumentError>(m, "HvxInvalidArgumentError", bases);
+
+  // hvx::ReduceOp's values, so that hvx.torch's op constants are the ones the engine takes.
+  for (ReduceOp op : {ReduceOp::kAverage, ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax,
+                      ReduceOp::kProduct, ReduceOp::kAdasum}) {
+    std::string name(ReduceOpName(op));
+    name[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(name[0])));
+    m.attr(name.c_str()) = static_cast<int>(op);
+  }
 
   m.def("init", &InitHvx, py::arg("process_sets"));
   m.def("shutdown", &ShutdownHvx);

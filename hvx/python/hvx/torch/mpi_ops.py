@@ -31,13 +31,13 @@ HvxInvalidArgumentError = _C.HvxInvalidArgumentError
 # Horovod's name for the same error, for scripts that catch it.
 HorovodInternalError = HvxInternalError
 
-# Reduction ops, with the values of hvx::ReduceOp.
-Average = 0
-Sum = 1
-Min = 2
-Max = 3
-Product = 4
-Adasum = 5
+# Reduction ops: hvx::ReduceOp's values, from the native module.
+Average = _C.Average
+Sum = _C.Sum
+Min = _C.Min
+Max = _C.Max
+Product = _C.Product
+Adasum = _C.Adasum
 _OP_NAMES = {Average: "Average", Sum: "Sum", Min: "Min", Max: "Max", Product: "Product",
              Adasum: "Adasum"}
 
