@@ -30,7 +30,7 @@ const Armed* ArmedHere() {
   static const Armed* armed = []() -> const Armed* {
     const Environment& env = Environment::Process();
     const std::optional<std::string> spec = env.GetNonEmpty("HVX_FAILPOINT");
-    if (!spec) return nullptr;
+    if (!spec || !FailpointEnvironmentError(env).empty()) return nullptr;
     const std::vector<std::string> parts = absl::StrSplit(*spec, ':');
     int rank = -1, mine = -1, pass = 1;
     std::optional<std::string> my_rank = env.GetNonEmpty("HVX_RANK");
@@ -56,6 +56,15 @@ std::vector<Action>& Actions() {
 }
 
 }  // namespace
+
+std::string FailpointEnvironmentError(const Environment& env) {
+  const std::optional<std::string> spec = env.GetNonEmpty("HVX_FAILPOINT");
+  if (!spec || env.GetNonEmpty("HVX_ALLOW_FAILPOINTS").value_or("") == "1") return "";
+  return "HVX_FAILPOINT=" + *spec +
+         " is set but HVX_ALLOW_FAILPOINTS=1 is not: a failpoint makes a rank fail on purpose "
+         "(tests only). Unset HVX_FAILPOINT (launchers pass it on to every rank), or set "
+         "HVX_ALLOW_FAILPOINTS=1 too to inject the fault.";
+}
 
 bool RegisterFailpointAction(const char* action, void (*fire)()) {
   Actions().push_back({action, fire});

@@ -1,6 +1,8 @@
 // Named points where a test can make one rank fail on purpose, to prove that every fault at every
-// phase of a job ends it cleanly (tests/faults). Off unless HVX_FAILPOINT is set; then one
-// comparison per call.
+// phase of a job ends it cleanly (tests/faults). Off unless HVX_FAILPOINT is set together with
+// HVX_ALLOW_FAILPOINTS=1 (launchers pass every variable to every rank, so a stale HVX_FAILPOINT
+// alone must not kill a real job: hvx::Init refuses to start with it); then one comparison per
+// call.
 //
 //   HVX_FAILPOINT=negotiation:2:kill   rank 2 kills itself with SIGKILL the first time it
 //                                      reaches hvx::Failpoint("negotiation")
@@ -18,7 +20,15 @@
 #ifndef HVX_COMMON_FAILPOINT_H_
 #define HVX_COMMON_FAILPOINT_H_
 
+#include <string>
+
+#include "hvx/common/env.h"
+
 namespace hvx {
+
+// What is wrong with `env` for failpoints: HVX_FAILPOINT set without HVX_ALLOW_FAILPOINTS=1 (a
+// message naming both and how to clear it), else "".
+std::string FailpointEnvironmentError(const Environment& env);
 
 // Fires the failpoint `point` when HVX_FAILPOINT names it and this rank; otherwise returns.
 void Failpoint(const char* point);

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "hvx/common/failpoint.h"
 #include "hvx/common/logging.h"
 #include "hvx/common/status.h"
 #include "hvx/core/agreement.h"
@@ -119,6 +120,9 @@ absl::Status InitOptions::Validate() const {
 
 absl::Status Init(const InitOptions& options) {
   HVX_RETURN_IF_ERROR(options.Validate());
+  if (std::string e = FailpointEnvironmentError(Environment::Process()); !e.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat("hvx::Init: ", e));
+  }
   std::lock_guard<std::mutex> lock(g_mu);
   if (g_engine != nullptr) {
     return absl::FailedPreconditionError(g_shut_down

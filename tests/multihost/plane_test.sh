@@ -45,7 +45,7 @@ check "2 hosts x 2, mpi plane: rc 0, every rank the same digest" $?
 [[ $rc == 0 ]] || show
 
 # A rank killed between publishing and folding: its peers on the host see it gone, the job stops.
-launch -np 4 -H hvxp1:2,hvxp2:2 -x HVX_CPU_PLANE=shm -x HVX_FAILPOINT=allreduce:3:kill -- "$PROBE"
+launch -np 4 -H hvxp1:2,hvxp2:2 -x HVX_CPU_PLANE=shm -x HVX_ALLOW_FAILPOINTS=1 -x HVX_FAILPOINT=allreduce:3:kill -- "$PROBE"
 [[ $rc != 0 && $elapsed_ms -lt 15000 ]]
 check "rank 3 killed mid-allreduce: the job fails (rc=$rc) within 15 s (${elapsed_ms} ms)" $?
 grep -qF "hvx failpoint allreduce: rank 3 kill" <<<"$err"; check "the failpoint fired" $?
