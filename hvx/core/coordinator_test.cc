@@ -27,6 +27,23 @@ RequestList List(std::vector<Request> requests) {
   return l;
 }
 
+Request Join() {
+  Request r;
+  r.type = OpType::kJoin;
+  r.name = "join";
+  return r;
+}
+
+// Three ranks on hosts a, a, b with a 10 s collective timeout and no stall check.
+CoordinatorOptions TimeoutOptions() {
+  CoordinatorOptions o;
+  o.stall_check_time_s = 0;
+  o.collective_timeout_s = 10;
+  o.global_ranks = {0, 1, 2};
+  o.hosts = {"a", "a", "b"};
+  return o;
+}
+
 TEST(MessageTest, RoundTripsAndRejectsTruncation) {
   RequestList in;
   in.joined = true;
@@ -166,9 +183,7 @@ TEST(CoordinatorTest, AdasumNeedsPowerOfTwo) {
 
 TEST(CoordinatorTest, JoinedRanksCountAsReadyAndLastJoinerIsReported) {
   Coordinator c(3, CoordinatorOptions{{}, 60, 0, {0, 1, 2}, nullptr});
-  Request join;
-  join.type = OpType::kJoin;
-  join.name = "join";
+  const Request join = Join();
   c.Add(2, List({join}), absl::Now());
   c.Add(0, List({Allreduce(0, "g", {2})}), absl::Now());
   c.Add(1, List({Allreduce(1, "g", {2})}), absl::Now());
@@ -196,9 +211,7 @@ TEST(CoordinatorTest, JoinedRanksCountAsReadyAndLastJoinerIsReported) {
 // differently (their unnamed-op counts differ in a loop where a different rank joins each time).
 TEST(CoordinatorTest, NonAllreduceFailsAtOnceWhileARankHasJoined) {
   Coordinator c(3, CoordinatorOptions{{}, 60, 0, {0, 1, 2}, nullptr});
-  Request join;
-  join.type = OpType::kJoin;
-  join.name = "join";
+  const Request join = Join();
   c.Add(1, List({join}), absl::Now());
   Request gather = Allreduce(0, "allgather.noname.0", {2});
   gather.type = OpType::kAllgather;
@@ -240,12 +253,7 @@ TEST(CoordinatorTest, StallReportListsMissingRanksAndShutdownFailsThem) {
 }
 
 TEST(CoordinatorTest, CollectiveTimeoutFailsANameSomeRanksNeverSubmitted) {
-  CoordinatorOptions o;
-  o.stall_check_time_s = 0;
-  o.collective_timeout_s = 10;
-  o.global_ranks = {0, 1, 2};
-  o.hosts = {"a", "a", "b"};
-  Coordinator c(3, o);
+  Coordinator c(3, TimeoutOptions());
   const absl::Time t0 = absl::Now();
   c.Add(0, List({Allreduce(0, "w", {1})}), t0);
   Request waited = Allreduce(1, "w", {1});
@@ -272,16 +280,9 @@ TEST(CoordinatorTest, CollectiveTimeoutFailsANameSomeRanksNeverSubmitted) {
 // A join waits as long as the other ranks keep running collectives with it, and fails when none
 // joined nor completed one within the timeout.
 TEST(CoordinatorTest, JoinFailsWhenNoCollectiveCompletesWithinTheTimeout) {
-  CoordinatorOptions o;
-  o.stall_check_time_s = 0;
-  o.collective_timeout_s = 10;
-  o.global_ranks = {0, 1, 2};
-  o.hosts = {"a", "a", "b"};
-  Coordinator c(3, o);
+  Coordinator c(3, TimeoutOptions());
   const absl::Time t0 = absl::Now();
-  Request join;
-  join.type = OpType::kJoin;
-  join.name = "join";
+  const Request join = Join();
   c.Add(1, List({join}), t0);
   EXPECT_FALSE(c.CheckDue(t0 + absl::Seconds(9)));
   // Ranks 0 and 2 still train: an allreduce completes at 9 s, so the wait counts from there.
