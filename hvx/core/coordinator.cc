@@ -66,15 +66,15 @@ std::string Coordinator::WhoOnHost(int set_rank) const {
 void Coordinator::Add(int rank, const RequestList& list, absl::Time now) {
   if (list.shutdown) shutdown_ = true;
   for (const Request& req : list.requests) {
+    const absl::Time submitted = now - absl::Seconds(std::max(0.0, req.waited_s));
     if (req.type == OpType::kJoin) {
-      if (joined_.empty()) join_progress_ = now - absl::Seconds(std::max(0.0, req.waited_s));
+      if (joined_.empty()) join_progress_ = submitted;
       if (joined_.insert(rank).second)
         last_joined_ = options_.global_ranks.empty() ? rank : options_.global_ranks[rank];
       continue;
     }
     auto [it, inserted] = table_.try_emplace(req.name);
     Pending& p = it->second;
-    const absl::Time submitted = now - absl::Seconds(std::max(0.0, req.waited_s));
     if (inserted) {
       p.by_rank.resize(size_);
       p.first_seen = submitted;

@@ -80,11 +80,7 @@ void ScaleFloat(float* d, int64_t n, Scale s) {
     return;
   }
   const double r = 1.0 / s.divisor;
-  if (s.factor == 1.0) {
-    for (int64_t i = 0; i < n; ++i) d[i] = DivideOnce(d[i], r);
-  } else {
-    for (int64_t i = 0; i < n; ++i) d[i] = DivideOnce(d[i] * f, r);
-  }
+  for (int64_t i = 0; i < n; ++i) d[i] = DivideOnce(d[i] * f, r);
 }
 
 template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float)>
