@@ -37,11 +37,12 @@ def _broadcast_state(obj):
 class ObjectState:
     """Plain Python values, one attribute per keyword argument; sync() broadcasts rank 0's.
 
-    bcast_object and get_rank are accepted for Horovod's signature and default to hvx.torch's."""
+    bcast_object(obj) broadcasts from rank 0 (by default hvx.torch's broadcast_object); get_rank is
+    accepted for Horovod's signature and not needed: rank 0 is always the root."""
 
     def __init__(self, bcast_object=None, get_rank=None, **kwargs):
+        del get_rank  # rank 0 is always the root here
         self._bcast_object = bcast_object or _broadcast_state
-        self._get_rank = get_rank or rank
         self._reset_callbacks = []
         self._saved_state = copy.deepcopy(kwargs)
         self._set_attrs()
@@ -66,16 +67,19 @@ class ObjectState:
         """Host changes reach an hvx job as a restart, never inside a running process."""
 
     def save(self):
-        self._saved_state = {k: copy.deepcopy(getattr(self, k)) for k in self._saved_state}
+        self._save_values()
 
     def restore(self):
         self._set_attrs()
 
     def sync(self):
         if self._saved_state:
-            self.save()
+            self._save_values()
             self._saved_state = self._bcast_object(self._saved_state)
             self._set_attrs()
+
+    def _save_values(self):
+        self._saved_state = {k: copy.deepcopy(getattr(self, k)) for k in self._saved_state}
 
     def _set_attrs(self):
         for attr, value in self._saved_state.items():
