@@ -92,69 +92,145 @@ def _torch_abi(rctx, config):
             return line[i + len("_GLIBCXX_USE_CXX11_ABI="):i + len("_GLIBCXX_USE_CXX11_ABI=") + 1]
     return None
 
+# What a Python interpreter's torch is: its folder, torch.__version__, the installed distribution's
+# version (what pip compares), its C++ ABI, and its CUDA version ("" for a CPU build).
+_ASK_TORCH = """
+import importlib.metadata, os, torch
+try:
+    dist = importlib.metadata.version("torch")
+except importlib.metadata.PackageNotFoundError:
+    dist = torch.__version__
+print(os.path.dirname(torch.__file__))
+print(torch.__version__)
+print(dist)
+print(int(torch._C._GLIBCXX_USE_CXX11_ABI))
+print(torch.version.cuda or "none")
+"""
+
+def _ask_torch(rctx, python):
+    """(root, version, dist_version, abi, cuda) of python's torch, or None and the error."""
+    rc, out, err = _exec(rctx, [python, "-c", _ASK_TORCH])
+    if rc != 0:
+        return None, (err.splitlines() or ["exit status %d" % rc])[-1]
+    lines = out.split("\n")
+    if len(lines) != 5:
+        return None, "unexpected answer %r" % out
+    return struct(root = lines[0], version = lines[1], dist = lines[2], abi = lines[3], cuda = "" if lines[4] == "none" else lines[4]), None
+
+# Folders of a torch wheel's include/ that are third-party copies: its protobuf would shadow the
+# system's (which hvx's generated code is built for), and its pybind11 is reached through
+# @hvx_python//:pybind11 (the one its libtorch_python was built with).
+_WHEEL_INCLUDE_SKIP = ["google", "pybind11"]
+
 def _hvx_torch_repo_impl(rctx):
     root = rctx.os.environ.get("HVX_TORCH_PATH", "")
-    if root:
+    torch_python_bin = rctx.os.environ.get("HVX_TORCH_PYTHON", "")
+    source = "debian"
+    version = ""
+    dist = ""
+    cuda = ""
+    if root and torch_python_bin:
+        _fail("LibTorch", "both HVX_TORCH_PATH=%s and HVX_TORCH_PYTHON=%s are set" % (root, torch_python_bin), "Set one: HVX_TORCH_PYTHON for a Python's torch (a pip install), HVX_TORCH_PATH for an unpacked LibTorch zip.")
+    if torch_python_bin:
+        source = "python"
+        found, err = _ask_torch(rctx, torch_python_bin)
+        if found == None:
+            _fail("LibTorch", "HVX_TORCH_PYTHON=%s cannot import torch (%s)" % (torch_python_bin, err), "Point HVX_TORCH_PYTHON at a Python whose torch imports (a venv after `pip install torch`; tools/setup makes one), or unset it for Debian's LibTorch.")
+        root = found.root
         if not rctx.path(root + "/include/torch/csrc/api/include/torch/torch.h").exists:
-            _fail("LibTorch", "HVX_TORCH_PATH=%s has no include/torch/csrc/api/include/torch/torch.h" % root, "Point HVX_TORCH_PATH at an unpacked LibTorch zip (the folder holding include/ and lib/).")
+            _fail("LibTorch", "%s (torch %s from HVX_TORCH_PYTHON=%s) has no include/torch/csrc/api/include/torch/torch.h" % (root, found.version, torch_python_bin), "Install a torch wheel that ships LibTorch's headers (every PyPI torch >= 1.0 does).")
+        for entry in rctx.path(root + "/include").readdir():
+            if entry.basename not in _WHEEL_INCLUDE_SKIP:
+                rctx.symlink(entry, "include/" + entry.basename)
+        includes = ["include", "include/torch/csrc/api/include"]
+        libdir = root + "/lib"
+        abi = found.abi
+        version = found.version
+        dist = found.dist
+        cuda = found.cuda
+    elif root:
+        source = "path"
+        if not rctx.path(root + "/include/torch/csrc/api/include/torch/torch.h").exists:
+            _fail("LibTorch", "HVX_TORCH_PATH=%s has no include/torch/csrc/api/include/torch/torch.h" % root, "Point HVX_TORCH_PATH at an unpacked LibTorch zip (the folder holding include/ and lib/), or set HVX_TORCH_PYTHON to a Python with torch installed.")
         rctx.symlink(root + "/include", "include")
         includes = ["include", "include/torch/csrc/api/include"]
-        hdrs = 'glob(["include/**"])'
         libdir = root + "/lib"
-        config = rctx.path(root + "/share/cmake/Torch/TorchConfig.cmake")
+        abi = _torch_abi(rctx, rctx.path(root + "/share/cmake/Torch/TorchConfig.cmake"))
     else:
         api = rctx.path("/usr/include/torch/csrc/api/include")
         if not api.exists:
-            _fail("LibTorch", "no /usr/include/torch/csrc/api/include", "Install Debian's libtorch-dev (tools/setup does), or set HVX_TORCH_PATH to an unpacked LibTorch zip.")
+            _fail("LibTorch", "no /usr/include/torch/csrc/api/include", "Install Debian's libtorch-dev (tools/setup does), or set HVX_TORCH_PYTHON to a Python with torch installed.")
         rctx.symlink(api, "include")
         includes = ["include"]
-        hdrs = 'glob(["include/**"])'
         libdir = "/usr/lib/x86_64-linux-gnu"
-        config = rctx.path(libdir + "/cmake/Torch/TorchConfig.cmake")
+        abi = _torch_abi(rctx, rctx.path(libdir + "/cmake/Torch/TorchConfig.cmake"))
+        # The Python torch that hvx's extension loads into: Debian's python3-torch over the same
+        # libraries. Absent, the extension cannot be built (below) and nothing needs its version.
+        found, _ = _ask_torch(rctx, rctx.os.environ.get("HVX_PYTHON", "") or "/usr/bin/python3")
+        if found != None:
+            version = found.version
+            dist = found.dist
     for lib in ["libtorch.so", "libtorch_cpu.so", "libc10.so"]:
         if not rctx.path(libdir + "/" + lib).exists:
-            _fail("LibTorch", "%s/%s is missing" % (libdir, lib), "Install Debian's libtorch-dev, or set HVX_TORCH_PATH to an unpacked LibTorch zip.")
-    # A CUDA build of LibTorch registers its CUDA kernels from these; link them where they exist.
-    libs = ["-ltorch", "-ltorch_cpu", "-lc10"]
+            _fail("LibTorch", "%s/%s is missing" % (libdir, lib), "Install Debian's libtorch-dev, or set HVX_TORCH_PYTHON to a Python with torch installed.")
+    # By path, not -l: another -L (MPICH's, say, -L/usr/lib/x86_64-linux-gnu) ahead of this one
+    # would otherwise link Debian's LibTorch into a build against a wheel's. A CUDA build of
+    # LibTorch registers its CUDA kernels from libtorch_cuda; link it where it exists.
+    libs = ["%s/lib%s.so" % (libdir, lib) for lib in ["torch", "torch_cpu", "c10"]]
     for lib in ["torch_cuda", "c10_cuda"]:
         if rctx.path("%s/lib%s.so" % (libdir, lib)).exists:
-            libs.append("-l" + lib)
-    abi = _torch_abi(rctx, config)
+            libs.append("%s/lib%s.so" % (libdir, lib))
     if abi not in ["0", "1"]:
-        _fail("LibTorch", "cannot read _GLIBCXX_USE_CXX11_ABI from %s" % config, "Set HVX_TORCH_PATH to a complete LibTorch installation (it ships share/cmake/Torch/TorchConfig.cmake).")
+        _fail("LibTorch", "cannot tell the C++ ABI (_GLIBCXX_USE_CXX11_ABI) of the LibTorch in %s" % libdir, "Set HVX_TORCH_PATH to a complete LibTorch installation (it ships share/cmake/Torch/TorchConfig.cmake), or HVX_TORCH_PYTHON to a Python with torch installed.")
 
     # The Python bindings' library (Debian's python3-torch, or a LibTorch from a torch wheel): only
     # hvx's Python extension links it; without it that one target fails to compile, saying why.
     if rctx.path(libdir + "/libtorch_python.so").exists:
-        torch_python = 'linkopts = ["-L{libdir}", "-ltorch_python"], deps = [":torch"]'.format(libdir = libdir)
+        torch_python = 'linkopts = ["{libdir}/libtorch_python.so"], deps = [":torch"]'.format(libdir = libdir)
     else:
-        rctx.file("missing_torch_python.cc", '#error "hvx: no %s/libtorch_python.so: install Debian\'s python3-torch (tools/setup does), or set HVX_TORCH_PATH to a LibTorch that has it"\n' % libdir)
+        rctx.file("missing_torch_python.cc", '#error "hvx: no %s/libtorch_python.so: install Debian\'s python3-torch (tools/setup does), or set HVX_TORCH_PYTHON to a Python with torch installed"\n' % libdir)
         torch_python = 'srcs = ["missing_torch_python.cc"], deps = [":torch"]'
     rctx.file("WORKSPACE", 'workspace(name = "%s")\n' % rctx.name)
+    # Which torch this is, for the wheel's pin and hvx's import-time check (hvx/python/BUILD.bazel).
+    rctx.file("defs.bzl", "\n".join([
+        "# The LibTorch hvx builds against: debian (libtorch-dev), python (HVX_TORCH_PYTHON's torch),",
+        "# or path (HVX_TORCH_PATH). Versions are those of the Python torch, \"\" when none was found.",
+        "TORCH_SOURCE = %r" % source,
+        "TORCH_VERSION = %r" % version,
+        "TORCH_DIST_VERSION = %r" % dist,
+        "TORCH_CUDA = %r" % cuda,
+        "TORCH_LIBDIR = %r" % libdir,
+        "",
+    ]))
     rctx.file("BUILD.bazel", """
 package(default_visibility = ["//visibility:public"])
+
+exports_files(["defs.bzl"])
 
 cc_library(name = "torch_python", {torch_python})
 
 cc_library(
     name = "torch",
-    hdrs = {hdrs},
+    hdrs = glob(["include/**"]),
     includes = {includes},
     defines = ["_GLIBCXX_USE_CXX11_ABI={abi}"],
-    linkopts = ["-L{libdir}", "-Wl,-rpath,{libdir}"] + {libs} + ["-pthread"],
+    linkopts = ["-Wl,-rpath,{libdir}"] + {libs} + ["-pthread"],
 )
-""".format(hdrs = hdrs, includes = repr(includes), abi = abi, libdir = libdir, libs = repr(libs), torch_python = torch_python))
+""".format(includes = repr(includes), abi = abi, libdir = libdir, libs = repr(libs), torch_python = torch_python))
 
 hvx_torch_repo = repository_rule(
     implementation = _hvx_torch_repo_impl,
-    environ = ["HVX_TORCH_PATH"],
+    environ = ["HVX_TORCH_PATH", "HVX_TORCH_PYTHON", "HVX_PYTHON"],
     local = True,
 )
 
 # -------------------------------------------------------------------------------------------- Python
 
 def _hvx_python_repo_impl(rctx):
-    python = rctx.os.environ.get("HVX_PYTHON", "") or "/usr/bin/python3"
+    # The extension must be built for the interpreter whose torch it links: HVX_TORCH_PYTHON's, when
+    # that chooses the LibTorch, unless HVX_PYTHON names another.
+    torch_python = rctx.os.environ.get("HVX_TORCH_PYTHON", "")
+    python = rctx.os.environ.get("HVX_PYTHON", "") or torch_python or "/usr/bin/python3"
     if not rctx.path(python).exists:
         _fail("Python", "no %s" % python, "Install Debian's python3-dev (tools/setup does), or set HVX_PYTHON to a Python 3 with its headers.")
     rc, out, err = _exec(rctx, [python, "-c", "import sys, sysconfig; print(sysconfig.get_paths()['include']); print('cp%d%d' % sys.version_info[:2])"])
@@ -163,11 +239,19 @@ def _hvx_python_repo_impl(rctx):
     include, tag = out.split("\n")
     if not rctx.path(include + "/Python.h").exists:
         _fail("Python", "no %s/Python.h" % include, "Install Debian's python3-dev (tools/setup does).")
-    pybind11 = rctx.path("/usr/include/pybind11/pybind11.h")
-    if not pybind11.exists:
-        _fail("pybind11", "no /usr/include/pybind11/pybind11.h", "Install Debian's pybind11-dev (tools/setup does).")
+    # pybind11 (header-only): the copy a torch wheel ships, which its libtorch_python was built with
+    # and whose type casters hvx's extension shares with it; else Debian's.
+    pybind11 = "/usr/include/pybind11"
+    if torch_python:
+        found, err = _ask_torch(rctx, torch_python)
+        if found == None:
+            _fail("Python", "HVX_TORCH_PYTHON=%s cannot import torch (%s)" % (torch_python, err), "Point HVX_TORCH_PYTHON at a Python whose torch imports, or unset it for Debian's.")
+        if rctx.path(found.root + "/include/pybind11/pybind11.h").exists:
+            pybind11 = found.root + "/include/pybind11"
+    if not rctx.path(pybind11 + "/pybind11.h").exists:
+        _fail("pybind11", "no %s/pybind11.h" % pybind11, "Install Debian's pybind11-dev (tools/setup does).")
     rctx.symlink(include, "include/python")
-    rctx.symlink("/usr/include/pybind11", "include/pybind11/pybind11")
+    rctx.symlink(pybind11, "include/pybind11/pybind11")
     rctx.file("python3.sh", '#!/bin/sh\nexec "%s" "$@"\n' % python, executable = True)
     # The interpreter's tag ("cp311"), for the wheel's file name.
     rctx.file("defs.bzl", 'PYTHON_TAG = "%s"\n' % tag)
@@ -199,7 +283,7 @@ toolchain(
 
 hvx_python_repo = repository_rule(
     implementation = _hvx_python_repo_impl,
-    environ = ["HVX_PYTHON"],
+    environ = ["HVX_PYTHON", "HVX_TORCH_PYTHON"],
     local = True,
 )
 

@@ -41,7 +41,7 @@ CachingHostAllocator::~CachingHostAllocator() {
   }
 }
 
-c10::DataPtr CachingHostAllocator::allocate(size_t n) const {
+c10::DataPtr CachingHostAllocator::Allocate(size_t n) const {
   const c10::Device cpu(c10::DeviceType::CPU);
   if (n + kHeaderBytes < options_.min_cached_bytes) {
     void* p = nullptr;

@@ -26,6 +26,7 @@
 
 #include "absl/status/statusor.h"
 #include "hvx/common/env.h"
+#include "hvx/torch/version.h"
 
 namespace hvx {
 
@@ -57,12 +58,21 @@ class CachingHostAllocator final : public c10::Allocator {
   // Blocks still held by tensors keep a pointer to their allocator: destroy one only after them.
   ~CachingHostAllocator() override;
 
-  c10::DataPtr allocate(size_t n) const override;
+  // LibTorch 2.3 made allocate() non-const and added copy_data().
+#if HVX_TORCH_AT_LEAST(2, 3)
+  c10::DataPtr allocate(size_t n) override { return Allocate(n); }
+  void copy_data(void* dest, const void* src, size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+#else
+  c10::DataPtr allocate(size_t n) const override { return Allocate(n); }
+#endif
   c10::DeleterFnPtr raw_deleter() const override;
   HostAllocatorStats stats() const;
 
  private:
   struct Header;
+  c10::DataPtr Allocate(size_t n) const;
   static void Free(void* data);
   void Release(Header* header) const;
   // Least recently freed order of the cached blocks; mu_ held.

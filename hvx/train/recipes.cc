@@ -8,9 +8,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <sstream>
+#include <string>
+#include <type_traits>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "hvx/torch/version.h"
 
 namespace hvx {
 namespace train {
@@ -40,6 +44,19 @@ std::unique_ptr<OptimizerOptions> OptionsFor(const OptimizerConfig& o, double we
   }
 }
 
+// The key of a parameter's state in a LibTorch optimizer, as its own optimizers make it: the
+// TensorImpl's address (a string of it before LibTorch 2.x, the pointer itself since).
+template <typename Key>
+Key StateKey(const at::Tensor& p) {
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream key;
+    key << p.unsafeGetTensorImpl();
+    return key.str();
+  } else {
+    return p.unsafeGetTensorImpl();
+  }
+}
+
 }  // namespace
 
 at::Tensor Lamb::step(LossClosure closure) {
@@ -56,7 +73,7 @@ at::Tensor Lamb::step(LossClosure closure) {
     for (auto& p : group.params()) {
       if (!p.grad().defined()) continue;
       const at::Tensor& grad = p.grad();
-      const std::string key = c10::guts::to_string(p.unsafeGetTensorImpl());
+      const auto key = StateKey<std::decay_t<decltype(state_)>::key_type>(p);
       auto found = state_.find(key);
       if (found == state_.end()) {
         auto state = std::make_unique<torch::optim::AdamWParamState>();
@@ -189,6 +206,13 @@ void WeightAverage::Swap() {
 AutocastGuard::AutocastGuard(c10::DeviceType device_type, at::ScalarType dtype)
     : active_(dtype != at::kFloat), cuda_(device_type == c10::DeviceType::CUDA) {
   if (!active_) return;
+#if HVX_TORCH_AT_LEAST(2, 4)
+  const c10::DeviceType device = cuda_ ? c10::DeviceType::CUDA : c10::DeviceType::CPU;
+  was_enabled_ = at::autocast::is_autocast_enabled(device);
+  was_dtype_ = at::autocast::get_autocast_dtype(device);
+  at::autocast::set_autocast_enabled(device, true);
+  at::autocast::set_autocast_dtype(device, dtype);
+#else
   if (cuda_) {
     was_enabled_ = at::autocast::is_enabled();
     was_dtype_ = at::autocast::get_autocast_gpu_dtype();
@@ -200,6 +224,7 @@ AutocastGuard::AutocastGuard(c10::DeviceType device_type, at::ScalarType dtype)
     at::autocast::set_cpu_enabled(true);
     at::autocast::set_autocast_cpu_dtype(dtype);
   }
+#endif
   at::autocast::increment_nesting();
 }
 
@@ -207,6 +232,11 @@ AutocastGuard::~AutocastGuard() {
   if (!active_) return;
   // Leaving the outermost guard drops the casts cached for this forward (weights cast once).
   if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+#if HVX_TORCH_AT_LEAST(2, 4)
+  const c10::DeviceType device = cuda_ ? c10::DeviceType::CUDA : c10::DeviceType::CPU;
+  at::autocast::set_autocast_enabled(device, was_enabled_);
+  at::autocast::set_autocast_dtype(device, was_dtype_);
+#else
   if (cuda_) {
     at::autocast::set_enabled(was_enabled_);
     at::autocast::set_autocast_gpu_dtype(was_dtype_);
@@ -214,6 +244,7 @@ AutocastGuard::~AutocastGuard() {
     at::autocast::set_cpu_enabled(was_enabled_);
     at::autocast::set_autocast_cpu_dtype(was_dtype_);
   }
+#endif
 }
 
 LossScaler::LossScaler(double initial_scale, int64_t growth_interval)
