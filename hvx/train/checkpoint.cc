@@ -1,7 +1,10 @@
 #include "hvx/train/checkpoint.h"
 
+#include <caffe2/serialize/inline_container.h>
 #include <dirent.h>
 #include <sys/stat.h>
+#include <torch/csrc/jit/serialization/export.h>
+#include <torch/csrc/jit/serialization/pickler.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -387,9 +390,28 @@ absl::Status ExportStateDict(Classifier& model, const std::string& path) {
   c10::Dict<std::string, at::Tensor> weights;
   for (const auto& p : model.named_parameters()) weights.insert(p.key(), p.value().detach().cpu());
   for (const auto& b : model.named_buffers()) weights.insert(b.key(), b.value().detach().cpu());
+  // torch::pickle_save's format (a zip of data.pkl and one record per tensor storage, as
+  // torch.save writes), but with plain dicts: torch::pickle_save tags every dict with its type
+  // through torch.jit._pickle.restore_type_tag, which torch.load refuses by default since PyTorch
+  // 2.6 (weights_only=True allows only tensors, storages and containers).
   std::vector<char> bytes;
   try {
-    bytes = torch::pickle_save(c10::IValue(weights));
+    std::vector<char> pickle;
+    torch::jit::Pickler pickler(
+        [&](const char* data, size_t n) { pickle.insert(pickle.end(), data, data + n); },
+        /*tensor_table=*/nullptr, /*type_renamer=*/nullptr, /*memoized_class_types=*/nullptr,
+        /*get_tensor_id=*/nullptr, /*tag_aggregates=*/false);
+    pickler.protocol();
+    pickler.pushIValue(c10::IValue(weights));
+    pickler.stop();
+    caffe2::serialize::PyTorchStreamWriter writer([&](const void* data, size_t n) {
+      const char* begin = static_cast<const char*>(data);
+      bytes.insert(bytes.end(), begin, begin + n);
+      return n;
+    });
+    torch::jit::writeArchiveAndTensors("data", pickle.data(), pickle.size(), pickler.tensorData(),
+                                       writer);
+    writer.writeEndOfFile();
   } catch (const c10::Error& e) {
     return absl::InternalError(
         absl::StrCat("exporting the weights to ", path, ": ", e.what_without_backtrace()));

@@ -33,7 +33,8 @@ def main(weights, idx_dir, model_name="cnn"):
     else:
         model = hvx.models.by_name(model_name)
     if weights != "-":
-        state = torch.load(weights)
+        # As PyTorch >= 2.6 loads by default: tensors and containers only, no other globals.
+        state = torch.load(weights, weights_only=True)
         assert isinstance(state, dict) and all(torch.is_tensor(v) for v in state.values()), \
             type(state)
         model.load_state_dict(state, strict=True)
