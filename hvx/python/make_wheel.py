@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Writes hvx's wheel: make_wheel.py OUT.whl VERSION TAG ROOT FILE...
+"""Writes hvx's wheel: make_wheel.py [--requires=SPEC] OUT.whl VERSION TAG ROOT FILE...
 
-FILEs are the package's files (hvx/...), each at its path relative to ROOT or, for generated
+SPEC is its torch requirement (default "torch"): the exact torch the native module was built
+against. FILEs are the package's files (hvx/...), each at its path relative to ROOT or, for generated
 ones, given as SRC=DEST. The wheel is CPython-TAG-specific (its extension module is) and linux_x86_64;
 its dist-info holds METADATA, WHEEL and RECORD (sha256 of every file), as pip expects."""
 import base64
@@ -12,9 +13,13 @@ import zipfile
 
 
 def main(argv):
-    out, version, tag, root = argv[1:5]
+    requires = "torch"
+    args = argv[1:]
+    if args and args[0].startswith("--requires="):
+        requires = args.pop(0)[len("--requires="):]
+    out, version, tag, root = args[:4]
     files = []
-    for spec in argv[5:]:
+    for spec in args[4:]:
         src, _, dest = spec.partition("=")
         if not dest:
             dest = os.path.relpath(src, root)
@@ -23,9 +28,9 @@ def main(argv):
     metadata = "\n".join([
         "Metadata-Version: 2.1", "Name: hvx", "Version: " + version,
         "Summary: Distributed training over MPI: horovod.torch's API on hvx's C++ engine",
-        "Requires-Python: >=3.11", "Requires-Dist: torch", "",
-        "Needs Debian's libmpich12, libabsl, libprotobuf and libtorch at run time (hvx's "
-        "tools/setup installs them). Launch with hvxrun.", ""])
+        "Requires-Python: >=3.11", "Requires-Dist: " + requires, "",
+        "Needs Debian's libmpich12, libabsl and libprotobuf at run time (hvx's tools/setup "
+        "installs them), and the torch it requires. Launch with hvxrun.", ""])
     wheel = "\n".join(["Wheel-Version: 1.0", "Generator: hvx make_wheel.py",
                        "Root-Is-Purelib: false", "Tag: %s-%s-linux_x86_64" % (tag, tag), ""])
     record = []
