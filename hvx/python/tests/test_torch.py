@@ -60,7 +60,7 @@ def test_not_initialized_message():
 
 # ----------------------------------------------------------------------------------- allreduce
 
-@pytest.mark.parametrize("dtype,dim", itertools.product(FLOATS + INTS, DIMS))
+@pytest.mark.parametrize("dtype,dim", list(itertools.product(FLOATS + INTS, DIMS)))
 def test_allreduce_sum(rank, size, dtype, dim):
     tensor = values(rank, dim, dtype)
     summed = hvd.allreduce(tensor, op=hvd.Sum)
@@ -69,8 +69,8 @@ def test_allreduce_sum(rank, size, dtype, dim):
     assert torch.equal(tensor, values(rank, dim, dtype)), "allreduce modified its input"
 
 
-@pytest.mark.parametrize("dtype,dim", itertools.product([torch.float32, torch.float64,
-                                                         torch.int32, torch.int64], DIMS))
+@pytest.mark.parametrize("dtype,dim", list(itertools.product([torch.float32, torch.float64,
+                                                              torch.int32, torch.int64], DIMS)))
 def test_allreduce_average(rank, size, dtype, dim):
     averaged = hvd.allreduce(values(rank, dim, dtype))
     expected = sum(all_values(size, dim, dtype)) / size
@@ -186,7 +186,8 @@ def test_grouped_allreduce(rank, size, dtype):
 
 # ------------------------------------------------------------------------------------ allgather
 
-@pytest.mark.parametrize("dtype,dim", itertools.product(FLOATS + INTS + [torch.bool], DIMS))
+@pytest.mark.parametrize("dtype,dim",
+                         list(itertools.product(FLOATS + INTS + [torch.bool], DIMS)))
 def test_allgather_variable_first_dim(rank, size, dtype, dim):
     rows = [3, 2, 7, 4][:size]
     t = (torch.ones([rows[rank]] + [17] * (dim - 1)) * rank).to(dtype)
@@ -216,7 +217,8 @@ def test_grouped_allgather(rank, size):
 
 # ------------------------------------------------------------------------------------ broadcast
 
-@pytest.mark.parametrize("dtype,dim", itertools.product(FLOATS + INTS + [torch.bool], DIMS))
+@pytest.mark.parametrize("dtype,dim",
+                         list(itertools.product(FLOATS + INTS + [torch.bool], DIMS)))
 def test_broadcast_every_root(rank, size, dtype, dim):
     for root in range(size):
         t = (torch.ones([17] * dim) * (rank % 2 if dtype == torch.bool else rank)).to(dtype)
@@ -641,6 +643,91 @@ def _one_step(rank, **options):
 def test_distributed_optimizer_compression(rank, size, compression):
     for p, q in zip(_one_step(rank), _one_step(rank, compression=compression)):
         assert torch.allclose(p, q, atol=2e-2)
+
+
+# ------------------------------------------------------------- what PyTorch 2.x users do with it
+
+def _averaged_step_reference(model, rank, size):
+    """The parameters after one SGD step on the mean of every rank's loss, in one process."""
+    reference = copy.deepcopy(model)
+    loss = sum(torch.nn.functional.mse_loss(reference(xr), yr)
+               for xr, yr in (_data(r) for r in range(size))) / size
+    loss.backward()
+    with torch.no_grad():
+        for p in reference.parameters():
+            p -= 0.1 * p.grad
+    return list(reference.parameters())
+
+
+@pytest.mark.skipif(not hasattr(torch, "compile"), reason="torch.compile is PyTorch >= 2.0")
+def test_distributed_optimizer_torch_compile(rank, size):
+    # A compiled model's backward is one AOTAutograd node: the gradient hooks must still fire
+    # during backward (every allreduce started before step), and the step must be the average.
+    model = _model()
+    hvd.broadcast_parameters(model.state_dict(), 0)
+    expected = _averaged_step_reference(model, rank, size)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+    compiled = torch.compile(model, backend="aot_eager")
+    x, y = _data(rank)
+    torch.nn.functional.mse_loss(compiled(x), y).backward()
+    assert len(opt._handles) == len(list(model.parameters())), "hooks did not fire in backward"
+    opt.step()
+    for p, q in zip(model.parameters(), expected):
+        assert torch.allclose(p, q, atol=1e-6)
+
+
+def test_distributed_optimizer_autocast_bf16(rank, size):
+    # torch.autocast's bfloat16 forward keeps float32 parameters and gradients; with bf16
+    # compression they travel as bfloat16 and come back float32, close to the float32 step.
+    model = _model()
+    hvd.broadcast_parameters(model.state_dict(), 0)
+    expected = _averaged_step_reference(model, rank, size)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters(),
+                                   compression=hvd.Compression.bf16)
+    x, y = _data(rank)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = model(x)
+    assert out.dtype == torch.bfloat16
+    torch.nn.functional.mse_loss(out.float(), y).backward()
+    opt.step()
+    for p, q in zip(model.parameters(), expected):
+        assert p.dtype == torch.float32 and p.grad.dtype == torch.float32
+        assert torch.allclose(p, q, atol=2e-2)
+
+
+@pytest.mark.skipif(not hasattr(torch, "amp") or not hasattr(torch.amp, "GradScaler"),
+                    reason="torch.amp.GradScaler on the CPU is PyTorch >= 2.3")
+@pytest.mark.parametrize("overflow", [False, True])
+def test_distributed_optimizer_grad_scaler(rank, size, overflow):
+    # Horovod's AMP recipe: synchronize, unscale the averaged gradients, step without a second
+    # synchronize. The scale is a power of two, so unscaling is exact. A non-finite gradient on one
+    # rank is in every rank's average: every rank skips the step and halves the scale.
+    model = _model()
+    hvd.broadcast_parameters(model.state_dict(), 0)
+    before = [p.detach().clone() for p in model.parameters()]
+    expected = _averaged_step_reference(model, rank, size)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    x, y = _data(rank)
+    if overflow and rank == size - 1:
+        x[0, 0] = float("inf")
+    scaler.scale(torch.nn.functional.mse_loss(model(x), y)).backward()
+    opt.synchronize()
+    scaler.unscale_(opt)
+    with opt.skip_synchronize():
+        scaler.step(opt)
+    scaler.update()
+    if overflow:
+        assert scaler.get_scale() == 512.0
+        for p, q in zip(model.parameters(), before):
+            assert torch.equal(p, q)
+    else:
+        assert scaler.get_scale() == 1024.0
+        for p, q in zip(model.parameters(), expected):
+            assert torch.allclose(p, q, atol=1e-6)
 
 
 def test_distributed_optimizer_predivide(rank, size):

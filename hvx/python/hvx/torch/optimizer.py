@@ -2,7 +2,8 @@
 
 DistributedOptimizer(opt, named_parameters=model.named_parameters()) returns an optimizer of a
 subclass of opt's class sharing opt's param_groups. A hook on each parameter's gradient
-accumulator starts the allreduce of that gradient (named after the parameter) as soon as backward
+accumulator (register_post_accumulate_grad_hook on PyTorch >= 2.1, which torch.compile'd models
+also run) starts the allreduce of that gradient (named after the parameter) as soon as backward
 has produced it, so communication overlaps the rest of backward; step() waits for all, writes the
 averages into .grad and steps. A parameter that got no gradient on this rank (an unused branch)
 is exchanged as zeros by synchronize(), so no rank waits for it.
@@ -74,10 +75,17 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             for p in group["params"]:
                 if p.requires_grad:
                     self._requires_update.add(p)
-                    # The accumulator of p's gradient; its hook runs once the gradient is final.
-                    accumulator = p.expand_as(p).grad_fn.next_functions[0][0]
-                    accumulator.register_hook(self._make_hook(p))
-                    self._grad_accs.append(accumulator)
+                    hook = self._make_hook(p)
+                    if hasattr(p, "register_post_accumulate_grad_hook"):
+                        # PyTorch >= 2.1: runs once p.grad holds this backward's gradient, also
+                        # for torch.compile'd models and compiled autograd.
+                        self._grad_accs.append(p.register_post_accumulate_grad_hook(hook))
+                    else:
+                        # The accumulator of p's gradient; its hook runs once the gradient is
+                        # final (as Horovod does).
+                        accumulator = p.expand_as(p).grad_fn.next_functions[0][0]
+                        accumulator.register_hook(hook)
+                        self._grad_accs.append(accumulator)
 
     def _allreduce_grad_async(self, p):
         if p.grad is None:
