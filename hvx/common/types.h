@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -95,6 +96,16 @@ class TensorShape {
   std::vector<int64_t> dims_;
 };
 
+// What a data plane must wait for before it touches a tensor on a device: the work the framework
+// had queued on its stream when the op was submitted (Horovod's ready event). The framework bridge
+// makes it (hvx/torch records a CUDA event on torch's current stream); the device's data plane
+// waits for native() on its own stream (a cudaEvent_t for the NCCL plane). CPU tensors have none.
+class ReadyEvent {
+ public:
+  virtual ~ReadyEvent() = default;
+  virtual void* native() const = 0;
+};
+
 // A non-owning view of a dense, contiguous tensor. The memory must outlive every use of the view;
 // copying the view does not copy the data.
 class TensorRef {
@@ -111,6 +122,9 @@ class TensorRef {
     return static_cast<T*>(data_);
   }
   const Device& device() const { return device_; }
+  // Set by the framework bridge for a device tensor whose producer ran asynchronously.
+  const std::shared_ptr<const ReadyEvent>& ready() const { return ready_; }
+  void set_ready(std::shared_ptr<const ReadyEvent> ready) { ready_ = std::move(ready); }
 
   int64_t num_elements() const { return shape_.num_elements(); }
   size_t num_bytes() const { return static_cast<size_t>(num_elements()) * DataTypeSize(dtype_); }
@@ -122,6 +136,7 @@ class TensorRef {
   TensorShape shape_;
   void* data_ = nullptr;
   Device device_;
+  std::shared_ptr<const ReadyEvent> ready_;
 };
 
 }  // namespace hvx

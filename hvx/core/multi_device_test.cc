@@ -3,7 +3,9 @@
 // data plane registered for DeviceType::kCuda records which device each rank's plane was built for
 // and checks every tensor it is handed; it moves the bytes (host memory here) through the rank's
 // host plane. The real GPU path is tests/gpu/run.sh on a GPU machine.
+#include <algorithm>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <string>
@@ -33,6 +35,7 @@ struct Record {
   std::map<int, DataPlaneContext> built;  // by global rank
   std::vector<std::string> violations;
   std::map<int, int> fused_calls;  // by global rank: allreduces with more than one tensor
+  std::map<int, std::set<const void*>> ready_seen;  // by global rank: tensors' ready events
   void Violation(std::string what) {
     std::lock_guard<std::mutex> lock(mu);
     violations.push_back(std::move(what));
@@ -82,6 +85,10 @@ class SimulatedGpuPlane : public DataPlane {
  private:
   void Check(const TensorRef& t) {
     if (t.device() != ctx_.device) Bad("tensor", t.device());
+    if (t.ready() != nullptr) {
+      std::lock_guard<std::mutex> lock(g_record->mu);
+      g_record->ready_seen[ctx_.global_rank].insert(t.ready()->native());
+    }
   }
   void Bad(const char* what, const Device& d) {
     g_record->Violation(absl::StrCat("rank ", ctx_.global_rank, "'s plane for ",
@@ -107,6 +114,7 @@ class MultiDeviceTest : public testing::Test {
     g_record->built.clear();
     g_record->violations.clear();
     g_record->fused_calls.clear();
+    g_record->ready_seen.clear();
   }
   void TearDown() override {
     std::lock_guard<std::mutex> lock(g_record->mu);
@@ -158,6 +166,67 @@ TEST_F(MultiDeviceTest, EachRanksPlaneIsItsOwnGpuAndFusedResponsesStayOnIt) {
   for (int r = 0; r < kRanks; ++r) {
     EXPECT_EQ(gathers_in_cached_steps[r], 0)
         << "rank " << r << ": cached steps went through the coordinator";
+    EXPECT_GT(g_record->fused_calls[r], 0) << "rank " << r << " never ran a fused allreduce";
+  }
+}
+
+// What a framework recorded on its stream when it submitted a tensor (a CUDA event in hvx/torch).
+class TestReadyEvent : public ReadyEvent {
+ public:
+  void* native() const override { return const_cast<int*>(&tag_); }
+
+ private:
+  int tag_ = 0;
+};
+
+TEST_F(MultiDeviceTest, EveryTensorsReadyEventReachesItsPlaneFusedOrNotAndIsReleased) {
+  auto hub = std::make_shared<FakeHub>(kRanks);
+  std::vector<std::vector<const void*>> submitted(kRanks);
+  std::vector<int> still_held(kRanks, -1);
+  RunInProcessRanks(
+      kRanks,
+      [&](Engine& e, int rank) {
+        std::vector<std::shared_ptr<const ReadyEvent>> events;
+        auto with_event = [&](TensorRef t) {
+          events.push_back(std::make_shared<TestReadyEvent>());
+          submitted[rank].push_back(events.back()->native());
+          t.set_ready(events.back());
+          return t;
+        };
+        std::vector<std::vector<float>> grads(6, std::vector<float>(16, 1.0f));
+        std::vector<float> weights(8, static_cast<float>(rank));
+        {
+          std::vector<Handle> hs;
+          // Four tensors fused (one grouped op), two alone.
+          std::vector<TensorRef> group;
+          for (size_t i = 0; i < grads.size(); ++i) {
+            TensorRef t = with_event(TensorRef(DataType::kFloat32, {16}, grads[i].data(), Own(e)));
+            if (i < 4) {
+              group.push_back(t);
+            } else {
+              hs.push_back(e.Allreduce(absl::StrCat("grad", i), t, t, AllreduceOptions()));
+            }
+          }
+          hs.push_back(e.GroupedAllreduce("grads", group, group, AllreduceOptions()));
+          hs.push_back(e.Broadcast(
+              "weights", with_event(TensorRef(DataType::kFloat32, {8}, weights.data(), Own(e))), 0,
+              CollectiveOptions()));
+          for (auto& h : hs) ASSERT_TRUE(h.state()->Wait().ok()) << h.state()->Wait();
+        }
+        ASSERT_TRUE(e.Barrier({}).state()->Wait().ok());
+        EXPECT_EQ(weights[0], 0.0f);
+        still_held[rank] = static_cast<int>(std::count_if(
+            events.begin(), events.end(), [](const auto& ev) { return ev.use_count() > 1; }));
+      },
+      InProcessOptions(), Hosts(), hub);
+  std::lock_guard<std::mutex> lock(g_record->mu);
+  for (int r = 0; r < kRanks; ++r) {
+    ASSERT_EQ(submitted[r].size(), 7u);
+    for (const void* ev : submitted[r]) {
+      EXPECT_EQ(g_record->ready_seen[r].count(ev), 1u) << "rank " << r << ": an event was lost";
+    }
+    EXPECT_EQ(g_record->ready_seen[r].size(), 7u) << "rank " << r;
+    EXPECT_EQ(still_held[r], 0) << "rank " << r << ": the engine kept events after the ops ended";
     EXPECT_GT(g_record->fused_calls[r], 0) << "rank " << r << " never ran a fused allreduce";
   }
 }

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <initializer_list>
 #include <map>
 #include <mutex>
 #include <string>
@@ -17,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "hvx/common/cluster.h"
 #include "hvx/common/env.h"
 #include "hvx/common/logging.h"
@@ -156,12 +158,27 @@ class DeviceContext {
   const DeviceLimits& limits() const { return limits_; }
   CommunicatorCache<ncclComm_t>& comms() { return comms_; }
 
-  // Makes the stream wait for the work queued so far on the legacy default stream.
-  absl::Status OrderAfterCaller() {
+  // Makes the stream wait for the caller's work on `tensors`: each one's ready event (recorded on
+  // the framework's current stream when the op was submitted, so a producer on a side stream is
+  // ordered too), and what is queued so far on the legacy default stream (for callers that set
+  // no event).
+  absl::Status OrderAfterCaller(std::initializer_list<absl::Span<const TensorRef>> tensors) {
     HVX_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device_), "cudaSetDevice"));
     HVX_RETURN_IF_ERROR(
         CudaStatus(cudaEventRecord(caller_ready_, cudaStreamLegacy), "cudaEventRecord"));
-    return CudaStatus(cudaStreamWaitEvent(stream_, caller_ready_, 0), "cudaStreamWaitEvent");
+    HVX_RETURN_IF_ERROR(
+        CudaStatus(cudaStreamWaitEvent(stream_, caller_ready_, 0), "cudaStreamWaitEvent"));
+    const void* last = nullptr;  // fused tensors of one backward often share one event
+    for (absl::Span<const TensorRef> group : tensors) {
+      for (const TensorRef& t : group) {
+        if (t.ready() == nullptr || t.ready()->native() == last) continue;
+        last = t.ready()->native();
+        HVX_RETURN_IF_ERROR(CudaStatus(
+            cudaStreamWaitEvent(stream_, static_cast<cudaEvent_t>(t.ready()->native()), 0),
+            "cudaStreamWaitEvent (a tensor's ready event)"));
+      }
+    }
+    return absl::OkStatus();
   }
 
   // Device memory of at least `bytes`, grown by doubling (work is complete between ops, so the old
@@ -520,7 +537,7 @@ absl::Status NcclDataPlane::Allreduce(const AllreduceWork& work) {
   const DataType wire = rc.widen_to_float32 ? DataType::kFloat32 : work.dtype;
   const size_t wire_size = DataTypeSize(wire);
   Phase phase(work.activity, hierarchical ? "NCCL_HIERARCHICAL_ALLREDUCE" : "NCCL_ALLREDUCE");
-  HVX_RETURN_IF_ERROR(dev_->OrderAfterCaller());
+  HVX_RETURN_IF_ERROR(dev_->OrderAfterCaller({work.inputs, work.outputs}));
 
   const bool direct = work.inputs.size() == 1 && work.inputs[0].data() != nullptr &&
                       !rc.widen_to_float32 && !hierarchical;
@@ -628,7 +645,7 @@ absl::Status NcclDataPlane::Allgather(const AllgatherWork& work) {
   const size_t row_bytes =
       static_cast<size_t>(work.row_elements) * DataTypeSize(work.input.dtype());
   Phase phase(work.activity, "NCCL_ALLGATHER");
-  HVX_RETURN_IF_ERROR(dev_->OrderAfterCaller());
+  HVX_RETURN_IF_ERROR(dev_->OrderAfterCaller({{&work.input, 1}, {&work.output, 1}}));
   const bool equal =
       std::all_of(work.rows.begin(), work.rows.end(), [&](int64_t r) { return r == work.rows[0]; });
   char* out = static_cast<char*>(work.output.data());
@@ -665,7 +682,7 @@ absl::Status NcclDataPlane::Broadcast(const BroadcastWork& work) {
   HVX_RETURN_IF_ERROR(CheckDevice(work.tensor, work.name));
   if (work.tensor.num_bytes() == 0) return absl::OkStatus();
   Phase phase(work.activity, "NCCL_BCAST");
-  HVX_RETURN_IF_ERROR(dev_->OrderAfterCaller());
+  HVX_RETURN_IF_ERROR(dev_->OrderAfterCaller({{&work.tensor, 1}}));
   HVX_RETURN_IF_ERROR(
       NcclCheck(ncclBroadcast(work.tensor.data(), work.tensor.data(), work.tensor.num_bytes(),
                               ncclUint8, work.root, comm_, dev_->stream()),
@@ -682,7 +699,7 @@ absl::Status NcclDataPlane::Alltoall(const AlltoallWork& work) {
   const char* in = static_cast<const char*>(work.input.data());
   char* out = static_cast<char*>(work.output.data());
   Phase phase(work.activity, "NCCL_ALLTOALL");
-  HVX_RETURN_IF_ERROR(dev_->OrderAfterCaller());
+  HVX_RETURN_IF_ERROR(dev_->OrderAfterCaller({{&work.input, 1}, {&work.output, 1}}));
   std::vector<size_t> send_off(set_size() + 1, 0), recv_off(set_size() + 1, 0);
   for (int j = 0; j < set_size(); ++j) {
     send_off[j + 1] = send_off[j] + work.send_rows[j] * row_bytes;
@@ -739,7 +756,7 @@ absl::Status NcclDataPlane::ReduceScatter(const ReduceScatterWork& work) {
   }
   if (most == 0) return absl::OkStatus();
   Phase phase(work.activity, "NCCL_REDUCESCATTER");
-  HVX_RETURN_IF_ERROR(dev_->OrderAfterCaller());
+  HVX_RETURN_IF_ERROR(dev_->OrderAfterCaller({{&work.input, 1}, {&work.output, 1}}));
   const bool equal = std::all_of(count.begin(), count.end(), [&](int64_t c) { return c == most; });
   if (equal && !rc.widen_to_float32 && rc.prescale == 1.0) {
     HVX_RETURN_IF_ERROR(

@@ -8,7 +8,9 @@
 // Each rank uses the GPU of its local rank (SelectDevice); creation fails on every member alike
 // when a rank has no GPU of its own or two ranks on a host would share one. Work runs on one
 // dedicated CUDA stream per GPU: it first waits (with an event) for everything already queued on
-// the legacy default stream, the stream frameworks use unless told otherwise, and each call returns
+// the legacy default stream, the stream frameworks use unless told otherwise, and for each tensor's
+// ready event (TensorRef::ready: hvx/torch records one on torch's current stream when a tensor is
+// submitted from a side stream, as Horovod's ready events do), and each call returns
 // once its work has completed on the GPU, so outputs are ready for any stream and the host. While
 // waiting, asynchronous NCCL errors are polled, so a dead peer fails the op instead of hanging it.
 //

@@ -11,7 +11,52 @@
 #include "absl/strings/str_cat.h"
 #include "hvx/common/status.h"
 
+#if defined(HVX_TORCH_CUDA_EVENTS)
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+#endif
+
 namespace hvx {
+namespace {
+
+#if defined(HVX_TORCH_CUDA_EVENTS)
+// A CUDA event recorded on torch's current stream of a tensor's GPU when the op is submitted: the
+// NCCL plane's stream waits for it, so a tensor produced on a side stream (torch.cuda.stream(s))
+// is complete before the collective reads it, as with Horovod's ready events.
+class CudaReadyEvent final : public ReadyEvent {
+ public:
+  explicit CudaReadyEvent(cudaEvent_t event) : event_(event) {}
+  ~CudaReadyEvent() override { cudaEventDestroy(event_); }
+  void* native() const override { return event_; }
+
+ private:
+  cudaEvent_t event_;
+};
+
+// None when torch's current stream is its default stream: the plane already waits for the legacy
+// default stream.
+absl::StatusOr<std::shared_ptr<const ReadyEvent>> RecordReadyEvent(const at::Tensor& tensor,
+                                                                   const std::string& name) {
+  const c10::DeviceIndex index = tensor.device().index();
+  const c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream(index);
+  if (stream == c10::cuda::getDefaultCUDAStream(index)) return nullptr;
+  const c10::cuda::CUDAGuard guard(index);
+  cudaEvent_t event = nullptr;
+  cudaError_t err = cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
+  if (err == cudaSuccess) {
+    err = cudaEventRecord(event, stream.stream());
+    if (err != cudaSuccess) cudaEventDestroy(event);
+  }
+  if (err != cudaSuccess) {
+    return absl::InternalError(absl::StrCat(
+        name, ": recording a CUDA event on torch's stream: ", cudaGetErrorString(err)));
+  }
+  return std::make_shared<const CudaReadyEvent>(event);
+}
+#endif
+
+}  // namespace
 
 absl::StatusOr<DataType> ToDataType(at::ScalarType type) {
   switch (type) {
@@ -83,7 +128,14 @@ absl::StatusOr<TensorRef> AsTensorRef(const at::Tensor& tensor, const std::strin
     return absl::InvalidArgumentError(
         absl::StrCat(name, ": tensors on ", tensor.device().str(), " are not supported"));
   }
-  return TensorRef(*dtype, TensorShape(tensor.sizes().vec()), tensor.data_ptr(), device);
+  TensorRef ref(*dtype, TensorShape(tensor.sizes().vec()), tensor.data_ptr(), device);
+#if defined(HVX_TORCH_CUDA_EVENTS)
+  if (tensor.is_cuda()) {
+    HVX_ASSIGN_OR_RETURN(std::shared_ptr<const ReadyEvent> ready, RecordReadyEvent(tensor, name));
+    ref.set_ready(std::move(ready));
+  }
+#endif
+  return ref;
 }
 
 absl::StatusOr<Handle> AllreduceAsync(const std::string& name, const at::Tensor& tensor,
