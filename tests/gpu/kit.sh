@@ -7,10 +7,11 @@
 #   tests/gpu/kit.sh [OUT_DIR]          # default gpu-kit/ at the top of the tree (git-ignored)
 #   env -i PATH=/usr/bin:/bin OUT_DIR/run.sh
 #
-# OUT_DIR holds bin/ (the test and benchmark binaries, hydra's mpiexec and proxy), lib/ (every
-# shared library they load that the GPU machine will not have: Abseil, MPICH and UCX, gtest, the
-# build's own libraries) and run.sh. The CUDA runtime, NCCL and the driver are the machine's own
-# (run.sh finds them). It must stay under 64 MiB, what travels to a GPU machine.
+# OUT_DIR holds bin/ (the test and benchmark binaries, the trainer built against PyPI's CUDA torch
+# 2.11, hydra's mpiexec and proxy), lib/ (every shared library they load that the GPU machine will
+# not have: Abseil, MPICH and UCX, gtest, protobuf, the build's own libraries), data/ (a slice of
+# Fashion-MNIST and its config) and run.sh. The CUDA runtime, NCCL, the driver and LibTorch are
+# the machine's own (run.sh finds them). It must stay under 64 MiB, what travels to a GPU machine.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${1:-gpu-kit}
@@ -24,7 +25,18 @@ cpu_targets=(//hvx/nccl:plan_test //hvx/nccl:launch_test //hvx/nccl:nccl_error_t
 bazel build --config=cuda ${HVX_KIT_BAZEL_ARGS:-} "${gpu_targets[@]}" "${cpu_targets[@]}" \
     @hvx_mpi//:mpiexec
 
-# Libraries the GPU machine provides itself: the C and C++ runtimes, the driver, CUDA and NCCL.
+# The trainer, built against PyPI's CUDA torch 2.11 (the version the GPU machine has): at run
+# time it uses that machine's own LibTorch and CUDA libraries, so the kit carries none of them.
+torch_python=$(tools/torch_venv python)
+torch_site=$("$torch_python" -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))')
+bazel build --config=cuda --repo_env=HVX_TORCH_PYTHON="$torch_python" ${HVX_KIT_BAZEL_ARGS:-} //tools/train
+trainer=$(mktemp)
+trap 'rm -f "$trainer"' EXIT
+cp -L bazel-bin/tools/train/train "$trainer"
+chmod 755 "$trainer"
+
+# Libraries the GPU machine provides itself: the C and C++ runtimes, the driver, CUDA and NCCL,
+# and its torch install's (LibTorch and the nvidia-* wheels', found under torch_site here).
 provided='^(linux-vdso|ld-linux|libc|libm|libpthread|libdl|librt|libutil|libresolv|libgcc_s|libstdc\+\+|libcuda|libcudart|libnccl)\.'
 
 rm -rf "$OUT"
@@ -38,10 +50,12 @@ done
 programs+=("$(command -v mpiexec.hydra)" "$(command -v hydra_pmi_proxy)")
 # Each program, and the shared-library closure it has where it was built (Bazel's solib
 # directories through its rpath, then the system), minus what the machine provides.
+programs+=("$trainer")
 for src in "${programs[@]}"; do
-    cp "$src" "$OUT/bin/"
+    if [[ $src == "$trainer" ]]; then cp "$src" "$OUT/bin/train"; else cp "$src" "$OUT/bin/"; fi
     ldd "$src" | awk '/=> \// {print $1, $3}' | while read -r name path; do
         [[ $name =~ $provided ]] && continue
+        [[ $path == "$torch_site"/* ]] && continue
         [[ -e $OUT/lib/$name ]] || cp -L "$path" "$OUT/lib/$name"
     done
 done
@@ -49,6 +63,23 @@ chmod -R u+w "$OUT"
 strip --strip-unneeded "$OUT"/bin/* "$OUT"/lib/* 2>/dev/null || true
 cp tests/gpu/run.sh "$OUT/run.sh"
 chmod +x "$OUT/run.sh"
+# The trainer's data: the first 3200 training and 500 test images of Fashion-MNIST (Debian's
+# dataset-fashion-mnist), as IDX files; the trainer makes its record shards from them.
+mkdir -p "$OUT/data"
+/usr/bin/python3 - /usr/share/datasets/fashion-mnist "$OUT/data" <<'EOT'
+import gzip, struct, sys
+src, out = sys.argv[1:]
+for split, n in (("train", 3200), ("t10k", 500)):
+    for kind, item in (("images", 28 * 28), ("labels", 1)):
+        name = "%s-%s-idx%d-ubyte.gz" % (split, kind, 3 if kind == "images" else 1)
+        data = gzip.open("%s/%s" % (src, name)).read()
+        header = 16 if kind == "images" else 8
+        head = bytearray(data[:header])
+        struct.pack_into(">I", head, 4, n)
+        with gzip.open("%s/%s" % (out, name), "wb") as f:
+            f.write(bytes(head) + data[header:header + n * item])
+EOT
+cp data/fashion_mnist.pbtxt "$OUT/data/"
 
 bytes=$(du -sb "$OUT" | cut -f1)
 echo "kit: $OUT, $(ls "$OUT/bin" | wc -l) programs, $(ls "$OUT/lib" | wc -l) libraries, $((bytes >> 20)) MiB"

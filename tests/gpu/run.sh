@@ -6,7 +6,8 @@
 #   HVX_KIT_LOGS=DIR             where each phase's log goes (default logs/ in the kit)
 #
 # Phases: libraries (every program's libraries resolve inside the kit or to the machine's C/C++
-# runtime, driver, CUDA and NCCL), the CPU tests, then on a GPU: CUDA kernels against a CPU
+# runtime, driver, CUDA, NCCL and torch), the CPU tests, the trainer for 40 steps on the CPU, then
+# on a GPU: the trainer for 40 steps in float32 and in FP16 with channels_last, CUDA kernels against a CPU
 # reference on random inputs, the NCCL data plane tests at np=1 under the kit's hydra, the
 # registration test, and the allreduce bandwidth per size (nccl-tests convention) with the
 # device-to-device copy bandwidth as the ceiling. Without a GPU the GPU phases are SKIPPED with
@@ -17,11 +18,16 @@ LOGS=${HVX_KIT_LOGS:-$KIT/logs}  # e.g. $OUT on a device machine, to bring the l
 mkdir -p "$LOGS"
 
 # The machine's CUDA runtime and NCCL: a CUDA toolkit, or the NCCL and CUDA wheels of a Python
-# environment (torch's), whichever is there.
+# environment (torch's), whichever is there; and its LibTorch (the trainer's): torch's own folder
+# in that environment, or HVX_KIT_TORCH_SITE's (a site-packages holding torch, to check the kit
+# where it was built).
+torch_sites=()
+for d in ${HVX_KIT_TORCH_SITE:-} /opt/torch/.venv/lib/python3*/site-packages; do
+    [[ -d $d/torch/lib ]] && torch_sites+=("$d")
+done
 machine_libs=()
 for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
-    /opt/torch/.venv/lib/python3*/site-packages/nvidia/*/lib \
-    /opt/torch/.venv/lib/python3*/site-packages/torch/lib /usr/lib/x86_64-linux-gnu; do
+    "${torch_sites[@]/%//torch/lib}" "${torch_sites[@]/%//nvidia}"/*/lib /usr/lib/x86_64-linux-gnu; do
     [[ -d $d ]] && machine_libs+=("$d")
 done
 export LD_LIBRARY_PATH="$KIT/lib$(printf ':%s' "${machine_libs[@]}")"
@@ -62,14 +68,17 @@ phase() {
 # ---- libraries: nothing missing, nothing taken from outside the kit but what the machine has
 libraries() {
     local bad=0
+    read -r -a torch_sites <<<"${TORCH_SITES:-}"
     for b in "$KIT"/bin/*; do
+        # Without a torch install the trainer cannot load (its phases say so and skip).
+        [[ $(basename "$b") == train && ${#torch_sites[@]} == 0 ]] && continue
         while read -r line; do
             case $line in
                 *"not found"*) echo "$(basename "$b"): $line"; bad=1 ;;
                 *"=> /"*)
                     name=${line%% *}
                     path=$(awk '{print $3}' <<<"$line")
-                    if [[ $path != "$KIT/lib/"* && ! $name =~ $provided ]]; then
+                    if [[ $path != "$KIT/lib/"* && ! $name =~ $provided ]] && ! from_machine "$path"; then
                         echo "$(basename "$b"): $name comes from $path, outside the kit"
                         bad=1
                     fi
@@ -80,14 +89,56 @@ libraries() {
     [[ $bad == 0 ]] && echo "PASSED: every library resolves in the kit or to the machine's own"
     return $bad
 }
-export -f libraries
-export KIT provided
+# from_machine PATH: PATH is in the machine's torch install (LibTorch, the nvidia-* wheels) or its
+# CUDA toolkit (the libraries LibTorch's CUDA build loads).
+from_machine() {
+    local site
+    for site in "${torch_sites[@]}" /usr/local/cuda; do [[ $1 == "$site"/* ]] && return 0; done
+    return 1
+}
+export -f libraries from_machine
+export KIT LOGS provided
+export TORCH_SITES="${torch_sites[*]}"
 phase libraries 60 bash -c libraries
 
 # ---- CPU tests: pass on any machine
 for t in plan_test launch_test nccl_error_test comm_cache_test; do
     phase "$t" 120 "$KIT/bin/$t"
 done
+
+# ---- the trainer (built against torch 2.11) on the machine's LibTorch: a few steps of the
+# Fashion-MNIST CNN on the kit's slice of the data. trainer DEVICE NAME [OVERRIDE]
+trainer() {
+    local device=$1 name=$2 extra=${3:-}
+    local out="$LOGS/$name"
+    rm -rf "$out"
+    mkdir -p "$out"
+    "$KIT/bin/train" --config="$KIT/data/fashion_mnist.pbtxt" --override="epochs: 1 device: \"$device\"
+        data { train_files: \"$out/data/train-*\" eval_files: \"$out/data/test-*\"
+               fashion_mnist_source { idx_dir: \"$KIT/data\" output_dir: \"$out/data\" } }
+        logging { max_steps_per_epoch: 40 log_every_steps: 20 } threads: 2
+        checkpoint { dir: \"$out/checkpoints\" } summaries_dir: \"\" $extra" 2>&1 | tee "$out.txt"
+    [[ ${PIPESTATUS[0]} == 0 ]] || return 1
+    # 40 steps of this CNN reach about 0.77 on the CPU: below 0.5 the device computed garbage.
+    local acc
+    acc=$(sed -nE 's/^done: .* eval accuracy ([0-9.]+) .*/\1/p' "$out.txt")
+    awk -v a="${acc:-0}" 'BEGIN { exit !(a >= 0.5) }' || { echo "FAILED: eval accuracy ${acc:-?} < 0.5"; return 1; }
+    echo "PASSED: $device, eval accuracy $acc after 40 steps"
+}
+export -f trainer
+if [[ ${#torch_sites[@]} == 0 ]]; then
+    for p in trainer_cpu trainer_gpu trainer_gpu_fp16; do
+        row "$p" SKIP - "no torch install (/opt/torch/.venv, HVX_KIT_TORCH_SITE) for LibTorch"
+    done
+else
+    phase trainer_cpu 240 bash -c 'trainer cpu trainer_cpu'
+    if [[ ! -e /dev/nvidiactl ]]; then
+        for p in trainer_gpu trainer_gpu_fp16; do row "$p" SKIP - "no GPU (/dev/nvidiactl)"; done
+    else
+        phase trainer_gpu 240 bash -c 'trainer cuda trainer_gpu'
+        phase trainer_gpu_fp16 240 bash -c 'trainer cuda trainer_gpu_fp16 "precision: FP16 model { channels_last: true }"'
+    fi
+fi
 
 # ---- GPU phases: each test skips itself, with its reason, where there is no device; they need
 # the machine's CUDA runtime and NCCL to load at all.
