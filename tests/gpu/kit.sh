@@ -30,10 +30,6 @@ bazel build --config=cuda ${HVX_KIT_BAZEL_ARGS:-} "${gpu_targets[@]}" "${cpu_tar
 torch_python=$(tools/torch_venv python)
 torch_site=$("$torch_python" -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))')
 bazel build --config=cuda --repo_env=HVX_TORCH_PYTHON="$torch_python" ${HVX_KIT_BAZEL_ARGS:-} //tools/train
-trainer=$(mktemp)
-trap 'rm -f "$trainer"' EXIT
-cp -L bazel-bin/tools/train/train "$trainer"
-chmod 755 "$trainer"
 
 # Libraries the GPU machine provides itself: the C and C++ runtimes, the driver, CUDA and NCCL,
 # and its torch install's (LibTorch and the nvidia-* wheels', found under torch_site here).
@@ -50,9 +46,9 @@ done
 programs+=("$(command -v mpiexec.hydra)" "$(command -v hydra_pmi_proxy)")
 # Each program, and the shared-library closure it has where it was built (Bazel's solib
 # directories through its rpath, then the system), minus what the machine provides.
-programs+=("$trainer")
+programs+=(bazel-bin/tools/train/train)
 for src in "${programs[@]}"; do
-    if [[ $src == "$trainer" ]]; then cp "$src" "$OUT/bin/train"; else cp "$src" "$OUT/bin/"; fi
+    cp "$src" "$OUT/bin/"
     ldd "$src" | awk '/=> \// {print $1, $3}' | while read -r name path; do
         [[ $name =~ $provided ]] && continue
         [[ $path == "$torch_site"/* ]] && continue
