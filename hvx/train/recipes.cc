@@ -204,16 +204,16 @@ void WeightAverage::Swap() {
 }
 
 AutocastGuard::AutocastGuard(c10::DeviceType device_type, at::ScalarType dtype)
-    : active_(dtype != at::kFloat), cuda_(device_type == c10::DeviceType::CUDA) {
+    : active_(dtype != at::kFloat),
+      device_(device_type == c10::DeviceType::CUDA ? c10::DeviceType::CUDA : c10::DeviceType::CPU) {
   if (!active_) return;
 #if HVX_TORCH_AT_LEAST(2, 4)
-  const c10::DeviceType device = cuda_ ? c10::DeviceType::CUDA : c10::DeviceType::CPU;
-  was_enabled_ = at::autocast::is_autocast_enabled(device);
-  was_dtype_ = at::autocast::get_autocast_dtype(device);
-  at::autocast::set_autocast_enabled(device, true);
-  at::autocast::set_autocast_dtype(device, dtype);
+  was_enabled_ = at::autocast::is_autocast_enabled(device_);
+  was_dtype_ = at::autocast::get_autocast_dtype(device_);
+  at::autocast::set_autocast_enabled(device_, true);
+  at::autocast::set_autocast_dtype(device_, dtype);
 #else
-  if (cuda_) {
+  if (device_ == c10::DeviceType::CUDA) {
     was_enabled_ = at::autocast::is_enabled();
     was_dtype_ = at::autocast::get_autocast_gpu_dtype();
     at::autocast::set_enabled(true);
@@ -233,11 +233,10 @@ AutocastGuard::~AutocastGuard() {
   // Leaving the outermost guard drops the casts cached for this forward (weights cast once).
   if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
 #if HVX_TORCH_AT_LEAST(2, 4)
-  const c10::DeviceType device = cuda_ ? c10::DeviceType::CUDA : c10::DeviceType::CPU;
-  at::autocast::set_autocast_enabled(device, was_enabled_);
-  at::autocast::set_autocast_dtype(device, was_dtype_);
+  at::autocast::set_autocast_enabled(device_, was_enabled_);
+  at::autocast::set_autocast_dtype(device_, was_dtype_);
 #else
-  if (cuda_) {
+  if (device_ == c10::DeviceType::CUDA) {
     at::autocast::set_enabled(was_enabled_);
     at::autocast::set_autocast_gpu_dtype(was_dtype_);
   } else {

@@ -114,7 +114,7 @@ class AutocastGuard {
 
  private:
   const bool active_;
-  const bool cuda_;
+  const c10::DeviceType device_;  // CUDA or CPU
   bool was_enabled_ = false;
   at::ScalarType was_dtype_ = at::kFloat;
 };
