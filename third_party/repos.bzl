@@ -125,14 +125,12 @@ _WHEEL_INCLUDE_SKIP = ["google", "pybind11"]
 def _hvx_torch_repo_impl(rctx):
     root = rctx.os.environ.get("HVX_TORCH_PATH", "")
     torch_python_bin = rctx.os.environ.get("HVX_TORCH_PYTHON", "")
-    source = "debian"
     version = ""
     dist = ""
     cuda = ""
     if root and torch_python_bin:
         _fail("LibTorch", "both HVX_TORCH_PATH=%s and HVX_TORCH_PYTHON=%s are set" % (root, torch_python_bin), "Set one: HVX_TORCH_PYTHON for a Python's torch (a pip install), HVX_TORCH_PATH for an unpacked LibTorch zip.")
     if torch_python_bin:
-        source = "python"
         found, err = _ask_torch(rctx, torch_python_bin)
         if found == None:
             _fail("LibTorch", "HVX_TORCH_PYTHON=%s cannot import torch (%s)" % (torch_python_bin, err), "Point HVX_TORCH_PYTHON at a Python whose torch imports (a venv after `pip install torch`; tools/setup makes one), or unset it for Debian's LibTorch.")
@@ -149,7 +147,6 @@ def _hvx_torch_repo_impl(rctx):
         dist = found.dist
         cuda = found.cuda
     elif root:
-        source = "path"
         if not rctx.path(root + "/include/torch/csrc/api/include/torch/torch.h").exists:
             _fail("LibTorch", "HVX_TORCH_PATH=%s has no include/torch/csrc/api/include/torch/torch.h" % root, "Point HVX_TORCH_PATH at an unpacked LibTorch zip (the folder holding include/ and lib/), or set HVX_TORCH_PYTHON to a Python with torch installed.")
         rctx.symlink(root + "/include", "include")
@@ -193,13 +190,11 @@ def _hvx_torch_repo_impl(rctx):
     rctx.file("WORKSPACE", 'workspace(name = "%s")\n' % rctx.name)
     # Which torch this is, for the wheel's pin and hvx's import-time check (hvx/python/BUILD.bazel).
     rctx.file("defs.bzl", "\n".join([
-        "# The LibTorch hvx builds against: debian (libtorch-dev), python (HVX_TORCH_PYTHON's torch),",
-        "# or path (HVX_TORCH_PATH). Versions are those of the Python torch, \"\" when none was found.",
-        "TORCH_SOURCE = %r" % source,
+        "# The Python torch hvx builds against (HVX_TORCH_PYTHON's, or Debian's python3-torch over",
+        "# libtorch-dev): \"\" when none was found (HVX_TORCH_PATH, no python3-torch).",
         "TORCH_VERSION = %r" % version,
         "TORCH_DIST_VERSION = %r" % dist,
         "TORCH_CUDA = %r" % cuda,
-        "TORCH_LIBDIR = %r" % libdir,
         "",
     ]))
     rctx.file("BUILD.bazel", """
