@@ -42,7 +42,7 @@ int CountVisibleGpus(const Environment& env, const std::string& gpu_dir) {
 }
 
 bool IsValidHostName(absl::string_view name) {
-  if (name.empty() || name.size() > 253) return false;
+  if (name.empty() || name.size() > 253 || name[0] == '-' || name[0] == '.') return false;
   for (char c : name) {
     if (!absl::ascii_isalnum(c) && c != '.' && c != '-' && c != '_') return false;
   }
@@ -85,6 +85,9 @@ absl::StatusOr<std::vector<std::string>> ExpandSlurmNodeList(absl::string_view t
           !absl::SimpleAtoi(ends.back(), &hi) || hi < lo || lo < 0) {
         return bad(absl::StrCat("bad range '", range, "'"));
       }
+      if (static_cast<int64_t>(hi) - lo >= kMaxRanks - static_cast<int64_t>(out.size())) {
+        return bad(absl::StrCat("range '", range, "' makes more than ", kMaxRanks, " hosts"));
+      }
       const size_t width = ends[0].size();  // zero padding: gn[01-10]
       for (int n = lo; n <= hi; ++n) {
         std::string num = absl::StrCat(n);
@@ -105,10 +108,11 @@ absl::StatusOr<std::vector<int>> ExpandSlurmTasksPerNode(absl::string_view text)
     int count = 0, repeat = 1;
     size_t paren = item.find("(x");
     absl::string_view num = item.substr(0, paren);
-    bool ok = absl::SimpleAtoi(num, &count) && count > 0;
+    bool ok = absl::SimpleAtoi(num, &count) && count > 0 && count <= kMaxSlotsPerHost;
     if (ok && paren != absl::string_view::npos) {
       absl::string_view rep = item.substr(paren + 2);
-      ok = absl::ConsumeSuffix(&rep, ")") && absl::SimpleAtoi(rep, &repeat) && repeat > 0;
+      ok = absl::ConsumeSuffix(&rep, ")") && absl::SimpleAtoi(rep, &repeat) && repeat > 0 &&
+           repeat <= kMaxRanks - static_cast<int>(out.size());
     }
     if (!ok) {
       return absl::InvalidArgumentError(

@@ -28,7 +28,14 @@ int CountVisibleGpus(const Environment& env, const std::string& gpu_dir = kNvidi
 // This machine's host name (gethostname), or `fallback` when it cannot be read.
 std::string HostName(absl::string_view fallback = "");
 
-// Whether `name` is a plausible host name or IPv4 address: letters, digits, '.', '-', '_'.
+// The most slots (ranks) one host may have, and the most ranks, hence hosts, one job may have:
+// larger counts in a host list or a cluster's environment are typos, overflows or a runaway
+// discovery script, not a cluster, and are refused before anything is planned.
+inline constexpr int kMaxSlotsPerHost = 4096;
+inline constexpr int kMaxRanks = 1 << 20;
+
+// Whether `name` is a plausible host name or IPv4 address: at most 253 letters, digits, '.', '-',
+// '_', starting with a letter, digit or '_' (a leading '-' would reach `ssh HOST` as an option).
 bool IsValidHostName(absl::string_view name);
 
 // SLURM's compressed node list (SLURM_JOB_NODELIST) expanded in order, zero padding kept:

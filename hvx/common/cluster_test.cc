@@ -6,6 +6,7 @@
 #include <cerrno>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -53,6 +54,21 @@ TEST(SlurmTest, MalformedNodeListsNameTheBadPart) {
   EXPECT_THAT(ExpandSlurmNodeList("gn[a-b]").status().message(), HasSubstr("bad range 'a-b'"));
   EXPECT_THAT(ExpandSlurmNodeList("bad host").status().message(), HasSubstr("bad host 'bad host'"));
   EXPECT_THAT(ExpandSlurmNodeList(",").status().message(), HasSubstr("no hosts"));
+  EXPECT_THAT(ExpandSlurmNodeList("-o[1-2]").status().message(), HasSubstr("bad host '-o1'"));
+}
+
+// Counts a typo or an overflow made are refused before anything is allocated for them.
+TEST(SlurmTest, HugeListsAreRefused) {
+  EXPECT_THAT(ExpandSlurmNodeList("n[0-100000000]").status().message(),
+              HasSubstr("range '0-100000000' makes more than 1048576 hosts"));
+  EXPECT_THAT(ExpandSlurmNodeList("n[0-2147483647]").status().message(), HasSubstr("more than"));
+  EXPECT_TRUE(ExpandSlurmNodeList("n[1-4096]").ok());
+  EXPECT_THAT(ExpandSlurmTasksPerNode("2(x100000000)").status().message(),
+              HasSubstr("at '2(x100000000)'"));
+  EXPECT_THAT(ExpandSlurmTasksPerNode("100000").status().message(), HasSubstr("at '100000'"));
+  auto tasks = ExpandSlurmTasksPerNode("4096(x2)");
+  ASSERT_TRUE(tasks.ok()) << tasks.status();
+  EXPECT_EQ(tasks->size(), 2u);
 }
 
 TEST(SlurmTest, ExpandsTasksPerNode) {
@@ -83,6 +99,12 @@ TEST(HostNameTest, AcceptsNamesAndAddresses) {
   EXPECT_TRUE(IsValidHostName("10.0.0.1"));
   EXPECT_FALSE(IsValidHostName(""));
   EXPECT_FALSE(IsValidHostName("a:b"));
+  // ssh would take these as options or they are not names at all.
+  EXPECT_FALSE(IsValidHostName("-oProxyCommand=touch$IFS/tmp/x"));
+  EXPECT_FALSE(IsValidHostName("-v"));
+  EXPECT_FALSE(IsValidHostName(".hidden"));
+  EXPECT_FALSE(IsValidHostName(std::string(254, 'a')));
+  EXPECT_TRUE(IsValidHostName(std::string(253, 'a')));
 }
 
 TEST(ClusterTest, HostNameIsGethostname) {

@@ -145,8 +145,15 @@ absl::StatusOr<std::optional<ClusterHosts>> DetectPbs(const Environment& env,
   HVX_ASSIGN_OR_RETURN(std::string text, read_file(*path));
   ClusterHosts c;
   c.source = absl::StrCat("PBS_NODEFILE=", *path);
-  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipWhitespace())) {
+  int line_no = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    ++line_no;
     line = absl::StripAsciiWhitespace(line);
+    if (line.empty()) continue;
+    if (!IsValidHostName(line)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(*path, ":", line_no, ": bad host name '", line, "' in PBS_NODEFILE"));
+    }
     if (!c.hosts.empty() && c.hosts.back().name == line) {
       ++*c.hosts.back().slots;
     } else {
@@ -154,7 +161,6 @@ absl::StatusOr<std::optional<ClusterHosts>> DetectPbs(const Environment& env,
     }
   }
   if (c.hosts.empty()) return absl::InvalidArgumentError(absl::StrCat(c.source, " lists no hosts"));
-  HVX_RETURN_IF_ERROR(CheckNoDuplicateHosts(c.hosts));
   return c;
 }
 
@@ -223,15 +229,20 @@ absl::StatusOr<std::optional<ClusterHosts>> DetectClusterHosts(const Environment
         "launcher's command, not the workers' (examples/deploy/kubernetes/mpijob.yaml)");
   }
   HVX_ASSIGN_OR_RETURN(std::optional<ClusterHosts> c, DetectSlurm(env));
-  if (c) return c;
-  if (env.GetNonEmpty("SM_HOSTS") || env.GetNonEmpty("SM_RESOURCE_CONFIG") ||
-      env.GetNonEmpty("SM_CURRENT_HOST") || read_file(kSageMakerResourceConfig).ok()) {
+  if (!c && (env.GetNonEmpty("SM_HOSTS") || env.GetNonEmpty("SM_RESOURCE_CONFIG") ||
+             env.GetNonEmpty("SM_CURRENT_HOST") || read_file(kSageMakerResourceConfig).ok())) {
     HVX_ASSIGN_OR_RETURN(c, DetectSageMaker(env, read_file, local_gpus));
-    if (c) return c;
   }
-  HVX_ASSIGN_OR_RETURN(c, DetectPbs(env, read_file));
-  if (c) return c;
-  return DetectHostfileVariable(env, read_file, local_gpus);
+  if (!c) {
+    HVX_ASSIGN_OR_RETURN(c, DetectPbs(env, read_file));
+  }
+  if (!c) {
+    HVX_ASSIGN_OR_RETURN(c, DetectHostfileVariable(env, read_file, local_gpus));
+  }
+  // Whatever the environment says, the same checks as for -H: no names ssh reads as options, no
+  // slot counts a typo or an overflow made.
+  if (c) HVX_RETURN_IF_ERROR(ValidateHosts(c->hosts, c->source));
+  return c;
 }
 
 }  // namespace launch

@@ -120,6 +120,29 @@ TEST(ClusterTest, PbsNodefileCountsRepeats) {
   EXPECT_THAT((*c)->hosts, ElementsAre(HostSpec{"a", 2}, HostSpec{"b", 1}));
 }
 
+TEST(ClusterTest, PbsNodefileLinesAreChecked) {
+  auto c = DetectClusterHosts(MapEnvironment{{"PBS_NODEFILE", "/pbs"}},
+                              Files({{"/pbs", "a\n\n-oProxyCommand=x\n"}}), 0);
+  EXPECT_THAT(c.status().message(),
+              HasSubstr("/pbs:3: bad host name '-oProxyCommand=x' in PBS_NODEFILE"));
+  c = DetectClusterHosts(MapEnvironment{{"PBS_NODEFILE", "/pbs"}}, Files({{"/pbs", "a\nb\na\n"}}),
+                         0);
+  EXPECT_THAT(c.status().message(), HasSubstr("duplicate host 'a' (entries 1 and 3)"));
+}
+
+// Every cluster source goes through the -H checks: a SLURM allocation's task count, a
+// hostfile variable's slots.
+TEST(ClusterTest, ClusterHostsAreValidated) {
+  auto c = DetectClusterHosts(MapEnvironment{{"HYDRA_HOST_FILE", "/hf"}},
+                              Files({{"/hf", "w0:2\nw0:2\n"}}), 0);
+  EXPECT_THAT(c.status().message(),
+              HasSubstr("duplicate host 'w0' (entries 1 and 2) in HYDRA_HOST_FILE=/hf"));
+  c = DetectClusterHosts(
+      MapEnvironment{{"SLURM_JOB_NODELIST", "n[1-300]"}, {"SLURM_TASKS_PER_NODE", "4000(x300)"}},
+      Files({}), 0);
+  EXPECT_THAT(c.status().message(), HasSubstr("lists 1200000 slots on 300 hosts"));
+}
+
 TEST(ClusterTest, HydraHostfileVariable) {
   auto c = DetectClusterHosts(MapEnvironment{{"HYDRA_HOST_FILE", "/etc/mpi/hostfile"}},
                               Files({{"/etc/mpi/hostfile", "w0:2\nw1 slots=2\n"}}), 0);

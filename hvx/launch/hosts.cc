@@ -22,7 +22,7 @@ namespace {
 // almost always a typo, and silently dropping it would change the plan.
 absl::StatusOr<int> ParseSlots(absl::string_view text, absl::string_view entry,
                                absl::string_view where) {
-  int slots = 0;
+  int64_t slots = 0;
   if (!absl::SimpleAtoi(text, &slots) || slots < 0 || text.empty() ||
       !absl::ascii_isdigit(text[0])) {
     return absl::InvalidArgumentError(absl::StrCat("malformed host entry '", entry, "' in ", where,
@@ -32,7 +32,12 @@ absl::StatusOr<int> ParseSlots(absl::string_view text, absl::string_view entry,
     return absl::InvalidArgumentError(
         absl::StrCat("host entry '", entry, "' in ", where, " has zero slots"));
   }
-  return slots;
+  if (slots > kMaxSlotsPerHost) {
+    return absl::InvalidArgumentError(absl::StrCat("host entry '", entry, "' in ", where, " has ",
+                                                   slots, " slots; a host has at most ",
+                                                   kMaxSlotsPerHost));
+  }
+  return static_cast<int>(slots);
 }
 
 absl::StatusOr<HostSpec> ParseEntry(absl::string_view entry, absl::string_view where) {
@@ -109,15 +114,33 @@ absl::StatusOr<std::vector<HostSpec>> ReadHostfile(const std::string& path) {
   return ParseHostfile(buffer.str(), path);
 }
 
-absl::Status CheckNoDuplicateHosts(const std::vector<HostSpec>& hosts) {
+absl::Status ValidateHosts(const std::vector<HostSpec>& hosts, absl::string_view source) {
   std::map<std::string, size_t> first;
+  int64_t total = 0;
   for (size_t i = 0; i < hosts.size(); ++i) {
-    auto [it, inserted] = first.emplace(hosts[i].name, i);
-    if (!inserted) {
-      return absl::InvalidArgumentError(absl::StrCat("duplicate host '", hosts[i].name,
-                                                     "' (entries ", it->second + 1, " and ", i + 1,
-                                                     "); give it once with its total slots"));
+    const HostSpec& h = hosts[i];
+    if (!IsValidHostName(h.name)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "bad host name '", h.name, "' (entry ", i + 1, ") in ", source,
+          ": a host name is letters, digits, '.', '-' and '_', not starting with '-' or '.'"));
     }
+    if (h.slots && (*h.slots < 1 || *h.slots > kMaxSlotsPerHost)) {
+      return absl::InvalidArgumentError(absl::StrCat("host '", h.name, "' in ", source, " has ",
+                                                     *h.slots, " slots; give 1 to ",
+                                                     kMaxSlotsPerHost));
+    }
+    total += h.slots.value_or(1);
+    auto [it, inserted] = first.emplace(h.name, i);
+    if (!inserted) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("duplicate host '", h.name, "' (entries ", it->second + 1, " and ", i + 1,
+                       ") in ", source, "; give it once with its total slots"));
+    }
+  }
+  if (total > kMaxRanks) {
+    return absl::InvalidArgumentError(absl::StrCat(source, " lists ", total, " slots on ",
+                                                   hosts.size(), " hosts; a job has at most ",
+                                                   kMaxRanks));
   }
   return absl::OkStatus();
 }

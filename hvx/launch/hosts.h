@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "hvx/common/cluster.h"
 
 namespace hvx {
 namespace launch {
@@ -48,8 +49,11 @@ absl::StatusOr<std::vector<HostSpec>> ParseHostfile(absl::string_view contents,
 // Reads and parses a hostfile.
 absl::StatusOr<std::vector<HostSpec>> ReadHostfile(const std::string& path);
 
-// Fails on a host listed twice, naming it and both positions. Host names compare exactly.
-absl::Status CheckNoDuplicateHosts(const std::vector<HostSpec>& hosts);
+// Checks a host list from any source (-H, a hostfile, a discovery script, a cluster's
+// environment) before it is planned: every name IsValidHostName (not an ssh option), every slot
+// count set in 1..kMaxSlotsPerHost (hvx/common/cluster.h), no host listed twice (naming it and both
+// positions; names compare exactly), and at most kMaxRanks slots in all. Errors name `source`.
+absl::Status ValidateHosts(const std::vector<HostSpec>& hosts, absl::string_view source);
 
 // "h1:2,h2:4" (the syntax of -H and of hydra's -hosts).
 std::string FormatHostList(const std::vector<Host>& hosts);

@@ -35,8 +35,36 @@ TEST(HostsTest, ZeroSlotsIsItsOwnError) {
 TEST(HostsTest, DuplicateHostsNamePositions) {
   auto hosts = ParseHostList("a:1,b:1,a:2");
   ASSERT_TRUE(hosts.ok());
-  absl::Status s = CheckNoDuplicateHosts(*hosts);
-  EXPECT_THAT(s.message(), HasSubstr("duplicate host 'a' (entries 1 and 3)"));
+  absl::Status s = ValidateHosts(*hosts, "-H");
+  EXPECT_THAT(s.message(), HasSubstr("duplicate host 'a' (entries 1 and 3) in -H"));
+}
+
+// A name starting with '-' would reach `ssh HOST` as an option (-oProxyCommand=... runs a
+// command on this host); every source of host names goes through the same check.
+TEST(HostsTest, NamesThatSshWouldReadAsOptionsAreRefused) {
+  EXPECT_THAT(ParseHostList("ok,-oProxyCommand=x").status().message(),
+              HasSubstr("malformed host entry '-oProxyCommand=x' in -H"));
+  EXPECT_THAT(ParseHostfile("a:1\n-v slots=2\n", "/hf").status().message(), HasSubstr("/hf:2"));
+  EXPECT_THAT(ValidateHosts({{"a", 1}, {"-v", 1}}, "SM_HOSTS").message(),
+              HasSubstr("bad host name '-v' (entry 2) in SM_HOSTS"));
+}
+
+TEST(HostsTest, SlotCountsAreBounded) {
+  EXPECT_THAT(ParseHostList("h:100000000").status().message(),
+              HasSubstr("'h:100000000' in -H has 100000000 slots; a host has at most 4096"));
+  // Beyond int: not wrapped to a small or negative count.
+  EXPECT_THAT(ParseHostList("h:4294967297").status().message(), HasSubstr("at most 4096"));
+  EXPECT_THAT(ParseHostfile("h slots=99999999999999999999\n", "/hf").status().message(),
+              HasSubstr("/hf:1"));
+  EXPECT_TRUE(ParseHostList("h:4096").ok());
+  EXPECT_THAT(ValidateHosts({{"a", 5000}}, "PBS_NODEFILE=/p").message(),
+              HasSubstr("host 'a' in PBS_NODEFILE=/p has 5000 slots; give 1 to 4096"));
+  std::vector<HostSpec> many;
+  for (int i = 0; i < 257; ++i) many.push_back({absl::StrCat("n", i), 4096});
+  EXPECT_THAT(ValidateHosts(many, "-H").message(),
+              HasSubstr("-H lists 1052672 slots on 257 hosts; a job has at most 1048576"));
+  many.pop_back();
+  EXPECT_TRUE(ValidateHosts(many, "-H").ok());
 }
 
 TEST(HostsTest, HostfileAcceptsAllThreeFormsAndComments) {

@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -128,7 +130,9 @@ absl::StatusOr<LaunchOptions> ParseLaunchArgs(const std::vector<std::string>& ar
     } else if (flag == "-np" || flag == "-n" || flag == "--num-proc") {
       HVX_ASSIGN_OR_RETURN(std::string v, value());
       int np = 0;
-      if (!absl::SimpleAtoi(v, &np) || np < 1) return FlagError(flag, v, "a positive integer");
+      if (!absl::SimpleAtoi(v, &np) || np < 1 || np > kMaxRanks) {
+        return FlagError(flag, v, absl::StrCat("a positive integer up to ", kMaxRanks));
+      }
       o.np = np;
     } else if (flag == "-H" || flag == "--hosts" || flag == "-host" || flag == "--host") {
       HVX_ASSIGN_OR_RETURN(o.hosts, value());
@@ -139,10 +143,11 @@ absl::StatusOr<LaunchOptions> ParseLaunchArgs(const std::vector<std::string>& ar
       int k = 0;
       if (v == "auto") {
         o.slots_per_host.reset();
-      } else if (absl::SimpleAtoi(v, &k) && k > 0) {
+      } else if (absl::SimpleAtoi(v, &k) && k > 0 && k <= kMaxSlotsPerHost) {
         o.slots_per_host = k;
       } else {
-        return FlagError(flag, v, "auto or a positive integer");
+        return FlagError(flag, v,
+                         absl::StrCat("auto or a positive integer up to ", kMaxSlotsPerHost));
       }
     } else if (flag == "-x") {
       HVX_ASSIGN_OR_RETURN(std::string v, value());
@@ -260,7 +265,7 @@ absl::StatusOr<JobSetup> ResolveJob(const LaunchOptions& options, const Environm
       setup.source = "this host";
     }
   }
-  HVX_RETURN_IF_ERROR(CheckNoDuplicateHosts(specs));
+  HVX_RETURN_IF_ERROR(ValidateHosts(specs, setup.source));
   std::vector<Host> hosts;
   for (const HostSpec& s : specs) {
     int slots = 0;
@@ -277,13 +282,13 @@ absl::StatusOr<JobSetup> ResolveJob(const LaunchOptions& options, const Environm
                         absl::StrCat("cannot count the GPUs of host '", s.name,
                                      "' for --slots-per-host auto (give host:slots instead)"));
       }
-      slots = std::max(*gpus, 1);
+      slots = std::clamp(*gpus, 1, kMaxSlotsPerHost);
     } else {
       slots = 1;
     }
     hosts.push_back({s.name, slots});
   }
-  int total = 0;
+  int total = 0;  // at most kMaxRanks: ValidateHosts bounded the counts given, the rest are small
   for (const Host& h : hosts) total += h.slots;
   HVX_ASSIGN_OR_RETURN(setup.plan, MakePlan(options.np.value_or(total), hosts));
   return setup;

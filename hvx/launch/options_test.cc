@@ -126,6 +126,15 @@ TEST(ResolveTest, HostListErrorsReachTheUser) {
   EXPECT_THAT(run({"-H", "h1:zero", "p"}).message(), HasSubstr("'h1:zero'"));
   EXPECT_THAT(run({"-H", "h1:0", "p"}).message(), HasSubstr("zero slots"));
   EXPECT_THAT(run({"--hostfile", "/no/hf", "p"}).message(), HasSubstr("/no/hf"));
+  // This host alone with -np N has N slots, bounded like any host's.
+  EXPECT_THAT(run({"-np", "100000", "p"}).message(), HasSubstr("has 100000 slots; give 1 to 4096"));
+}
+
+TEST(ParseTest, CountsAreBounded) {
+  EXPECT_THAT(Parse({"-np", "100000000", "p"}).status().message(),
+              HasSubstr("a positive integer up to 1048576"));
+  EXPECT_THAT(Parse({"--slots-per-host", "5000", "p"}).status().message(),
+              HasSubstr("auto or a positive integer up to 4096"));
 }
 
 TEST(ResolveTest, AutoSlotsAreGpuCounts) {

@@ -60,6 +60,7 @@ absl::StatusOr<std::vector<Host>> ParseDiscoveredHosts(
     const std::map<std::string, int>& known_slots, std::optional<int> default_slots) {
   HVX_ASSIGN_OR_RETURN(std::vector<HostSpec> specs,
                        ParseHostfile(output, absl::StrCat("--host-discovery-script ", script)));
+  HVX_RETURN_IF_ERROR(ValidateHosts(specs, absl::StrCat("--host-discovery-script ", script)));
   std::vector<Host> hosts;
   for (const HostSpec& s : specs) {
     std::optional<int> slots = s.slots;

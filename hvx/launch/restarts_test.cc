@@ -67,6 +67,16 @@ TEST(RestartsTest, TooFewSlotsEndTheJobNamingTheExcludedHosts) {
             "host h3 was killed by signal 9)");
 }
 
+// A discovery script's output gets the checks -H gets: 1e8 slots would plan 1e8 ranks.
+TEST(RestartsTest, DiscoveredHostsAreValidated) {
+  EXPECT_TRUE(absl::StrContains(ParseDiscoveredHosts("h:100000000\n", "/d.sh").status().message(),
+                                "has 100000000 slots; a host has at most 4096"));
+  EXPECT_TRUE(absl::StrContains(ParseDiscoveredHosts("h:1\nh:2\n", "/d.sh").status().message(),
+                                "duplicate host 'h' (entries 1 and 2) in --host-discovery-script"));
+  EXPECT_TRUE(absl::StrContains(ParseDiscoveredHosts("-oX:1\n", "/d.sh").status().message(),
+                                "malformed host entry '-oX:1'"));
+}
+
 TEST(RestartsTest, DiscoveredHostsNeedSlots) {
   auto hosts = ParseDiscoveredHosts("h1:2\n# spare\nh2 slots=4\n", "/d.sh");
   ASSERT_TRUE(hosts.ok()) << hosts.status();
