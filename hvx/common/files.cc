@@ -6,7 +6,9 @@
 
 #include <cerrno>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "hvx/common/random_hex.h"
 #include "hvx/common/status.h"
 
 namespace hvx {
@@ -71,11 +73,31 @@ absl::Status CommitFile(const std::string& tmp_path, const std::string& path) {
   return FsyncPath(slash == std::string::npos ? "." : path.substr(0, slash + 1));
 }
 
+absl::StatusOr<int> OpenForWriting(const std::string& path, absl::string_view what, bool append) {
+  const int fd =
+      ::open(path.c_str(),
+             O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW | (append ? O_APPEND : O_TRUNC), 0666);
+  if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("creating ", what, " ", path));
+  return fd;
+}
+
+absl::StatusOr<TempFile> CreateTempFile(const std::string& path, absl::string_view what) {
+  TempFile tmp;
+  tmp.path = absl::StrCat(path, ".tmp.", ::getpid(), ".", RandomHex());
+  tmp.fd = ::open(tmp.path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0666);
+  if (tmp.fd < 0) return ErrnoToStatus(errno, absl::StrCat("creating ", what, " ", tmp.path));
+  return tmp;
+}
+
+bool IsTempFileOf(absl::string_view name, absl::string_view base) {
+  return absl::StartsWith(name, absl::StrCat(base, ".tmp."));
+}
+
 absl::Status WriteFileAtomically(const std::string& path, absl::string_view data,
                                  absl::string_view what, bool durable) {
-  const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("creating ", what, " ", tmp));
+  HVX_ASSIGN_OR_RETURN(TempFile file, CreateTempFile(path, what));
+  const int fd = file.fd;
+  const std::string& tmp = file.path;
   absl::Status status;
   if (!WriteFully(fd, data))
     status = ErrnoToStatus(errno, absl::StrCat("writing ", what, " ", tmp));

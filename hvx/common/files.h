@@ -22,13 +22,34 @@ absl::Status MakeDirs(const std::string& dir);
 // when a write fails.
 bool WriteFully(int fd, absl::string_view data);
 
+// Opens `path` to write (truncated, or appended to with `append`), as every log, output and data
+// file hvx writes is opened: O_NOFOLLOW, so that a symbolic link planted under the name in a shared
+// directory is refused (ELOOP) instead of followed into another user's file, and mode 0666 less
+// the process's umask (set the umask to keep files private). Errors carry the errno and name
+// `what` and the path. The caller owns the descriptor.
+absl::StatusOr<int> OpenForWriting(const std::string& path, absl::string_view what,
+                                   bool append = false);
+
+// A new file to become `path` later (CommitFile): "<path>.tmp.<pid>.<RandomHex()>", created with
+// O_EXCL and O_NOFOLLOW (never an existing file or a link, whatever another host with the same pid
+// writes into a shared directory), mode as OpenForWriting's. The caller writes and closes `fd`.
+struct TempFile {
+  int fd = -1;
+  std::string path;
+};
+absl::StatusOr<TempFile> CreateTempFile(const std::string& path, absl::string_view what);
+
+// Whether `name` (a file name, no directory) is one of CreateTempFile's for `base`'s kind of name:
+// "<base>.tmp.<anything>".
+bool IsTempFileOf(absl::string_view name, absl::string_view base);
+
 // Makes the finished temporary file `tmp_path` the file `path`, durably: fsync of the data, the
 // rename, fsync of the directory, so that even a machine's crash leaves the old file or the new
 // one under `path`. Errors carry the errno and name the paths.
 absl::Status CommitFile(const std::string& tmp_path, const std::string& path);
 
 // Replaces `path` with a file holding `data` without ever leaving a partial file under that
-// name: written to "<path>.tmp.<pid>", then renamed (through CommitFile when `durable`); the
+// name: written to a CreateTempFile, then renamed (through CommitFile when `durable`); the
 // temporary is removed when a step fails. Errors name `what` ("index file") and the path.
 absl::Status WriteFileAtomically(const std::string& path, absl::string_view data,
                                  absl::string_view what, bool durable);

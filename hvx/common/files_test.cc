@@ -1,11 +1,13 @@
 #include "hvx/common/files.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
@@ -82,6 +84,18 @@ std::string ReadAll(const std::string& path) {
   return n == static_cast<ssize_t>(got.size()) ? got : "<short read>";
 }
 
+// The names in `dir` that start with `prefix`.
+std::vector<std::string> Names(const std::string& dir, const std::string& prefix) {
+  std::vector<std::string> found;
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return found;
+  while (dirent* e = readdir(d)) {
+    if (absl::StartsWith(e->d_name, prefix)) found.push_back(e->d_name);
+  }
+  closedir(d);
+  return found;
+}
+
 TEST(FilesTest, WriteFileAtomicallyReplacesTheFileAndLeavesNoTemporary) {
   const std::string dir = TempDir() + "/atomic";
   ASSERT_TRUE(MakeDirs(dir).ok());
@@ -91,7 +105,7 @@ TEST(FilesTest, WriteFileAtomicallyReplacesTheFileAndLeavesNoTemporary) {
     EXPECT_EQ(ReadAll(path), "first");
     ASSERT_TRUE(WriteFileAtomically(path, std::string(100000, 'y'), "test file", durable).ok());
     EXPECT_EQ(ReadAll(path), std::string(100000, 'y'));
-    EXPECT_NE(access((path + ".tmp." + std::to_string(getpid())).c_str(), F_OK), 0);
+    EXPECT_TRUE(Names(dir, path.substr(dir.size() + 1) + ".tmp.").empty());
   }
   // A directory in the way of the rename: the error names it, the temporary is gone.
   const std::string blocked = dir + "/blocked";
@@ -99,11 +113,55 @@ TEST(FilesTest, WriteFileAtomicallyReplacesTheFileAndLeavesNoTemporary) {
   const absl::Status s = WriteFileAtomically(blocked, "x", "test file", /*durable=*/true);
   EXPECT_FALSE(s.ok());
   EXPECT_TRUE(absl::StrContains(s.message(), "to " + blocked)) << s;
-  EXPECT_NE(access((blocked + ".tmp." + std::to_string(getpid())).c_str(), F_OK), 0);
+  EXPECT_TRUE(Names(dir, "blocked.tmp.").empty());
   // No directory to write into: the error names what was being written.
   const absl::Status missing = WriteFileAtomically(dir + "/no/such", "x", "index file", false);
   EXPECT_TRUE(absl::StrContains(missing.message(), "creating index file " + dir + "/no/such.tmp."))
       << missing;
+}
+
+// In a shared directory a name can be planted as a link to another user's file: it is refused,
+// not followed, and the other file is untouched.
+TEST(FilesTest, LinksPlantedUnderTheNameAreNotFollowed) {
+  const std::string dir = TempDir() + "/links";
+  ASSERT_TRUE(MakeDirs(dir).ok());
+  const std::string victim = dir + "/victim";
+  ASSERT_TRUE(WriteFileAtomically(victim, "precious", "test file", false).ok());
+  const std::string log = dir + "/rank.0.log";
+  ASSERT_EQ(symlink(victim.c_str(), log.c_str()), 0);
+  for (bool append : {false, true}) {
+    absl::StatusOr<int> fd = OpenForWriting(log, "log", append);
+    EXPECT_FALSE(fd.ok());
+    EXPECT_TRUE(absl::StrContains(fd.status().message(), "creating log " + log)) << fd.status();
+  }
+  EXPECT_EQ(ReadAll(victim), "precious");
+  // A plain new file gets 0666 less the umask.
+  const mode_t old_umask = umask(027);
+  absl::StatusOr<int> fd = OpenForWriting(dir + "/plain.log", "log");
+  umask(old_umask);
+  ASSERT_TRUE(fd.ok()) << fd.status();
+  close(*fd);
+  struct stat st;
+  ASSERT_EQ(stat((dir + "/plain.log").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0640u);
+}
+
+// Temporary names are random beyond the pid: two hosts with equal pids writing one shared
+// checkpoint directory do not open each other's temporary file.
+TEST(FilesTest, TempFilesAreNewAndRandomlyNamed) {
+  const std::string dir = TempDir() + "/temps";
+  ASSERT_TRUE(MakeDirs(dir).ok());
+  const std::string path = dir + "/ckpt-4.pt";
+  absl::StatusOr<TempFile> a = CreateTempFile(path, "checkpoint");
+  absl::StatusOr<TempFile> b = CreateTempFile(path, "checkpoint");
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_NE(a->path, b->path);
+  EXPECT_TRUE(absl::StartsWith(a->path, path + ".tmp." + std::to_string(getpid()) + "."));
+  EXPECT_TRUE(IsTempFileOf(a->path.substr(dir.size() + 1), "ckpt-4.pt"));
+  EXPECT_FALSE(IsTempFileOf("ckpt-4.pt", "ckpt-4.pt"));
+  close(a->fd);
+  close(b->fd);
+  EXPECT_EQ(Names(dir, "ckpt-4.pt.tmp.").size(), 2u);
 }
 
 TEST(FilesTest, SelfExecutableIsThisTest) {

@@ -6,6 +6,7 @@
 #include <cerrno>
 
 #include "absl/strings/str_cat.h"
+#include "hvx/common/files.h"
 #include "hvx/common/logging.h"
 #include "hvx/common/status.h"
 
@@ -30,8 +31,7 @@ std::string JsonEscape(absl::string_view s) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Timeline>> Timeline::Open(const std::string& path) {
-  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("HVX_TIMELINE: cannot create ", path));
+  HVX_ASSIGN_OR_RETURN(const int fd, OpenForWriting(path, "HVX_TIMELINE file"));
   auto t = std::unique_ptr<Timeline>(new Timeline(fd, path));
   const std::string head = "[\n]";
   if (pwrite(fd, head.data(), head.size(), 0) != static_cast<ssize_t>(head.size())) {

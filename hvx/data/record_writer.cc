@@ -45,8 +45,7 @@ absl::StatusOr<std::unique_ptr<RecordWriter>> RecordWriter::Open(
         path, ": an index cannot be written for a ", CompressionName(options.compression),
         " file (compressed files have no record offsets)"));
   }
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("creating record file ", path));
+  HVX_ASSIGN_OR_RETURN(const int fd, OpenForWriting(path, "record file"));
   std::unique_ptr<RecordWriter> writer(new RecordWriter(path, options, fd));
   if (options.compression != Compression::kNone) {
     writer->deflater_ = std::make_unique<Deflater>();

@@ -182,9 +182,7 @@ absl::Status OutputRouter::OpenOutputDir(const std::string& dir) {
   HVX_RETURN_IF_ERROR(Annotate(MakeDirs(dir), "--output-dir"));
   for (const RankPlacement& p : plan_.ranks) {
     std::string file = absl::StrCat(dir, "/rank.", p.rank, ".log");
-    int fd = open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("--output-dir: cannot open ", file));
-    files_[p.rank] = fd;
+    HVX_ASSIGN_OR_RETURN(files_[p.rank], OpenForWriting(file, "--output-dir log"));
   }
   return absl::OkStatus();
 }

@@ -3,13 +3,12 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <climits>
-#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "hvx/common/random_hex.h"
 #include "hvx/common/status.h"
 
 namespace hvx {
@@ -95,13 +94,7 @@ std::string RestartLine(int attempt, int max_restarts, const std::string& cause,
                       next.np.value_or(0), " on ", next.hosts);
 }
 
-std::string NewRunId() {
-  std::random_device device;
-  std::mt19937_64 rng(
-      device() ^ (static_cast<uint64_t>(getpid()) << 32) ^
-      static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()));
-  return absl::StrFormat("%016x", rng());
-}
+std::string NewRunId() { return RandomHex(); }
 
 }  // namespace launch
 }  // namespace hvx

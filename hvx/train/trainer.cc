@@ -3,9 +3,11 @@
 #include <signal.h>
 #include <sys/stat.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -366,31 +368,41 @@ absl::Status OpenData(Run& run) {
 
 class SampleLog {
  public:
+  ~SampleLog() { Reset(); }
   absl::Status Open(const std::string& dir, int64_t epoch, bool append) {
-    out_.reset();
+    Reset();
     if (dir.empty()) return absl::OkStatus();
     HVX_RETURN_IF_ERROR(MakeDirs(dir));
-    const std::string path = absl::StrCat(dir, "/rank", Rank(), "-epoch", epoch, ".txt");
-    out_ = std::make_unique<std::ofstream>(path, append ? std::ios::app : std::ios::trunc);
-    if (!*out_) return absl::PermissionDeniedError(absl::StrCat("cannot write sample log ", path));
+    path_ = absl::StrCat(dir, "/rank", Rank(), "-epoch", epoch, ".txt");
+    HVX_ASSIGN_OR_RETURN(fd_, OpenForWriting(path_, "sample log", append));
     return absl::OkStatus();
   }
-  void Add(const std::vector<int64_t>& ids, int64_t num_padded) {
-    if (!out_) return;
+  // Written each step: a rank killed mid-epoch (a failed attempt of an elastic job) must leave
+  // the steps it trained in its log.
+  absl::Status Add(const std::vector<int64_t>& ids, int64_t num_padded) {
+    if (fd_ < 0) return absl::OkStatus();
     const size_t first_pad = ids.size() - static_cast<size_t>(num_padded);
-    for (size_t i = 0; i < ids.size(); ++i) *out_ << ids[i] << (i >= first_pad ? " pad\n" : "\n");
-    // Flushed each step: a rank killed mid-epoch (a failed attempt of an elastic job) must leave
-    // the steps it trained in its log.
-    out_->flush();
+    std::string lines;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      absl::StrAppend(&lines, ids[i], i >= first_pad ? " pad\n" : "\n");
+    }
+    if (!WriteFully(fd_, lines)) return ErrnoToStatus(errno, "writing sample log " + path_);
+    return absl::OkStatus();
   }
   absl::Status Close() {
-    if (out_ && !out_->flush()) return absl::DataLossError("sample log write failed");
-    out_.reset();
-    return absl::OkStatus();
+    const bool ok = fd_ < 0 || close(fd_) == 0;
+    const int err = errno;
+    fd_ = -1;
+    return ok ? absl::OkStatus() : ErrnoToStatus(err, "closing sample log " + path_);
   }
 
  private:
-  std::unique_ptr<std::ofstream> out_;
+  void Reset() {
+    if (fd_ >= 0) close(fd_);
+    fd_ = -1;
+  }
+  int fd_ = -1;
+  std::string path_;
 };
 
 std::string ReportPath(const TrainConfig& config) {
@@ -647,7 +659,7 @@ absl::StatusOr<EpochSteps> TrainEpoch(Run& run, int64_t epoch, TrainingPosition*
     auto batch = pipeline->Next();
     const double waited_s = Seconds(Clock::now() - wait_start);
     HVX_RETURN_IF_ERROR(batch.status());
-    sample_log.Add((*batch)->sample_ids(), (*batch)->num_padded());
+    HVX_RETURN_IF_ERROR(sample_log.Add((*batch)->sample_ids(), (*batch)->num_padded()));
     const int64_t batch_samples = (*batch)->size();
     // The schedule at this run's size, where an uninterrupted run at this size stands at this
     // point of the epoch: the global step itself unless a resume changed the size.
