@@ -16,7 +16,8 @@
 // the transport started), "negotiation" (a cycle that gathers requests), "allreduce" (between the
 // steps of a CPU allreduce: the ring's, or the shared-memory plane's publish and fold), "shutdown"
 // (before the transport's finalization), "checkpoint" (the trainer's checkpoint file written but
-// not yet renamed into place).
+// not yet renamed into place), "shm_create" (the shared-memory plane's region created under its
+// name, before the ranks have exchanged names).
 #ifndef HVX_COMMON_FAILPOINT_H_
 #define HVX_COMMON_FAILPOINT_H_
 

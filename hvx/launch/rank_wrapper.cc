@@ -15,6 +15,7 @@
 
 #include "hvx/launch/placement.h"
 #include "hvx/launch/records.h"
+#include "hvx/shm/names.h"
 
 namespace hvx {
 namespace launch {
@@ -138,6 +139,14 @@ int MaybeRunRankWrapper(int argc, char** argv) {
   sigemptyset(&sa.sa_mask);
   for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2}) sigaction(sig, &sa, nullptr);
 
+  // The program's shared-memory regions carry this tag, so that what it leaves in /dev/shm
+  // (killed while creating its CPU plane) is removed below, whatever pid namespace it ran in.
+  // The wrapper removes them itself when its program ends; the sweeper when hydra kills the
+  // wrapper first (a job being stopped).
+  const std::string shm_tag = shm::NewShmTag();
+  setenv(shm::kShmTagVariable, shm_tag.c_str(), 1);
+  const int sweeper = shm::StartRegionSweeper(shm_tag);
+
   WriteFully(2, FormatStartRecord(rank, p.host, getpid()));
   const pid_t self = getpid();
   const pid_t child = fork();
@@ -160,6 +169,7 @@ int MaybeRunRankWrapper(int argc, char** argv) {
     _exit(127);
   }
   g_child_pid = child;
+  shm::WatchProcess(sweeper, child);
   int status = 0;
   while (waitpid(child, &status, 0) < 0) {
     if (errno != EINTR) {
@@ -170,6 +180,7 @@ int MaybeRunRankWrapper(int argc, char** argv) {
   const int code = WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
   g_exit_code = code;
   g_child_pid = 0;
+  shm::RemoveRegionsTagged(shm_tag);
   WriteFully(2, FormatExitRecord(rank, p.host, status));
   if (code != 0) AbortJob(code);
   return code;

@@ -4,13 +4,17 @@
 #include "hvx/shm/shm_allreduce.h"
 
 #include <dirent.h>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <future>
 #include <map>
 #include <mutex>
 #include <random>
@@ -19,9 +23,11 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "hvx/common/half.h"
 #include "hvx/core/cpu_ops.h"
+#include "hvx/shm/names.h"
 
 namespace hvx {
 namespace shm {
@@ -492,6 +498,131 @@ TEST(ShmGroupTest, AFailureOnOneRankFailsEveryRank) {
   EXPECT_TRUE(absl::StrContains(status[1].message(), "HVX_CPU_PLANE=mpi")) << status[1];
   EXPECT_TRUE(absl::StrContains(status[0].message(), "failed on global rank 1 (host a)"))
       << status[0];
+}
+
+// The /dev/shm names that carry `tag`.
+std::vector<std::string> RegionsTagged(const std::string& tag) {
+  std::vector<std::string> found;
+  DIR* d = opendir("/dev/shm");
+  if (d == nullptr) return found;
+  while (dirent* e = readdir(d)) {
+    if (absl::StartsWith(e->d_name, "hvx." + tag + ".")) found.push_back(e->d_name);
+  }
+  closedir(d);
+  return found;
+}
+
+// An exchange that fails after this rank created its region (a peer died, the exchange timed out)
+// leaves no name behind: with --max-restarts each attempt leaked 16 MiB a rank.
+TEST(ShmGroupTest, AFailedExchangeLeavesNoRegion) {
+  int calls = 0;
+  auto g = ShmGroup::Create(
+      0, 2, 1 << 20,
+      [&](const std::string& mine, std::vector<std::string>* all) {
+        ++calls;
+        EXPECT_EQ(RegionsTagged(ProcessShmTag()).size(), 1u) << "the region exists meanwhile";
+        return absl::DeadlineExceededError("the exchange timed out");
+      },
+      {"global rank 0 (host a)", "global rank 1 (host a)"}, absl::Seconds(30));
+  EXPECT_TRUE(absl::IsDeadlineExceeded(g.status())) << g.status();
+  EXPECT_EQ(calls, 1);
+  EXPECT_TRUE(RegionsTagged(ProcessShmTag()).empty());
+  // And when the second exchange (every rank's verdict on mapping the others) fails.
+  calls = 0;
+  g = ShmGroup::Create(
+      0, 2, 1 << 20,
+      [&](const std::string& mine, std::vector<std::string>* all) -> absl::Status {
+        if (++calls == 2) return absl::UnavailableError("the peer died");
+        *all = {mine, mine + ".gone"};  // a peer whose region is already gone
+        return absl::OkStatus();
+      },
+      {"global rank 0 (host a)", "global rank 1 (host a)"}, absl::Seconds(30));
+  EXPECT_TRUE(absl::IsUnavailable(g.status())) << g.status();
+  EXPECT_EQ(calls, 2);
+  EXPECT_TRUE(RegionsTagged(ProcessShmTag()).empty());
+}
+
+// Two processes with equal pids in two pid namespaces over one /dev/shm once named their regions
+// alike, so each mapped its own region as its peer's and waited for itself. Names carry a random
+// tag now; a peer announcing this rank's own name is refused.
+TEST(ShmGroupTest, ItsOwnRegionIsNotAPeer) {
+  auto g = ShmGroup::Create(
+      1, 2, 1 << 20,
+      [&](const std::string& mine, std::vector<std::string>* all) {
+        *all = {mine, mine};
+        return absl::OkStatus();
+      },
+      {"global rank 0 (host a)", "global rank 1 (host a)"}, absl::Seconds(30));
+  EXPECT_TRUE(absl::StrContains(g.status().message(),
+                                "global rank 0 (host a) announced this rank's own region"))
+      << g.status();
+  EXPECT_TRUE(RegionsTagged(ProcessShmTag()).empty());
+  EXPECT_NE(NewShmTag(), NewShmTag());
+  EXPECT_EQ(NewShmTag().size(), 16u);
+  EXPECT_TRUE(absl::StartsWith(RegionName(7), "/hvx." + ProcessShmTag() + "."));
+}
+
+// A name that leads to another group's region (pods with one host name whose ranks announce names
+// from different /dev/shm's, a stale region under a reused name) is refused after mapping: the
+// header names its owner's rank and the name it was created under.
+TEST(ShmGroupTest, ARegionOwnedByAnotherRankIsRefused) {
+  std::promise<std::string> other_name;
+  std::promise<void> checked;
+  std::shared_future<void> checked_done = checked.get_future().share();
+  std::thread other([&] {
+    int calls = 0;
+    auto g = ShmGroup::Create(
+        0, 2, 1 << 16,
+        [&](const std::string& mine, std::vector<std::string>* all) -> absl::Status {
+          if (++calls == 1) {
+            other_name.set_value(mine);
+            *all = {mine, mine + ".gone"};
+            return absl::OkStatus();
+          }
+          checked_done.wait();  // keeps its region until the other group has looked at it
+          return absl::CancelledError("done");
+        },
+        {"global rank 0 (host a)", "global rank 1 (host a)"}, absl::Seconds(30));
+    EXPECT_FALSE(g.ok());
+  });
+  const std::string theirs = other_name.get_future().get();
+  int calls = 0;
+  auto g = ShmGroup::Create(
+      0, 2, 1 << 16,
+      [&](const std::string& mine, std::vector<std::string>* all) -> absl::Status {
+        if (++calls == 1) {
+          *all = {mine, theirs};  // "local rank 1" announces the other group's rank 0 region
+        } else {
+          *all = {mine, ""};
+          checked.set_value();
+        }
+        return absl::OkStatus();
+      },
+      {"global rank 0 (host b)", "global rank 1 (host b)"}, absl::Seconds(30));
+  other.join();
+  EXPECT_TRUE(
+      absl::StrContains(g.status().message(), "/dev/shm" + theirs +
+                                                  " of global rank 1 (host b) belongs to local "
+                                                  "rank 0 as " +
+                                                  theirs))
+      << g.status();
+  EXPECT_TRUE(absl::StrContains(g.status().message(), "HVX_CPU_PLANE=mpi")) << g.status();
+  EXPECT_TRUE(RegionsTagged(ProcessShmTag()).empty());
+}
+
+TEST(ShmNamesTest, RemoveRegionsTaggedRemovesOnlyThatTag) {
+  const std::string a = NewShmTag(), b = NewShmTag();
+  for (const std::string& name :
+       {"/hvx." + a + ".1.0", "/hvx." + a + ".1.1", "/hvx." + b + ".1.0"}) {
+    const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    ASSERT_GE(fd, 0) << name;
+    close(fd);
+  }
+  EXPECT_EQ(RemoveRegionsTagged(a), 2);
+  EXPECT_TRUE(RegionsTagged(a).empty());
+  EXPECT_EQ(RegionsTagged(b).size(), 1u);
+  EXPECT_EQ(RemoveRegionsTagged(b), 1);
+  EXPECT_EQ(RemoveRegionsTagged("../etc"), 0);  // not a tag: nothing outside hvx's names
 }
 
 }  // namespace

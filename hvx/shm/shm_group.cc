@@ -8,12 +8,16 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "hvx/common/failpoint.h"
 #include "hvx/common/status.h"
+#include "hvx/shm/names.h"
 
 namespace hvx {
 namespace shm {
@@ -41,9 +45,9 @@ size_t RoundUpToPage(size_t n) {
   return (n + page - 1) / page * page;
 }
 
-std::string RegionName() {
+std::string NextRegionName() {
   static std::atomic<uint64_t> next{0};
-  return absl::StrCat("/hvx.", getpid(), ".", next.fetch_add(1));
+  return RegionName(next.fetch_add(1));
 }
 
 // Every rank's verdict of one step: OK when all are OK, else the error every rank returns (its
@@ -69,6 +73,8 @@ struct ShmGroup::Header {
   uint64_t magic;
   int64_t pid;
   uint64_t bytes;
+  int64_t rank;    // the owner's local rank in its group
+  char name[128];  // the region's own name, as the owner announced it
   Line counters[kNumCounters];
   Line failed;
 };
@@ -99,16 +105,24 @@ absl::StatusOr<std::unique_ptr<ShmGroup>> ShmGroup::Create(int rank, int size, s
   static_assert(sizeof(Header) <= kShmHeaderBytes, "the header outgrew its page");
   std::unique_ptr<ShmGroup> group(new ShmGroup(rank, size, bytes, std::move(names), timeout));
   const size_t total = RoundUpToPage(kShmHeaderBytes + bytes);
-  const std::string name = RegionName();
+  const std::string name = NextRegionName();
+  // The name goes on every path out of here: once every rank has mapped it, or at the first
+  // failure (a peer that died, an exchange that timed out), so that no attempt leaves 16 MiB a rank
+  // in /dev/shm. What a SIGKILL leaves, the rank wrapper removes (names.h).
+  bool named = false;
+  absl::Cleanup unlink_name = [&] {
+    if (named) shm_unlink(name.c_str());
+  };
 
   // 1. This rank's region, reserved in full and mapped with its pages present.
   absl::Status created = [&]() -> absl::Status {
     const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
     if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("creating /dev/shm", name));
+    named = true;
+    Failpoint("shm_create");
     const int reserve = posix_fallocate(fd, 0, static_cast<off_t>(total));
     if (reserve != 0) {
       close(fd);
-      shm_unlink(name.c_str());
       return absl::ResourceExhaustedError(absl::StrCat(
           "cannot reserve ", total >> 20, " MiB of shared memory in /dev/shm (", strerror(reserve),
           "): give the job a larger /dev/shm (docker run --shm-size; a Kubernetes emptyDir "
@@ -116,17 +130,15 @@ absl::StatusOr<std::unique_ptr<ShmGroup>> ShmGroup::Create(int rank, int size, s
     }
     void* p = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
     close(fd);
-    if (p == MAP_FAILED) {
-      const int e = errno;
-      shm_unlink(name.c_str());
-      return ErrnoToStatus(e, absl::StrCat("mapping /dev/shm", name));
-    }
+    if (p == MAP_FAILED) return ErrnoToStatus(errno, absl::StrCat("mapping /dev/shm", name));
     Region& own = group->regions_[rank];
     own.header = static_cast<Header*>(p);
     own.data = static_cast<char*>(p) + kShmHeaderBytes;
     own.mapped = total;
     own.header->pid = getpid();
     own.header->bytes = bytes;
+    own.header->rank = rank;
+    snprintf(own.header->name, sizeof(own.header->name), "%s", name.c_str());
     own.header->magic = kMagic;
     return absl::OkStatus();
   }();
@@ -139,16 +151,20 @@ absl::StatusOr<std::unique_ptr<ShmGroup>> ShmGroup::Create(int rank, int size, s
                        all[r].substr(1)));
     }
   }
-  if (!created.ok()) {
-    if (group->regions_[rank].header != nullptr) shm_unlink(name.c_str());
-    return created;
-  }
+  if (!created.ok()) return created;
 
   // 2. Every peer's region.
   absl::Status mapped;
   for (int r = 0; r < size && mapped.ok(); ++r) {
     if (r == rank) continue;
     mapped = [&]() -> absl::Status {
+      if (all[r] == name) {
+        // Mapping it would make this rank its own peer: each rank would wait for itself.
+        return absl::InternalError(absl::StrCat(group->names_[r],
+                                                " announced this rank's own "
+                                                "region /dev/shm",
+                                                name));
+      }
       const int fd = shm_open(all[r].c_str(), O_RDWR | O_CLOEXEC, 0);
       if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("opening /dev/shm", all[r]));
       struct stat st;
@@ -168,13 +184,26 @@ absl::StatusOr<std::unique_ptr<ShmGroup>> ShmGroup::Create(int rank, int size, s
         return absl::InternalError(absl::StrCat("/dev/shm", all[r], " of ", group->names_[r],
                                                 " is not an hvx region of ", bytes, " bytes"));
       }
+      // The region this name leads to here is the one that rank created (not another job's or
+      // another pod's under the same name).
+      if (peer.header->rank != r ||
+          strncmp(peer.header->name, all[r].c_str(), sizeof(peer.header->name)) != 0) {
+        return absl::InternalError(absl::StrCat(
+            "/dev/shm", all[r], " of ", group->names_[r], " belongs to local rank ",
+            peer.header->rank, " as ", peer.header->name,
+            ": the ranks of this host do not share one /dev/shm (containers or pods with one "
+            "host name but separate IPC namespaces); set HVX_CPU_PLANE=mpi"));
+      }
+      // A peer in another pid namespace (a container sharing this one's /dev/shm) has a pid
+      // this process cannot see, or sees as someone else's: its liveness is then left to the
+      // failed flag and the collective timeout.
+      peer.pid_visible = kill(static_cast<pid_t>(peer.header->pid), 0) == 0 || errno == EPERM;
       return absl::OkStatus();
     }();
   }
   absl::Status agreed = Agree(exchange, Annotate(mapped, "mapping a peer's shared memory"),
                               group->names_, rank, "mapping shared memory for the CPU data plane");
-  // Every rank has mapped (or given up on) every region: the names can go.
-  shm_unlink(name.c_str());
+  // Every rank has mapped (or given up on) every region: the name can go (unlink_name).
   HVX_RETURN_IF_ERROR(agreed);
   return group;
 }
@@ -196,9 +225,8 @@ absl::Status ShmGroup::CheckPeer(int r, absl::string_view what) const {
   if (h->failed.value.load(std::memory_order_acquire) != 0) {
     return absl::AbortedError(absl::StrCat(what, ": ", names_[r], " failed during the collective"));
   }
-  // A pid this process cannot see (another pid namespace) reads as gone: only a pid that was
-  // visible counts.
-  if (kill(static_cast<pid_t>(h->pid), 0) != 0 && errno == ESRCH) {
+  // Only a pid that was visible when the group formed counts (see Create).
+  if (regions_[r].pid_visible && kill(static_cast<pid_t>(h->pid), 0) != 0 && errno == ESRCH) {
     return absl::UnavailableError(
         absl::StrCat(what, ": ", names_[r], " (pid ", h->pid, ") exited during the collective"));
   }

@@ -8,11 +8,13 @@
 //   group->Set(ShmGroup::kPublished, 1);                     // release: peers may read it now
 //   HVX_RETURN_IF_ERROR(group->WaitFor(peer, ShmGroup::kPublished, 1, "allreduce 'grad'"));
 //
-// Crash safety: a region's name is unlinked as soon as every local rank has mapped it, so the
-// memory goes away with the last process that maps it, however the job ends; nothing stays in
-// /dev/shm. A wait gives up when the peer's process is gone, when the peer marked itself failed,
-// or at the group's timeout, with an error naming the peer: a rank dying mid-collective fails the
-// op on the others instead of leaving them spinning.
+// Crash safety: a region's name (names.h) is unlinked as soon as every local rank has mapped it,
+// or when Create fails at any step, so the memory goes away with the last process that maps it,
+// however the job ends; a process killed inside Create leaves its name to the rank wrapper, which
+// removes it by tag. A wait gives up when the peer's process is gone (a pid this process could
+// see when the group formed), when the peer marked itself failed, or at the group's timeout, with
+// an error naming the peer: a rank dying mid-collective fails the op on the others instead of
+// leaving them spinning.
 //
 // Not thread-safe: one thread (the engine's) uses a group.
 #ifndef HVX_SHM_SHM_GROUP_H_
@@ -88,6 +90,7 @@ class ShmGroup {
     Header* header = nullptr;
     char* data = nullptr;
     size_t mapped = 0;
+    bool pid_visible = false;  // the peer's pid is in this process's pid namespace
   };
   ShmGroup(int rank, int size, size_t bytes, std::vector<std::string> names,
            absl::Duration timeout);

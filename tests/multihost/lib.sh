@@ -58,11 +58,17 @@ finish() {
 
 count_lines() { grep -cE -- "$2" <<<"$1"; }
 
-# no_processes_left HOST...: nothing runs in those namespaces any more.
+# no_processes_left HOST...: nothing runs in those namespaces any more, allowing 2 s for what a
+# stopped job is still ending (a rank wrapper's shared-memory sweeper outlives it by milliseconds).
 no_processes_left() {
-    local h left
+    local h left i
     for h in "$@"; do
-        left=$(ip netns pids "$h" 2>/dev/null | tr '\n' ' ')
+        for ((i = 0; i < 40; i++)); do
+            left=$(ip netns pids "$h" 2>/dev/null | tr '\n' ' ')
+            [[ -z $left ]] && break
+            sleep 0.05
+        done
+        [[ -n $left ]] && ps -o pid,ppid,etimes,args -p "${left// /,}" 2>/dev/null | sed 's/^/    /'
         [[ -z $left ]]; check "no processes left on $h ($left)" $?
     done
 }
