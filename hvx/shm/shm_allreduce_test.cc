@@ -500,6 +500,53 @@ TEST(ShmGroupTest, AFailureOnOneRankFailsEveryRank) {
       << status[0];
 }
 
+double ThreadCpuSeconds() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+// A rank waiting for a slow peer (still in its backward pass) once took a whole core for the wait,
+// spinning and yielding; with two ranks on two cores that core was training's. Past a short spin
+// the wait sleeps, and still returns soon after the peer's progress.
+TEST(ShmGroupTest, ALongWaitSleepsAndWakesSoonAfterThePeer) {
+  ThreadExchange exchange(2);
+  std::unique_ptr<ShmGroup> groups[2];
+  std::thread t[2];
+  for (int r = 0; r < 2; ++r) {
+    t[r] = std::thread([&, r] {
+      auto g = ShmGroup::Create(
+          r, 2, 1 << 16,
+          [&, r](const std::string& m, std::vector<std::string>* all) {
+            return exchange.Exchange(r, m, all);
+          },
+          {"global rank 0 (host a)", "global rank 1 (host a)"}, absl::Seconds(30));
+      ASSERT_TRUE(g.ok()) << g.status();
+      groups[r] = std::move(*g);
+    });
+  }
+  for (auto& th : t) th.join();
+  ASSERT_TRUE(groups[0] && groups[1]);
+  absl::Time set_at;
+  std::thread peer([&] {
+    absl::SleepFor(absl::Milliseconds(600));
+    set_at = absl::Now();
+    groups[1]->Set(ShmGroup::kPublished, 1);
+  });
+  const double cpu_before = ThreadCpuSeconds();
+  const absl::Time start = absl::Now();
+  const absl::Status s = groups[0]->WaitFor(1, ShmGroup::kPublished, 1, "allreduce 'grad'");
+  const absl::Time returned = absl::Now();
+  const double cpu = ThreadCpuSeconds() - cpu_before;
+  peer.join();
+  ASSERT_TRUE(s.ok()) << s;
+  const double wall = absl::ToDoubleSeconds(returned - start);
+  EXPECT_GE(wall, 0.5);
+  // Spinning and yielding used the whole wait (0.6 s of CPU where a core was free).
+  EXPECT_LT(cpu, 0.2 * wall) << cpu << " s of CPU in a " << wall << " s wait";
+  EXPECT_LT(returned - set_at, absl::Milliseconds(200));
+}
+
 // The /dev/shm names that carry `tag`.
 std::vector<std::string> RegionsTagged(const std::string& tag) {
   std::vector<std::string> found;

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -15,6 +16,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "hvx/common/failpoint.h"
 #include "hvx/common/status.h"
 #include "hvx/shm/names.h"
@@ -27,8 +29,14 @@ constexpr uint64_t kMagic = 0x68767873686d3031;  // "hvxshm01"
 
 // A peer's progress usually arrives within microseconds of this rank's own: spinning that long
 // costs nothing. Past it the waiter yields its core between checks, which lets a descheduled
-// peer (more ranks than cores) run.
+// peer (more ranks than cores) run; past kYield it sleeps, so that a rank waiting for a slow peer
+// (still in its backward pass, or descheduled) leaves the core to training instead of taking a
+// whole one for the wait. Each sleep is a tenth of the wait so far, between kMinSleep and
+// kMaxSleep: the wake-up comes at most about 10% (and kMaxSleep) after the peer's progress.
 constexpr absl::Duration kSpin = absl::Microseconds(100);
+constexpr absl::Duration kYield = absl::Milliseconds(1);
+constexpr absl::Duration kMinSleep = absl::Microseconds(50);
+constexpr absl::Duration kMaxSleep = absl::Milliseconds(2);
 // How often a long wait checks that the peer's process still exists.
 constexpr absl::Duration kLivenessInterval = absl::Milliseconds(20);
 
@@ -238,17 +246,22 @@ absl::Status ShmGroup::WaitFor(int r, Counter c, uint64_t target, absl::string_v
   if (value.load(std::memory_order_acquire) >= target) return absl::OkStatus();
   const absl::Time start = absl::Now();
   absl::Time next_check = start + kLivenessInterval;
-  bool yielding = false;
+  enum { kSpinning, kYielding, kSleeping } phase = kSpinning;
   for (uint64_t polls = 1;; ++polls) {
     if (value.load(std::memory_order_acquire) >= target) return absl::OkStatus();
-    if (yielding) {
-      sched_yield();
-    } else {
+    if (phase == kSpinning) {
       CpuRelax();
+      if (polls % 64 != 0) continue;
+    } else if (phase == kYielding) {
+      sched_yield();
+      if (polls % 8 != 0) continue;
     }
-    if (polls % 64 != 0) continue;
     const absl::Time now = absl::Now();
-    yielding = now - start > kSpin;
+    const absl::Duration waited = now - start;
+    phase = waited < kSpin ? kSpinning : waited < kYield ? kYielding : kSleeping;
+    if (phase == kSleeping) {
+      absl::SleepFor(std::clamp(waited / 10, kMinSleep, kMaxSleep));
+    }
     if (now < next_check) continue;
     next_check = now + kLivenessInterval;
     if (value.load(std::memory_order_acquire) >= target) return absl::OkStatus();
