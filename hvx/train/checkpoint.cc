@@ -12,10 +12,16 @@
 #include <cerrno>
 #include <cstdio>
 #include <ctime>
+#include <iterator>
+#include <sstream>
 
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -52,6 +58,29 @@ std::vector<std::pair<int64_t, std::string>> ListCheckpoints(const std::string& 
   return found;
 }
 
+// Removes what writers killed before their rename left in `dir` ("ckpt-N.pt.tmp.*"): only rank 0
+// of the run that owns the directory writes there, and it is resuming, so none is being written.
+void RemoveStaleTemporaries(const std::string& dir) {
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return;
+  std::vector<std::string> stale;
+  while (dirent* e = readdir(d)) {
+    absl::string_view name = e->d_name;
+    const size_t tmp = name.find(".tmp.");
+    if (tmp == absl::string_view::npos || !absl::StartsWith(name, kCheckpointPrefix) ||
+        !IsTempFileOf(name, name.substr(0, tmp))) {
+      continue;
+    }
+    stale.push_back(absl::StrCat(dir, "/", name));
+  }
+  closedir(d);
+  for (const std::string& path : stale) {
+    if (unlink(path.c_str()) == 0) {
+      HVX_LOG(INFO) << "removed " << path << ", a checkpoint an earlier attempt did not finish";
+    }
+  }
+}
+
 // Every rank's floating-point buffers, each as [size, numel] on the CPU, in FloatBuffers order.
 // Running statistics differ between ranks (each sees its own batches); a checkpoint keeps all of
 // them so that a resumed run continues with exactly the statistics an uninterrupted run has.
@@ -66,6 +95,90 @@ absl::StatusOr<std::vector<torch::Tensor>> GatherBuffers(Classifier& model) {
   return gathered;
 }
 
+// What a checkpoint was written for: one line per parameter and buffer of the model, in
+// named_parameters then named_buffers order, "name dtype [d0, d1, ...]".
+std::vector<std::string> Fingerprint(Classifier& model) {
+  std::vector<std::string> lines;
+  auto add = [&](const std::string& name, const torch::Tensor& t) {
+    std::ostringstream shape;
+    shape << t.sizes();
+    lines.push_back(absl::StrCat(name, " ", c10::toString(t.scalar_type()), " ", shape.str()));
+  };
+  for (const auto& item : model.named_parameters()) add(item.key(), item.value());
+  for (const auto& item : model.named_buffers()) add(item.key(), item.value());
+  return lines;
+}
+
+torch::Tensor EncodeFingerprint(const std::vector<std::string>& lines) {
+  const std::string text = absl::StrJoin(lines, "\n");
+  return torch::from_blob(const_cast<char*>(text.data()), {static_cast<int64_t>(text.size())},
+                          torch::kUInt8)
+      .clone();
+}
+
+std::vector<std::string> DecodeFingerprint(const torch::Tensor& encoded) {
+  const torch::Tensor bytes = encoded.cpu().to(torch::kUInt8).contiguous();
+  const std::string text(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()),
+                         static_cast<size_t>(bytes.numel()));
+  return absl::StrSplit(text, '\n', absl::SkipEmpty());
+}
+
+// The tensor `name` ("layer.0.weight") of a module archive, walking its submodule archives;
+// undefined when the archive has none.
+torch::Tensor ReadNested(torch::serialize::InputArchive& archive, absl::string_view name) {
+  const size_t dot = name.find('.');
+  torch::Tensor t;
+  if (dot == absl::string_view::npos) {
+    archive.try_read(std::string(name), t);
+    return t;
+  }
+  torch::serialize::InputArchive sub;
+  if (!archive.try_read(std::string(name.substr(0, dot)), sub)) return t;
+  return ReadNested(sub, name.substr(dot + 1));
+}
+
+// Refuses, before anything is loaded into `model`, a checkpoint written for another model:
+// LibTorch's load resizes parameters in place, so a mismatch would otherwise fail far away (or
+// not at all, for a checkpoint of a larger model). Compares the checkpoint's fingerprint when it
+// has one; older checkpoints have their model archive's shapes checked.
+absl::Status CheckModelMatches(torch::serialize::InputArchive& archive,
+                               torch::serialize::InputArchive& model_archive, Classifier& model,
+                               const std::string& path) {
+  const std::vector<std::string> mine = Fingerprint(model);
+  auto refuse = [&](const std::string& what) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint ", path, " was written for another model: ", what,
+        " (a checkpoint directory belongs to one model and config: give this run its own "
+        "checkpoint.dir, or --fresh to move the old checkpoints aside)"));
+  };
+  torch::Tensor encoded;
+  if (archive.try_read("fingerprint", encoded)) {
+    const std::vector<std::string> theirs = DecodeFingerprint(encoded);
+    for (size_t i = 0; i < std::max(mine.size(), theirs.size()); ++i) {
+      if (i < mine.size() && i < theirs.size() && mine[i] == theirs[i]) continue;
+      if (i >= theirs.size()) return refuse(absl::StrCat("it has no '", mine[i], "'"));
+      if (i >= mine.size()) {
+        return refuse(absl::StrCat("it has '", theirs[i], "', which this model has not"));
+      }
+      return refuse(absl::StrCat("its tensor ", i + 1, " is '", theirs[i], "', this model's '",
+                                 mine[i], "'"));
+    }
+    return absl::OkStatus();
+  }
+  for (const auto& item : model.named_parameters()) {
+    const torch::Tensor t = ReadNested(model_archive, item.key());
+    if (!t.defined()) return refuse(absl::StrCat("it has no parameter ", item.key()));
+    if (t.sizes() != item.value().sizes()) {
+      std::ostringstream there, here;
+      there << t.sizes();
+      here << item.value().sizes();
+      return refuse(absl::StrCat("parameter ", item.key(), " is ", there.str(), " there, ",
+                                 here.str(), " here"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // Rank 0's part of SaveCheckpoint: the file, as checkpoint.h describes it. The model's buffers are
 // replaced by their average over ranks while it is written, then restored.
 absl::Status WriteCheckpoint(const CheckpointConfig& c, Classifier& model,
@@ -75,7 +188,14 @@ absl::Status WriteCheckpoint(const CheckpointConfig& c, Classifier& model,
   HVX_RETURN_IF_ERROR(MakeDirs(c.dir()));
   const std::string final_path =
       absl::StrCat(c.dir(), "/", kCheckpointPrefix, p.global_step, kCheckpointSuffix);
-  const std::string tmp_path = absl::StrCat(final_path, ".tmp.", getpid());
+  HVX_ASSIGN_OR_RETURN(TempFile tmp, CreateTempFile(final_path, "checkpoint"));
+  const std::string& tmp_path = tmp.path;
+  // The temporary goes on every path that does not rename it into place.
+  bool committed = false;
+  absl::Cleanup remove_tmp = [&] {
+    if (tmp.fd >= 0) close(tmp.fd);
+    if (!committed) unlink(tmp_path.c_str());
+  };
   torch::NoGradGuard no_grad;
   const auto buffers = FloatBuffers(model);
   std::vector<torch::Tensor> live;
@@ -94,6 +214,7 @@ absl::Status WriteCheckpoint(const CheckpointConfig& c, Classifier& model,
     archive.write("optimizer", optimizer_archive);
     archive.write("rank_buffers", buffer_archive);
     archive.write("position", torch::tensor(EncodePosition(p), torch::kInt64));
+    archive.write("fingerprint", EncodeFingerprint(Fingerprint(model)));
     if (const NamedTensors* averages = extras.averages; averages != nullptr) {
       torch::serialize::OutputArchive average_archive;
       average_archive.write("count",
@@ -107,15 +228,27 @@ absl::Status WriteCheckpoint(const CheckpointConfig& c, Classifier& model,
       for (const auto& [name, tensor] : *extras.state) state_archive.write(name, tensor);
       archive.write("state", state_archive);
     }
-    archive.save_to(tmp_path);
+    int write_errno = 0;
+    archive.save_to([&](const void* data, size_t n) -> size_t {
+      if (WriteFully(tmp.fd, absl::string_view(static_cast<const char*>(data), n))) return n;
+      write_errno = errno;
+      return 0;
+    });
+    if (write_errno != 0) {
+      status = ErrnoToStatus(write_errno, absl::StrCat("writing checkpoint ", tmp_path));
+    }
   } catch (const c10::Error& e) {
     status = absl::InternalError(
         absl::StrCat("writing checkpoint ", tmp_path, ": ", e.what_without_backtrace()));
   }
   for (size_t i = 0; i < buffers.size(); ++i) buffers[i].second.copy_(live[i]);
   HVX_RETURN_IF_ERROR(status);
+  const int fd = tmp.fd;
+  tmp.fd = -1;
+  if (close(fd) != 0) return ErrnoToStatus(errno, absl::StrCat("closing checkpoint ", tmp_path));
   Failpoint("checkpoint");
   HVX_RETURN_IF_ERROR(CommitFile(tmp_path, final_path));
+  committed = true;
   auto all = ListCheckpoints(c.dir());
   for (size_t i = 0; i + c.keep() < all.size(); ++i) unlink(all[i].second.c_str());
   return absl::OkStatus();
@@ -180,6 +313,7 @@ absl::Status LoadCheckpoint(const std::string& path, const torch::Device& device
     archive.load_from(path, device);
     archive.read("model", model_archive);
     archive.read("optimizer", optimizer_archive);
+    HVX_RETURN_IF_ERROR(CheckModelMatches(archive, model_archive, model, path));
     model.load(model_archive);
     optimizer.load(optimizer_archive);
     torch::Tensor position;
@@ -275,21 +409,43 @@ ResumeNotice LoadNewestOnRank0(const CheckpointConfig& c, bool fresh, const torc
     if (aside.ok() && !aside->empty())
       HVX_LOG(INFO) << "--fresh: moved the previous checkpoints to " << *aside;
   }
+  if (status->ok()) RemoveStaleTemporaries(c.dir());
   auto all = ListCheckpoints(c.dir());
-  if (status->ok() && !all.empty()) {
-    *status = LoadCheckpoint(all.back().second, device, model, optimizer, &notice.position,
-                             rank_buffers, extras, &notice.averages, &notice.state);
-    if (status->ok()) {
-      if (extras.averages != nullptr && !notice.averages) {
-        HVX_LOG(INFO) << all.back().second
-                      << " has no moving average of the weights (written with ema_decay 0); the "
-                         "average starts from its weights";
-      }
-      notice.outcome = ResumeNotice::Outcome::kLoaded;
-      notice.own_rank_buffers = !rank_buffers->empty() && notice.position.world_size == Size();
-      HVX_LOG(INFO) << "resuming from " << all.back().second << " (epoch "
-                    << notice.position.epoch + 1 << ", step " << notice.position.global_step << ")";
+  // Newest first. A file that does not load (truncated, corrupt) is moved aside as
+  // "<name>.corrupt" and the next older one tried: a bad newest checkpoint must not stop every
+  // restart. A checkpoint of another model is refused outright: the older ones are too.
+  absl::Status newest_error;
+  for (auto it = all.rbegin(); status->ok() && it != all.rend(); ++it) {
+    const std::string& path = it->second;
+    absl::Status loaded = LoadCheckpoint(path, device, model, optimizer, &notice.position,
+                                         rank_buffers, extras, &notice.averages, &notice.state);
+    if (absl::IsDataLoss(loaded)) {
+      if (newest_error.ok()) newest_error = loaded;
+      const std::string aside = path + ".corrupt";
+      const bool moved = rename(path.c_str(), aside.c_str()) == 0;
+      HVX_LOG(WARNING) << loaded.message() << (moved ? "; moved it to " + aside : "")
+                       << (std::next(it) != all.rend() ? "; trying the next older checkpoint"
+                                                       : "; no older checkpoint is left");
+      continue;
     }
+    *status = loaded;
+    if (!status->ok()) break;
+    if (extras.averages != nullptr && !notice.averages) {
+      HVX_LOG(INFO) << path
+                    << " has no moving average of the weights (written with ema_decay 0); the "
+                       "average starts from its weights";
+    }
+    notice.outcome = ResumeNotice::Outcome::kLoaded;
+    notice.own_rank_buffers = !rank_buffers->empty() && notice.position.world_size == Size();
+    HVX_LOG(INFO) << "resuming from " << path << " (epoch " << notice.position.epoch + 1
+                  << ", step " << notice.position.global_step << ")";
+    break;
+  }
+  if (status->ok() && notice.outcome != ResumeNotice::Outcome::kLoaded && !newest_error.ok()) {
+    // Every checkpoint there was corrupt: starting over silently would lose the run.
+    *status = absl::DataLossError(absl::StrCat(
+        "no checkpoint in ", c.dir(), " loads (each was moved aside as .corrupt); the newest: ",
+        newest_error.message(), ". Start over with --fresh, or restore a checkpoint"));
   }
   if (!status->ok()) notice.outcome = ResumeNotice::Outcome::kRank0Failed;
   return notice;
@@ -426,6 +582,7 @@ absl::Status LoadCheckpointModel(const std::string& path, const torch::Device& d
     torch::serialize::InputArchive archive, model_archive;
     archive.load_from(path, device);
     archive.read("model", model_archive);
+    HVX_RETURN_IF_ERROR(CheckModelMatches(archive, model_archive, model, path));
     model.load(model_archive);
     if (use_averages) {
       NamedTensors params;

@@ -1,8 +1,10 @@
 // Runs on two ranks (hvx_mpi_test): every test case executes on each rank at once.
 #include "hvx/train/checkpoint.h"
 
+#include <dirent.h>
 #include <sys/stat.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <fstream>
@@ -22,8 +24,8 @@ namespace {
 // A linear layer and BatchNorm: parameters, optimizer state and running statistics.
 class TinyNet : public Classifier {
  public:
-  TinyNet() {
-    fc_ = register_module("fc", torch::nn::Linear(3, 2));
+  explicit TinyNet(int inputs = 3) {
+    fc_ = register_module("fc", torch::nn::Linear(inputs, 2));
     bn_ = register_module("bn", torch::nn::BatchNorm1d(2));
   }
   at::Tensor forward(const at::Tensor& x) override { return bn_(fc_(x)); }
@@ -94,7 +96,9 @@ TEST(CheckpointTest, ResumeRestoresModelOptimizerPositionAndEachRanksStatistics)
   ASSERT_TRUE(SaveCheckpoint(c, net, *optimizer, SomePosition(7)).ok());
   // Saving leaves the live statistics as they were.
   EXPECT_TRUE(torch::equal(net.bn()->running_mean, own_mean));
-  if (Rank() == 0) EXPECT_TRUE(Exists(c.dir() + "/ckpt-7.pt"));
+  if (Rank() == 0) {
+    EXPECT_TRUE(Exists(c.dir() + "/ckpt-7.pt"));
+  }
 
   torch::manual_seed(2);
   TinyNet other;
@@ -222,10 +226,12 @@ TEST(CheckpointTest, FreshMovesTheCheckpointsAsideAndResumesNothing) {
   auto resumed = ResumeFromNewestCheckpoint(c, true, torch::kCPU, net, *optimizer, &position);
   ASSERT_TRUE(resumed.ok()) << resumed.status();
   EXPECT_FALSE(*resumed);
-  if (Rank() == 0) EXPECT_FALSE(Exists(c.dir() + "/ckpt-6.pt"));
+  if (Rank() == 0) {
+    EXPECT_FALSE(Exists(c.dir() + "/ckpt-6.pt"));
+  }
 }
 
-TEST(CheckpointTest, ADamagedNewestCheckpointFailsEveryRank) {
+TEST(CheckpointTest, ADamagedOnlyCheckpointFailsEveryRankAndIsKept) {
   TinyNet net;
   auto optimizer = MakeSgd(net);
   const CheckpointConfig c = InDir(TestDir("damaged"), 2);
@@ -237,10 +243,156 @@ TEST(CheckpointTest, ADamagedNewestCheckpointFailsEveryRank) {
   auto resumed = ResumeFromNewestCheckpoint(c, false, torch::kCPU, net, *optimizer, &position);
   ASSERT_FALSE(resumed.ok());
   EXPECT_EQ(resumed.status().code(), absl::StatusCode::kDataLoss);
-  const std::string want = Rank() == 0
-                               ? absl::StrCat("checkpoint ", c.dir(), "/ckpt-3.pt cannot be loaded")
-                               : "rank 0 could not load the newest checkpoint";
+  const std::string want =
+      Rank() == 0 ? absl::StrCat("no checkpoint in ", c.dir(), " loads (each was moved aside as ",
+                                 ".corrupt); the newest: checkpoint ", c.dir(),
+                                 "/ckpt-3.pt cannot be loaded")
+                  : "rank 0 could not load the newest checkpoint";
   EXPECT_TRUE(absl::StrContains(resumed.status().message(), want)) << resumed.status();
+  if (Rank() == 0) {
+    EXPECT_TRUE(Exists(c.dir() + "/ckpt-3.pt.corrupt"));
+  }
+}
+
+// A corrupt newest checkpoint (a disk that filled, a copy cut short) once stopped every restart:
+// --max-restarts burnt its attempts on the same file. The next older one is taken, the bad one
+// kept beside it under another name.
+TEST(CheckpointTest, ACorruptNewestCheckpointFallsBackToTheNextOlder) {
+  torch::manual_seed(1);
+  TinyNet net;
+  auto optimizer = MakeSgd(net);
+  TrainOneStep(net, *optimizer);
+  const CheckpointConfig c = InDir(TestDir("fallback"), 3);
+  ASSERT_TRUE(SaveCheckpoint(c, net, *optimizer, SomePosition(8)).ok());
+  const auto at_8 = net.named_parameters();
+  std::vector<torch::Tensor> want;
+  for (const auto& item : at_8) want.push_back(item.value().clone());
+  TrainOneStep(net, *optimizer);
+  ASSERT_TRUE(SaveCheckpoint(c, net, *optimizer, SomePosition(12)).ok());
+  if (Rank() == 0) {
+    const std::string newest = c.dir() + "/ckpt-12.pt";
+    struct stat st;
+    ASSERT_EQ(stat(newest.c_str(), &st), 0);
+    ASSERT_EQ(truncate(newest.c_str(), st.st_size / 2), 0);
+  }
+  torch::manual_seed(2);
+  TinyNet other;
+  auto other_optimizer = MakeSgd(other);
+  TrainingPosition position;
+  auto resumed =
+      ResumeFromNewestCheckpoint(c, false, torch::kCPU, other, *other_optimizer, &position);
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  EXPECT_TRUE(*resumed);
+  EXPECT_EQ(position.global_step, 8);
+  size_t i = 0;
+  for (const auto& item : other.named_parameters()) {
+    EXPECT_TRUE(torch::equal(item.value(), want[i++])) << item.key();
+  }
+  if (Rank() == 0) {
+    EXPECT_FALSE(Exists(c.dir() + "/ckpt-12.pt"));
+    EXPECT_TRUE(Exists(c.dir() + "/ckpt-12.pt.corrupt"));
+    EXPECT_TRUE(Exists(c.dir() + "/ckpt-8.pt"));
+  }
+}
+
+// LibTorch's load resizes parameters in place: a checkpoint of another model loaded "fine" and
+// failed far away. It is refused before anything is loaded, naming the first differing tensor.
+TEST(CheckpointTest, ACheckpointOfAnotherModelIsRefusedNamingTheTensor) {
+  torch::manual_seed(1);
+  TinyNet net;
+  auto optimizer = MakeSgd(net);
+  const CheckpointConfig c = InDir(TestDir("other_model"), 2);
+  ASSERT_TRUE(SaveCheckpoint(c, net, *optimizer, SomePosition(4)).ok());
+  TinyNet wider(5);
+  auto wider_optimizer = MakeSgd(wider);
+  const torch::Tensor before = wider.named_parameters()["fc.weight"].clone();
+  TrainingPosition position;
+  auto resumed =
+      ResumeFromNewestCheckpoint(c, false, torch::kCPU, wider, *wider_optimizer, &position);
+  ASSERT_FALSE(resumed.ok());
+  EXPECT_EQ(resumed.status().code(),
+            Rank() == 0 ? absl::StatusCode::kFailedPrecondition : absl::StatusCode::kDataLoss);
+  if (Rank() == 0) {
+    EXPECT_TRUE(absl::StrContains(resumed.status().message(),
+                                  absl::StrCat("checkpoint ", c.dir(),
+                                               "/ckpt-4.pt was written for another model: its "
+                                               "tensor 1 is 'fc.weight Float [2, 3]', this "
+                                               "model's 'fc.weight Float [2, 5]'")))
+        << resumed.status();
+    // Nothing was loaded, and the checkpoint is where it was.
+    EXPECT_TRUE(torch::equal(wider.named_parameters()["fc.weight"], before));
+    EXPECT_TRUE(Exists(c.dir() + "/ckpt-4.pt"));
+    EXPECT_EQ(LoadCheckpointModel(c.dir() + "/ckpt-4.pt", torch::kCPU, wider).code(),
+              absl::StatusCode::kFailedPrecondition);
+  }
+}
+
+// Checkpoints written before the fingerprint was stored have their model archive's shapes checked.
+TEST(CheckpointTest, AnOlderCheckpointOfAnotherModelIsRefusedToo) {
+  TinyNet net;
+  auto optimizer = MakeSgd(net);
+  const CheckpointConfig c = InDir(TestDir("older_other"), 2);
+  if (Rank() == 0) {
+    ASSERT_EQ(mkdir(c.dir().c_str(), 0755), 0);
+    torch::serialize::OutputArchive archive, model_archive, optimizer_archive;
+    net.save(model_archive);
+    optimizer->save(optimizer_archive);
+    archive.write("model", model_archive);
+    archive.write("optimizer", optimizer_archive);
+    archive.write("position", torch::tensor(std::vector<int64_t>{1, 3, 5, Size(), 4}));
+    archive.save_to(c.dir() + "/ckpt-5.pt");
+  }
+  TinyNet wider(5);
+  auto wider_optimizer = MakeSgd(wider);
+  TrainingPosition position;
+  auto resumed =
+      ResumeFromNewestCheckpoint(c, false, torch::kCPU, wider, *wider_optimizer, &position);
+  ASSERT_FALSE(resumed.ok());
+  if (Rank() == 0) {
+    EXPECT_TRUE(absl::StrContains(resumed.status().message(),
+                                  "was written for another model: parameter fc.weight is [2, 3] "
+                                  "there, [2, 5] here"))
+        << resumed.status();
+  }
+}
+
+// A write that fails leaves no temporary, and what a killed writer left is removed at resume.
+TEST(CheckpointTest, NoTemporaryIsLeftBehind) {
+  TinyNet net;
+  auto optimizer = MakeSgd(net);
+  const CheckpointConfig c = InDir(TestDir("temporaries"), 2);
+  auto temporaries = [&] {
+    int n = 0;
+    DIR* d = opendir(c.dir().c_str());
+    if (d == nullptr) return n;
+    while (dirent* e = readdir(d)) n += absl::StrContains(e->d_name, ".tmp.") ? 1 : 0;
+    closedir(d);
+    return n;
+  };
+  if (Rank() == 0) {
+    // A directory where the checkpoint should go: the rename fails.
+    ASSERT_EQ(mkdir(c.dir().c_str(), 0755), 0);
+    ASSERT_EQ(mkdir((c.dir() + "/ckpt-6.pt").c_str(), 0755), 0);
+    ASSERT_EQ(mkdir((c.dir() + "/ckpt-6.pt/in_the_way").c_str(), 0755), 0);
+  }
+  const absl::Status s = SaveCheckpoint(c, net, *optimizer, SomePosition(6));
+  if (Rank() == 0) {
+    EXPECT_FALSE(s.ok());
+    EXPECT_EQ(temporaries(), 0);
+    ASSERT_EQ(rmdir((c.dir() + "/ckpt-6.pt/in_the_way").c_str()), 0);
+    ASSERT_EQ(rmdir((c.dir() + "/ckpt-6.pt").c_str()), 0);
+    std::ofstream(c.dir() + "/ckpt-9.pt.tmp.123.0123456789abcdef") << "a killed writer's";
+    std::ofstream(c.dir() + "/notes.tmp.txt") << "not ours";
+  }
+  ASSERT_TRUE(SaveCheckpoint(c, net, *optimizer, SomePosition(8)).ok());
+  TrainingPosition position;
+  auto resumed = ResumeFromNewestCheckpoint(c, false, torch::kCPU, net, *optimizer, &position);
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  EXPECT_EQ(position.global_step, 8);
+  if (Rank() == 0) {
+    EXPECT_EQ(temporaries(), 1);  // notes.tmp.txt stays
+    EXPECT_TRUE(Exists(c.dir() + "/notes.tmp.txt"));
+  }
 }
 
 }  // namespace
