@@ -1,7 +1,11 @@
 #include "hvx/common/cluster.h"
 
 #include <dirent.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <cstdio>
+#include <map>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -16,6 +20,35 @@ std::string HostName(absl::string_view fallback) {
   char name[256] = {};
   if (gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0') return std::string(fallback);
   return name;
+}
+
+std::string HostIdentity(absl::string_view name, const std::string& root) {
+  std::string boot_id;
+  if (FILE* f = fopen((root + "/proc/sys/kernel/random/boot_id").c_str(), "r")) {
+    char buf[64] = {};
+    if (fgets(buf, sizeof(buf), f) != nullptr) boot_id = buf;
+    fclose(f);
+  }
+  struct stat st;
+  const std::string shm_device =
+      stat((root + "/dev/shm").c_str(), &st) == 0 ? absl::StrCat(st.st_dev) : std::string();
+  return absl::StrCat(name, "\n", absl::StripAsciiWhitespace(boot_id), "\n", shm_device);
+}
+
+std::vector<std::string> HostNamesOf(const std::vector<std::string>& identities) {
+  std::map<std::string, std::string> named;       // identity -> its name
+  std::map<std::string, int> identities_of_name;  // name -> identities seen with it
+  std::vector<std::string> names;
+  for (const std::string& identity : identities) {
+    auto it = named.find(identity);
+    if (it == named.end()) {
+      const std::string name = identity.substr(0, identity.find('\n'));
+      const int n = ++identities_of_name[name];
+      it = named.emplace(identity, n == 1 ? name : absl::StrCat(name, "#", n)).first;
+    }
+    names.push_back(it->second);
+  }
+  return names;
 }
 
 int CountVisibleGpus(const Environment& env, const std::string& gpu_dir) {

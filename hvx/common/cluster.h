@@ -28,6 +28,18 @@ int CountVisibleGpus(const Environment& env, const std::string& gpu_dir = kNvidi
 // This machine's host name (gethostname), or `fallback` when it cannot be read.
 std::string HostName(absl::string_view fallback = "");
 
+// What makes processes one host to hvx: the host name, the boot (the kernel's boot_id) and the
+// /dev/shm they see (its device number), as "NAME\nBOOT_ID\nSHM_DEVICE". Pods or containers that
+// share a host name (hostNetwork pods of one node) but not /dev/shm cannot map each other's shared
+// memory and have GPUs of their own: they are different hosts. `root` prefixes the two paths read
+// (tests); what cannot be read is left empty.
+std::string HostIdentity(absl::string_view name, const std::string& root = "");
+
+// A readable host name for each rank's HostIdentity (or plain name): the host name, with "#2",
+// "#3", ... for the second, third identity sharing that name, in order of first appearance, so
+// that grouping ranks by these names groups them exactly by identity.
+std::vector<std::string> HostNamesOf(const std::vector<std::string>& identities);
+
 // The most slots (ranks) one host may have, and the most ranks, hence hosts, one job may have:
 // larger counts in a host list or a cluster's environment are typos, overflows or a runaway
 // discovery script, not a cluster, and are refused before anything is planned.

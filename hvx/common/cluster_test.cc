@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -37,6 +39,39 @@ TEST(VisibleGpusTest, DriverDirectoryWhenUnset) {
   EXPECT_EQ(CountVisibleGpus(MapEnvironment{}, "/nonexistent"), 0);
   // The variable wins over the directory, even when it hides every GPU.
   EXPECT_EQ(CountVisibleGpus(MapEnvironment{{"CUDA_VISIBLE_DEVICES", "-1"}}, dir), 0);
+}
+
+// Two hostNetwork pods of one node share the host name but not /dev/shm: they are two hosts (their
+// ranks cannot map each other's regions, and each has its own GPUs).
+TEST(HostIdentityTest, NameBootAndSharedMemoryMakeAHost) {
+  const char* t = std::getenv("TEST_TMPDIR");
+  const std::string root = absl::StrCat(t != nullptr ? t : "/tmp", "/pod");
+  ASSERT_EQ(system(("mkdir -p " + root + "/proc/sys/kernel/random " + root + "/dev/shm").c_str()),
+            0);
+  {
+    FILE* f = fopen((root + "/proc/sys/kernel/random/boot_id").c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    fputs("2b1c8f3e-0000-4000-8000-000000000001\n", f);
+    fclose(f);
+  }
+  struct stat st;
+  ASSERT_EQ(stat((root + "/dev/shm").c_str(), &st), 0);
+  EXPECT_EQ(HostIdentity("node7", root),
+            absl::StrCat("node7\n2b1c8f3e-0000-4000-8000-000000000001\n", st.st_dev));
+  // This process's real identity starts with the name and has a boot id.
+  const std::vector<std::string> mine = absl::StrSplit(HostIdentity("node7"), '\n');
+  ASSERT_EQ(mine.size(), 3u);
+  EXPECT_EQ(mine[0], "node7");
+  EXPECT_EQ(mine[1].size(), 36u) << mine[1];
+  EXPECT_FALSE(mine[2].empty());
+}
+
+TEST(HostIdentityTest, RanksGroupByIdentityUnderReadableNames) {
+  EXPECT_THAT(HostNamesOf({"node7\nb\n5", "node7\nb\n5", "node7\nb\n6", "node8\nc\n5",
+                           "node7\nb\n6", "node7\nd\n5"}),
+              ElementsAre("node7", "node7", "node7#2", "node8", "node7#2", "node7#3"));
+  // Plain names (in-process tests simulating hosts) stay as they are.
+  EXPECT_THAT(HostNamesOf({"a", "b", "a"}), ElementsAre("a", "b", "a"));
 }
 
 TEST(SlurmTest, ExpandsCompressedNodeLists) {

@@ -107,8 +107,12 @@ Engine::~Engine() {
 absl::Status Engine::Setup() {
   HVX_ASSIGN_OR_RETURN(world_, transport_->Start(options_));
   Failpoint("init");
-  const std::string host = engine_options_.hostname.empty() ? HostName() : engine_options_.hostname;
-  HVX_RETURN_IF_ERROR(world_->Allgather(host, &hosts_));
+  // Ranks are grouped into hosts by HostIdentity (name, boot, /dev/shm), named readably.
+  const std::string identity =
+      engine_options_.hostname.empty() ? HostIdentity(HostName()) : engine_options_.hostname;
+  std::vector<std::string> identities;
+  HVX_RETURN_IF_ERROR(world_->Allgather(identity, &identities));
+  hosts_ = HostNamesOf(identities);
   topology_ = ComputeTopology(world_->rank(), hosts_);
   SetLogRank(topology_.rank);
 

@@ -112,8 +112,9 @@ class ShmCpuPlane : public DataPlane {
     int rank = 0, size = 1;
     MPI_Comm_rank(comm_, &rank);
     MPI_Comm_size(comm_, &size);
-    std::vector<std::string> hosts;
-    HVX_RETURN_IF_ERROR(AllgatherStrings(comm_, HostName(), &hosts));
+    std::vector<std::string> identities;
+    HVX_RETURN_IF_ERROR(AllgatherStrings(comm_, HostIdentity(HostName()), &identities));
+    const std::vector<std::string> hosts = HostNamesOf(identities);
     const HostLayout layout = LayoutOf(hosts);
     const int host = layout.host_of[rank];
     const int local_rank = layout.local_of[rank];

@@ -23,7 +23,8 @@ absl::StatusOr<std::unique_ptr<TestWorld>> TestWorld::Start() {
   world->transport_ = factory();
   HVX_ASSIGN_OR_RETURN(world->comm_, world->transport_->Start(InitOptions{}));
   std::vector<std::string> hosts;
-  HVX_RETURN_IF_ERROR(world->comm_->Allgather(HostName(), &hosts));
+  HVX_RETURN_IF_ERROR(world->comm_->Allgather(HostIdentity(HostName()), &hosts));
+  hosts = HostNamesOf(hosts);
   world->topology_ = ComputeTopology(world->comm_->rank(), hosts);
   return world;
 }
