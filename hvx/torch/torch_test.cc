@@ -98,7 +98,9 @@ TEST(TorchTest, BroadcastTensorsCarriesValuesAcrossMemoryLayouts) {
   EXPECT_EQ(w.is_contiguous(at::MemoryFormat::ChannelsLast), Rank() % 2 == 1);
   at::Tensor all = *Allgather("layouts.check", w.contiguous().reshape({1, -1}));
   ExpectRowsEqual(all);
-  if (Rank() == 0) EXPECT_TRUE(torch::equal(all[0].view_as(w), root_value));
+  if (Rank() == 0) {
+    EXPECT_TRUE(torch::equal(all[0].view_as(w), root_value));
+  }
 }
 
 TEST(TorchTest, GradientsAfterSynchronizeAreTheAverageOverRanks) {
