@@ -2,7 +2,7 @@
 
 A monorepo that vendors hvx calls hvx_dependencies() from its WORKSPACE. Every repository is declared
 only when the name is not already defined, so the monorepo's own copies of Abseil, GoogleTest,
-protobuf, MPI, LibTorch or CUDA win.
+protobuf, nlohmann JSON, MPI, LibTorch or CUDA win.
 """
 
 load("//third_party:stubs.bzl", "hvx_offline_stubs")
@@ -11,6 +11,7 @@ load(
     "hvx_absl_repo",
     "hvx_cuda_repo",
     "hvx_gtest_repo",
+    "hvx_json_repo",
     "hvx_mpi_repo",
     "hvx_protobuf_repo",
     "hvx_python_repo",
@@ -30,3 +31,4 @@ def hvx_dependencies():
     _maybe(hvx_absl_repo, "com_google_absl")
     _maybe(hvx_gtest_repo, "com_google_googletest")
     _maybe(hvx_protobuf_repo, "com_google_protobuf")
+    _maybe(hvx_json_repo, "nlohmann_json")

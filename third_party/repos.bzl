@@ -14,6 +14,27 @@ def _exec(rctx, args):
 def _tokens(s):
     return [t for t in s.replace("\n", " ").split(" ") if t]
 
+# --------------------------------------------------------------------------------------------- JSON
+
+def _hvx_json_repo_impl(rctx):
+    root = rctx.os.environ.get("HVX_JSON_INCLUDE", "") or "/usr/include"
+    header = rctx.path(root + "/nlohmann/json.hpp")
+    if not header.exists:
+        _fail("nlohmann JSON", "%s not found" % header, "Install nlohmann-json3-dev (tools/setup) or set HVX_JSON_INCLUDE to the directory holding nlohmann/json.hpp")
+    rctx.file("WORKSPACE", 'workspace(name = "%s")\n' % rctx.name)
+    rctx.symlink(root + "/nlohmann", "include/nlohmann")
+    rctx.file("BUILD.bazel", """
+package(default_visibility = ["//visibility:public"])
+
+cc_library(name = "json", hdrs = glob(["include/nlohmann/**"]), includes = ["include"])
+""")
+
+hvx_json_repo = repository_rule(
+    implementation = _hvx_json_repo_impl,
+    environ = ["HVX_JSON_INCLUDE"],
+    local = True,
+)
+
 # ---------------------------------------------------------------------------------------------- MPI
 
 def _hvx_mpi_repo_impl(rctx):

@@ -13,6 +13,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "hvx/common/json.h"
+#include "hvx/common/status.h"
 
 namespace hvx {
 
@@ -156,27 +158,53 @@ absl::StatusOr<std::vector<int>> ExpandSlurmTasksPerNode(absl::string_view text)
   return out;
 }
 
+namespace {
+
+// A JSON list of valid host names; `what` names the source in errors.
+absl::StatusOr<std::vector<std::string>> HostNamesIn(const Json& list, absl::string_view what) {
+  HVX_ASSIGN_OR_RETURN(std::vector<std::string> hosts,
+                       JsonStrings(list, absl::StrCat(what, ": a list of host names")));
+  for (const std::string& h : hosts) {
+    if (!IsValidHostName(h)) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": malformed host name '", h, "'"));
+    }
+  }
+  return hosts;
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<std::string>> ParseSageMakerHosts(absl::string_view text,
                                                              absl::string_view what) {
-  // SageMaker's host lists hold nothing but quoted names, so a JSON parser is not needed.
-  text = absl::StripAsciiWhitespace(text);
-  if (!absl::ConsumePrefix(&text, "[") || !absl::ConsumeSuffix(&text, "]")) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, "='", text, "': expected a JSON list of host names"));
+  absl::StatusOr<Json> list = ParseJson(text, what);
+  if (!list.ok() || !list->is_array()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, "='", absl::StripAsciiWhitespace(text), "': expected a JSON list of host names",
+        list.ok() ? "" : absl::StrCat(" (", list.status().message(), ")")));
   }
-  std::vector<std::string> out;
-  for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
-    item = absl::StripAsciiWhitespace(item);
-    if (!absl::ConsumePrefix(&item, "\"") || !absl::ConsumeSuffix(&item, "\"")) {
+  return HostNamesIn(*list, what);
+}
+
+absl::StatusOr<SageMakerResourceConfig> ParseSageMakerResourceConfig(absl::string_view text,
+                                                                     absl::string_view what) {
+  HVX_ASSIGN_OR_RETURN(Json config, ParseJson(text, what));
+  if (!config.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": expected a JSON object"));
+  }
+  SageMakerResourceConfig c;
+  const Json* hosts = JsonMember(config, "hosts");
+  if (hosts == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " has no \"hosts\" list"));
+  }
+  HVX_ASSIGN_OR_RETURN(c.hosts, HostNamesIn(*hosts, what));
+  if (const Json* current = JsonMember(config, "current_host"); current != nullptr) {
+    if (!current->is_string() || !IsValidHostName(current->get<std::string>())) {
       return absl::InvalidArgumentError(
-          absl::StrCat(what, ": expected a JSON list of host names, got item ", item));
+          absl::StrCat(what, ": \"current_host\" is not a host name: ", current->dump()));
     }
-    if (!IsValidHostName(item)) {
-      return absl::InvalidArgumentError(absl::StrCat(what, ": malformed host name '", item, "'"));
-    }
-    out.emplace_back(item);
+    c.current_host = current->get<std::string>();
   }
-  return out;
+  return c;
 }
 
 }  // namespace hvx

@@ -58,11 +58,21 @@ absl::StatusOr<std::vector<std::string>> ExpandSlurmNodeList(absl::string_view t
 // SLURM_TASKS_PER_NODE expanded: "2(x3),1" -> 2 2 2 1. InvalidArgument on a malformed item.
 absl::StatusOr<std::vector<int>> ExpandSlurmTasksPerNode(absl::string_view text);
 
-// A flat JSON list of host names, as SageMaker's SM_HOSTS and resource config hold:
-// ["algo-1", "algo-2"] -> algo-1 algo-2. `what` names the source in errors (InvalidArgument for
-// anything but a list of quoted valid host names).
+// A JSON list of host names, as SageMaker's SM_HOSTS holds: ["algo-1", "algo-2"] -> algo-1 algo-2.
+// `what` names the source in errors (InvalidArgument for anything but a list of valid host
+// names).
 absl::StatusOr<std::vector<std::string>> ParseSageMakerHosts(absl::string_view text,
                                                              absl::string_view what = "SM_HOSTS");
+
+// What hvx reads of SageMaker's resource config (/opt/ml/input/config/resourceconfig.json, or
+// SM_RESOURCE_CONFIG): the job's hosts in order (the top-level "hosts", not an instance group's,
+// whose order differs) and this host's name ("current_host", "" when absent).
+struct SageMakerResourceConfig {
+  std::vector<std::string> hosts;
+  std::string current_host;
+};
+absl::StatusOr<SageMakerResourceConfig> ParseSageMakerResourceConfig(absl::string_view text,
+                                                                     absl::string_view what);
 
 }  // namespace hvx
 

@@ -124,7 +124,10 @@ TEST(SageMakerTest, ParsesHostList) {
   EXPECT_THAT(ParseSageMakerHosts("algo-1").status().message(),
               HasSubstr("SM_HOSTS='algo-1': expected a JSON list"));
   EXPECT_THAT(ParseSageMakerHosts("[algo-1]", "resource config").status().message(),
-              HasSubstr("resource config: expected a JSON list of host names, got item algo-1"));
+              HasSubstr("resource config='[algo-1]': expected a JSON list of host names"));
+  EXPECT_THAT(
+      ParseSageMakerHosts("[\"algo-1\", 2]").status().message(),
+      HasSubstr("SM_HOSTS: a list of host names: expected a JSON list of strings, got item 2"));
   EXPECT_THAT(ParseSageMakerHosts("[\"a b\"]").status().message(),
               HasSubstr("malformed host name 'a b'"));
 }

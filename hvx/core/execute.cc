@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "hvx/common/json.h"
 #include "hvx/common/logging.h"
 #include "hvx/common/status.h"
 #include "hvx/core/engine.h"
@@ -33,8 +34,8 @@ class Recorder : public ActivityRecorder {
 };
 
 std::string ShapeJson(const TensorRef& t) {
-  return absl::StrCat("{\"dtype\":\"", DataTypeName(t.dtype()), "\",\"shape\":\"",
-                      t.shape().DebugString(), "\"}");
+  return absl::StrCat("{\"dtype\":", JsonQuote(DataTypeName(t.dtype())),
+                      ",\"shape\":", JsonQuote(t.shape().DebugString()), "}");
 }
 
 // Average is a sum on the data plane, divided by the set's size in the postscale.

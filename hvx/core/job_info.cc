@@ -9,19 +9,11 @@
 #include "absl/strings/str_join.h"
 #include "hvx/common/cluster.h"
 #include "hvx/common/env.h"
+#include "hvx/common/json.h"
 #include "hvx/core/api.h"
 
 namespace hvx {
 namespace {
-
-std::string JsonString(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out.push_back('\\');
-    if (static_cast<unsigned char>(c) >= 0x20) out.push_back(c);
-  }
-  return out + "\"";
-}
 
 // Each check returns "" on success or what went wrong.
 std::string CheckAllreduce() {
@@ -70,13 +62,13 @@ JobInfo DescribeJob(bool check) {
       "{\"rank\":", Rank(), ",\"size\":", Size(), ",\"local_rank\":", LocalRank(),
       ",\"local_size\":", LocalSize(), ",\"cross_rank\":", CrossRank(),
       ",\"cross_size\":", CrossSize(), ",\"homogeneous\":", IsHomogeneous() ? "true" : "false",
-      ",\"host\":", JsonString(HostName()), ",\"pid\":", getpid(), ",\"visible_gpus\":",
+      ",\"host\":", JsonQuote(HostName()), ",\"pid\":", getpid(), ",\"visible_gpus\":",
       CountVisibleGpus(Environment::Process(), InitOptions().nvidia_gpus_dir));
   if (check) {
     std::vector<std::string> errors;
     for (auto* fn : {&CheckAllreduce, &CheckAllgather, &CheckBroadcast}) {
       std::string e = fn();
-      if (!e.empty()) errors.push_back(JsonString(e));
+      if (!e.empty()) errors.push_back(JsonQuote(e));
     }
     absl::StrAppend(&info.json, ",\"check\":\"", errors.empty() ? "pass" : "fail", "\"");
     if (!errors.empty())

@@ -7,28 +7,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "hvx/common/files.h"
+#include "hvx/common/json.h"
 #include "hvx/common/logging.h"
 #include "hvx/common/status.h"
 
 namespace hvx {
-namespace {
-
-std::string JsonEscape(absl::string_view s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out.push_back('\\');
-      out.push_back(c);
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      absl::StrAppend(&out, "\\u00", (c >> 4) & 0xf, std::string(1, "0123456789abcdef"[c & 0xf]));
-    } else {
-      out.push_back(c);
-    }
-  }
-  return out;
-}
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<Timeline>> Timeline::Open(const std::string& path) {
   HVX_ASSIGN_OR_RETURN(const int fd, OpenForWriting(path, "HVX_TIMELINE file"));
@@ -67,7 +50,7 @@ int Timeline::Pid(const std::string& name) {
     extra = absl::StrCat(",\"start_time_since_epoch_in_micros\":", absl::ToUnixMicros(start_));
   }
   Append(absl::StrCat("{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":", pid,
-                      ",\"args\":{\"name\":\"", JsonEscape(name), "\"", extra, "}}"));
+                      ",\"args\":{\"name\":", JsonQuote(name), extra, "}}"));
   Append(absl::StrCat("{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":", pid,
                       ",\"args\":{\"sort_index\":", pid, "}}"));
   return pid;
@@ -77,10 +60,9 @@ void Timeline::Event(const std::string& name, absl::string_view ph, absl::string
                      absl::string_view extra) {
   const int pid = Pid(name);
   const int64_t ts = absl::ToInt64Microseconds(absl::Now() - start_);
-  Append(absl::StrCat(
-      "{\"ph\":\"", ph, "\",\"pid\":", pid, ",\"tid\":0,\"ts\":", ts,
-      event_name.empty() ? "" : absl::StrCat(",\"name\":\"", JsonEscape(event_name), "\""), extra,
-      "}"));
+  Append(absl::StrCat("{\"ph\":\"", ph, "\",\"pid\":", pid, ",\"tid\":0,\"ts\":", ts,
+                      event_name.empty() ? "" : absl::StrCat(",\"name\":", JsonQuote(event_name)),
+                      extra, "}"));
 }
 
 void Timeline::NegotiationStart(const std::string& name, OpType type) {

@@ -19,27 +19,6 @@ namespace {
 
 constexpr char kSageMakerResourceConfig[] = "/opt/ml/input/config/resourceconfig.json";
 
-// The value text after `"key":` in a JSON object (a string's contents, or a list with brackets).
-std::optional<std::string> JsonField(absl::string_view json, absl::string_view key) {
-  size_t k = json.find(absl::StrCat("\"", key, "\""));
-  if (k == absl::string_view::npos) return std::nullopt;
-  absl::string_view rest = json.substr(k + key.size() + 2);
-  rest = absl::StripLeadingAsciiWhitespace(rest);
-  if (!absl::ConsumePrefix(&rest, ":")) return std::nullopt;
-  rest = absl::StripLeadingAsciiWhitespace(rest);
-  if (absl::ConsumePrefix(&rest, "\"")) {
-    size_t end = rest.find('"');
-    if (end == absl::string_view::npos) return std::nullopt;
-    return std::string(rest.substr(0, end));
-  }
-  if (absl::StartsWith(rest, "[")) {
-    size_t end = rest.find(']');
-    if (end == absl::string_view::npos) return std::nullopt;
-    return std::string(rest.substr(0, end + 1));
-  }
-  return std::nullopt;
-}
-
 absl::StatusOr<int> NonNegativeInt(absl::string_view name, absl::string_view text) {
   int v = 0;
   if (!absl::SimpleAtoi(text, &v) || v < 0) {
@@ -119,10 +98,10 @@ absl::StatusOr<std::optional<ClusterHosts>> DetectSageMaker(const Environment& e
       json = *file;
       source = absl::StrCat("SageMaker resource config (", kSageMakerResourceConfig, ")");
     }
-    std::optional<std::string> list = JsonField(*json, "hosts");
-    if (!list) return absl::InvalidArgumentError(absl::StrCat(source, " has no \"hosts\" list"));
-    HVX_ASSIGN_OR_RETURN(hosts, ParseSageMakerHosts(*list, source));
-    current = JsonField(*json, "current_host").value_or("");
+    HVX_ASSIGN_OR_RETURN(SageMakerResourceConfig config,
+                         ParseSageMakerResourceConfig(*json, source));
+    hosts = std::move(config.hosts);
+    current = std::move(config.current_host);
   }
   if (hosts.empty()) return absl::InvalidArgumentError(absl::StrCat(source, " lists no hosts"));
   int gpus = local_gpus;

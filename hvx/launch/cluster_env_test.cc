@@ -107,6 +107,36 @@ TEST(SageMakerTest, ResourceConfigFile) {
   EXPECT_FALSE((*c)->is_leader);
 }
 
+// The file as SageMaker writes it: an instance group's "hosts" (in another order) may come first.
+// The substring search this replaced took the first "hosts" it met, so the group's order picked
+// the leader; and a name with an escaped quote was cut at the backslash.
+TEST(SageMakerTest, ResourceConfigIsReadAsJson) {
+  const std::string json = R"({
+      "current_group_name": "homogeneousCluster",
+      "instance_groups": [{"instance_group_name": "homogeneousCluster",
+                           "instance_type": "ml.p4d.24xlarge", "hosts": ["algo-2", "algo-1"]}],
+      "current_instance_type": "ml.p4d.24xlarge",
+      "hosts": ["algo-1", "algo-2"],
+      "current_host": "algo-1",
+      "network_interface_name": "eth0"})";
+  auto c = DetectClusterHosts(MapEnvironment{},
+                              Files({{"/opt/ml/input/config/resourceconfig.json", json}}), 8);
+  ASSERT_TRUE(c.ok() && c->has_value()) << c.status();
+  EXPECT_THAT((*c)->hosts, ElementsAre(HostSpec{"algo-1", 8}, HostSpec{"algo-2", 8}));
+  EXPECT_TRUE((*c)->is_leader);
+  auto bad = DetectClusterHosts(MapEnvironment{{"SM_RESOURCE_CONFIG", R"({"hosts": ["algo-1",)"}},
+                                Files({}), 0);
+  EXPECT_THAT(bad.status().message(),
+              HasSubstr("SageMaker resource config (SM_RESOURCE_CONFIG) is not JSON"));
+  bad = DetectClusterHosts(
+      MapEnvironment{{"SM_RESOURCE_CONFIG", R"({"hosts": ["algo-1"], "current_host": "a\"b"})"}},
+      Files({}), 0);
+  EXPECT_THAT(bad.status().message(), HasSubstr("\"current_host\" is not a host name"));
+  bad = DetectClusterHosts(MapEnvironment{{"SM_RESOURCE_CONFIG", R"({"instance_groups": []})"}},
+                           Files({}), 0);
+  EXPECT_THAT(bad.status().message(), HasSubstr("has no \"hosts\" list"));
+}
+
 TEST(SageMakerTest, MalformedHostList) {
   EXPECT_THAT(
       DetectClusterHosts(MapEnvironment{{"SM_HOSTS", "algo-1"}}, Files({}), 0).status().message(),
