@@ -204,6 +204,7 @@ absl::Status WriteCheckpoint(const CheckpointConfig& c, Classifier& model,
     buffers[i].second.copy_(rank_buffers[i].mean(0).view_as(buffers[i].second));
   }
   absl::Status status;
+  int write_errno = 0;  // the file system's reason when a write of the archive fails (ENOSPC)
   try {
     torch::serialize::OutputArchive archive, model_archive, optimizer_archive, buffer_archive;
     model.save(model_archive);
@@ -228,18 +229,22 @@ absl::Status WriteCheckpoint(const CheckpointConfig& c, Classifier& model,
       for (const auto& [name, tensor] : *extras.state) state_archive.write(name, tensor);
       archive.write("state", state_archive);
     }
-    int write_errno = 0;
+    // A short count from this function makes LibTorch throw, and its writer's destructor then
+    // throws again (std::terminate, as a full disk showed): a failed write is remembered and the
+    // rest skipped, the archive completes, and the temporary is removed below.
     archive.save_to([&](const void* data, size_t n) -> size_t {
-      if (WriteFully(tmp.fd, absl::string_view(static_cast<const char*>(data), n))) return n;
-      write_errno = errno;
-      return 0;
+      if (write_errno == 0 &&
+          !WriteFully(tmp.fd, absl::string_view(static_cast<const char*>(data), n))) {
+        write_errno = errno;
+      }
+      return n;
     });
-    if (write_errno != 0) {
-      status = ErrnoToStatus(write_errno, absl::StrCat("writing checkpoint ", tmp_path));
-    }
   } catch (const c10::Error& e) {
     status = absl::InternalError(
         absl::StrCat("writing checkpoint ", tmp_path, ": ", e.what_without_backtrace()));
+  }
+  if (write_errno != 0) {
+    status = ErrnoToStatus(write_errno, absl::StrCat("writing checkpoint ", tmp_path));
   }
   for (size_t i = 0; i < buffers.size(); ++i) buffers[i].second.copy_(live[i]);
   HVX_RETURN_IF_ERROR(status);

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The checkpoint directory's disk fills up (a small tmpfs): the run fails with an error naming the
+# checkpoint and the file system's reason, leaves no partial file, keeps the previous checkpoint
+# whole, and that checkpoint resumes the run to exactly the uninterrupted run's losses. Two
+# processes (self-launched). Needs root to mount the tmpfs; without it prints SKIPPED and passes.
+#   disk_full_test.sh TRAIN MAKE_IDX LIB
+set -uo pipefail
+TRAIN=$(readlink -f "$1"); MAKE_IDX=$(readlink -f "$2"); source "$3"
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+T=${TEST_TMPDIR:-$(mktemp -d)}
+failures=0
+tiny_config "$T" mlp 240 40 10 1 || { echo "FAIL: could not write the dataset"; exit 1; }
+
+small=$T/small
+mkdir -p "$small"
+if ! mount -t tmpfs -o size=4m tmpfs "$small" 2>"$T/mount.err"; then
+    echo "SKIPPED: cannot mount a tmpfs ($(cat "$T/mount.err")); needs root"
+    exit 0
+fi
+trap 'umount "$small" 2>/dev/null' EXIT
+
+run() {  # run NAME DIR ARGS...: rc in $rc
+    local name=$1 dir=$2; shift 2
+    timeout -k 5 200 "$TRAIN" --config="$T/tiny.pbtxt" \
+        --override="launch { num_processes: \"2\" } checkpoint { dir: \"$dir\" every_steps: 2 keep: 10 }" \
+        "$@" >"$T/$name.out" 2>"$T/$name.err"
+    rc=$?
+}
+
+run full "$T/ck_full"
+check "uninterrupted run exits 0 (rc=$rc)" $rc
+[[ $(losses "$T/full.out" | wc -l) == 12 ]]; check "it logged 12 steps" $?
+size=$(stat -c %s "$T/ck_full/ckpt-2.pt") || { echo "FAIL: the uninterrupted run has no ckpt-2.pt"; exit 1; }
+
+# Room for one checkpoint and a half: ckpt-2 fits, ckpt-4 does not.
+umount "$small" && mount -t tmpfs -o size=$(((size * 3 / 2 + 4095) / 4096 * 4))k tmpfs "$small" ||
+    { echo "FAIL: remounting the small tmpfs"; exit 1; }
+run filled "$small"
+[[ $rc != 0 ]]; check "the run whose disk filled fails (rc=$rc)" $?
+grep -qE "writing checkpoint $small/ckpt-4\.pt\.tmp\.[0-9]+\.[0-9a-f]{16}: No space left on device" "$T/filled.out" "$T/filled.err"
+check "the error names the checkpoint and ENOSPC" $?
+[[ $rc != 0 ]] || tail -n 20 "$T/filled.out" "$T/filled.err"
+left=$(ls "$small")
+[[ $left == ckpt-2.pt ]]; check "only the previous checkpoint is left (${left//$'\n'/ })" $?
+
+# With room again, the run resumes from it and ends as the uninterrupted run did.
+mkdir -p "$T/ck_resumed" && cp "$small/ckpt-2.pt" "$T/ck_resumed/"
+run resumed "$T/ck_resumed"
+check "the resumed run exits 0 (rc=$rc)" $rc
+grep -q "resuming from $T/ck_resumed/ckpt-2.pt" "$T/resumed.out" "$T/resumed.err"
+check "it resumed from ckpt-2.pt" $?
+diff <(losses "$T/full.out" | tail -n 10) <(losses "$T/resumed.out") >/dev/null
+check "steps 3-12 have the uninterrupted run's losses and learning rates" $?
+
+echo "failures: $failures"
+[[ $failures == 0 ]]
