@@ -47,6 +47,14 @@ absl::Status OpState::Wait() const {
 
 }  // namespace internal
 
+absl::Duration IdleCycleTime(absl::Duration cycle, int idle_cycles) {
+  constexpr int kBusyCycles = 8;
+  const absl::Duration longest = std::max(cycle, absl::Milliseconds(5));
+  if (idle_cycles <= kBusyCycles) return cycle;
+  const int doublings = std::min(idle_cycles - kBusyCycles, 16);
+  return std::min(cycle * (1 << doublings), longest);
+}
+
 namespace {
 
 absl::Status ShutDownError() {
@@ -261,6 +269,8 @@ void Engine::ThreadMain() {
   }
   if (status.ok()) {
     absl::Time last_cycle = absl::Now();
+    absl::Duration cycle = absl::Milliseconds(options_.cycle_time_ms);
+    int idle_cycles = 0;
     bool running = true;
     while (running) {
       std::vector<SetState*> sets;
@@ -273,19 +283,27 @@ void Engine::ThreadMain() {
           }
           return false;
         };
-        const absl::Time deadline = last_cycle + absl::Milliseconds(options_.cycle_time_ms);
-        cv_.wait_until(lock, absl::ToChronoTime(deadline), has_work);
+        cv_.wait_until(lock, absl::ToChronoTime(last_cycle + cycle), has_work);
         for (const auto& s : sets_) {
           if (s->comm != nullptr) sets.push_back(s.get());
         }
       }
-      last_cycle = absl::Now();
+      const absl::Time cycle_start = absl::Now();
+      bool idle = true;
       for (SetState* set : sets) {
         if (!RunCycle(*set)) {
           running = false;
           break;
         }
+        idle = idle && set->pending.empty();
       }
+      // With work pending the next cycle comes a cycle time after this one began (at once after
+      // a long one). Idle, it is timed from this one's end, which every rank reaches together
+      // (the vote is collective): timed from each rank's wake-up, a rank that once woke early
+      // stayed early by the same offset and waited that long in every idle vote.
+      last_cycle = idle ? absl::Now() : cycle_start;
+      idle_cycles = idle ? idle_cycles + 1 : 0;
+      cycle = IdleCycleTime(absl::Milliseconds(options_.cycle_time_ms), idle_cycles);
     }
     stopped_.store(true);
     FailEverything(StopReason());

@@ -72,6 +72,14 @@ struct OpState {
 }  // namespace internal
 
 // Engine-only settings beyond InitOptions.
+// How long the background thread waits for a submission before its next cycle, after
+// `idle_cycles` cycles in a row with nothing pending on this rank: `cycle` (HVX_CYCLE_TIME_MS) for
+// the first 8, then doubling up to max(cycle, 5 ms). An idle rank still takes part in every
+// cycle's vote, but wakes about 200 times a second instead of 1000, each wake-up time taken from
+// training on a busy host; a submission still wakes it at once, and a peer's first op after an
+// idle spell waits at most 5 ms (the cycle Horovod always uses) for this rank's vote.
+absl::Duration IdleCycleTime(absl::Duration cycle, int idle_cycles);
+
 struct EngineOptions {
   // Host name for topology; empty = gethostname(). Lets in-process tests simulate several hosts.
   std::string hostname;

@@ -58,6 +58,7 @@ absl::Status FakeCommunicator::Allgather(const std::string& mine, std::vector<st
 }
 
 absl::Status FakeCommunicator::BitwiseAnd(std::vector<uint64_t>* bits) {
+  if (rank_ == 0) hub_->CountVote();
   auto r = hub_->Exchange(rank_, Bytes(bits->data(), bits->size() * 8));
   for (const std::string& other : *r) {
     if (other.size() != bits->size() * 8)

@@ -37,6 +37,9 @@ class FakeHub {
   // path.
   int64_t gathers() const { return gathers_.load(); }
   void CountGather() { gathers_.fetch_add(1); }
+  // Cache votes (BitwiseAnd calls) so far, counted on rank 0: one per negotiation cycle.
+  int64_t votes() const { return votes_.load(); }
+  void CountVote() { votes_.fetch_add(1); }
 
   // The hub of a subset; the same object for every member calling with the same sequence number.
   std::shared_ptr<FakeHub> Child(int64_t sequence, int size);
@@ -44,6 +47,7 @@ class FakeHub {
  private:
   const int size_;
   std::atomic<int64_t> gathers_{0};
+  std::atomic<int64_t> votes_{0};
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<std::string> slots_ ABSL_GUARDED_BY(mu_);
