@@ -16,6 +16,7 @@ It prints medians and the ratios hvx / DDP (higher is better) and hvx / plain.
 import argparse
 import json
 import os
+import resource
 import socket
 import statistics
 import subprocess
@@ -64,6 +65,14 @@ def timed_steps(step, steps, warmup=2):
     return (time.perf_counter() - start) / steps
 
 
+def idle_cpu_share(seconds=2.0):
+    """The share of a core this process uses while its only thread sleeps."""
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    time.sleep(seconds)
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    return (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) / seconds
+
+
 def worker(args):
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -104,6 +113,7 @@ def worker(args):
             opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
                                            named_parameters=model.named_parameters())
             return model, opt
+        idle = hvd.allreduce(torch.tensor([idle_cpu_share()]), op=hvd.Max).item()
     else:
         import torch.distributed as dist
         rank, size = args.rank, args.procs
@@ -113,6 +123,10 @@ def worker(args):
         def wrap(model):
             ddp = nn.parallel.DistributedDataParallel(model)
             return ddp, torch.optim.SGD(ddp.parameters(), lr=0.01)
+        share = torch.tensor([idle_cpu_share()])
+        dist.all_reduce(share, op=dist.ReduceOp.MAX)
+        idle = share.item()
+    result["idle_cpu"] = idle
 
     # The gradient set: backward + the exchange, per step (lr 0: the parameters stay put).
     model, opt = wrap(GradientSet())
@@ -189,6 +203,8 @@ def main():
     print("CNN training, samples/s over all ranks: hvx %.0f, DDP/gloo %.0f -> hvx %.2fx"
           % (med("hvx", "cnn_samples_per_s"), med("ddp", "cnn_samples_per_s"),
              med("hvx", "cnn_samples_per_s") / med("ddp", "cnn_samples_per_s")))
+    print("an initialized rank asleep for 2 s, the busiest rank's share of a core: hvx %.1f%%, "
+          "DDP/gloo %.1f%%" % (100 * med("hvx", "idle_cpu"), 100 * med("ddp", "idle_cpu")))
     print("one process, CNN samples/s: plain PyTorch %.0f, hvx DistributedOptimizer %.0f -> "
           "%.3fx" % (med("single", "plain"), med("single", "hvx"),
                      med("single", "hvx") / med("single", "plain")))
