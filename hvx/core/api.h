@@ -45,8 +45,9 @@ struct InitOptions {
   // in the same cycle and agree in dtype/op/scale/device are reduced together up to this many
   // bytes. 0 disables fusion.
   int64_t fusion_threshold_bytes = int64_t{128} << 20;
-  // Time between negotiation cycles when nothing is submitted (HVX_CYCLE_TIME_MS). A submission
-  // wakes the background thread at once, so this bounds idle polling, not latency.
+  // Time between negotiation cycles when nothing is submitted (HVX_CYCLE_TIME_MS); an idle engine
+  // backs off to 5 ms (IdleCycleTime, engine.h). A submission wakes the background thread at
+  // once, so this bounds idle polling, not latency.
   double cycle_time_ms = 1.0;
   // Response cache entries (HVX_CACHE_CAPACITY); 0 disables the cache and its one-allreduce fast
   // path, so every cycle gathers requests at the coordinator.
