@@ -6,7 +6,6 @@
 
 #include <cerrno>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "hvx/common/random_hex.h"
 #include "hvx/common/status.h"
@@ -89,8 +88,9 @@ absl::StatusOr<TempFile> CreateTempFile(const std::string& path, absl::string_vi
   return tmp;
 }
 
-bool IsTempFileOf(absl::string_view name, absl::string_view base) {
-  return absl::StartsWith(name, absl::StrCat(base, ".tmp."));
+absl::string_view TempFileTarget(absl::string_view name) {
+  const size_t tmp = name.rfind(".tmp.");
+  return tmp == absl::string_view::npos ? absl::string_view() : name.substr(0, tmp);
 }
 
 absl::Status WriteFileAtomically(const std::string& path, absl::string_view data,

@@ -39,9 +39,9 @@ struct TempFile {
 };
 absl::StatusOr<TempFile> CreateTempFile(const std::string& path, absl::string_view what);
 
-// Whether `name` (a file name, no directory) is one of CreateTempFile's for `base`'s kind of name:
-// "<base>.tmp.<anything>".
-bool IsTempFileOf(absl::string_view name, absl::string_view base);
+// The name a temporary of CreateTempFile's stands in for: "ckpt-4.pt" for
+// "ckpt-4.pt.tmp.123.0a1b...", or "" when `name` is not "<name>.tmp.<anything>".
+absl::string_view TempFileTarget(absl::string_view name);
 
 // Makes the finished temporary file `tmp_path` the file `path`, durably: fsync of the data, the
 // rename, fsync of the directory, so that even a machine's crash leaves the old file or the new

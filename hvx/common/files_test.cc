@@ -157,8 +157,8 @@ TEST(FilesTest, TempFilesAreNewAndRandomlyNamed) {
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_NE(a->path, b->path);
   EXPECT_TRUE(absl::StartsWith(a->path, path + ".tmp." + std::to_string(getpid()) + "."));
-  EXPECT_TRUE(IsTempFileOf(a->path.substr(dir.size() + 1), "ckpt-4.pt"));
-  EXPECT_FALSE(IsTempFileOf("ckpt-4.pt", "ckpt-4.pt"));
+  EXPECT_EQ(TempFileTarget(a->path.substr(dir.size() + 1)), "ckpt-4.pt");
+  EXPECT_EQ(TempFileTarget("ckpt-4.pt"), "");
   close(a->fd);
   close(b->fd);
   EXPECT_EQ(Names(dir, "ckpt-4.pt.tmp.").size(), 2u);

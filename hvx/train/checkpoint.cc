@@ -13,10 +13,10 @@
 #include <cstdio>
 #include <ctime>
 #include <iterator>
+#include <optional>
 #include <sstream>
 
 #include "absl/cleanup/cleanup.h"
-#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -40,20 +40,34 @@ namespace {
 constexpr char kCheckpointPrefix[] = "ckpt-";
 constexpr char kCheckpointSuffix[] = ".pt";
 
+// The global step of a checkpoint's file name "ckpt-<step>.pt", or nullopt for any other name.
+std::optional<int64_t> CheckpointStep(absl::string_view name) {
+  int64_t step = 0;
+  if (absl::ConsumePrefix(&name, kCheckpointPrefix) &&
+      absl::ConsumeSuffix(&name, kCheckpointSuffix) && absl::SimpleAtoi(name, &step)) {
+    return step;
+  }
+  return std::nullopt;
+}
+
+// The names of the entries of `dir` (none when it cannot be read).
+std::vector<std::string> NamesIn(const std::string& dir) {
+  std::vector<std::string> names;
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return names;
+  while (dirent* e = readdir(d)) names.emplace_back(e->d_name);
+  closedir(d);
+  return names;
+}
+
 // Checkpoint files in `dir`, oldest first (by the global step in the name).
 std::vector<std::pair<int64_t, std::string>> ListCheckpoints(const std::string& dir) {
   std::vector<std::pair<int64_t, std::string>> found;
-  DIR* d = opendir(dir.c_str());
-  if (d == nullptr) return found;
-  while (dirent* e = readdir(d)) {
-    absl::string_view name = e->d_name;
-    int64_t step = 0;
-    if (absl::ConsumePrefix(&name, kCheckpointPrefix) &&
-        absl::ConsumeSuffix(&name, kCheckpointSuffix) && absl::SimpleAtoi(name, &step)) {
-      found.emplace_back(step, absl::StrCat(dir, "/", e->d_name));
+  for (const std::string& name : NamesIn(dir)) {
+    if (std::optional<int64_t> step = CheckpointStep(name)) {
+      found.emplace_back(*step, absl::StrCat(dir, "/", name));
     }
   }
-  closedir(d);
   std::sort(found.begin(), found.end());
   return found;
 }
@@ -61,20 +75,9 @@ std::vector<std::pair<int64_t, std::string>> ListCheckpoints(const std::string& 
 // Removes what writers killed before their rename left in `dir` ("ckpt-N.pt.tmp.*"): only rank 0
 // of the run that owns the directory writes there, and it is resuming, so none is being written.
 void RemoveStaleTemporaries(const std::string& dir) {
-  DIR* d = opendir(dir.c_str());
-  if (d == nullptr) return;
-  std::vector<std::string> stale;
-  while (dirent* e = readdir(d)) {
-    absl::string_view name = e->d_name;
-    const size_t tmp = name.find(".tmp.");
-    if (tmp == absl::string_view::npos || !absl::StartsWith(name, kCheckpointPrefix) ||
-        !IsTempFileOf(name, name.substr(0, tmp))) {
-      continue;
-    }
-    stale.push_back(absl::StrCat(dir, "/", name));
-  }
-  closedir(d);
-  for (const std::string& path : stale) {
+  for (const std::string& name : NamesIn(dir)) {
+    if (!CheckpointStep(TempFileTarget(name))) continue;
+    const std::string path = absl::StrCat(dir, "/", name);
     if (unlink(path.c_str()) == 0) {
       HVX_LOG(INFO) << "removed " << path << ", a checkpoint an earlier attempt did not finish";
     }
