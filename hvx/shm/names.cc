@@ -98,23 +98,21 @@ int StartRegionSweeper(const std::string& tag) {
   const int keep = 3;
   if (fds[0] != keep) dup2(fds[0], keep);
   close_range(keep + 1, ~0U, 0);
+  // The program's pid (WatchProcess: one write below PIPE_BUF, so it arrives whole), then nothing
+  // until the write end closes: the wrapper is gone.
   int watched = 0;
-  size_t got = 0;
-  char* into = reinterpret_cast<char*>(&watched);
-  for (;;) {
-    char buf[16];
-    const ssize_t n = read(keep, got < sizeof(watched) ? into + got : buf,
-                           got < sizeof(watched) ? sizeof(watched) - got : sizeof(buf));
-    if (n > 0) {
-      got += static_cast<size_t>(n);
-      continue;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    break;  // the write end closed: the wrapper is gone
+  ssize_t n;
+  do {
+    n = read(keep, &watched, sizeof(watched));
+  } while (n < 0 && errno == EINTR);
+  const bool have_pid = n == static_cast<ssize_t>(sizeof(watched));
+  for (char rest; n != 0;) {
+    n = read(keep, &rest, 1);
+    if (n < 0 && errno != EINTR) break;
   }
   // The program dies with its wrapper (PR_SET_PDEATHSIG) or has already ended; wait a bounded
   // time for it, so that it cannot create a name after the sweep.
-  if (got >= sizeof(watched)) {
+  if (have_pid) {
     for (int i = 0; i < 2000 && !Ended(watched); ++i) usleep(1000);
   }
   RemoveRegionsTagged(tag);
