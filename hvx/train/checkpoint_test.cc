@@ -75,6 +75,21 @@ CheckpointConfig InDir(const std::string& dir, int keep) {
   return c;
 }
 
+// A checkpoint as trainers wrote them before per-rank buffers, samples_in_epoch and the
+// fingerprint were stored: model, optimizer and a five-value position (step 5), into a new
+// directory.
+void WriteOlderCheckpoint(TinyNet& net, torch::optim::Optimizer& optimizer,
+                          const std::string& path) {
+  ASSERT_EQ(mkdir(path.substr(0, path.rfind('/')).c_str(), 0755), 0);
+  torch::serialize::OutputArchive archive, model_archive, optimizer_archive;
+  net.save(model_archive);
+  optimizer.save(optimizer_archive);
+  archive.write("model", model_archive);
+  archive.write("optimizer", optimizer_archive);
+  archive.write("position", torch::tensor(std::vector<int64_t>{1, 3, 5, Size(), 4}));
+  archive.save_to(path);
+}
+
 TrainingPosition SomePosition(int64_t global_step) {
   TrainingPosition p;
   p.epoch = 1;
@@ -161,14 +176,7 @@ TEST(CheckpointTest, OlderCheckpointsWithoutRankBuffersStillLoad) {
   TrainOneStep(net, *optimizer);
   const CheckpointConfig c = InDir(TestDir("older"), 3);
   if (Rank() == 0) {
-    ASSERT_EQ(mkdir(c.dir().c_str(), 0755), 0);
-    torch::serialize::OutputArchive archive, model_archive, optimizer_archive;
-    net.save(model_archive);
-    optimizer->save(optimizer_archive);
-    archive.write("model", model_archive);
-    archive.write("optimizer", optimizer_archive);
-    archive.write("position", torch::tensor(std::vector<int64_t>{1, 3, 5, Size(), 4}));
-    archive.save_to(c.dir() + "/ckpt-5.pt");
+    WriteOlderCheckpoint(net, *optimizer, c.dir() + "/ckpt-5.pt");
   }
   torch::manual_seed(2);
   TinyNet other;
@@ -333,14 +341,7 @@ TEST(CheckpointTest, AnOlderCheckpointOfAnotherModelIsRefusedToo) {
   auto optimizer = MakeSgd(net);
   const CheckpointConfig c = InDir(TestDir("older_other"), 2);
   if (Rank() == 0) {
-    ASSERT_EQ(mkdir(c.dir().c_str(), 0755), 0);
-    torch::serialize::OutputArchive archive, model_archive, optimizer_archive;
-    net.save(model_archive);
-    optimizer->save(optimizer_archive);
-    archive.write("model", model_archive);
-    archive.write("optimizer", optimizer_archive);
-    archive.write("position", torch::tensor(std::vector<int64_t>{1, 3, 5, Size(), 4}));
-    archive.save_to(c.dir() + "/ckpt-5.pt");
+    WriteOlderCheckpoint(net, *optimizer, c.dir() + "/ckpt-5.pt");
   }
   TinyNet wider(5);
   auto wider_optimizer = MakeSgd(wider);
