@@ -1,8 +1,11 @@
 // Four ranks (more than this machine's cores: kept short): averages, float sums that do not depend
 // on fusion, uneven gathers and scatters, even/odd process sets, Adasum's recursive doubling, join
 // and a mismatch that must reach all four ranks.
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "absl/base/casts.h"
@@ -164,6 +167,30 @@ TEST(FourRanksTest, AllgatherAndReduceScatterUneven) {
   ASSERT_TRUE(Wait(r).ok());
   EXPECT_EQ(r.output().num_elements(), Rank() < 2 ? 3 : 2);
   EXPECT_EQ(r.output().data_as<float>()[0], 4.0f);
+}
+
+// Through shared memory a reduce-scatter folds each element as the allreduce does, so its slice
+// has the allreduce's bits (what makes a sharded optimizer step exactly the replicated one); over
+// MPI the order is MPICH's, equal within rounding.
+TEST(FourRanksTest, ReduceScatterIsTheAllreducesSlice) {
+  const int64_t n = 300007;  // several rounds, uneven slices
+  std::vector<float> x(n);
+  for (int64_t i = 0; i < n; ++i) x[i] = std::sin(0.001f * i * (Rank() + 1)) * (Rank() + 0.3f);
+  std::vector<float> summed = x;
+  TensorRef t(DataType::kFloat32, {n}, summed.data());
+  ASSERT_TRUE(Wait(Allreduce("rs.reference", t, t)).ok());
+  Handle r = ReduceScatter("rs.slice", TensorRef(DataType::kFloat32, {n}, x.data()));
+  ASSERT_TRUE(Wait(r).ok());
+  const int64_t begin = Rank() * (n / 4) + std::min<int64_t>(Rank(), n % 4);
+  ASSERT_EQ(r.output().num_elements(), ReduceScatterRows(n, 4, Rank()));
+  const float* got = r.output().data_as<float>();
+  const bool shm = std::string(getenv("HVX_CPU_PLANE")) == "shm";
+  int64_t differ = 0;
+  for (int64_t i = 0; i < r.output().num_elements(); ++i) {
+    if (got[i] != summed[begin + i]) ++differ;
+    ASSERT_NEAR(got[i], summed[begin + i], 1e-5) << "element " << begin + i;
+  }
+  if (shm) EXPECT_EQ(differ, 0) << "elements whose bits differ from the allreduce's";
 }
 
 TEST(FourRanksTest, EvenAndOddProcessSets) {

@@ -81,11 +81,7 @@ class ShmCpuPlane : public DataPlane {
 
   absl::Status Allreduce(const AllreduceWork& w) override {
     if (w.op == ReduceOp::kAdasum) return mpi_->Allreduce(w);
-    if (!set_up_) {
-      set_up_ = true;
-      setup_status_ = SetUp();
-    }
-    HVX_RETURN_IF_ERROR(setup_status_);
+    HVX_RETURN_IF_ERROR(EnsureSetUp());
     if (reducer_ == nullptr) return mpi_->Allreduce(w);
     std::vector<shm::ReduceSpan> spans;
     spans.reserve(w.inputs.size());
@@ -103,9 +99,30 @@ class ShmCpuPlane : public DataPlane {
   absl::Status Allgather(const AllgatherWork& w) override { return mpi_->Allgather(w); }
   absl::Status Broadcast(const BroadcastWork& w) override { return mpi_->Broadcast(w); }
   absl::Status Alltoall(const AlltoallWork& w) override { return mpi_->Alltoall(w); }
-  absl::Status ReduceScatter(const ReduceScatterWork& w) override { return mpi_->ReduceScatter(w); }
+  // On one host through shared memory, folding each element as Allreduce does, so a sharded
+  // optimizer's gradients are the bits of the allreduced ones; across hosts over MPI.
+  absl::Status ReduceScatter(const ReduceScatterWork& w) override {
+    HVX_RETURN_IF_ERROR(EnsureSetUp());
+    if (reducer_ == nullptr || cross_ != nullptr) return mpi_->ReduceScatter(w);
+    std::vector<int64_t> counts;
+    for (int64_t rows : w.recv_rows) counts.push_back(rows * w.row_elements);
+    ScopedActivity a(w.activity, "SHM_REDUCE_SCATTER");
+    return reducer_->ReduceScatter(static_cast<const char*>(w.input.data()),
+                                   static_cast<char*>(w.output.data()), counts, w.input.dtype(),
+                                   ReduceOp::kSum, w.prescale_factor, w.postscale_factor,
+                                   absl::StrCat("reduce-scatter of '", w.name, "'"));
+  }
 
  private:
+  // Sets up at the first data-plane call that needs shared memory; its error fails every one.
+  absl::Status EnsureSetUp() {
+    if (!set_up_) {
+      set_up_ = true;
+      setup_status_ = SetUp();
+    }
+    return setup_status_;
+  }
+
   // Collective over comm_: the layout, then (where shared memory applies) the local and cross-host
   // communicators and the regions, agreed by every rank.
   absl::Status SetUp() {

@@ -86,33 +86,95 @@ void ScatterOutputs(const SpanIndex& index, int64_t begin, int64_t count, size_t
 ShmAllreducer::ShmAllreducer(ShmGroup* group, CrossHostLink* cross, const Options& options)
     : group_(group), cross_(cross), options_(options), scratch_(options.chunk_bytes) {}
 
-absl::Status ShmAllreducer::Allreduce(const std::vector<ReduceSpan>& spans, DataType dtype,
-                                      ReduceOp op, double prescale, Scale postscale,
-                                      absl::string_view what) {
-  if (!broken_.ok()) return broken_;
-  const absl::Time start = absl::Now();
+void ShmAllreducer::Begin(DataType dtype, ReduceOp op, double prescale, Scale postscale,
+                          absl::string_view what) {
   dtype_ = dtype;
   op_ = op;
   prescale_ = prescale;
   postscale_ = postscale;
   what_ = std::string(what);
   esize_ = DataTypeSize(dtype);
-  const SpanIndex index(spans);
   chunk_ = std::max<int64_t>(1, options_.chunk_bytes / static_cast<int64_t>(esize_));
-  const int64_t round =
-      std::max<int64_t>(1, options_.round_bytes / static_cast<int64_t>(esize_) / chunk_) * chunk_;
-  absl::Status status;
-  for (int64_t begin = 0; begin < index.total() && status.ok(); begin += round) {
-    status = Round(index, begin, std::min(round, index.total() - begin));
-  }
+}
+
+int64_t ShmAllreducer::RoundElements() const {
+  return std::max<int64_t>(1, options_.round_bytes / static_cast<int64_t>(esize_) / chunk_) *
+         chunk_;
+}
+
+absl::Status ShmAllreducer::End(absl::Status status, int64_t elements, absl::Time start) {
   stats_.calls++;
-  stats_.bytes += index.total() * static_cast<int64_t>(esize_);
+  stats_.bytes += elements * static_cast<int64_t>(esize_);
   stats_.total += absl::Now() - start;
   if (!status.ok()) {
     group_->MarkFailed();
     broken_ = Annotate(status, "the shared-memory CPU data plane stopped");
   }
   return status;
+}
+
+absl::Status ShmAllreducer::Allreduce(const std::vector<ReduceSpan>& spans, DataType dtype,
+                                      ReduceOp op, double prescale, Scale postscale,
+                                      absl::string_view what) {
+  if (!broken_.ok()) return broken_;
+  const absl::Time start = absl::Now();
+  Begin(dtype, op, prescale, postscale, what);
+  const SpanIndex index(spans);
+  const int64_t round = RoundElements();
+  absl::Status status;
+  std::vector<Chunk> chunks;
+  for (int64_t begin = 0; begin < index.total() && status.ok(); begin += round) {
+    // Chunk j of the call's chunks so far belongs to local rank j mod size: ownership rotates.
+    const int64_t count = std::min(round, index.total() - begin);
+    chunks.clear();
+    for (int64_t at = 0, j = 0; at < count; at += chunk_, ++j) {
+      chunks.push_back(
+          {at, std::min(chunk_, count - at), static_cast<int>((chunks_ + j) % group_->size())});
+    }
+    status = Round(index, begin, chunks, /*fetch=*/true);
+  }
+  return End(status, index.total(), start);
+}
+
+absl::Status ShmAllreducer::ReduceScatter(const char* in, char* out,
+                                          const std::vector<int64_t>& counts, DataType dtype,
+                                          ReduceOp op, double prescale, Scale postscale,
+                                          absl::string_view what) {
+  if (!broken_.ok()) return broken_;
+  if (cross_ != nullptr || static_cast<int>(counts.size()) != group_->size()) {
+    return absl::InternalError(absl::StrCat("shared-memory reduce-scatter of ", what, ": ",
+                                            counts.size(), " parts for ", group_->size(),
+                                            " local ranks", cross_ ? " on several hosts" : ""));
+  }
+  const absl::Time start = absl::Now();
+  Begin(dtype, op, prescale, postscale, what);
+  // One span per receiving rank; only this rank's has an output.
+  std::vector<ReduceSpan> spans;
+  std::vector<int64_t> bounds = {0};
+  for (int r = 0; r < group_->size(); ++r) {
+    spans.push_back({in + bounds.back() * static_cast<int64_t>(esize_),
+                     r == group_->rank() ? out : nullptr, counts[r]});
+    bounds.push_back(bounds.back() + counts[r]);
+  }
+  const SpanIndex index(spans);
+  const int64_t round = RoundElements();
+  absl::Status status;
+  std::vector<Chunk> chunks;
+  for (int64_t begin = 0; begin < index.total() && status.ok(); begin += round) {
+    // Chunks end at the round's chunk grid and at the receivers' bounds.
+    const int64_t end = std::min(begin + round, index.total());
+    chunks.clear();
+    int r = 0;
+    for (int64_t at = begin; at < end;) {
+      while (bounds[r + 1] <= at) ++r;
+      const int64_t next =
+          std::min({end, bounds[r + 1], begin + ((at - begin) / chunk_ + 1) * chunk_});
+      chunks.push_back({at - begin, next - at, r});
+      at = next;
+    }
+    status = Round(index, begin, chunks, /*fetch=*/false);
+  }
+  return End(status, index.total(), start);
 }
 
 const char* ShmAllreducer::ValueOf(int k, const SpanIndex& index, int64_t begin, int64_t count,
@@ -157,18 +219,20 @@ absl::Status ShmAllreducer::ReduceChunk(const SpanIndex& index, int64_t begin, i
   return absl::OkStatus();
 }
 
-absl::Status ShmAllreducer::Round(const SpanIndex& index, int64_t begin, int64_t count) {
+absl::Status ShmAllreducer::Round(const SpanIndex& index, int64_t begin,
+                                  const std::vector<Chunk>& plan, bool fetch) {
   const int size = group_->size();
   const int me = group_->rank();
   const uint64_t round = rounds_;
   const uint64_t base = chunks_;
   const size_t buffer = static_cast<size_t>(round % 2) * static_cast<size_t>(options_.round_bytes);
-  const int64_t chunk = chunk_;
-  const int64_t chunks = (count + chunk - 1) / chunk;
-  const auto owner = [&](int64_t j) { return static_cast<int>((base + j) % size); };
-  const auto first = [&](int64_t j) { return j * chunk; };
-  const auto length = [&](int64_t j) { return std::min(chunk, count - j * chunk); };
-  const auto offset = [&](int64_t j) { return buffer + static_cast<size_t>(j * chunk) * esize_; };
+  const int64_t chunks = static_cast<int64_t>(plan.size());
+  const auto owner = [&](int64_t j) { return plan[j].owner; };
+  const auto first = [&](int64_t j) { return plan[j].first; };
+  const auto length = [&](int64_t j) { return plan[j].length; };
+  const auto offset = [&](int64_t j) {
+    return buffer + static_cast<size_t>(plan[j].first) * esize_;
+  };
   char* const mine = group_->data(me);
 
   // This rank's half of the double buffer was last used two rounds ago: every peer must be done
@@ -219,7 +283,7 @@ absl::Status ShmAllreducer::Round(const SpanIndex& index, int64_t begin, int64_t
     }
   }
   // 3. Fetch the other owners' results.
-  for (int64_t j = 0; j < chunks; ++j) {
+  for (int64_t j = 0; j < chunks && fetch; ++j) {
     const int o = owner(j);
     if (o == me) continue;
     HVX_RETURN_IF_ERROR(group_->WaitFor(o, ShmGroup::kReduced, base + j + 1, what_));

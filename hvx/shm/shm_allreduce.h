@@ -89,6 +89,15 @@ class ShmAllreducer {
   absl::Status Allreduce(const std::vector<ReduceSpan>& spans, DataType dtype, ReduceOp op,
                          double prescale, Scale postscale, absl::string_view what);
 
+  // One host only (no `cross`): `in` holds the sum of `counts` elements on every rank, and local
+  // rank r receives elements [counts[0] + ... + counts[r-1], + counts[r]) of the result in `out`.
+  // Each element is folded in the order Allreduce folds it (rank 0 first), so the bits equal the
+  // matching slice of an Allreduce of the same inputs. The owner of each chunk is the rank that
+  // receives it; nothing is fetched. Errors as Allreduce's.
+  absl::Status ReduceScatter(const char* in, char* out, const std::vector<int64_t>& counts,
+                             DataType dtype, ReduceOp op, double prescale, Scale postscale,
+                             absl::string_view what);
+
   // Where the time of the calls so far went: all of it, and the part spent in the cross-host
   // link's Recv and Flush (waiting for other hosts and moving data between them).
   struct Stats {
@@ -100,8 +109,23 @@ class ShmAllreducer {
   const Stats& stats() const { return stats_; }
 
  private:
-  // One round: elements [begin, begin + count) of the concatenated spans.
-  absl::Status Round(const SpanIndex& index, int64_t begin, int64_t count);
+  // Elements [first, first + length) of a round, folded by local rank `owner`.
+  struct Chunk {
+    int64_t first;
+    int64_t length;
+    int owner;
+  };
+  // Starts a call: its element type, operation, scales and name.
+  void Begin(DataType dtype, ReduceOp op, double prescale, Scale postscale, absl::string_view what);
+  // Elements per round (a whole number of chunks).
+  int64_t RoundElements() const;
+  // Ends a call started by Begin with `status`, counting `elements` in stats_ from `start`.
+  absl::Status End(absl::Status status, int64_t elements, absl::Time start);
+  // One round: elements [begin, begin + count) of the concatenated spans, in `chunks` (relative to
+  // begin, in order, covering it). With `fetch`, every rank then copies the other owners'
+  // results into its outputs.
+  absl::Status Round(const SpanIndex& index, int64_t begin, const std::vector<Chunk>& chunks,
+                     bool fetch);
   // Runs one call of the cross-host link, counting its time in stats_.cross.
   template <typename Fn>
   absl::Status Cross(Fn fn) {

@@ -174,7 +174,16 @@ struct Job {
   std::vector<int64_t> counts;
   int calls = 1;
   ShmAllreducer::Options options = SmallRounds();
+  // Each call reduce-scatters the first tensor (ScatterCounts) and allreduces the others.
+  bool scatter = false;
 };
+
+// Elements of n each of `size` ranks receives: the first n % size get one more.
+std::vector<int64_t> ScatterCounts(int64_t n, int size) {
+  std::vector<int64_t> parts;
+  for (int r = 0; r < size; ++r) parts.push_back(n / size + (r < n % size ? 1 : 0));
+  return parts;
+}
 
 // Runs `job` with hosts x local threads; returns each rank's outputs.
 std::vector<std::vector<std::vector<char>>> RunJob(const Job& job, bool in_place = true) {
@@ -202,6 +211,23 @@ std::vector<std::vector<std::vector<char>>> RunJob(const Job& job, bool in_place
       ThreadLink link(&links, l, h, job.hosts);
       ShmAllreducer reducer(group->get(), job.hosts > 1 ? &link : nullptr, job.options);
       for (int call = 0; call < job.calls && status[r].ok(); ++call) {
+        if (job.scatter) {
+          // Receives its slice of the first tensor; an allreduce of the rest between calls.
+          const std::vector<int64_t> parts = ScatterCounts(job.counts[0], job.local);
+          int64_t at = 0;
+          for (int q = 0; q < l; ++q) at += parts[q];
+          outs[r] = {std::vector<char>(parts[l] * DataTypeSize(job.dtype))};
+          status[r] = reducer.ReduceScatter(data[r][0].data(), outs[r][0].data(), parts, job.dtype,
+                                            job.op, job.pre, job.post, "test");
+          std::vector<std::vector<char>> rest(data[r].begin() + 1, data[r].end());
+          std::vector<ReduceSpan> spans;
+          for (size_t i = 1; i < job.counts.size(); ++i)
+            spans.push_back({rest[i - 1].data(), rest[i - 1].data(), job.counts[i]});
+          if (status[r].ok() && !spans.empty())
+            status[r] = reducer.Allreduce(spans, job.dtype, job.op, job.pre, job.post, "test");
+          outs[r].insert(outs[r].end(), rest.begin(), rest.end());
+          continue;
+        }
         outs[r] = data[r];
         std::vector<ReduceSpan> spans;
         for (size_t i = 0; i < job.counts.size(); ++i) {
@@ -281,6 +307,35 @@ TEST(ShmAllreduceTest, PrescaleAndPostscaleAndSeparateOutputs) {
   for (int r = 0; r < 3; ++r) in.push_back(MakeInputs(r, job.counts, job.dtype));
   const auto want = Reference(in, job.dtype, job.op, job.pre, job.post);
   for (int r = 0; r < 3; ++r) ExpectBitsEqual(outs[r], want, absl::StrCat("rank ", r));
+}
+
+// Rank r receives exactly its slice of what an allreduce of the same inputs gives, bit for bit,
+// with the double buffer reused across reduce-scatters and allreduces, rounds that end inside a
+// rank's slice, and ranks that receive nothing.
+TEST(ShmAllreduceTest, ReduceScatterIsTheAllreducesSliceBitForBit) {
+  for (const auto& [local, counts] : std::vector<std::pair<int, std::vector<int64_t>>>{
+           {2, {70001, 5}}, {3, {50000, 1000}}, {4, {3}}, {4, {40013}}, {3, {1, 2, 3}}}) {
+    Job job;
+    job.local = local;
+    job.counts = counts;
+    job.post = 1.0 / local;
+    job.scatter = true;
+    job.calls = 3;
+    const auto outs = RunJob(job);
+    std::vector<std::vector<std::vector<char>>> in;
+    for (int r = 0; r < local; ++r) in.push_back(MakeInputs(r, job.counts, job.dtype));
+    const auto want = Reference(in, job.dtype, job.op, job.pre, job.post);
+    const std::vector<int64_t> parts = ScatterCounts(counts[0], local);
+    const size_t esize = DataTypeSize(job.dtype);
+    int64_t at = 0;
+    for (int r = 0; r < local; ++r) {
+      std::vector<std::vector<char>> expected = want;
+      expected[0] = std::vector<char>(want[0].begin() + at * esize,
+                                      want[0].begin() + (at + parts[r]) * esize);
+      ExpectBitsEqual(outs[r], expected, absl::StrCat(local, " ranks, rank ", r));
+      at += parts[r];
+    }
+  }
 }
 
 // The same 4 ranks as 1 host x 4 and as 2 hosts x 2: the same bits, because each element is
