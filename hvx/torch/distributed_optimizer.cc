@@ -22,6 +22,13 @@ absl::StatusOr<GradientCompression> ParseGradientCompression(const std::string& 
       absl::StrCat("unknown gradient compression \"", name, "\"; use none, fp16 or bf16"));
 }
 
+ShardRange ShardOf(int64_t numel, int size, int rank) {
+  ShardRange r;
+  for (int q = 0; q < rank; ++q) r.begin += ReduceScatterRows(numel, size, q);
+  r.size = ReduceScatterRows(numel, size, rank);
+  return r;
+}
+
 struct DistributedOptimizer::Param {
   std::string name;  // "grad.<parameter name>"
   at::Tensor tensor;
@@ -33,6 +40,10 @@ struct DistributedOptimizer::Param {
   Handle handle;
   // What travels: the gradient itself, or its float16/bfloat16 copy.
   at::Tensor exchanged;
+  // reduce_scatter: where this rank's slice of the average lands (the exchanged dtype), and the
+  // slice in the gradient's dtype once Synchronize() returned.
+  at::Tensor scattered;
+  at::Tensor shard;
 };
 
 class DistributedOptimizer::Hook : public torch::autograd::FunctionPostHook {
@@ -51,7 +62,9 @@ class DistributedOptimizer::Hook : public torch::autograd::FunctionPostHook {
 
 DistributedOptimizer::DistributedOptimizer(torch::optim::Optimizer& optimizer,
                                            const DistributedOptimizerOptions& options)
-    : optimizer_(optimizer), options_(options), exchange_(options.process_set.size() > 1) {}
+    : optimizer_(optimizer),
+      options_(options),
+      exchange_(options.process_set.size() > 1 || options.reduce_scatter) {}
 
 absl::StatusOr<std::unique_ptr<DistributedOptimizer>> DistributedOptimizer::Create(
     torch::optim::Optimizer& optimizer,
@@ -140,6 +153,20 @@ absl::Status DistributedOptimizer::SubmitLocked(size_t index) {
       p.exchanged = grad.is_floating_point() ? grad.to(at::kBFloat16) : grad;
       break;
   }
+  if (options_.reduce_scatter) {
+    ReduceScatterOptions options;
+    options.op = ReduceOp::kAverage;
+    options.process_set = options_.process_set;
+    options.prescale_factor = 1.0 / options_.gradient_predivide_factor;
+    options.postscale_factor = options_.gradient_predivide_factor;
+    const ShardRange range =
+        ShardOf(grad.numel(), options_.process_set.size(), options_.process_set.rank());
+    p.scattered = at::empty({range.size}, p.exchanged.options());
+    HVX_ASSIGN_OR_RETURN(p.handle,
+                         ReduceScatterInto(p.name, p.exchanged.view(-1), p.scattered, options));
+    p.submitted = true;
+    return absl::OkStatus();
+  }
   AllreduceOptions options;
   options.op = ReduceOp::kAverage;
   options.process_set = options_.process_set;
@@ -167,9 +194,14 @@ absl::Status DistributedOptimizer::Synchronize() {
     if (p->submitted) {
       absl::Status wait = Wait(p->handle);
       if (!wait.ok() && status.ok()) status = wait;
-      if (wait.ok() && !p->exchanged.is_same(p->tensor.grad()))
+      if (wait.ok() && options_.reduce_scatter) {
+        p->shard = p->scattered.to(p->tensor.grad().scalar_type());
+        p->tensor.mutable_grad().reset();
+      } else if (wait.ok() && !p->exchanged.is_same(p->tensor.grad())) {
         p->tensor.grad().copy_(p->exchanged);
+      }
     }
+    p->scattered = at::Tensor();
     p->submitted = false;
     p->passes_left = options_.backward_passes_per_step;
     p->exchanged = at::Tensor();
@@ -179,7 +211,15 @@ absl::Status DistributedOptimizer::Synchronize() {
   return status;
 }
 
+const at::Tensor& DistributedOptimizer::GradientShard(size_t index) const {
+  return params_[index]->shard;
+}
+
 absl::Status DistributedOptimizer::Step(bool synchronize) {
+  if (options_.reduce_scatter) {
+    return absl::FailedPreconditionError(
+        "a DistributedOptimizer that reduce-scatters gradients is stepped by ShardedOptimizer");
+  }
   if (synchronize) HVX_RETURN_IF_ERROR(Synchronize());
   try {
     optimizer_.step();

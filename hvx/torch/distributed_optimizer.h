@@ -16,6 +16,8 @@
 // - compression: gradients travel as float16/bfloat16 and are cast back after the exchange.
 // - A parameter that got no gradient on this rank in this step (an unused branch) is exchanged as
 //   zeros by Step(), so the other ranks never wait for it.
+// - reduce_scatter: each rank keeps only its slice of every averaged gradient (ShardedOptimizer,
+//   hvx/torch/sharded_optimizer.h).
 // With one rank nothing is exchanged and Step() only steps the optimizer.
 #ifndef HVX_TORCH_DISTRIBUTED_OPTIMIZER_H_
 #define HVX_TORCH_DISTRIBUTED_OPTIMIZER_H_
@@ -45,7 +47,19 @@ struct DistributedOptimizerOptions {
   double gradient_predivide_factor = 1.0;
   GradientCompression compression = GradientCompression::kNone;
   ProcessSet process_set;
+  // Each gradient is reduce-scattered (as a flat vector, "grad.<name>") instead of allreduced:
+  // after Synchronize() this rank holds only its slice of each average (GradientShard), the
+  // parameters' .grad() are released, and Step() is not available (ShardedOptimizer steps).
+  bool reduce_scatter = false;
 };
+
+// The slice of a flattened tensor of `numel` elements that rank `rank` of `size` holds when it
+// is sharded: the reduce-scatter's rows (the first numel % size ranks hold one more element).
+struct ShardRange {
+  int64_t begin = 0;
+  int64_t size = 0;
+};
+ShardRange ShardOf(int64_t numel, int size, int rank);
 
 class DistributedOptimizer {
  public:
@@ -69,6 +83,11 @@ class DistributedOptimizer {
   // Zeroes the gradients. FailedPrecondition while exchanges are in flight.
   absl::Status ZeroGrad();
 
+  // With reduce_scatter, after Synchronize(): this rank's ShardOf slice of the averaged flat
+  // gradient of parameter `index` (in named_parameters order, those requiring gradients).
+  const at::Tensor& GradientShard(size_t index) const;
+  size_t num_parameters() const { return params_.size(); }
+
   torch::optim::Optimizer& optimizer() { return optimizer_; }
   const DistributedOptimizerOptions& options() const { return options_; }
 
@@ -84,7 +103,7 @@ class DistributedOptimizer {
 
   torch::optim::Optimizer& optimizer_;
   const DistributedOptimizerOptions options_;
-  const bool exchange_;  // more than one rank in the process set
+  const bool exchange_;  // more than one rank in the process set, or reduce_scatter
   std::vector<std::unique_ptr<Param>> params_;
   std::mutex mu_;
   absl::Status hook_error_;  // the first error a hook ran into, reported by the next Step()

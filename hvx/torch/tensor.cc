@@ -168,6 +168,54 @@ absl::StatusOr<at::Tensor> Allgather(const std::string& name, const at::Tensor& 
   return *output;
 }
 
+namespace {
+
+// An output allocator that hands out `output` (of `what`) when the negotiated shape fits it.
+OutputAllocator Into(const at::Tensor& output, const std::string& what) {
+  return [output, what](DataType, const TensorShape& shape,
+                        const Device&) -> absl::StatusOr<TensorRef> {
+    if (shape.num_elements() != output.numel()) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": the result has ",
+                                                     shape.num_elements(), " elements, its output ",
+                                                     output.numel()));
+    }
+    HVX_ASSIGN_OR_RETURN(TensorRef ref, AsTensorRef(output, what));
+    return TensorRef(ref.dtype(), shape, ref.data(), ref.device());
+  };
+}
+
+absl::Status CheckOutputFits(const at::Tensor& input, const at::Tensor& output,
+                             const std::string& name) {
+  if (!output.defined() || !output.is_contiguous() || output.scalar_type() != input.scalar_type() ||
+      output.device() != input.device()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ": the output must be a contiguous tensor of the input's dtype and device"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<Handle> AllgatherInto(const std::string& name, const at::Tensor& input,
+                                     const at::Tensor& output, const ProcessSet& process_set) {
+  HVX_ASSIGN_OR_RETURN(TensorRef ref, AsTensorRef(input, name));
+  HVX_RETURN_IF_ERROR(CheckOutputFits(input, output, name));
+  CollectiveOptions options;
+  options.process_set = process_set;
+  options.allocator = Into(output, name);
+  return hvx::Allgather(name, ref, options);
+}
+
+absl::StatusOr<Handle> ReduceScatterInto(const std::string& name, const at::Tensor& input,
+                                         const at::Tensor& output,
+                                         const ReduceScatterOptions& options) {
+  HVX_ASSIGN_OR_RETURN(TensorRef ref, AsTensorRef(input, name));
+  HVX_RETURN_IF_ERROR(CheckOutputFits(input, output, name));
+  ReduceScatterOptions o = options;
+  o.allocator = Into(output, name);
+  return hvx::ReduceScatter(name, ref, o);
+}
+
 absl::Status BroadcastInPlace(const std::string& name, const at::Tensor& tensor, int root_rank,
                               const ProcessSet& process_set) {
   HVX_ASSIGN_OR_RETURN(TensorRef ref, AsTensorRef(tensor, name));

@@ -44,6 +44,17 @@ absl::Status AllreduceInPlace(const std::string& name, const at::Tensor& tensor,
 // Concatenation of every rank's `tensor` along dim 0, in rank order, on the tensor's device.
 absl::StatusOr<at::Tensor> Allgather(const std::string& name, const at::Tensor& tensor,
                                      const ProcessSet& process_set = {});
+// Asynchronous allgather of `input` (along dim 0) straight into `output`, which must be
+// contiguous, of the input's dtype and device, and hold exactly the concatenation's elements
+// (any shape: a parameter's memory for its gathered shards). Both must stay alive and untouched
+// until the handle completes; the handle fails when the sizes do not match.
+absl::StatusOr<Handle> AllgatherInto(const std::string& name, const at::Tensor& input,
+                                     const at::Tensor& output, const ProcessSet& process_set = {});
+// Asynchronous reduce-scatter of `input` into `output`, which holds exactly this rank's rows
+// (ReduceScatterRows), contiguous, of the input's dtype and device.
+absl::StatusOr<Handle> ReduceScatterInto(const std::string& name, const at::Tensor& input,
+                                         const at::Tensor& output,
+                                         const ReduceScatterOptions& options = {});
 // Broadcast from `root_rank` into `tensor`, in place, and wait.
 absl::Status BroadcastInPlace(const std::string& name, const at::Tensor& tensor, int root_rank,
                               const ProcessSet& process_set = {});

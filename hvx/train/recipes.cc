@@ -8,12 +8,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <sstream>
 #include <string>
-#include <type_traits>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "hvx/torch/optimizer_state.h"
 #include "hvx/torch/version.h"
 
 namespace hvx {
@@ -44,19 +43,6 @@ std::unique_ptr<OptimizerOptions> OptionsFor(const OptimizerConfig& o, double we
   }
 }
 
-// The key of a parameter's state in a LibTorch optimizer, as its own optimizers make it: the
-// TensorImpl's address (a string of it before LibTorch 2.x, the pointer itself since).
-template <typename Key>
-Key StateKey(const at::Tensor& p) {
-  if constexpr (std::is_same_v<Key, std::string>) {
-    std::ostringstream key;
-    key << p.unsafeGetTensorImpl();
-    return key.str();
-  } else {
-    return p.unsafeGetTensorImpl();
-  }
-}
-
 }  // namespace
 
 at::Tensor Lamb::step(LossClosure closure) {
@@ -66,6 +52,14 @@ at::Tensor Lamb::step(LossClosure closure) {
     at::AutoGradMode enable_grad(true);
     loss = closure();
   }
+  // With a norm sum (sharded tensors), every update is computed first so that the squared norms
+  // of all tensors are summed over ranks at once; without, each is applied as it is computed.
+  struct Pending {
+    at::Tensor p, update;
+    double lr;
+  };
+  std::vector<Pending> pending;
+  std::vector<double> squares;
   for (auto& group : param_groups_) {
     auto& options = static_cast<torch::optim::AdamWOptions&>(group.options());
     const double beta1 = std::get<0>(options.betas());
@@ -73,7 +67,7 @@ at::Tensor Lamb::step(LossClosure closure) {
     for (auto& p : group.params()) {
       if (!p.grad().defined()) continue;
       const at::Tensor& grad = p.grad();
-      const auto key = StateKey<std::decay_t<decltype(state_)>::key_type>(p);
+      const auto key = StateKeyOf(p);
       auto found = state_.find(key);
       if (found == state_.end()) {
         auto state = std::make_unique<torch::optim::AdamWParamState>();
@@ -93,9 +87,23 @@ at::Tensor Lamb::step(LossClosure closure) {
       if (options.weight_decay() != 0) update.add_(p, options.weight_decay());
       const double w_norm = p.norm().item<double>();
       const double u_norm = update.norm().item<double>();
+      if (norm_sum_) {
+        squares.push_back(w_norm * w_norm);
+        squares.push_back(u_norm * u_norm);
+        pending.push_back({p, update, options.lr()});
+        continue;
+      }
       const double trust = (w_norm > 0 && u_norm > 0) ? w_norm / u_norm : 1.0;
       p.add_(update, -options.lr() * trust);
     }
+  }
+  if (!norm_sum_) return loss;
+  const absl::Status summed = norm_sum_(&squares);
+  TORCH_CHECK(summed.ok(), "LAMB's norms over ranks: ", summed.ToString());
+  for (size_t i = 0; i < pending.size(); ++i) {
+    const double w_norm = std::sqrt(squares[2 * i]), u_norm = std::sqrt(squares[2 * i + 1]);
+    const double trust = (w_norm > 0 && u_norm > 0) ? w_norm / u_norm : 1.0;
+    pending[i].p.add_(pending[i].update, -pending[i].lr * trust);
   }
   return loss;
 }
@@ -251,23 +259,32 @@ LossScaler::LossScaler(double initial_scale, int64_t growth_interval)
   state_.emplace_back("loss_scale", torch::tensor({initial_scale, 0.0, 0.0}, torch::kFloat64));
 }
 
-bool LossScaler::UnscaleOrSkip(torch::nn::Module& model) {
+bool LossScaler::AllFinite(const std::vector<at::Tensor>& grads) {
   torch::NoGradGuard no_grad;
-  std::vector<at::Tensor> grads, finite;
-  for (const auto& p : model.parameters()) {
-    if (!p.grad().defined()) continue;
-    grads.push_back(p.grad());
-    finite.push_back(p.grad().isfinite().all());
-  }
-  double* v = values();
+  std::vector<at::Tensor> finite;
+  for (const auto& g : grads) finite.push_back(g.isfinite().all());
   // One synchronisation for every gradient.
-  if (!finite.empty() && !torch::stack(finite).all().item<bool>()) {
+  return finite.empty() || torch::stack(finite).all().item<bool>();
+}
+
+bool LossScaler::UnscaleOrSkip(torch::nn::Module& model) {
+  std::vector<at::Tensor> grads;
+  for (const auto& p : model.parameters()) {
+    if (p.grad().defined()) grads.push_back(p.grad());
+  }
+  return UnscaleOrSkip(grads, AllFinite(grads));
+}
+
+bool LossScaler::UnscaleOrSkip(const std::vector<at::Tensor>& grads, bool all_finite) {
+  torch::NoGradGuard no_grad;
+  double* v = values();
+  if (!all_finite) {
     v[0] *= 0.5;
     v[1] = 0;
     v[2] += 1;
     return false;
   }
-  for (auto& g : grads) g.mul_(1.0 / v[0]);
+  for (const auto& g : grads) at::Tensor(g).mul_(1.0 / v[0]);
   if (++v[1] >= growth_interval_) {
     v[0] *= 2;
     v[1] = 0;

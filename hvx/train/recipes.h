@@ -15,11 +15,13 @@
 #include <torch/optim/adamw.h>
 #include <torch/optim/optimizer.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "hvx/train/train_config.pb.h"
 
@@ -35,6 +37,14 @@ class Lamb : public torch::optim::AdamW {
  public:
   using torch::optim::AdamW::AdamW;
   at::Tensor step(LossClosure closure = nullptr) override;
+  // For parameters that are slices of tensors spread over ranks (ShardedOptimizer): sums each
+  // tensor's squared norms (of the weights and of the update, interleaved) over ranks in place,
+  // so the trust ratio is the whole tensor's. One call per step, on every rank.
+  using NormSum = std::function<absl::Status(std::vector<double>*)>;
+  void set_norm_sum(NormSum sum) { norm_sum_ = std::move(sum); }
+
+ private:
+  NormSum norm_sum_;
 };
 
 // The optimizer `o` asks for over `model`'s parameters. With o.no_decay_on_bias_and_norm() there
@@ -132,6 +142,11 @@ class LossScaler {
   int64_t skipped_steps() const { return static_cast<int64_t>(values()[2]); }
   // True: the gradients of `model` are unscaled, step. False: some gradient is inf or NaN, skip.
   bool UnscaleOrSkip(torch::nn::Module& model);
+  // The same over `grads`, where `all_finite` is whether every gradient of the step is finite:
+  // AllFinite(grads) when this rank holds them all, its agreement over ranks when each rank holds
+  // slices (ShardedOptimizer).
+  bool UnscaleOrSkip(const std::vector<at::Tensor>& grads, bool all_finite);
+  static bool AllFinite(const std::vector<at::Tensor>& grads);
   // "loss_scale": float64 [scale, good steps in a row, skipped steps], for checkpoints.
   std::vector<std::pair<std::string, at::Tensor>>& state() { return state_; }
 

@@ -30,6 +30,7 @@
 #include "hvx/data/pipeline.h"
 #include "hvx/data/shard_plan.h"
 #include "hvx/torch/distributed_optimizer.h"
+#include "hvx/torch/sharded_optimizer.h"
 #include "hvx/torch/tensor.h"
 #include "hvx/train/checkpoint.h"
 #include "hvx/train/config.h"
@@ -172,7 +173,13 @@ struct Run {
   std::shared_ptr<const data::Decoder> eval_decoder;
   std::shared_ptr<Classifier> model;
   std::unique_ptr<torch::optim::Optimizer> optimizer;
+  // optimizer.shard NONE: gradients averaged, `optimizer` steps the whole parameters.
   std::unique_ptr<DistributedOptimizer> distributed;
+  // Otherwise `optimizer` steps this rank's slices of the parameters through `sharded`, and
+  // `replicated`, the same optimizer over the whole parameters, is what checkpoints hold: state is
+  // gathered into it to save and scattered from it after loading, and dropped in between.
+  std::unique_ptr<ShardedOptimizer> sharded;
+  std::unique_ptr<torch::optim::Optimizer> replicated;
   // TrainConfig.ema_decay > 0: the parameters' moving average, what evaluation and export use.
   std::unique_ptr<WeightAverage> average;
   // precision: what autocast computes in (kFloat: nothing is cast), and the loss scaling of
@@ -469,10 +476,15 @@ absl::StatusOr<TrainingPosition> StartingPosition(Run& run, int64_t* resumed_fro
   pos.world_size = Size();
   pos.batch_size = config.data().batch_size();
   if (CheckpointsOn(config) && (config.checkpoint().resume() || run.options.fresh)) {
+    torch::optim::Optimizer& optimizer = run.sharded ? *run.replicated : *run.optimizer;
     HVX_ASSIGN_OR_RETURN(
         bool resumed, ResumeFromNewestCheckpoint(config.checkpoint(), run.options.fresh, run.device,
-                                                 *run.model, *run.optimizer, &pos, Extras(run)));
+                                                 *run.model, optimizer, &pos, Extras(run)));
     if (resumed) *resumed_from_step = pos.global_step;
+    if (resumed && run.sharded) {
+      HVX_RETURN_IF_ERROR(run.sharded->ScatterState(*run.replicated));
+      run.replicated->state().clear();
+    }
   }
   return pos;
 }
@@ -546,6 +558,30 @@ struct StepOutcome {
   bool skipped = false;  // loss scaling found inf or NaN gradients: no optimizer step
 };
 
+// Writes a checkpoint at `pos` (every rank calls it): with a sharded optimizer, of the state
+// gathered from every rank, as a replicated run writes it, so it resumes at any world size and
+// any optimizer.shard.
+absl::Status Checkpoint(Run& run, const TrainingPosition& pos) {
+  if (!run.sharded) {
+    return SaveCheckpoint(run.config.checkpoint(), *run.model, *run.optimizer, pos, Extras(run));
+  }
+  HVX_RETURN_IF_ERROR(run.sharded->GatherState(*run.replicated));
+  absl::Status saved =
+      SaveCheckpoint(run.config.checkpoint(), *run.model, *run.replicated, pos, Extras(run));
+  run.replicated->state().clear();
+  return saved;
+}
+
+// Loss scaling: unscales the averaged gradients, or says to skip the step (every rank alike). A
+// sharded optimizer's ranks each hold slices, so they agree on whether all are finite.
+absl::StatusOr<bool> UnscaleOrSkip(Run& run) {
+  if (!run.sharded) return run.scaler->UnscaleOrSkip(*run.model);
+  const std::vector<at::Tensor> grads = run.sharded->Gradients();
+  std::vector<double> bad = {LossScaler::AllFinite(grads) ? 0.0 : 1.0};
+  HVX_RETURN_IF_ERROR(run.sharded->SumOverRanks(&bad, "finite"));
+  return run.scaler->UnscaleOrSkip(grads, bad[0] == 0);
+}
+
 // One optimizer step of every rank on this rank's `batch`, at learning rate `lr`, which makes
 // `global_step` + 1 steps done: forward and backward in optimizer.backward_passes_per_step
 // micro-batches (each loss weighted by its share of the batch, so the summed gradient is the
@@ -561,7 +597,7 @@ absl::StatusOr<StepOutcome> TrainStep(Run& run, std::unique_ptr<data::Batch> bat
   // exactly what the uninterrupted run drew.
   torch::manual_seed(config.seed() * 1000003 + static_cast<uint64_t>(global_step) * 131 + Rank());
   SetLr(*run.optimizer, lr);
-  HVX_RETURN_IF_ERROR(run.distributed->ZeroGrad());
+  HVX_RETURN_IF_ERROR(run.sharded ? run.sharded->ZeroGrad() : run.distributed->ZeroGrad());
   const int64_t rows = images.size(0);
   const auto parts = MicroBatches(rows, config.optimizer().backward_passes_per_step());
   StepOutcome outcome;
@@ -572,17 +608,24 @@ absl::StatusOr<StepOutcome> TrainStep(Run& run, std::unique_ptr<data::Batch> bat
     (run.scaler ? loss * run.scaler->scale() : loss).backward();
     outcome.loss += loss.item<double>();
   }
-  HVX_RETURN_IF_ERROR(run.distributed->Synchronize());
+  HVX_RETURN_IF_ERROR(run.sharded ? run.sharded->Synchronize() : run.distributed->Synchronize());
   // Every rank sees the same averaged gradients, so every rank skips the same steps.
-  if (run.scaler && !run.scaler->UnscaleOrSkip(*run.model)) {
-    outcome.skipped = true;
-    return outcome;
+  if (run.scaler) {
+    HVX_ASSIGN_OR_RETURN(const bool step, UnscaleOrSkip(run));
+    if (!step) {
+      outcome.skipped = true;
+      return outcome;
+    }
   }
   // The averaged gradients are the same on every rank, so is their norm and the clipped step.
-  if (config.optimizer().clip_grad_norm() > 0) {
-    outcome.grad_norm = ClipGradients(*run.model, config.optimizer().clip_grad_norm());
+  const double max_norm = config.optimizer().clip_grad_norm();
+  if (max_norm > 0 && run.sharded) {
+    HVX_ASSIGN_OR_RETURN(outcome.grad_norm, run.sharded->ClipGradNorm(max_norm));
+  } else if (max_norm > 0) {
+    outcome.grad_norm = ClipGradients(*run.model, max_norm);
   }
-  HVX_RETURN_IF_ERROR(run.distributed->Step(/*synchronize=*/false));
+  HVX_RETURN_IF_ERROR(run.sharded ? run.sharded->Step(/*synchronize=*/false)
+                                  : run.distributed->Step(/*synchronize=*/false));
   if (run.average) run.average->Update(global_step + 1);
   return outcome;
 }
@@ -684,8 +727,7 @@ absl::StatusOr<EpochSteps> TrainEpoch(Run& run, int64_t epoch, TrainingPosition*
     const int every_steps = config.checkpoint().every_steps();
     if (CheckpointsOn(config) && (stop || agreed.checkpoint_due ||
                                   (every_steps > 0 && pos->global_step % every_steps == 0))) {
-      HVX_RETURN_IF_ERROR(
-          SaveCheckpoint(config.checkpoint(), *run.model, *run.optimizer, *pos, Extras(run)));
+      HVX_RETURN_IF_ERROR(Checkpoint(run, *pos));
       run.last_checkpoint = Clock::now();
     }
     if (stop) break;
@@ -739,8 +781,7 @@ absl::Status EndEpoch(Run& run, int64_t epoch, double epoch_s, TrainingPosition*
   }
   if (CheckpointsOn(config) && ((epoch + 1) % config.checkpoint().every_epochs() == 0 ||
                                 last_epoch || StopAfterThisStep(run, *pos))) {
-    HVX_RETURN_IF_ERROR(
-        SaveCheckpoint(config.checkpoint(), *run.model, *run.optimizer, *pos, Extras(run)));
+    HVX_RETURN_IF_ERROR(Checkpoint(run, *pos));
     run.last_checkpoint = Clock::now();
   }
   return absl::OkStatus();
@@ -850,8 +891,24 @@ absl::StatusOr<TrainResult> RunTraining(const TrainConfig& config, const RunOpti
   dopts.backward_passes_per_step = config.optimizer().backward_passes_per_step();
   HVX_ASSIGN_OR_RETURN(dopts.compression, ParseGradientCompression(config.engine().compression()));
   dopts.gradient_predivide_factor = config.engine().gradient_predivide_factor();
-  HVX_ASSIGN_OR_RETURN(run.distributed, DistributedOptimizer::Create(
-                                            *run.optimizer, run.model->named_parameters(), dopts));
+  if (config.optimizer().shard() == Sharding::NONE) {
+    HVX_ASSIGN_OR_RETURN(
+        run.distributed,
+        DistributedOptimizer::Create(*run.optimizer, run.model->named_parameters(), dopts));
+  } else {
+    HVX_ASSIGN_OR_RETURN(run.replicated, MakeOptimizer(config.optimizer(), *run.model));
+    ShardedOptimizerOptions sopts;
+    sopts.stage = config.optimizer().shard() == Sharding::GRADIENTS ? ShardStage::kGradients
+                                                                    : ShardStage::kState;
+    sopts.exchange = dopts;
+    HVX_ASSIGN_OR_RETURN(run.sharded, ShardedOptimizer::Create(
+                                          *run.optimizer, run.model->named_parameters(), sopts));
+    if (auto* lamb = dynamic_cast<Lamb*>(run.optimizer.get())) {
+      lamb->set_norm_sum([sharded = run.sharded.get()](std::vector<double>* squares) {
+        return sharded->SumOverRanks(squares, "lamb");
+      });
+    }
+  }
   if (Rank() == 0 && !config.summaries_dir().empty()) {
     HVX_ASSIGN_OR_RETURN(run.summaries, SummaryWriter::Create(config.summaries_dir()));
     run.report = std::make_unique<RunReport>(

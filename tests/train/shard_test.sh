@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Sharded optimizer state and gradients (optimizer.shard) against the replicated optimizer:
+# - exactness: 50 steps of the CNN with Adam print the same losses and export byte-identical
+#   weights for NONE, STATE and GRADIENTS at 2 and at 4 processes (on one host the
+#   shared-memory reduce-scatter folds each element as the allreduce does);
+# - LAMB (whole-tensor trust ratios from summed slice norms) and global-norm clipping train the
+#   same as replicated within rounding;
+# - resume: a 4-process GRADIENTS run stopped mid-epoch resumes at 2 processes with STATE and at
+#   3 with NONE; each prints the losses of an uninterrupted run at that size and setting from the
+#   same checkpoint (checkpoints hold whole tensors, whatever the setting).
+#   shard_test.sh TRAIN MAKE_IDX LIB
+set -uo pipefail
+TRAIN=$(readlink -f "$1"); MAKE_IDX=$(readlink -f "$2"); source "$3"
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+T=${TEST_TMPDIR:-$(mktemp -d)}
+failures=0
+# 1000 samples, batch 10: 50 steps per epoch at 2 processes, 25 at 4.
+tiny_config "$T" cnn 1000 40 10 1 || { echo "FAIL: could not write the dataset"; exit 1; }
+adam='optimizer { kind: ADAM lr: 0.002 weight_decay: 0.0001 }'
+
+run() {  # run NAME OVERRIDE [ARGS...]
+    local name=$1 override=$2; shift 2
+    timeout -k 5 300 "$TRAIN" --config="$T/tiny.pbtxt" --override="$override" "$@" \
+        >"$T/$name.out" 2>"$T/$name.err"
+    local rc=$?
+    check "$name exits 0 (rc=$rc)" $rc
+    [[ $rc == 0 ]] || tail -n 20 "$T/$name.out" "$T/$name.err"
+}
+# Step counters and losses only: the learning rate is the same by construction.
+same_losses() {  # same_losses WHAT REF OTHER...
+    local what=$1 ref=$2 f; shift 2
+    [[ $(losses "$T/$ref.out" | wc -l) -gt 0 ]] || { check "$what: $ref logged steps" 1; return; }
+    for f in "$@"; do
+        diff <(losses "$T/$ref.out") <(losses "$T/$f.out") >/dev/null
+        check "$what: $f prints $ref's losses step for step" $?
+    done
+}
+
+for np in 2 4; do
+    epochs=$((np / 2))  # 50 steps either way
+    for shard in NONE STATE GRADIENTS; do
+        run "adam$np-$shard" "launch { num_processes: \"$np\" } epochs: $epochs $adam optimizer { shard: $shard }" \
+            --export="$T/adam$np-$shard.pt"
+    done
+    [[ $(losses "$T/adam$np-NONE.out" | wc -l) == 50 ]]; check "$np processes: 50 steps" $?
+    same_losses "$np processes, Adam" "adam$np-NONE" "adam$np-STATE" "adam$np-GRADIENTS"
+    for shard in STATE GRADIENTS; do
+        cmp -s "$T/adam$np-NONE.pt" "$T/adam$np-$shard.pt"
+        check "$np processes: $shard exports the bytes NONE exports" $?
+    done
+done
+
+# LAMB and clipping: norms of slices summed over ranks, equal to the whole tensors' within rounding.
+close_losses() {  # close_losses WHAT REF OTHER: the first 8 steps' losses within 1e-5 relative
+    # (rounding of the summed norms; trust ratios from each rank's slices alone drift 3e-5 by the
+    # third step), the same number of steps.
+    python3 - "$T/$2.out" "$T/$3.out" <<'PY'
+import re, sys
+def losses(p):
+    return [float(m.group(1)) for m in re.finditer(r"^\[0\] epoch .* loss ([0-9.e+-]+) lr", open(p).read(), re.M)]
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+ok = len(a) == len(b) > 0 and all(abs(x - y) <= 1e-5 * abs(x) for x, y in list(zip(a, b))[:8])
+if not ok: print("losses differ:", list(zip(a, b))[:8], len(a), len(b))
+sys.exit(0 if ok else 1)
+PY
+    check "$1" $?
+}
+lamb='launch { num_processes: "3" } optimizer { kind: LAMB lr: 0.005 weight_decay: 0.01 clip_grad_norm: 0.5 } logging { max_steps_per_epoch: 20 }'
+run lamb-NONE "$lamb"
+run lamb-GRADIENTS "$lamb optimizer { shard: GRADIENTS }"
+close_losses "3 processes, LAMB with clipping: GRADIENTS trains as NONE within rounding" lamb-NONE lamb-GRADIENTS
+grep -q "grad_norm" "$T/lamb-GRADIENTS.out"; check "clipping logs the global gradient norm" $?
+
+# Resume across sizes and settings: 4 x GRADIENTS stopped at step 10 of 25.
+four="launch { num_processes: \"4\" } $adam"
+run stop4 "$four optimizer { shard: GRADIENTS } checkpoint { dir: \"$T/ck\" }" --max_steps=10
+[[ -f $T/ck/ckpt-10.pt ]]; check "the stopped run left ckpt-10.pt" $?
+for target in "2 STATE" "3 NONE"; do
+    set -- $target
+    cp -r "$T/ck" "$T/ck_$1_$2"; cp -r "$T/ck" "$T/ck_$1_$2_ref"
+    run "resumed$1-$2" "launch { num_processes: \"$1\" } $adam optimizer { shard: $2 } checkpoint { dir: \"$T/ck_$1_$2\" }"
+    grep -q "resuming from $T/ck_$1_$2/ckpt-10.pt" "$T/resumed$1-$2.err"
+    check "$1 processes with $2 resumed from the 4-process GRADIENTS checkpoint" $?
+    # The reference: the same checkpoint resumed with the other setting (NONE for STATE, and
+    # GRADIENTS for NONE) must print the same losses.
+    other=NONE; [[ $2 == NONE ]] && other=GRADIENTS
+    run "resumed$1-$other" "launch { num_processes: \"$1\" } $adam optimizer { shard: $other } checkpoint { dir: \"$T/ck_$1_$2_ref\" }"
+    [[ $(losses "$T/resumed$1-$2.out" | wc -l) -gt 0 ]]; check "$1 processes: the resumed run trained" $?
+    same_losses "resumed at $1 processes" "resumed$1-$other" "resumed$1-$2"
+done
+
+echo "failures: $failures"
+[[ $failures == 0 ]]
