@@ -44,6 +44,7 @@ struct DistributedOptimizer::Param {
   // slice in the gradient's dtype once Synchronize() returned.
   at::Tensor scattered;
   at::Tensor shard;
+  bool finished = false;  // the exchange completed and its result is in place
 };
 
 class DistributedOptimizer::Hook : public torch::autograd::FunctionPostHook {
@@ -131,6 +132,9 @@ void DistributedOptimizer::OnGradient(size_t index) {
   if (--p.passes_left > 0) return;
   absl::Status status = SubmitLocked(index);
   if (!status.ok() && hook_error_.ok()) hook_error_ = status;
+  // Gradients already reduce-scattered are not needed any more: freed during backward, the
+  // whole model's gradients never exist at once.
+  if (options_.reduce_scatter) ReleaseScatteredLocked();
 }
 
 absl::Status DistributedOptimizer::SubmitLocked(size_t index) {
@@ -191,24 +195,41 @@ absl::Status DistributedOptimizer::Synchronize() {
   }
   at::NoGradGuard no_grad;
   for (auto& p : params_) {
-    if (p->submitted) {
+    if (p->submitted && !p->finished) {
       absl::Status wait = Wait(p->handle);
       if (!wait.ok() && status.ok()) status = wait;
-      if (wait.ok() && options_.reduce_scatter) {
-        p->shard = p->scattered.to(p->tensor.grad().scalar_type());
-        p->tensor.mutable_grad().reset();
-      } else if (wait.ok() && !p->exchanged.is_same(p->tensor.grad())) {
-        p->tensor.grad().copy_(p->exchanged);
-      }
+      if (wait.ok()) FinishLocked(*p);
     }
     p->scattered = at::Tensor();
     p->submitted = false;
+    p->finished = false;
     p->passes_left = options_.backward_passes_per_step;
     p->exchanged = at::Tensor();
     p->handle = Handle();
   }
   hook_error_ = absl::OkStatus();
   return status;
+}
+
+void DistributedOptimizer::FinishLocked(Param& p) {
+  if (options_.reduce_scatter) {
+    p.shard = p.scattered.to(p.tensor.grad().scalar_type());
+    p.tensor.mutable_grad().reset();
+    p.exchanged = at::Tensor();
+    p.scattered = at::Tensor();
+  } else if (!p.exchanged.is_same(p.tensor.grad())) {
+    p.tensor.grad().copy_(p.exchanged);
+  }
+  p.finished = true;
+}
+
+void DistributedOptimizer::ReleaseScatteredLocked() {
+  at::NoGradGuard no_grad;
+  for (auto& p : params_) {
+    if (p->submitted && !p->finished && Poll(p->handle) && p->handle.status().ok()) {
+      FinishLocked(*p);
+    }
+  }
 }
 
 const at::Tensor& DistributedOptimizer::GradientShard(size_t index) const {

@@ -100,6 +100,11 @@ class DistributedOptimizer {
   void OnGradient(size_t index);
   // Submits parameter `index`'s exchange; requires mu_.
   absl::Status SubmitLocked(size_t index);
+  // After `p`'s exchange completed: the average into .grad(), or with reduce_scatter the slice
+  // kept and the gradient released. Requires mu_.
+  void FinishLocked(Param& p);
+  // reduce_scatter: finishes every exchange already complete (from the hooks, during backward).
+  void ReleaseScatteredLocked();
 
   torch::optim::Optimizer& optimizer_;
   const DistributedOptimizerOptions options_;

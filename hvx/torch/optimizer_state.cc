@@ -60,4 +60,14 @@ absl::Status ForEachStateTensor(const torch::optim::OptimizerParamState& state,
       .status();
 }
 
+int64_t OptimizerStateBytes(const torch::optim::Optimizer& optimizer) {
+  int64_t bytes = 0;
+  for (const auto& [key, state] : optimizer.state()) {
+    ForEachStateTensor(
+        *state, [&](const at::Tensor& t) { bytes += t.numel() * t.element_size(); }, "state")
+        .IgnoreError();
+  }
+  return bytes;
+}
+
 }  // namespace hvx

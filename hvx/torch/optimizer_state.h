@@ -6,6 +6,7 @@
 #include <ATen/core/Tensor.h>
 #include <torch/optim/optimizer.h>
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <sstream>
@@ -47,6 +48,9 @@ absl::StatusOr<std::unique_ptr<torch::optim::OptimizerParamState>> MapStateTenso
 absl::Status ForEachStateTensor(const torch::optim::OptimizerParamState& state,
                                 const std::function<void(const at::Tensor&)>& fn,
                                 const std::string& what);
+
+// Bytes of every state tensor `optimizer` holds (kinds ForEachStateTensor knows).
+int64_t OptimizerStateBytes(const torch::optim::Optimizer& optimizer);
 
 }  // namespace hvx
 

@@ -254,14 +254,4 @@ absl::Status ShardedOptimizer::ScatterState(torch::optim::Optimizer& full) {
   return absl::OkStatus();
 }
 
-int64_t ShardedOptimizer::StateBytes() const {
-  int64_t bytes = 0;
-  for (const auto& [key, state] : optimizer_.state()) {
-    ForEachStateTensor(
-        *state, [&](const at::Tensor& t) { bytes += t.numel() * t.element_size(); }, "state")
-        .IgnoreError();
-  }
-  return bytes;
-}
-
 }  // namespace hvx

@@ -93,9 +93,6 @@ class ShardedOptimizer {
   // become the wrapped optimizer's.
   absl::Status ScatterState(torch::optim::Optimizer& full);
 
-  // Bytes of optimizer state this rank holds.
-  int64_t StateBytes() const;
-
   torch::optim::Optimizer& optimizer() { return optimizer_; }
   const ShardedOptimizerOptions& options() const { return options_; }
 

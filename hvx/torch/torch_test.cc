@@ -4,9 +4,13 @@
 #include <cmath>
 #include <string>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "hvx/core/api.h"
 #include "hvx/torch/distributed_optimizer.h"
+#include "hvx/torch/optimizer_state.h"
+#include "hvx/torch/sharded_optimizer.h"
 #include "hvx/torch/tensor.h"
 
 namespace hvx {
@@ -221,6 +225,140 @@ TEST(TorchTest, BroadcastOptimizerStateCopiesMomentumAndAdamMoments) {
   ExpectRowsEqual(GatherParams(*net, "optstate.after"));
   EXPECT_EQ(sgd.state().size(), net->parameters().size());
   EXPECT_EQ(adam.state().size(), net->parameters().size());
+}
+
+// Two copies of one model, one with the replicated optimizer, one sharded, trained on the same
+// batches: the sharded copy's parameters equal the replicated one's after every step (fc2's bias
+// has 2 elements: at 3 ranks one rank's slice of it is empty), and so does its gathered state.
+void CheckShardedEqualsReplicated(ShardStage stage, bool adam) {
+  SCOPED_TRACE(absl::StrCat("stage ", static_cast<int>(stage), adam ? " Adam" : " SGD"));
+  auto replicated_net = SameNetEverywhere(11);
+  auto sharded_net = std::make_shared<Net>();
+  {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < sharded_net->parameters().size(); ++i)
+      sharded_net->parameters()[i].copy_(replicated_net->parameters()[i]);
+  }
+  auto make = [adam](Net& net) -> std::unique_ptr<torch::optim::Optimizer> {
+    if (adam) {
+      return std::make_unique<torch::optim::Adam>(
+          net.parameters(), torch::optim::AdamOptions(0.01).weight_decay(0.001));
+    }
+    return std::make_unique<torch::optim::SGD>(net.parameters(),
+                                               torch::optim::SGDOptions(0.1).momentum(0.9));
+  };
+  auto replicated_opt = make(*replicated_net);
+  auto sharded_opt = make(*sharded_net);
+  auto distributed =
+      DistributedOptimizer::Create(*replicated_opt, replicated_net->named_parameters(), {});
+  ASSERT_TRUE(distributed.ok()) << distributed.status();
+  ShardedOptimizerOptions options;
+  options.stage = stage;
+  auto sharded = ShardedOptimizer::Create(*sharded_opt, sharded_net->named_parameters(), options);
+  ASSERT_TRUE(sharded.ok()) << sharded.status();
+  for (int step = 0; step < 4; ++step) {
+    // One after the other: both exchange gradients named "grad.<parameter>".
+    const bool side = OddUseSide(Rank()) || step == 2;  // some ranks skip a branch
+    ASSERT_TRUE((*distributed)->ZeroGrad().ok());
+    replicated_net->forward(InputFor(Rank()) + step, side).pow(2).sum().backward();
+    ASSERT_TRUE((*distributed)->Step().ok());
+    ASSERT_TRUE((*sharded)->ZeroGrad().ok());
+    sharded_net->forward(InputFor(Rank()) + step, side).pow(2).sum().backward();
+    absl::Status stepped = (*sharded)->Step();
+    ASSERT_TRUE(stepped.ok()) << stepped;
+    for (size_t i = 0; i < sharded_net->parameters().size(); ++i) {
+      EXPECT_TRUE(torch::equal(sharded_net->parameters()[i], replicated_net->parameters()[i]))
+          << "step " << step << " parameter " << i;
+    }
+  }
+  if (stage == ShardStage::kGradients) {
+    for (const auto& p : sharded_net->parameters()) EXPECT_FALSE(p.grad().defined());
+  }
+  // The gathered state is the replicated optimizer's, tensor for tensor.
+  auto gathered = make(*sharded_net);
+  ASSERT_TRUE((*sharded)->GatherState(*gathered).ok());
+  ASSERT_EQ(gathered->state().size(), replicated_opt->state().size());
+  for (size_t i = 0; i < sharded_net->parameters().size(); ++i) {
+    const auto& mine = gathered->state().at(StateKeyOf(sharded_net->parameters()[i]));
+    const auto& theirs = replicated_opt->state().at(StateKeyOf(replicated_net->parameters()[i]));
+    std::vector<at::Tensor> a, b;
+    ASSERT_TRUE(ForEachStateTensor(
+                    *mine, [&](const at::Tensor& t) { a.push_back(t); }, "")
+                    .ok());
+    ASSERT_TRUE(ForEachStateTensor(
+                    *theirs, [&](const at::Tensor& t) { b.push_back(t); }, "")
+                    .ok());
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t k = 0; k < a.size(); ++k) EXPECT_TRUE(torch::equal(a[k], b[k])) << i << "." << k;
+  }
+  // This rank keeps about 1/size of the state.
+  const int64_t whole = OptimizerStateBytes(*replicated_opt);
+  const int64_t mine = OptimizerStateBytes(*sharded_opt);
+  EXPECT_GT(whole, 0);
+  // Each tensor's slice holds at most one element more than 1/size of it: 6 tensors, 2 moments.
+  EXPECT_LE(mine, whole / Size() + 6 * 2 * 4);
+  EXPECT_GE(mine, whole / Size() - 6 * 2 * 4);
+}
+
+TEST(TorchTest, ShardedOptimizerStepsExactlyTheReplicatedOne) {
+  for (ShardStage stage : {ShardStage::kState, ShardStage::kGradients}) {
+    for (bool adam : {false, true}) CheckShardedEqualsReplicated(stage, adam);
+  }
+}
+
+// State scattered from a replicated optimizer (a checkpoint's) continues as the replicated one
+// does; an optimizer that has state already or a tensor nobody named is refused.
+TEST(TorchTest, ShardedOptimizerTakesAReplicatedStateAndRefusesBadInput) {
+  auto net = SameNetEverywhere(12);
+  auto copy = std::make_shared<Net>();
+  {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < copy->parameters().size(); ++i)
+      copy->parameters()[i].copy_(net->parameters()[i]);
+  }
+  torch::optim::Adam replicated(net->parameters(), torch::optim::AdamOptions(0.01));
+  auto distributed = DistributedOptimizer::Create(replicated, net->named_parameters(), {});
+  ASSERT_TRUE(distributed.ok());
+  auto step = [](Net& n, auto& opt) {
+    EXPECT_TRUE(opt.ZeroGrad().ok());
+    n.forward(InputFor(Rank()), true).pow(2).sum().backward();
+    EXPECT_TRUE(opt.Step().ok());
+  };
+  step(*net, **distributed);
+  {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < copy->parameters().size(); ++i)
+      copy->parameters()[i].copy_(net->parameters()[i]);
+  }
+  // The copy's replicated state, as a checkpoint would load it.
+  torch::optim::Adam loaded(copy->parameters(), torch::optim::AdamOptions(0.5));
+  for (size_t i = 0; i < copy->parameters().size(); ++i) {
+    const auto& st = replicated.state().at(StateKeyOf(net->parameters()[i]));
+    loaded.state()[StateKeyOf(copy->parameters()[i])] = *MapStateTensors(
+        *st, [](const at::Tensor& t) { return t.clone(); }, "test");
+  }
+  loaded.param_groups()[0].options().set_lr(0.01);
+  torch::optim::Adam sharded_adam(copy->parameters(), torch::optim::AdamOptions(0.5));
+  ShardedOptimizerOptions options;
+  options.stage = ShardStage::kGradients;
+  auto sharded = ShardedOptimizer::Create(sharded_adam, copy->named_parameters(), options);
+  ASSERT_TRUE(sharded.ok());
+  ASSERT_TRUE((*sharded)->ScatterState(loaded).ok());
+  EXPECT_DOUBLE_EQ(sharded_adam.param_groups()[0].options().get_lr(), 0.01);
+  step(*net, **distributed);
+  step(*copy, **sharded);
+  for (size_t i = 0; i < copy->parameters().size(); ++i)
+    EXPECT_TRUE(torch::equal(copy->parameters()[i], net->parameters()[i])) << i;
+
+  auto other = std::make_shared<Net>();
+  torch::optim::SGD foreign(other->parameters(), torch::optim::SGDOptions(0.1));
+  auto refused = ShardedOptimizer::Create(foreign, net->named_parameters(), {});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "is not one the optimizer owns"))
+      << refused.status();
+  auto with_state = ShardedOptimizer::Create(replicated, net->named_parameters(), {});
+  ASSERT_FALSE(with_state.ok());
+  EXPECT_TRUE(absl::StrContains(with_state.status().message(), "has state")) << with_state.status();
 }
 
 TEST(TorchTest, AllgatherConcatenatesRowsOfDifferentCounts) {

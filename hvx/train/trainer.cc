@@ -1,6 +1,7 @@
 #include "hvx/train/trainer.h"
 
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <torch/torch.h>
 #include <unistd.h>
@@ -30,6 +31,7 @@
 #include "hvx/data/pipeline.h"
 #include "hvx/data/shard_plan.h"
 #include "hvx/torch/distributed_optimizer.h"
+#include "hvx/torch/optimizer_state.h"
 #include "hvx/torch/sharded_optimizer.h"
 #include "hvx/torch/tensor.h"
 #include "hvx/train/checkpoint.h"
@@ -820,6 +822,14 @@ absl::StatusOr<TrainResult> Train(Run& run) {
   }
   result.global_step = pos.global_step;
   result.wall_s = Seconds(Clock::now() - run_start);
+  result.optimizer_state_bytes = OptimizerStateBytes(*run.optimizer);
+  struct rusage usage;
+  getrusage(RUSAGE_SELF, &usage);
+  result.peak_resident_bytes = static_cast<int64_t>(usage.ru_maxrss) * 1024;
+  HVX_LOG(INFO) << absl::StrFormat(
+      "optimizer state %.1f MiB (optimizer.shard %s over %d ranks), peak resident memory %.1f MiB",
+      result.optimizer_state_bytes / 1048576.0, Sharding::Mode_Name(run.config.optimizer().shard()),
+      Size(), result.peak_resident_bytes / 1048576.0);
   if (run.scaler) {
     result.skipped_steps = run.scaler->skipped_steps();
     HVX_LOG_RANK0(INFO) << "loss scaling skipped " << result.skipped_steps

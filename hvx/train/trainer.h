@@ -78,6 +78,10 @@ struct TrainResult {
   int64_t epochs_done = 0;
   // precision FP16/BF16 on CUDA: optimizer steps skipped for inf or NaN gradients (all runs).
   int64_t skipped_steps = 0;
+  // This rank's optimizer state at the end (1/W of it under optimizer.shard), and the peak
+  // resident memory of its process.
+  int64_t optimizer_state_bytes = 0;
+  int64_t peak_resident_bytes = 0;
 };
 
 absl::StatusOr<TrainResult> RunTraining(const TrainConfig& config, const RunOptions& options);
