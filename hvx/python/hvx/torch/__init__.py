@@ -21,5 +21,6 @@ from hvx.torch.mpi_ops import (
     remove_process_set, rocm_built, shutdown, size, sparse_allreduce_async, synchronize)
 from hvx.torch.optimizer import (
     DistributedOptimizer, broadcast_optimizer_state, broadcast_parameters)
+from hvx.torch.sharded import ShardedOptimizer
 from hvx.torch.sync_batch_norm import SyncBatchNorm
 from hvx.torch import data, elastic

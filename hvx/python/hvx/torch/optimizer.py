@@ -19,6 +19,19 @@ from hvx.torch.compression import Compression
 from hvx.torch.mpi_ops import Adasum, Average, global_process_set
 
 
+def _register_gradient_hook(p, hook):
+    """Runs hook() each time backward has produced p's gradient; returns what keeps it alive."""
+    if hasattr(p, "register_post_accumulate_grad_hook"):
+        # PyTorch >= 2.1: runs once p.grad holds this backward's gradient, also for
+        # torch.compile'd models and compiled autograd.
+        return p.register_post_accumulate_grad_hook(hook)
+    # The accumulator of p's gradient; its hook runs once the gradient is final (as Horovod
+    # does).
+    accumulator = p.expand_as(p).grad_fn.next_functions[0][0]
+    accumulator.register_hook(hook)
+    return accumulator
+
+
 class _DistributedOptimizer(torch.optim.Optimizer):
     def __init__(self, params, named_parameters, compression, backward_passes_per_step, op,
                  gradient_predivide_factor, sparse_as_dense, process_set):
@@ -75,17 +88,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             for p in group["params"]:
                 if p.requires_grad:
                     self._requires_update.add(p)
-                    hook = self._make_hook(p)
-                    if hasattr(p, "register_post_accumulate_grad_hook"):
-                        # PyTorch >= 2.1: runs once p.grad holds this backward's gradient, also
-                        # for torch.compile'd models and compiled autograd.
-                        self._grad_accs.append(p.register_post_accumulate_grad_hook(hook))
-                    else:
-                        # The accumulator of p's gradient; its hook runs once the gradient is
-                        # final (as Horovod does).
-                        accumulator = p.expand_as(p).grad_fn.next_functions[0][0]
-                        accumulator.register_hook(hook)
-                        self._grad_accs.append(accumulator)
+                    self._grad_accs.append(_register_gradient_hook(p, self._make_hook(p)))
 
     def _allreduce_grad_async(self, p):
         if p.grad is None:
