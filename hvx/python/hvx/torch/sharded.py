@@ -196,7 +196,8 @@ class ShardedOptimizer(torch.optim.Optimizer):
                         value, name="zero.state.%s.%s" % (self._names[i], key),
                         process_set=self._process_set)))
                 else:
-                    out[key] = value  # step counts: the same on every rank
+                    # Step counts, the same on every rank; copies, as the live ones change.
+                    out[key] = value.clone() if torch.is_tensor(value) else value
             full[i] = out
         for out, key, p, h in handles:
             out[key] = mpi_ops.synchronize(h).view_as(p)
@@ -225,9 +226,12 @@ class ShardedOptimizer(torch.optim.Optimizer):
             i = int(i)
             b, n = self._ranges[i]
             numel = self._params[i].numel()
+            # Copies throughout: PyTorch 2's load_state_dict keeps the tensors it is given, so a
+            # step count shared with the state's source would advance twice per step.
             state[i] = {key: (value.reshape(-1)[b:b + n].clone()
                               if torch.is_tensor(value) and value.dim() > 0 and
-                              value.numel() == numel else value)
+                              value.numel() == numel else
+                              value.clone() if torch.is_tensor(value) else value)
                         for key, value in entry.items()}
         inner_groups = []
         for g, own in zip(state_dict["param_groups"], self._inner.state_dict()["param_groups"]):
