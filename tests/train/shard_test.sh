@@ -3,8 +3,9 @@
 # - exactness: 50 steps of the CNN with Adam print the same losses and export byte-identical
 #   weights for NONE, STATE and GRADIENTS at 2 and at 4 processes (on one host the
 #   shared-memory reduce-scatter folds each element as the allreduce does);
-# - LAMB (whole-tensor trust ratios from summed slice norms) and global-norm clipping train the
-#   same as replicated within rounding;
+# - with micro-batches, the weights' moving average and bfloat16 autocast, the same bytes;
+# - LAMB (whole-tensor trust ratios from summed slice norms) and global-norm clipping, and 4
+#   processes over MPI without a fixed reduction order, train as replicated within rounding;
 # - resume: a 4-process GRADIENTS run stopped mid-epoch resumes at 2 processes with STATE and at
 #   3 with NONE; each prints the losses of an uninterrupted run at that size and setting from the
 #   same checkpoint (checkpoints hold whole tensors, whatever the setting).
@@ -50,6 +51,16 @@ for np in 2 4; do
     done
 done
 
+# The rest of the step around the sharded optimizer: micro-batches, the moving average of the
+# weights (what --export writes) and bfloat16 autocast, 2 processes: the same bytes again.
+extras="launch { num_processes: \"2\" } $adam optimizer { backward_passes_per_step: 2 } ema_decay: 0.9 precision: BF16 logging { max_steps_per_epoch: 20 }"
+for shard in NONE GRADIENTS; do
+    run "extras-$shard" "$extras optimizer { shard: $shard }" --export="$T/extras-$shard.pt"
+done
+same_losses "micro-batches, EMA, BF16" extras-NONE extras-GRADIENTS
+cmp -s "$T/extras-NONE.pt" "$T/extras-GRADIENTS.pt"
+check "micro-batches, EMA, BF16: GRADIENTS exports the bytes NONE exports" $?
+
 # LAMB and clipping: norms of slices summed over ranks, equal to the whole tensors' within rounding.
 close_losses() {  # close_losses WHAT REF OTHER: the first 8 steps' losses within 1e-5 relative
     # (rounding of the summed norms; trust ratios from each rank's slices alone drift 3e-5 by the
@@ -70,6 +81,12 @@ run lamb-NONE "$lamb"
 run lamb-GRADIENTS "$lamb optimizer { shard: GRADIENTS }"
 close_losses "3 processes, LAMB with clipping: GRADIENTS trains as NONE within rounding" lamb-NONE lamb-GRADIENTS
 grep -q "grad_norm" "$T/lamb-GRADIENTS.out"; check "clipping logs the global gradient norm" $?
+
+# Over MPI (HVX_CPU_PLANE=mpi, as between hosts) with the ring's order traded for fewer messages,
+# the reduce-scatter is MPICH's: 4 processes train as replicated within rounding.
+HVX_CPU_PLANE=mpi HVX_FIXED_REDUCTION_ORDER=0 run mpi-NONE "launch { num_processes: \"4\" } $adam logging { max_steps_per_epoch: 20 }"
+HVX_CPU_PLANE=mpi HVX_FIXED_REDUCTION_ORDER=0 run mpi-GRADIENTS "launch { num_processes: \"4\" } $adam logging { max_steps_per_epoch: 20 } optimizer { shard: GRADIENTS }"
+close_losses "over MPI without a fixed order, 4 processes: GRADIENTS trains as NONE within rounding" mpi-NONE mpi-GRADIENTS
 
 # Resume across sizes and settings: 4 x GRADIENTS stopped at step 10 of 25.
 four="launch { num_processes: \"4\" } $adam"

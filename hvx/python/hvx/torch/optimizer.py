@@ -32,6 +32,33 @@ def _register_gradient_hook(p, hook):
     return accumulator
 
 
+def _checked_names(named_parameters, param_groups, prefix):
+    """named_parameters as a list of (name, parameter), checked as Horovod checks them; names of
+    the form "<prefix>.noname.<group>.<index>" when None."""
+    if named_parameters is not None:
+        named_parameters = list(named_parameters)
+    else:
+        named_parameters = [("%s.noname.%d.%d" % (prefix, g, i), p)
+                            for g, group in enumerate(param_groups)
+                            for i, p in enumerate(group["params"])]
+    if any(not isinstance(entry, tuple) for entry in named_parameters):
+        raise ValueError("named_parameters should be a sequence of (name, parameter) tuples, "
+                         "usually produced by model.named_parameters()")
+    names = [name for name, _ in named_parameters]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ValueError("Parameter names in named_parameters must be unique. Found "
+                         "duplicates: %s" % ", ".join(duplicates))
+    named_ids = {id(p) for _, p in named_parameters}
+    unnamed = [id(p) for group in param_groups for p in group["params"]
+               if id(p) not in named_ids]
+    if unnamed:
+        raise ValueError("named_parameters was specified, but one or more model parameters "
+                         "were not named. Python object ids: %s"
+                         % ", ".join(str(i) for i in unnamed))
+    return named_parameters
+
+
 class _DistributedOptimizer(torch.optim.Optimizer):
     def __init__(self, params, named_parameters, compression, backward_passes_per_step, op,
                  gradient_predivide_factor, sparse_as_dense, process_set):
@@ -42,26 +69,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._predivide = gradient_predivide_factor
         self._process_set = process_set
         all_params = [p for group in self.param_groups for p in group["params"]]
-        if named_parameters is not None:
-            named_parameters = list(named_parameters)
-        else:
-            named_parameters = [("allreduce.noname.%d.%d" % (g, i), p)
-                                for g, group in enumerate(self.param_groups)
-                                for i, p in enumerate(group["params"])]
-        if any(not isinstance(entry, tuple) for entry in named_parameters):
-            raise ValueError("named_parameters should be a sequence of (name, parameter) tuples, "
-                             "usually produced by model.named_parameters()")
-        names = [name for name, _ in named_parameters]
-        duplicates = sorted({n for n in names if names.count(n) > 1})
-        if duplicates:
-            raise ValueError("Parameter names in named_parameters must be unique. Found "
-                             "duplicates: %s" % ", ".join(duplicates))
-        named_ids = {id(p) for _, p in named_parameters}
-        unnamed = [id(p) for p in all_params if id(p) not in named_ids]
-        if unnamed:
-            raise ValueError("named_parameters was specified, but one or more model parameters "
-                             "were not named. Python object ids: %s"
-                             % ", ".join(str(i) for i in unnamed))
+        named_parameters = _checked_names(named_parameters, self.param_groups, "allreduce")
         self._parameter_names = {p: name for name, p in sorted(named_parameters,
                                                                key=lambda e: e[0])}
         if backward_passes_per_step < 1:

@@ -27,7 +27,7 @@ import torch
 from hvx.torch import mpi_ops
 from hvx.torch.compression import Compression
 from hvx.torch.mpi_ops import Average, global_process_set
-from hvx.torch.optimizer import _register_gradient_hook
+from hvx.torch.optimizer import _checked_names, _register_gradient_hook
 
 
 def _slice_of(numel, size, rank):
@@ -48,19 +48,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
                              % backward_passes_per_step)
         groups = [dict(g) for g in optimizer.param_groups]
         params = [p for g in groups for p in g["params"]]
-        if named_parameters is None:
-            named = [("sharded.noname.%d" % i, p) for i, p in enumerate(params)]
-        else:
-            named = list(named_parameters)
-            names = [n for n, _ in named]
-            duplicates = sorted({n for n in names if names.count(n) > 1})
-            if duplicates:
-                raise ValueError("Parameter names in named_parameters must be unique. Found "
-                                 "duplicates: %s" % ", ".join(duplicates))
-            ids = {id(p) for _, p in named}
-            if any(id(p) not in ids for p in params):
-                raise ValueError("named_parameters was specified, but one or more of the "
-                                 "optimizer's parameters were not named")
+        named = _checked_names(named_parameters, groups, "sharded")
         name_of = {id(p): n for n, p in named}
         self._names = [name_of[id(p)] for p in params]
         self._stage = stage
