@@ -34,7 +34,7 @@ constexpr char kUsage[] =
     "[--fresh] [--export=PATH [--export_from=CKPT]]\n"
     "  --config      a TrainConfig text file: a path, a name in the invoking directory, or a "
     "bundled\n"
-    "                config (fashion_mnist.pbtxt, imagenet.pbtxt)\n"
+    "                config (fashion_mnist.pbtxt, imagenet.pbtxt, imagenet_fast.pbtxt)\n"
     "  --override    text proto merged into the config, e.g. --override='epochs: 2 data { "
     "batch_size: 64 }'\n"
     "  --sample_log  write the sample ids each rank trained on, per epoch, into DIR\n"
