@@ -182,13 +182,9 @@ std::vector<at::Tensor> ShardedOptimizer::Gradients() const {
 }
 
 absl::Status ShardedOptimizer::SumOverRanks(std::vector<double>* values, const std::string& name) {
-  if (values->empty()) return absl::OkStatus();
-  TensorRef ref(DataType::kFloat64, TensorShape({static_cast<int64_t>(values->size())}),
-                values->data());
-  AllreduceOptions options;
-  options.op = ReduceOp::kSum;
-  options.process_set = options_.exchange.process_set;
-  return Wait(Allreduce("zero.sum." + name, ref, ref, options));
+  HVX_ASSIGN_OR_RETURN(
+      *values, SumMetrics(std::move(*values), "zero." + name, options_.exchange.process_set));
+  return absl::OkStatus();
 }
 
 absl::Status ShardedOptimizer::GatherState(torch::optim::Optimizer& full) {

@@ -322,13 +322,14 @@ absl::StatusOr<double> AverageMetric(double value, const std::string& name) {
   return value;
 }
 
-absl::StatusOr<std::vector<double>> SumMetrics(std::vector<double> values,
-                                               const std::string& name) {
+absl::StatusOr<std::vector<double>> SumMetrics(std::vector<double> values, const std::string& name,
+                                               const ProcessSet& process_set) {
   if (values.empty()) return values;
   TensorRef ref(DataType::kFloat64, TensorShape({static_cast<int64_t>(values.size())}),
                 values.data());
   AllreduceOptions options;
   options.op = ReduceOp::kSum;
+  options.process_set = process_set;
   HVX_RETURN_IF_ERROR(Wait(Allreduce("metric." + name, ref, ref, options)));
   return values;
 }

@@ -77,8 +77,10 @@ absl::Status BroadcastOptimizerState(torch::optim::Optimizer& optimizer, int roo
 
 // The average of `value` over all ranks (global process set).
 absl::StatusOr<double> AverageMetric(double value, const std::string& name);
-// The sum of `values` over all ranks, elementwise (for counts that must add up exactly).
-absl::StatusOr<std::vector<double>> SumMetrics(std::vector<double> values, const std::string& name);
+// The sum of `values` over the process set's ranks, elementwise (for counts that must add up
+// exactly).
+absl::StatusOr<std::vector<double>> SumMetrics(std::vector<double> values, const std::string& name,
+                                               const ProcessSet& process_set = {});
 
 }  // namespace hvx
 
