@@ -66,7 +66,7 @@ struct ControlRecord {
   int rank = -1;
   std::string host;
   int pid = 0;
-  int exit_code = 0;    // kExit: exit status, or 0 when signal != 0
+  int exit_code = 0;    // kExit: exit status, or 0 when signal != 0; kError: the exit status asked
   int signal = 0;       // kExit: the signal that ended the rank
   std::string message;  // kError
 };

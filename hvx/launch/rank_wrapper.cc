@@ -1,15 +1,22 @@
 #include "hvx/launch/rank_wrapper.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -23,6 +30,15 @@ namespace {
 
 volatile sig_atomic_t g_child_pid = 0;
 volatile sig_atomic_t g_exit_code = 0;
+// SIGCHLD writes a byte here, so the PMI relay's poll wakes when the program ends.
+int g_child_pipe[2] = {-1, -1};
+
+void OnChild(int) {
+  const int saved = errno;
+  const char c = 0;
+  (void)!write(g_child_pipe[1], &c, 1);
+  errno = saved;
+}
 
 // While the program runs, signals go to it; once it has ended, a signal (hydra stopping the job)
 // ends the wrapper at once with the program's status.
@@ -71,6 +87,174 @@ void AbortJob(int code) {
   pollfd p{fd, POLLIN, 0};
   poll(&p, 1, kAbortWaitMs);
 }
+
+int64_t NowMs() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+}
+
+// The program's PMI connection passes through the wrapper. MPI_Abort, and MPICH's handler for a
+// fatal MPI error, end the job with a PMI abort that reaches hydra ahead of what the rank wrote on
+// stderr, and hydra exits at once: which rank ended the job, and why, was lost about one time in
+// thirty. The relay holds an abort back, tells hvxrun first with an error record (which comes
+// behind the rank's output on the same pipe), and forwards the abort only when hvxrun has not
+// stopped the job within kStopWaitMs. Everything else passes unchanged, both ways, at once.
+class PmiRelay {
+ public:
+  PmiRelay(int proxy_fd, int rank, std::string host)
+      : proxy_fd_(proxy_fd), rank_(rank), host_(std::move(host)) {}
+
+  // The program's end, which it gets as the same descriptor number as PMI_FD; -1 on failure
+  // (the program then talks to the proxy directly).
+  int Open() {
+    int pair[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) return -1;
+    if (pipe2(g_child_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
+      close(pair[0]);
+      close(pair[1]);
+      return -1;
+    }
+    program_fd_ = pair[0];
+    return pair[1];
+  }
+
+  // Relays until `child` ends; returns its wait status.
+  int RunUntilExit(pid_t child) {
+    int status = 0;
+    bool ended = false;
+    while (!ended) {
+      pollfd fds[3] = {{g_child_pipe[0], POLLIN, 0},
+                       {program_fd_, static_cast<short>(program_fd_ >= 0 ? POLLIN : 0), 0},
+                       {proxy_fd_, static_cast<short>(proxy_fd_ >= 0 ? POLLIN : 0), 0}};
+      int timeout = -1;
+      if (abort_at_ >= 0 && !released_) {
+        timeout = static_cast<int>(std::max<int64_t>(0, abort_at_ - NowMs()));
+      }
+      if (poll(fds, 3, timeout) < 0 && errno != EINTR) break;
+      if (fds[0].revents & POLLIN) {
+        char drain[64];
+        while (read(g_child_pipe[0], drain, sizeof(drain)) > 0) {
+        }
+      }
+      const pid_t got = waitpid(child, &status, WNOHANG);
+      if (got == child) ended = true;
+      if (got < 0 && errno != EINTR) {
+        status = 127 << 8;
+        ended = true;
+      }
+      if (fds[1].revents & (POLLIN | POLLHUP | POLLERR)) FromProgram();
+      if (fds[2].revents & (POLLIN | POLLHUP | POLLERR)) FromProxy();
+      if (abort_at_ >= 0 && NowMs() >= abort_at_) Release();
+    }
+    // What the program wrote just before it ended still goes to the proxy, and a held abort
+    // after its wait.
+    while (program_fd_ >= 0 && FromProgram()) {
+    }
+    if (abort_at_ >= 0) {
+      const int64_t left = abort_at_ - NowMs();
+      if (left > 0) poll(nullptr, 0, static_cast<int>(left));
+      Release();
+    }
+    if (program_fd_ >= 0) close(program_fd_);
+    program_fd_ = -1;
+    return status;
+  }
+
+  // Whether the program asked hydra to abort the job (the abort is then on its way).
+  bool aborted() const { return abort_at_ != -1; }
+
+ private:
+  static constexpr char kAbort[] = "cmd=abort";
+
+  // Reads what the program sent; false at its end.
+  bool FromProgram() {
+    char buf[4096];
+    const ssize_t n = read(program_fd_, buf, sizeof(buf));
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) return true;
+    if (n <= 0) {
+      close(program_fd_);
+      program_fd_ = -1;
+      return false;
+    }
+    pending_.append(buf, static_cast<size_t>(n));
+    Forward();
+    return true;
+  }
+
+  void FromProxy() {
+    char buf[4096];
+    const ssize_t n = read(proxy_fd_, buf, sizeof(buf));
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
+    if (n <= 0 || program_fd_ < 0) {
+      // The proxy is gone (the parent-death signal follows) or the program is: nothing to relay.
+      if (n <= 0) proxy_fd_ = -1;
+      return;
+    }
+    WriteFully(program_fd_, std::string(buf, static_cast<size_t>(n)));
+  }
+
+  // Sends the proxy every line before an abort (a line whose command is "cmd=abort"); holds the
+  // abort and what follows it, and the start of a line that may become one.
+  void Forward() {
+    if (released_) {
+      if (proxy_fd_ >= 0) WriteFully(proxy_fd_, pending_);
+      pending_.clear();
+      return;
+    }
+    if (abort_at_ != -1) return;  // held
+    const std::string_view abort(kAbort);
+    size_t sent = 0;
+    while (sent < pending_.size()) {
+      const size_t eol = pending_.find('\n', sent);
+      const std::string_view line(pending_.data() + sent,
+                                  (eol == std::string::npos ? pending_.size() : eol) - sent);
+      if (eol == std::string::npos) {
+        // Part of a line: hold it while it may still turn out to be the abort.
+        if (abort.substr(0, line.size()) == line.substr(0, abort.size())) break;
+        sent = pending_.size();
+        break;
+      }
+      if (line.substr(0, line.find(' ')) == abort) {
+        Hold(line);
+        break;
+      }
+      sent = eol + 1;
+    }
+    if (proxy_fd_ >= 0) WriteFully(proxy_fd_, pending_.substr(0, sent));
+    pending_.erase(0, sent);
+  }
+
+  void Hold(std::string_view line) {
+    int code = 1;
+    const size_t at = line.find("exitcode=");
+    if (at != std::string_view::npos) {
+      const std::string digits(line.substr(at + 9, line.find(' ', at) - at - 9));
+      if (!ParseInt(digits.c_str(), &code)) code = 1;
+    }
+    WriteFully(2, FormatErrorRecord(rank_, host_,
+                                    "ended the job through MPI_Abort or a fatal MPI error "
+                                    "(PMI abort, exit code " +
+                                        std::to_string(code) + ")",
+                                    code));
+    abort_at_ = NowMs() + kStopWaitMs;
+  }
+
+  void Release() {
+    if (released_) return;
+    released_ = true;
+    if (proxy_fd_ >= 0) WriteFully(proxy_fd_, pending_);
+    pending_.clear();
+  }
+
+  int proxy_fd_;
+  int program_fd_ = -1;
+  int rank_;
+  std::string host_;
+  std::string pending_;
+  int64_t abort_at_ = -1;
+  bool released_ = false;
+};
 
 void SetInt(const char* name, int value) { setenv(name, std::to_string(value).c_str(), 1); }
 
@@ -147,6 +331,23 @@ int MaybeRunRankWrapper(int argc, char** argv) {
   setenv(shm::kShmTagVariable, shm_tag.c_str(), 1);
   const int sweeper = shm::StartRegionSweeper(shm_tag);
 
+  // The program's PMI connection runs through a relay (PmiRelay) where hydra gave us one.
+  int pmi_fd = -1;
+  std::optional<PmiRelay> relay;
+  int program_pmi_fd = -1;
+  if (ParseInt(getenv("PMI_FD"), &pmi_fd) && pmi_fd >= 0 && fcntl(pmi_fd, F_GETFD) != -1) {
+    relay.emplace(pmi_fd, rank, p.host);
+    program_pmi_fd = relay->Open();
+    if (program_pmi_fd < 0) relay.reset();
+  }
+  if (relay) {
+    struct sigaction chld {};
+    chld.sa_handler = OnChild;
+    sigemptyset(&chld.sa_mask);
+    chld.sa_flags = SA_NOCLDSTOP;
+    sigaction(SIGCHLD, &chld, nullptr);
+  }
+
   WriteFully(2, FormatStartRecord(rank, p.host, getpid()));
   const pid_t self = getpid();
   const pid_t child = fork();
@@ -160,21 +361,28 @@ int MaybeRunRankWrapper(int argc, char** argv) {
     if (getppid() != self) _exit(137);
     struct sigaction dfl {};
     dfl.sa_handler = SIG_DFL;
-    for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE}) {
+    for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE, SIGCHLD}) {
       sigaction(sig, &dfl, nullptr);
     }
+    // The relay's end takes PMI_FD's number; the real connection stays with the wrapper.
+    if (program_pmi_fd >= 0 && dup2(program_pmi_fd, pmi_fd) < 0) _exit(127);
     execvp(argv[i], argv + i);
     WriteFully(2, "hvxrun: rank " + std::to_string(rank) + " on " + p.host + ": cannot run '" +
                       argv[i] + "': " + strerror(errno) + "\n");
     _exit(127);
   }
+  if (program_pmi_fd >= 0) close(program_pmi_fd);
   g_child_pid = child;
   shm::WatchProcess(sweeper, child);
   int status = 0;
-  while (waitpid(child, &status, 0) < 0) {
-    if (errno != EINTR) {
-      status = 127 << 8;
-      break;
+  if (relay) {
+    status = relay->RunUntilExit(child);
+  } else {
+    while (waitpid(child, &status, 0) < 0) {
+      if (errno != EINTR) {
+        status = 127 << 8;
+        break;
+      }
     }
   }
   const int code = WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
@@ -182,7 +390,8 @@ int MaybeRunRankWrapper(int argc, char** argv) {
   g_child_pid = 0;
   shm::RemoveRegionsTagged(shm_tag);
   WriteFully(2, FormatExitRecord(rank, p.host, status));
-  if (code != 0) AbortJob(code);
+  // An abort the program sent has gone to hydra already.
+  if (code != 0 && !(relay && relay->aborted())) AbortJob(code);
   return code;
 }
 

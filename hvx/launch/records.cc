@@ -21,13 +21,14 @@ std::string FormatExitRecord(int rank, const std::string& host, int wait_status)
          "\n";
 }
 
-std::string FormatErrorRecord(int rank, const std::string& host, const std::string& message) {
+std::string FormatErrorRecord(int rank, const std::string& host, const std::string& message,
+                              int exit_code) {
   std::string flat = message;
   for (char& c : flat) {
     if (c == '\n') c = ' ';
   }
   return std::string(kControlMagic) + "error rank=" + std::to_string(rank) + " host=" + host +
-         " msg=" + flat + "\n";
+         " code=" + std::to_string(exit_code) + " msg=" + flat + "\n";
 }
 
 // Its own copy of hvx::WriteFully (hvx/common/files.h): the rank wrapper links no library but the

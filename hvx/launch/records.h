@@ -19,8 +19,10 @@ inline constexpr char kControlMagic[] = "\x01hvxctl ";
 std::string FormatStartRecord(int rank, const std::string& host, int pid);
 // `wait_status` as returned by waitpid().
 std::string FormatExitRecord(int rank, const std::string& host, int wait_status);
-// Newlines in `message` become spaces: a record is one line.
-std::string FormatErrorRecord(int rank, const std::string& host, const std::string& message);
+// Newlines in `message` become spaces: a record is one line. `exit_code` is what hvxrun exits
+// with when this is the job's first failure.
+std::string FormatErrorRecord(int rank, const std::string& host, const std::string& message,
+                              int exit_code = 1);
 
 // Writes all of `data` to fd, retrying short writes and EINTR; gives up silently when the fd is
 // closed (the output has nowhere to go).

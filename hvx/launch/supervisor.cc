@@ -192,7 +192,8 @@ void Supervisor::OnControl(const ControlRecord& r) {
       break;
     case ControlRecord::Kind::kError:
       if (!failure_ && !stopping_) {
-        failure_ = Failure{r.rank, r.host, 1, 0, r.message, Clock::now()};
+        failure_ =
+            Failure{r.rank, r.host, r.exit_code != 0 ? r.exit_code : 1, 0, r.message, Clock::now()};
         BeginStop("a rank failed");
       }
       break;

@@ -1,0 +1,187 @@
+// The rank wrapper's PMI relay, with the test as hydra's proxy: the program's PMI traffic passes
+// both ways unchanged, and an abort reaches the proxy only after the error record naming the rank
+// is on stderr, and after the wrapper's stop wait. The real hydra side is in tests/faults and
+// tests/multihost (MPI_Abort under hvxrun).
+#include "hvx/launch/rank_wrapper.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
+#include "gtest/gtest.h"
+#include "hvx/launch/output.h"
+#include "hvx/launch/records.h"
+
+namespace hvx {
+namespace launch {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Reads from fd until `want` is in *got or `timeout_ms` passed; whether it is.
+bool ReadUntil(int fd, const std::string& want, std::string* got, int timeout_ms) {
+  const Clock::time_point end = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (!absl::StrContains(*got, want)) {
+    const int left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(end - Clock::now()).count();
+    if (left <= 0) return false;
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, left) <= 0) continue;
+    char buf[4096];
+    const ssize_t n = read(fd, buf, sizeof(buf));
+    if (n <= 0) return false;
+    got->append(buf, static_cast<size_t>(n));
+  }
+  return true;
+}
+
+bool Readable(int fd) {
+  pollfd p{fd, POLLIN, 0};
+  return poll(&p, 1, 0) == 1;
+}
+
+class RankWrapperTest : public ::testing::Test {
+ protected:
+  // Starts the wrapper as rank 0 of a one-host plan around `script` (run by /bin/sh), with
+  // PMI_FD on a socket whose other end is proxy_ and stderr on a pipe read from err_.
+  void Start(const std::string& script) {
+    int pair[2], err[2];
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, pair), 0);
+    ASSERT_EQ(pipe(err), 0);
+    pid_ = fork();
+    ASSERT_GE(pid_, 0);
+    if (pid_ == 0) {
+      dup2(err[1], 2);
+      close(pair[0]);
+      close(err[0]);
+      close(err[1]);
+      setenv("PMI_FD", std::to_string(pair[1]).c_str(), 1);
+      setenv("PMI_RANK", "0", 1);
+      unsetenv("MPI_LOCALRANKID");
+      unsetenv("MPI_LOCALNRANKS");
+      std::vector<std::string> args = {"wrapper", kRankWrapperFlag, "--plan", "hostA:1",
+                                       "--",      "/bin/sh",        "-c",     script};
+      std::vector<char*> argv;
+      for (std::string& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      _exit(MaybeRunRankWrapper(static_cast<int>(args.size()), argv.data()));
+    }
+    close(pair[1]);
+    close(err[1]);
+    proxy_ = pair[0];
+    err_ = err[0];
+  }
+
+  // The wrapper's exit status (its code, or 128 + signal).
+  int Wait() {
+    int status = 0;
+    EXPECT_EQ(waitpid(pid_, &status, 0), pid_);
+    pid_ = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+
+  void TearDown() override {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    if (proxy_ >= 0) close(proxy_);
+    if (err_ >= 0) close(err_);
+  }
+
+  // The control records among the wrapper's stderr lines.
+  static std::vector<ControlRecord> Records(const std::string& err) {
+    std::vector<ControlRecord> out;
+    for (absl::string_view line : absl::StrSplit(err, '\n')) {
+      if (!absl::ConsumePrefix(&line, kControlMagic)) continue;
+      if (std::optional<ControlRecord> r = ParseControlRecord(line)) out.push_back(*r);
+    }
+    return out;
+  }
+
+  pid_t pid_ = -1;
+  int proxy_ = -1;
+  int err_ = -1;
+};
+
+TEST_F(RankWrapperTest, RelaysPmiBothWaysAndEndsWithTheProgram) {
+  Start(R"(printf 'cmd=init pmi_version=1\n' >&$PMI_FD
+           read reply <&$PMI_FD; echo "program got: $reply" >&2
+           printf 'cmd=finalize\n' >&$PMI_FD; exit 0)");
+  std::string to_proxy, err;
+  ASSERT_TRUE(ReadUntil(proxy_, "cmd=init pmi_version=1\n", &to_proxy, 10000)) << to_proxy;
+  const std::string reply = "cmd=response_to_init pmi_version=1 rc=0\n";
+  ASSERT_EQ(write(proxy_, reply.data(), reply.size()), static_cast<ssize_t>(reply.size()));
+  ASSERT_TRUE(ReadUntil(proxy_, "cmd=finalize\n", &to_proxy, 10000)) << to_proxy;
+  EXPECT_EQ(to_proxy, "cmd=init pmi_version=1\ncmd=finalize\n");
+  EXPECT_EQ(Wait(), 0);
+  ReadUntil(err_, "\x01hvxctl exit", &err, 10000);
+  ReadUntil(err_, "\n", &err, 100);
+  EXPECT_TRUE(absl::StrContains(err, "program got: cmd=response_to_init pmi_version=1 rc=0"))
+      << err;
+  const std::vector<ControlRecord> records = Records(err);
+  ASSERT_EQ(records.size(), 2u) << err;
+  EXPECT_EQ(records[1].kind, ControlRecord::Kind::kExit);
+  EXPECT_EQ(records[1].exit_code, 0);
+  // Nothing else reached the proxy: a clean end sends no abort.
+  EXPECT_FALSE(Readable(proxy_) && ReadUntil(proxy_, "cmd=abort", &to_proxy, 100)) << to_proxy;
+}
+
+TEST_F(RankWrapperTest, HoldsAnAbortUntilTheRecordNamingTheRankIsOut) {
+  // The program writes its reason on stderr and aborts at once, as MPI_Abort does, then waits to
+  // be killed; the wrapper's stop wait ends first here (nothing stops the job).
+  Start(R"(printf 'cmd=get_maxes\n' >&$PMI_FD
+           echo "why: bad input" >&2
+           printf 'cmd=abort exitcode=7\n' >&$PMI_FD; exec sleep 30)");
+  std::string to_proxy, err;
+  ASSERT_TRUE(ReadUntil(proxy_, "cmd=get_maxes\n", &to_proxy, 10000)) << to_proxy;
+  ASSERT_TRUE(ReadUntil(err_, "code=7 msg=", &err, 10000)) << err;
+  const Clock::time_point recorded = Clock::now();
+  ASSERT_TRUE(ReadUntil(err_, "\n", &err, 1000));
+  // The rank's own line comes before the record, and the abort is still held.
+  EXPECT_LT(err.find("why: bad input"), err.find(kControlMagic + std::string("error"))) << err;
+  EXPECT_EQ(to_proxy, "cmd=get_maxes\n");
+  EXPECT_FALSE(Readable(proxy_));
+  ASSERT_TRUE(ReadUntil(proxy_, "cmd=abort exitcode=7\n", &to_proxy, 10000)) << to_proxy;
+  EXPECT_GE(Clock::now() - recorded, std::chrono::milliseconds(500));
+  EXPECT_EQ(to_proxy, "cmd=get_maxes\ncmd=abort exitcode=7\n");
+  const std::vector<ControlRecord> records = Records(err);
+  ASSERT_EQ(records.size(), 2u) << err;
+  EXPECT_EQ(records[1].kind, ControlRecord::Kind::kError);
+  EXPECT_EQ(records[1].rank, 0);
+  EXPECT_EQ(records[1].host, "hostA");
+  EXPECT_EQ(records[1].exit_code, 7);
+  EXPECT_TRUE(absl::StrContains(records[1].message, "MPI_Abort")) << records[1].message;
+  // Hydra would now kill the job; here the test does, as hydra does: SIGKILL to the program's
+  // group is not ours to send, so the wrapper is told to stop and passes the signal on.
+  kill(pid_, SIGTERM);
+  EXPECT_EQ(Wait(), 128 + SIGTERM);
+}
+
+TEST_F(RankWrapperTest, OnlyTheAbortCommandIsHeld) {
+  // A line sent in two parts, the first of which could begin an abort, and a command whose name
+  // only begins with "abort", both pass.
+  Start(R"(printf 'cmd=ab' >&$PMI_FD; sleep 0.2; printf 'x\ncmd=abortive a=1\n' >&$PMI_FD
+           read reply <&$PMI_FD; exit 0)");
+  std::string to_proxy, err;
+  ASSERT_TRUE(ReadUntil(proxy_, "cmd=abortive a=1\n", &to_proxy, 10000)) << to_proxy;
+  EXPECT_EQ(to_proxy, "cmd=abx\ncmd=abortive a=1\n");
+  const std::string reply = "cmd=ok\n";
+  ASSERT_EQ(write(proxy_, reply.data(), reply.size()), static_cast<ssize_t>(reply.size()));
+  EXPECT_EQ(Wait(), 0);
+  ReadUntil(err_, "\x01hvxctl exit", &err, 10000);
+  for (const ControlRecord& r : Records(err)) EXPECT_NE(r.kind, ControlRecord::Kind::kError);
+}
+
+}  // namespace
+}  // namespace launch
+}  // namespace hvx
