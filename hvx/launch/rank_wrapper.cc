@@ -28,6 +28,9 @@ namespace hvx {
 namespace launch {
 namespace {
 
+// Passed on to the program (ForwardSignal).
+constexpr int kForwardedSignals[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
+
 volatile sig_atomic_t g_child_pid = 0;
 volatile sig_atomic_t g_exit_code = 0;
 // SIGCHLD writes a byte here, so the PMI relay's poll wakes when the program ends.
@@ -94,6 +97,27 @@ int64_t NowMs() {
   return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
 }
 
+// Whether `child` has ended; if so *status is its wait status. The pid is forgotten (g_child_pid),
+// with the program's code kept for ForwardSignal, before the child is reaped: from then on the
+// pid may be another process's, and a signal to the wrapper must not be passed to it.
+bool Reaped(pid_t child, bool block, int* status) {
+  siginfo_t info{};
+  while (waitid(P_PID, child, &info, WEXITED | WNOWAIT | (block ? 0 : WNOHANG)) != 0) {
+    if (errno == EINTR) continue;
+    *status = 127 << 8;
+    g_exit_code = 127;
+    g_child_pid = 0;
+    return true;
+  }
+  if (info.si_pid != child) return false;  // still running
+  const bool signalled = info.si_code == CLD_KILLED || info.si_code == CLD_DUMPED;
+  g_exit_code = signalled ? 128 + info.si_status : info.si_status;
+  g_child_pid = 0;
+  while (waitpid(child, status, 0) < 0 && errno == EINTR) {
+  }
+  return true;
+}
+
 // The program's PMI connection passes through the wrapper. MPI_Abort, and MPICH's handler for a
 // fatal MPI error, end the job with a PMI abort that reaches hydra ahead of what the rank wrote on
 // stderr, and hydra exits at once: which rank ended the job, and why, was lost about one time in
@@ -119,11 +143,11 @@ class PmiRelay {
     return pair[1];
   }
 
-  // Relays until `child` ends; returns its wait status.
+  // Relays until `child` ends; returns its wait status. What the program wrote before it ended
+  // goes on too; an abort it sent is held for FinishAbort.
   int RunUntilExit(pid_t child) {
     int status = 0;
-    bool ended = false;
-    while (!ended) {
+    while (!Reaped(child, /*block=*/false, &status)) {
       pollfd fds[3] = {{g_child_pipe[0], POLLIN, 0},
                        {program_fd_, static_cast<short>(program_fd_ >= 0 ? POLLIN : 0), 0},
                        {proxy_fd_, static_cast<short>(proxy_fd_ >= 0 ? POLLIN : 0), 0}};
@@ -131,34 +155,33 @@ class PmiRelay {
       if (abort_at_ >= 0 && !released_) {
         timeout = static_cast<int>(std::max<int64_t>(0, abort_at_ - NowMs()));
       }
-      if (poll(fds, 3, timeout) < 0 && errno != EINTR) break;
+      if (poll(fds, 3, timeout) < 0 && errno != EINTR) {
+        Reaped(child, /*block=*/true, &status);
+        break;
+      }
       if (fds[0].revents & POLLIN) {
         char drain[64];
         while (read(g_child_pipe[0], drain, sizeof(drain)) > 0) {
         }
       }
-      const pid_t got = waitpid(child, &status, WNOHANG);
-      if (got == child) ended = true;
-      if (got < 0 && errno != EINTR) {
-        status = 127 << 8;
-        ended = true;
-      }
-      if (fds[1].revents & (POLLIN | POLLHUP | POLLERR)) FromProgram();
+      if (fds[1].revents & (POLLIN | POLLHUP | POLLERR)) FromProgram(0);
       if (fds[2].revents & (POLLIN | POLLHUP | POLLERR)) FromProxy();
       if (abort_at_ >= 0 && NowMs() >= abort_at_) Release();
     }
-    // What the program wrote just before it ended still goes to the proxy, and a held abort
-    // after its wait.
-    while (program_fd_ >= 0 && FromProgram()) {
-    }
-    if (abort_at_ >= 0) {
-      const int64_t left = abort_at_ - NowMs();
-      if (left > 0) poll(nullptr, 0, static_cast<int>(left));
-      Release();
+    // Without waiting: a process the program started may hold its end open.
+    while (program_fd_ >= 0 && FromProgram(MSG_DONTWAIT)) {
     }
     if (program_fd_ >= 0) close(program_fd_);
     program_fd_ = -1;
     return status;
+  }
+
+  // Sends a held abort once its wait is over (the job goes on ending if hvxrun has not ended it).
+  void FinishAbort() {
+    if (abort_at_ < 0) return;
+    const int64_t left = abort_at_ - NowMs();
+    if (left > 0) poll(nullptr, 0, static_cast<int>(left));
+    Release();
   }
 
   // Whether the program asked hydra to abort the job (the abort is then on its way).
@@ -167,11 +190,12 @@ class PmiRelay {
  private:
   static constexpr char kAbort[] = "cmd=abort";
 
-  // Reads what the program sent; false at its end.
-  bool FromProgram() {
+  // Reads what the program sent; false at its end, or with MSG_DONTWAIT when there is no more.
+  bool FromProgram(int flags) {
     char buf[4096];
-    const ssize_t n = read(program_fd_, buf, sizeof(buf));
-    if (n < 0 && (errno == EINTR || errno == EAGAIN)) return true;
+    const ssize_t n = recv(program_fd_, buf, sizeof(buf), flags);
+    if (n < 0 && errno == EINTR) return true;
+    if (n < 0 && errno == EAGAIN) return (flags & MSG_DONTWAIT) == 0;
     if (n <= 0) {
       close(program_fd_);
       program_fd_ = -1;
@@ -316,13 +340,6 @@ int MaybeRunRankWrapper(int argc, char** argv) {
   SetInt("HVX_CROSS_SIZE", p.cross_size);
   setenv("HVX_HOSTNAME", p.host.c_str(), 1);
 
-  // The proxy that started us dies -> we get SIGTERM and pass it on.
-  prctl(PR_SET_PDEATHSIG, SIGTERM);
-  struct sigaction sa {};
-  sa.sa_handler = ForwardSignal;
-  sigemptyset(&sa.sa_mask);
-  for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2}) sigaction(sig, &sa, nullptr);
-
   // The program's shared-memory regions carry this tag, so that what it leaves in /dev/shm
   // (killed while creating its CPU plane) is removed below, whatever pid namespace it ran in.
   // The wrapper removes them itself when its program ends; the sweeper when hydra kills the
@@ -330,6 +347,21 @@ int MaybeRunRankWrapper(int argc, char** argv) {
   const std::string shm_tag = shm::NewShmTag();
   setenv(shm::kShmTagVariable, shm_tag.c_str(), 1);
   const int sweeper = shm::StartRegionSweeper(shm_tag);
+
+  // The signals passed on to the program wait, blocked, until its pid is recorded: one that came
+  // before would end the wrapper with no program to pass it to (a checkpoint request lost, and
+  // no exit record). The program gets them unblocked, whatever mask the wrapper was started with.
+  sigset_t forwarded;
+  sigemptyset(&forwarded);
+  for (int sig : kForwardedSignals) sigaddset(&forwarded, sig);
+  sigset_t started_with;
+  sigprocmask(SIG_BLOCK, &forwarded, &started_with);
+  // The proxy that started us dies -> we get SIGTERM and pass it on.
+  prctl(PR_SET_PDEATHSIG, SIGTERM);
+  struct sigaction sa {};
+  sa.sa_handler = ForwardSignal;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : kForwardedSignals) sigaction(sig, &sa, nullptr);
 
   // The program's PMI connection runs through a relay (PmiRelay) where hydra gave us one.
   int pmi_fd = -1;
@@ -353,6 +385,7 @@ int MaybeRunRankWrapper(int argc, char** argv) {
   const pid_t child = fork();
   if (child < 0) {
     const int rc = Fail(rank, p.host, std::string("fork failed: ") + strerror(errno));
+    sigprocmask(SIG_UNBLOCK, &forwarded, nullptr);
     AbortJob(rc);
     return rc;
   }
@@ -361,9 +394,11 @@ int MaybeRunRankWrapper(int argc, char** argv) {
     if (getppid() != self) _exit(137);
     struct sigaction dfl {};
     dfl.sa_handler = SIG_DFL;
-    for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE, SIGCHLD}) {
-      sigaction(sig, &dfl, nullptr);
-    }
+    for (int sig : kForwardedSignals) sigaction(sig, &dfl, nullptr);
+    for (int sig : {SIGPIPE, SIGCHLD}) sigaction(sig, &dfl, nullptr);
+    sigset_t mask = started_with;
+    for (int sig : kForwardedSignals) sigdelset(&mask, sig);
+    sigprocmask(SIG_SETMASK, &mask, nullptr);
     // The relay's end takes PMI_FD's number; the real connection stays with the wrapper.
     if (program_pmi_fd >= 0 && dup2(program_pmi_fd, pmi_fd) < 0) _exit(127);
     execvp(argv[i], argv + i);
@@ -373,25 +408,22 @@ int MaybeRunRankWrapper(int argc, char** argv) {
   }
   if (program_pmi_fd >= 0) close(program_pmi_fd);
   g_child_pid = child;
+  sigprocmask(SIG_UNBLOCK, &forwarded, nullptr);  // what came meanwhile goes to the program now
   shm::WatchProcess(sweeper, child);
   int status = 0;
   if (relay) {
     status = relay->RunUntilExit(child);
   } else {
-    while (waitpid(child, &status, 0) < 0) {
-      if (errno != EINTR) {
-        status = 127 << 8;
-        break;
-      }
-    }
+    Reaped(child, /*block=*/true, &status);
   }
   const int code = WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
-  g_exit_code = code;
-  g_child_pid = 0;
   shm::RemoveRegionsTagged(shm_tag);
   WriteFully(2, FormatExitRecord(rank, p.host, status));
-  // An abort the program sent has gone to hydra already.
-  if (code != 0 && !(relay && relay->aborted())) AbortJob(code);
+  if (relay && relay->aborted()) {
+    relay->FinishAbort();  // the program's own abort ends the job
+  } else if (code != 0) {
+    AbortJob(code);
+  }
   return code;
 }
 

@@ -53,7 +53,7 @@ class RankWrapperTest : public ::testing::Test {
  protected:
   // Starts the wrapper as rank 0 of a one-host plan around `script` (run by /bin/sh), with
   // PMI_FD on a socket whose other end is proxy_ and stderr on a pipe read from err_.
-  void Start(const std::string& script) {
+  void Start(const std::string& script, int pending_signal = 0) {
     int pair[2], err[2];
     ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, pair), 0);
     ASSERT_EQ(pipe(err), 0);
@@ -68,6 +68,15 @@ class RankWrapperTest : public ::testing::Test {
       setenv("PMI_RANK", "0", 1);
       unsetenv("MPI_LOCALRANKID");
       unsetenv("MPI_LOCALNRANKS");
+      if (pending_signal != 0) {
+        // Blocked and pending when the wrapper starts: it arrives before the program's pid is
+        // recorded, the window between fork and the record.
+        sigset_t s;
+        sigemptyset(&s);
+        sigaddset(&s, pending_signal);
+        sigprocmask(SIG_BLOCK, &s, nullptr);
+        raise(pending_signal);
+      }
       std::vector<std::string> args = {"wrapper", kRankWrapperFlag, "--plan", "hostA:1",
                                        "--",      "/bin/sh",        "-c",     script};
       std::vector<char*> argv;
@@ -167,6 +176,22 @@ TEST_F(RankWrapperTest, HoldsAnAbortUntilTheRecordNamingTheRankIsOut) {
   EXPECT_EQ(Wait(), 128 + SIGTERM);
 }
 
+TEST_F(RankWrapperTest, AfterTheProgramEndedASignalEndsTheWrapperWithItsStatus) {
+  // The program aborts and exits; its exit record goes out while the abort is held. A stop then
+  // (hvxrun's, through hydra) must not go to the program's old pid, which another process may
+  // have by now: the wrapper ends at once with the program's status, sending nothing more.
+  Start(R"(printf 'cmd=abort exitcode=7\n' >&$PMI_FD; exit 7)");
+  std::string err;
+  ASSERT_TRUE(ReadUntil(err_, "\x01hvxctl exit", &err, 10000)) << err;
+  const Clock::time_point signalled = Clock::now();
+  kill(pid_, SIGTERM);
+  EXPECT_EQ(Wait(), 7);
+  EXPECT_LT(Clock::now() - signalled, std::chrono::milliseconds(500));
+  std::string to_proxy;
+  ReadUntil(proxy_, "cmd=abort", &to_proxy, 100);  // ends at the wrapper's close
+  EXPECT_EQ(to_proxy, "");
+}
+
 TEST_F(RankWrapperTest, OnlyTheAbortCommandIsHeld) {
   // A line sent in two parts, the first of which could begin an abort, and a command whose name
   // only begins with "abort", both pass.
@@ -180,6 +205,23 @@ TEST_F(RankWrapperTest, OnlyTheAbortCommandIsHeld) {
   EXPECT_EQ(Wait(), 0);
   ReadUntil(err_, "\x01hvxctl exit", &err, 10000);
   for (const ControlRecord& r : Records(err)) EXPECT_NE(r.kind, ControlRecord::Kind::kError);
+}
+
+TEST_F(RankWrapperTest, ASignalBeforeTheProgramsPidIsRecordedReachesTheProgram) {
+  // A checkpoint request (SIGUSR1) that came while the wrapper was starting the program: the
+  // program gets it, unblocked, and the exit record says so. `sleep` does not handle it.
+  Start("exec sleep 20", SIGUSR1);
+  const Clock::time_point started = Clock::now();
+  const int rc = Wait();
+  EXPECT_EQ(rc, 128 + SIGUSR1);
+  EXPECT_LT(Clock::now() - started, std::chrono::seconds(10));
+  std::string err;
+  ReadUntil(err_, "\x01hvxctl exit", &err, 1000);
+  ReadUntil(err_, "\n", &err, 100);
+  const std::vector<ControlRecord> records = Records(err);
+  ASSERT_EQ(records.size(), 2u) << err;
+  EXPECT_EQ(records[1].kind, ControlRecord::Kind::kExit);
+  EXPECT_EQ(records[1].signal, SIGUSR1) << err;
 }
 
 }  // namespace
