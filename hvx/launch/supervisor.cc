@@ -107,6 +107,11 @@ class Supervisor {
     WriteAll(options_.err_fd, absl::StrCat("hvxrun: ", text, "\n"));
   }
   int Report(int mpiexec_status);
+  // Signals mpiexec unless it has been reaped (a record read while draining its pipes must not
+  // signal whatever process has its pid now).
+  void SignalMpiexec(int sig) {
+    if (!reaped_) kill(child_.pid, sig);
+  }
 
   const LaunchOptions& options_;
   const Plan& plan_;
@@ -121,6 +126,8 @@ class Supervisor {
   std::optional<Failure> failure_;
   bool stopping_ = false;
   bool killed_ = false;
+  // Set when mpiexec has been reaped: its pid may belong to another process from then on.
+  bool reaped_ = false;
   bool start_failed_ = false;
   bool timed_out_ = false;
   int got_signal_ = 0;
@@ -207,7 +214,7 @@ void Supervisor::BeginStop(const char* why) {
   if (options_.verbose) Say(absl::StrCat("stopping the job: ", why));
   router_.set_show_mpiexec(options_.verbose);
   // Hydra's Ctrl-C path: it signals every rank on every host and exits.
-  kill(child_.pid, SIGINT);
+  SignalMpiexec(SIGINT);
 }
 
 int Supervisor::Run(Child child) {
@@ -235,7 +242,7 @@ int Supervisor::Run(Child child) {
       next_growth_check_ = now + FromSeconds(grow_interval_s_);
       growing_ = more_slots_();
       if (!growing_.empty()) {
-        kill(child_.pid, SIGUSR1);
+        SignalMpiexec(SIGUSR1);
         Say(absl::StrCat("the discovery script lists more slots (", growing_,
                          "): asked the ranks to checkpoint (SIGUSR1) for a restart with more"));
       }
@@ -249,7 +256,7 @@ int Supervisor::Run(Child child) {
         now > *all_exited_at_ + FromSeconds(options_.stop_timeout_s)) {
       BeginStop("mpiexec did not exit after every rank had ended");
     }
-    if (stopping_ && !killed_ && !mpiexec_status && now > kill_at_) {
+    if (stopping_ && !killed_ && !reaped_ && now > kill_at_) {
       killed_ = true;
       kill(-child_.pid, SIGKILL);
     }
@@ -271,7 +278,7 @@ int Supervisor::Run(Child child) {
           got_signal_ = sigs[k];
           preempting_ = true;
           preempt_deadline_ = now + FromSeconds(options_.preempt_grace_s);
-          kill(child_.pid, SIGUSR1);
+          SignalMpiexec(SIGUSR1);
           Say(absl::StrCat("signal ", sigs[k], " (", strsignal(sigs[k]),
                            "): asked the ranks to checkpoint and end (SIGUSR1); they have ",
                            options_.preempt_grace_s,
@@ -300,6 +307,7 @@ int Supervisor::Run(Child child) {
       int status = 0;
       if (waitpid(child_.pid, &status, WNOHANG) == child_.pid) {
         mpiexec_status = status;
+        reaped_ = true;
         exited_at = Clock::now();
       }
     }
