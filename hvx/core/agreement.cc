@@ -76,7 +76,9 @@ absl::Status CompareSettings(const std::vector<std::string>& encoded_by_rank) {
   std::vector<std::string> names;
   std::map<std::string, std::vector<std::pair<std::string, std::vector<int>>>> values;
   for (int r = 0; r < static_cast<int>(all.size()); ++r) {
-    for (const auto& [name, value] : all[r]) {
+    for (const auto& setting : all[r]) {
+      const std::string& name = setting.first;
+      const std::string& value = setting.second;  // a lambda cannot capture a binding in C++17
       auto& list = values[name];
       if (list.empty()) names.push_back(name);
       auto it =
