@@ -10,6 +10,11 @@ absl::StatusOr<Json> ParseJson(absl::string_view text, absl::string_view what) {
   } catch (const Json::parse_error& e) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, " is not JSON (at byte ", e.byte, "): ", e.what()));
+  } catch (const Json::exception& e) {
+    // A number no double holds (1e999) is JSON the library will not read: out_of_range, which
+    // escaped as an uncaught exception and ended the program.
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " holds JSON hvx cannot read: ", e.what()));
   }
 }
 

@@ -21,6 +21,13 @@ TEST(JsonTest, ParsesAndNamesWhereItIsNot) {
               HasSubstr("/opt/ml/input/config/resourceconfig.json is not JSON (at byte 12)"));
 }
 
+// Found by json_fuzz_test: the library throws out_of_range, not parse_error, for these.
+TEST(JsonTest, ANumberNoDoubleHoldsIsAnErrorNotAnException) {
+  const auto v = ParseJson(R"({"hosts": ["algo-1"], "x": 1e999})", "resourceconfig.json");
+  EXPECT_THAT(v.status().message(), HasSubstr("resourceconfig.json holds JSON hvx cannot read"));
+  EXPECT_THAT(v.status().message(), HasSubstr("number overflow"));
+}
+
 TEST(JsonTest, StringLists) {
   auto v = ParseJson(R"(["a", "b"])", "test");
   ASSERT_TRUE(v.ok());
