@@ -66,6 +66,14 @@ TEST(MessageTest, RoundTripsAndRejectsTruncation) {
   EXPECT_EQ(out->requests[0].prescale, 0.25);
   EXPECT_EQ(out->requests[0].waited_s, 2.5);
   EXPECT_FALSE(DecodeRequestList(bytes.substr(0, bytes.size() - 1)).ok());
+  // Found by message_fuzz_test: a peer's unknown data type (or op, reduce op, device) decoded.
+  std::string unknown_dtype = bytes;
+  const size_t dtype_at = 1 + 1 + 8 + 4 + 1 + 8 + r.name.size();
+  ASSERT_EQ(unknown_dtype[dtype_at], static_cast<char>(r.dtype));
+  unknown_dtype[dtype_at] = 57;
+  EXPECT_TRUE(absl::StrContains(DecodeRequestList(unknown_dtype).status().message(),
+                                "entry 0 has op type 3, data type 57"))
+      << DecodeRequestList(unknown_dtype).status();
 
   ResponseList rl;
   Response resp;

@@ -84,6 +84,22 @@ absl::Status Corrupt(absl::string_view what, size_t bytes) {
       absl::StrCat("corrupt ", what, " of ", bytes, " bytes from a peer rank"));
 }
 
+// What an enum field of a message may hold: a peer's byte is checked before it becomes one
+// (DataTypeSize of an unknown type is 0, and code sized by it divides by it).
+bool KnownEnums(uint8_t type, uint8_t dtype, uint8_t op, uint8_t device_type) {
+  return type <= static_cast<uint8_t>(OpType::kError) &&
+         dtype <= static_cast<uint8_t>(DataType::kInt16) &&
+         op <= static_cast<uint8_t>(ReduceOp::kAdasum) &&
+         device_type <= static_cast<uint8_t>(DeviceType::kCuda);
+}
+
+absl::Status UnknownEnums(absl::string_view what, size_t index, uint8_t type, uint8_t dtype,
+                          uint8_t op, uint8_t device_type) {
+  return absl::DataLossError(absl::StrCat(
+      "corrupt ", what, " from a peer rank: entry ", index, " has op type ", type, ", data type ",
+      dtype, ", reduce op ", op, ", device type ", device_type, "; one of them is unknown"));
+}
+
 }  // namespace
 
 absl::string_view OpTypeName(OpType type) {
@@ -172,6 +188,10 @@ absl::StatusOr<RequestList> DecodeRequestList(absl::string_view bytes) {
     rd.Get(&r.postscale);
     rd.GetInts(&r.splits);
     rd.Get(&r.waited_s);
+    const uint8_t device_type = static_cast<uint8_t>(r.device.type);
+    if (rd.ok() && !KnownEnums(type, dtype, op, device_type)) {
+      return UnknownEnums("request list", i, type, dtype, op, device_type);
+    }
     r.type = static_cast<OpType>(type);
     r.dtype = static_cast<DataType>(dtype);
     r.reduce_op = static_cast<ReduceOp>(op);
@@ -240,6 +260,9 @@ absl::StatusOr<ResponseList> DecodeResponseList(absl::string_view bytes) {
     }
     rd.GetInts(&r.rows);
     rd.Get(&r.last_joined_rank);
+    if (rd.ok() && !KnownEnums(type, dtype, op, device_type)) {
+      return UnknownEnums("response list", i, type, dtype, op, device_type);
+    }
     r.type = static_cast<OpType>(type);
     r.dtype = static_cast<DataType>(dtype);
     r.reduce_op = static_cast<ReduceOp>(op);
