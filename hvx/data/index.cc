@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -36,15 +37,13 @@ absl::Status WriteIndexFile(const std::string& index_path,
   return WriteFileAtomically(index_path, text, "index file", /*durable=*/false);
 }
 
-absl::StatusOr<std::vector<RecordLocation>> ReadIndexFile(const std::string& index_path,
-                                                          uint64_t record_file_size) {
-  std::ifstream in(index_path);
-  if (!in) return ErrnoToStatus(errno, absl::StrCat("opening index file ", index_path));
+absl::StatusOr<std::vector<RecordLocation>> ParseIndex(absl::string_view contents,
+                                                       absl::string_view index_path,
+                                                       uint64_t record_file_size) {
   std::vector<RecordLocation> index;
-  std::string line;
   uint64_t expected = 0;
   int64_t line_no = 0;
-  while (std::getline(in, line)) {
+  for (absl::string_view line : absl::StrSplit(contents, '\n')) {
     ++line_no;
     if (absl::StripAsciiWhitespace(line).empty()) continue;
     std::vector<absl::string_view> parts =
@@ -75,6 +74,16 @@ absl::StatusOr<std::vector<RecordLocation>> ReadIndexFile(const std::string& ind
                                             "; rebuild it with inspect_records --index"));
   }
   return index;
+}
+
+absl::StatusOr<std::vector<RecordLocation>> ReadIndexFile(const std::string& index_path,
+                                                          uint64_t record_file_size) {
+  std::ifstream in(index_path, std::ios::binary);
+  if (!in) return ErrnoToStatus(errno, absl::StrCat("opening index file ", index_path));
+  std::ostringstream contents;
+  contents << in.rdbuf();
+  if (in.bad()) return ErrnoToStatus(errno, absl::StrCat("reading index file ", index_path));
+  return ParseIndex(contents.str(), index_path, record_file_size);
 }
 
 absl::StatusOr<std::vector<RecordLocation>> BuildIndex(const std::string& record_path,

@@ -31,6 +31,11 @@ bool IsIndexPath(absl::string_view path);
 absl::Status WriteIndexFile(const std::string& index_path,
                             const std::vector<RecordLocation>& index);
 
+// An index file's contents (`index_path` names it in errors), checked as ReadIndexFile does.
+absl::StatusOr<std::vector<RecordLocation>> ParseIndex(absl::string_view contents,
+                                                       absl::string_view index_path,
+                                                       uint64_t record_file_size);
+
 // Reads an index and checks it against the record file's size: records must be contiguous from
 // offset 0 and end exactly at `record_file_size`. Errors name the index file and line.
 absl::StatusOr<std::vector<RecordLocation>> ReadIndexFile(const std::string& index_path,

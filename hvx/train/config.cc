@@ -370,26 +370,24 @@ absl::Status ValidateTrainConfig(const TrainConfig& config, absl::string_view so
       absl::StrCat(source, ": ", errors[0].field, ": ", errors[0].message));
 }
 
-absl::StatusOr<LoadedConfig> LoadTrainConfig(absl::string_view name, const ConfigSearchPath& search,
-                                             const std::vector<std::string>& overrides) {
-  LoadedConfig loaded;
-  HVX_ASSIGN_OR_RETURN(loaded.path, ResolveConfigPath(name, search));
-  HVX_ASSIGN_OR_RETURN(const std::string text, ReadFile(loaded.path));
+absl::StatusOr<TrainConfig> TrainConfigFromText(absl::string_view text, absl::string_view path,
+                                                const std::vector<std::string>& overrides,
+                                                const std::string& home) {
+  TrainConfig config;
   // Locations of every parse, file first, so an error points at the text that set the value last.
   std::vector<std::pair<std::string, std::unique_ptr<TextFormat::ParseInfoTree>>> parses;
-  parses.emplace_back(loaded.path, std::make_unique<TextFormat::ParseInfoTree>());
-  HVX_RETURN_IF_ERROR(
-      ParseInto(text, loaded.path, false, &loaded.config, parses.back().second.get()));
+  parses.emplace_back(std::string(path), std::make_unique<TextFormat::ParseInfoTree>());
+  HVX_RETURN_IF_ERROR(ParseInto(text, path, false, &config, parses.back().second.get()));
   for (size_t i = 0; i < overrides.size(); ++i) {
     std::string source = absl::StrCat("--override #", i + 1);
     parses.emplace_back(source, std::make_unique<TextFormat::ParseInfoTree>());
-    HVX_RETURN_IF_ERROR(ParseInto(overrides[i], source, /*merge=*/true, &loaded.config,
-                                  parses.back().second.get()));
+    HVX_RETURN_IF_ERROR(
+        ParseInto(overrides[i], source, /*merge=*/true, &config, parses.back().second.get()));
   }
-  FillDefaults(&loaded.config);
-  HVX_RETURN_IF_ERROR(Annotate(ExpandConfigPaths(search.home, &loaded.config), loaded.path));
-  const std::vector<FieldError> errors = CheckConfig(loaded.config);
-  if (errors.empty()) return loaded;
+  FillDefaults(&config);
+  HVX_RETURN_IF_ERROR(Annotate(ExpandConfigPaths(home, &config), path));
+  const std::vector<FieldError> errors = CheckConfig(config);
+  if (errors.empty()) return config;
   const FieldError& error = errors[0];
   for (auto it = parses.rbegin(); it != parses.rend(); ++it) {
     int line = 0, column = 0;
@@ -399,8 +397,17 @@ absl::StatusOr<LoadedConfig> LoadTrainConfig(absl::string_view name, const Confi
     }
   }
   // Unset in every source: the problem is a missing field.
-  return absl::InvalidArgumentError(
-      absl::StrCat(loaded.path, ": ", error.field, ": ", error.message));
+  return absl::InvalidArgumentError(absl::StrCat(path, ": ", error.field, ": ", error.message));
+}
+
+absl::StatusOr<LoadedConfig> LoadTrainConfig(absl::string_view name, const ConfigSearchPath& search,
+                                             const std::vector<std::string>& overrides) {
+  LoadedConfig loaded;
+  HVX_ASSIGN_OR_RETURN(loaded.path, ResolveConfigPath(name, search));
+  HVX_ASSIGN_OR_RETURN(const std::string text, ReadFile(loaded.path));
+  HVX_ASSIGN_OR_RETURN(loaded.config,
+                       TrainConfigFromText(text, loaded.path, overrides, search.home));
+  return loaded;
 }
 
 bool HasJpegInput(const DataConfig& data) {

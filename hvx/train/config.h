@@ -47,6 +47,11 @@ struct LoadedConfig {
 absl::StatusOr<LoadedConfig> LoadTrainConfig(absl::string_view name, const ConfigSearchPath& search,
                                              const std::vector<std::string>& overrides);
 
+// LoadTrainConfig after the file is read: `text` is its contents and `path` names it in errors.
+absl::StatusOr<TrainConfig> TrainConfigFromText(absl::string_view text, absl::string_view path,
+                                                const std::vector<std::string>& overrides,
+                                                const std::string& home);
+
 // Replaces zero/empty fields by the defaults documented in train_config.proto.
 void FillDefaults(TrainConfig* config);
 
