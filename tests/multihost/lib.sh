@@ -30,8 +30,9 @@ if [[ -n ${UCX_MEM_EVENTS+x} ]]; then extra+=(-x "UCX_MEM_EVENTS=$UCX_MEM_EVENTS
 
 show() { echo "--- stdout"; echo "$out"; echo "--- stderr"; echo "$err"; }
 
-# Runs hvxrun on host ${HVX_NETNS_PREFIX}1; stdout, stderr, rc and elapsed_ms land in $out, $err,
-# $rc and $elapsed_ms. hvxrun bounds the job (--timeout) and `timeout` bounds hvxrun.
+# Runs hvxrun on host ${HVX_NETNS_PREFIX}1, its remote shell $launcher_exec (default: the fakessh;
+# "$HVX_NETNS_STATE/ssh" after `netns_hosts.sh sshd`); stdout, stderr, rc and elapsed_ms land in
+# $out, $err, $rc and $elapsed_ms. hvxrun bounds the job (--timeout) and `timeout` bounds hvxrun.
 launch() {
     launch_bg "$@"
     finish
@@ -43,7 +44,7 @@ launch() {
 launch_bg() {
     launch_t0=$(date +%s%N)
     timeout -k 5 90 "$NETNS" exec "${HVX_NETNS_PREFIX}1" "$HVXRUN" --mpiexec "$MPIEXEC" \
-        --launcher-exec "$HVX_NETNS_STATE/fakessh" --timeout 60 --start-timeout 20 "${extra[@]}" "$@" \
+        --launcher-exec "${launcher_exec:-$HVX_NETNS_STATE/fakessh}" --timeout 60 --start-timeout 20 "${extra[@]}" "$@" \
         >"$HVX_NETNS_STATE/out" 2>"$HVX_NETNS_STATE/err" </dev/null &
     pid=$!
 }

@@ -8,6 +8,12 @@
 #   netns_hosts.sh fakessh [ssh options] H CMD...
 #                               ssh stand-in for --launcher-exec: runs "CMD..." with sh on host H
 #                               in a fresh login-like environment, as sshd would
+#   netns_hosts.sh sshd        start a real sshd (openssh-server) on every host, listening on its
+#                               address, and make $STATE/ssh, an ssh client for them (its key, no
+#                               host key checks, BatchMode): --launcher-exec "$STATE/ssh" reaches
+#                               the hosts over their network, so cutting a host's link cuts its
+#                               sessions too, as on a real cluster
+#   netns_hosts.sh cut H       take host H's switch port down (its link is cut, nothing is told)
 #   netns_hosts.sh down        kill what runs in those namespaces (by PID) and delete them
 # `up` makes $STATE/fakessh, a link to this script that behaves as `fakessh`.
 # HVX_SEPARATE_BOOT_ID=1 gives each host its own /proc/sys/kernel/random/boot_id. UCX decides from
@@ -81,6 +87,41 @@ down() {
     rm -rf "$STATE"
 }
 
+sshd_up() {
+    [[ -x /usr/sbin/sshd ]] || die "sshd is not installed (Debian's openssh-server)"
+    local i ns
+    mkdir -p /run/sshd  # sshd's privilege separation directory; the package makes it at boot
+    rm -f "$STATE"/ssh_host_key* "$STATE"/id_ed25519*
+    ssh-keygen -q -t ed25519 -N '' -f "$STATE/ssh_host_key"
+    ssh-keygen -q -t ed25519 -N '' -f "$STATE/id_ed25519"
+    cp "$STATE/id_ed25519.pub" "$STATE/authorized_keys"
+    printf 'Host *\n    IdentityFile %s\n    UserKnownHostsFile /dev/null\n    StrictHostKeyChecking no\n    BatchMode yes\n    ConnectTimeout 5\n    LogLevel ERROR\n' \
+        "$STATE/id_ed25519" >"$STATE/ssh_config"
+    printf '#!/bin/sh\nexec ssh -F "%s" "$@"\n' "$STATE/ssh_config" >"$STATE/ssh"
+    chmod +x "$STATE/ssh"
+    for ((i = 1; i <= $(count); i++)); do
+        ns=${NSP}$i
+        printf '%s\n' "ListenAddress $NET.$i:22" "HostKey $STATE/ssh_host_key" \
+            "AuthorizedKeysFile $STATE/authorized_keys" "PidFile $STATE/sshd.$ns.pid" \
+            "PermitRootLogin prohibit-password" "PasswordAuthentication no" \
+            "KbdInteractiveAuthentication no" "UsePAM no" "StrictModes no" "LogLevel ERROR" \
+            >"$STATE/sshd_config.$ns"
+        (run_on "$ns" /usr/sbin/sshd -f "$STATE/sshd_config.$ns" -E "$STATE/sshd.$ns.log") ||
+            die "sshd did not start on $ns: $(cat "$STATE/sshd.$ns.log" 2>/dev/null)"
+    done
+    for ((i = 1; i <= $(count); i++)); do
+        local t ok=0
+        for t in $(seq 50); do
+            if [[ $( (run_on "${NSP}1" "$STATE/ssh" "${NSP}$i" hostname) 2>/dev/null) == "${NSP}$i" ]]; then
+                ok=1
+                break
+            fi
+            sleep 0.1
+        done
+        [[ $ok == 1 ]] || die "sshd on ${NSP}$i does not answer: $(cat "$STATE/sshd.${NSP}$i.log" 2>/dev/null)"
+    done
+}
+
 run_on() {
     local ns
     ns=$(ns_of "$1") || die "unknown host '$1'"
@@ -113,5 +154,7 @@ case $cmd in
     down) down ;;
     exec) run_on "$@" ;;
     fakessh) fakessh "$@" ;;
-    *) sed -n '2,17p' "$SELF"; exit 2 ;;
+    sshd) sshd_up ;;
+    cut) ip -n "${NSP}sw" link set "p${1#"$NSP"}" down ;;
+    *) sed -n '2,24p' "$SELF"; exit 2 ;;
 esac
