@@ -1,5 +1,7 @@
 #include "hvx/launch/launch.h"
 
+#include <sys/prctl.h>
+
 #include <string>
 #include <vector>
 
@@ -46,6 +48,10 @@ int HvxrunMain(int argc, char** argv) {
     WriteAll(2, absl::StrCat("hvxrun: ", options.status().message(), "\n"));
     return 2;
   }
+  // What the job's processes leave running when their parents end comes to hvxrun, which ends it
+  // after each attempt (LaunchOptions::end_leftovers).
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
+  options->end_leftovers = true;
   absl::StatusOr<int> rc = RunJob(*options);
   if (!rc.ok()) {
     WriteAll(2, absl::StrCat("hvxrun: ", rc.status().message(), "\n"));

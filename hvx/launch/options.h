@@ -38,6 +38,10 @@ struct LaunchOptions {
   double timeout_s = 0;        // whole-job wall clock limit; 0 = none
   bool dry_run = false;
   bool verbose = false;
+  // After each attempt, end every child this process still has (EndLeftoverChildren). hvxrun sets
+  // it and makes itself a child subreaper, so that what mpiexec leaves running comes to it; a
+  // program that calls RunJob and has children of its own leaves it unset.
+  bool end_leftovers = false;
   std::string mpiexec = "mpiexec";
   // An executable that runs MaybeRunRankWrapper when its first argument is kRankWrapperFlag
   // (rank_wrapper.h); empty: hvxrun_rank in this program's directory, else this program.

@@ -1,5 +1,6 @@
 #include "hvx/launch/subprocess.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -9,10 +10,14 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "hvx/common/status.h"
 #include "hvx/launch/command.h"
@@ -50,7 +55,7 @@ absl::StatusOr<Child> Spawn(std::vector<std::string> argv) {
     // makes mpiexec stop the job instead of leaving it running with nobody to report it.
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (getppid() != parent) _exit(128 + SIGTERM);
-    setpgid(0, 0);
+    setsid();
     dup2(out[1], 1);
     dup2(err[1], 2);
     for (const char* v : {"HYDRA_HOST_FILE", "HYDRA_RMK", "HYDRA_LAUNCHER", "HYDRA_BOOTSTRAP",
@@ -68,6 +73,54 @@ absl::StatusOr<Child> Spawn(std::vector<std::string> argv) {
   close(out[1]);
   close(err[1]);
   return Child{pid, out[0], err[0]};
+}
+
+namespace {
+
+// The live children of this process (zombies are reaped, not listed).
+std::vector<pid_t> LiveChildren() {
+  while (waitpid(-1, nullptr, WNOHANG) > 0) {
+  }
+  std::vector<pid_t> children;
+  DIR* proc = opendir("/proc");
+  if (proc == nullptr) return children;
+  const pid_t self = getpid();
+  while (dirent* e = readdir(proc)) {
+    pid_t pid = 0;
+    if (!absl::SimpleAtoi(e->d_name, &pid) || pid <= 1 || pid == self) continue;
+    std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+    std::string stat;
+    std::getline(in, stat);
+    // After the command name's closing parenthesis: state, ppid.
+    const size_t paren = stat.rfind(')');
+    if (paren == std::string::npos) continue;
+    std::vector<absl::string_view> fields =
+        absl::StrSplit(absl::string_view(stat).substr(paren + 1), ' ', absl::SkipEmpty());
+    pid_t ppid = 0;
+    if (fields.size() < 2 || fields[0] == "Z" || !absl::SimpleAtoi(fields[1], &ppid)) continue;
+    if (ppid == self) children.push_back(pid);
+  }
+  closedir(proc);
+  return children;
+}
+
+}  // namespace
+
+int EndLeftoverChildren(double grace_s) {
+  std::set<pid_t> ended;
+  const Clock::time_point kill_at = Clock::now() + FromSeconds(grace_s);
+  const Clock::time_point give_up = kill_at + FromSeconds(5);
+  for (std::vector<pid_t> left = LiveChildren(); !left.empty() && Clock::now() < give_up;
+       left = LiveChildren()) {
+    const bool hard = Clock::now() >= kill_at;
+    for (pid_t pid : left) {
+      if (ended.insert(pid).second || hard) kill(pid, hard ? SIGKILL : SIGTERM);
+    }
+    poll(nullptr, 0, 20);
+  }
+  while (waitpid(-1, nullptr, WNOHANG) > 0) {
+  }
+  return static_cast<int>(ended.size());
 }
 
 absl::StatusOr<std::string> RunCapture(std::vector<std::string> argv, double timeout_s) {

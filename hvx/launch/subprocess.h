@@ -1,4 +1,4 @@
-// Child processes for hvxrun: started in their own process group with stdout and stderr on pipes,
+// Child processes for hvxrun: started in a session of their own with stdout and stderr on pipes,
 // or run to completion with their output captured.
 //
 //   HVX_ASSIGN_OR_RETURN(Child c, Spawn({"mpiexec", "-n", "2", "true"}));  // read c.out, c.err
@@ -28,10 +28,20 @@ struct Child {
   int err = -1;
 };
 
-// Starts argv in its own process group with stdout/stderr on pipes. Variables that would make
-// hydra pick other hosts or another launcher behind our back are removed from its environment.
-// The child gets SIGTERM when this process dies, however it dies.
+// Starts argv in a session of its own (its pid is the session's and the process group's id; no
+// controlling terminal, so an ssh it runs cannot stop at a password prompt) with stdout/stderr on
+// pipes. Variables that would make hydra pick other hosts or another launcher behind our back are
+// removed from its environment. The child gets SIGTERM when this process dies, however it dies.
 absl::StatusOr<Child> Spawn(std::vector<std::string> argv);
+
+// Ends every child this process has (but none it is still waiting for elsewhere: call it when it
+// has none of its own): SIGTERM, then SIGKILL to what is left after `grace_s`, reaping each, until
+// none is left, including those that come to it as their parents die. Returns how many it ended.
+// hvxrun is a child subreaper (PR_SET_CHILD_SUBREAPER): what mpiexec started and left running
+// when it ended comes to hvxrun, whatever session it made (hydra puts every proxy and ssh client in
+// its own). With a host's link cut, the ssh client of that host's proxy waited on a dead
+// connection long after the job had ended.
+int EndLeftoverChildren(double grace_s);
 
 // Runs argv, returns its stdout; fails on a non-zero exit or after timeout_s (the child is killed).
 absl::StatusOr<std::string> RunCapture(std::vector<std::string> argv, double timeout_s);

@@ -1,6 +1,16 @@
 #include "hvx/launch/subprocess.h"
 
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <string>
+
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/strip.h"
 #include "gtest/gtest.h"
 
 namespace hvx {
@@ -31,6 +41,63 @@ TEST(RunCaptureTest, ACommandThatClosesItsOutputAndRunsOnTimesOut) {
 TEST(RunCaptureTest, ACommandStillWritingAtTheDeadlineTimesOut) {
   auto out = RunCapture({"/bin/sh", "-c", "while :; do echo x; sleep 0.1; done"}, 0.5);
   EXPECT_EQ(out.status().code(), absl::StatusCode::kDeadlineExceeded) << out.status();
+}
+
+}  // namespace
+}  // namespace launch
+}  // namespace hvx
+
+namespace hvx {
+namespace launch {
+namespace {
+
+// Whether pid is a live process (not gone, not a zombie).
+bool Alive(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  if (!std::getline(in, stat)) return false;
+  const size_t paren = stat.rfind(')');
+  return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] != 'Z';
+}
+
+TEST(SpawnTest, WhatAChildLeavesRunningComesToASubreaperThatEndsIt) {
+  // The child starts a job in a session of its own (as hydra starts its ssh clients), prints its
+  // pid and exits: a group or session kill of the child misses it; as a subreaper, this process
+  // gets it and ends it.
+  ASSERT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+  auto c = Spawn({"/bin/sh", "-c", "setsid sleep 60 >/dev/null 2>&1 & echo $!"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  std::string out;
+  char buf[256];
+  ssize_t n;
+  while ((n = read(c->out, buf, sizeof(buf))) > 0) out.append(buf, n);
+  close(c->out);
+  close(c->err);
+  int status = 0;
+  ASSERT_EQ(waitpid(c->pid, &status, 0), c->pid);
+  pid_t left = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(absl::StripAsciiWhitespace(out), &left)) << out;
+  for (int i = 0; i < 200 && getsid(left) != left; ++i) usleep(10000);  // setsid has run
+  ASSERT_TRUE(Alive(left));
+  EXPECT_NE(getsid(left), c->pid);
+  EXPECT_EQ(EndLeftoverChildren(/*grace_s=*/1), 1);
+  EXPECT_FALSE(Alive(left));
+  EXPECT_EQ(EndLeftoverChildren(1), 0);
+  prctl(PR_SET_CHILD_SUBREAPER, 0);
+}
+
+TEST(SpawnTest, AChildLeadsASessionOfItsOwn) {
+  // No controlling terminal: an ssh it runs fails instead of waiting at a password prompt.
+  auto c = Spawn({"/bin/sh", "-c", "ps -o sid= -p $$"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  std::string out;
+  char buf[256];
+  ssize_t n;
+  while ((n = read(c->out, buf, sizeof(buf))) > 0) out.append(buf, n);
+  close(c->out);
+  close(c->err);
+  waitpid(c->pid, nullptr, 0);
+  EXPECT_EQ(absl::StripAsciiWhitespace(out), std::to_string(c->pid));
 }
 
 }  // namespace

@@ -435,6 +435,15 @@ absl::StatusOr<int> RunAttempt(const LaunchOptions& options, const JobSetup& set
   absl::StatusOr<Child> child = Spawn(argv);
   int rc = child.ok() ? supervisor.Run(*child) : 0;
   if (child.ok() && outcome != nullptr) *outcome = supervisor.outcome();
+  // Nothing mpiexec started outlives the attempt (an ssh to a host whose link was cut waits on a
+  // connection that will never answer): it has come to hvxrun, a child subreaper.
+  if (child.ok() && options.end_leftovers) {
+    if (const int left = EndLeftoverChildren(/*grace_s=*/1); left > 0) {
+      WriteAll(options.err_fd, absl::StrCat("hvxrun: ended ", left,
+                                            " process(es) the job left running after mpiexec "
+                                            "exited (an ssh to a host that stopped answering?)\n"));
+    }
+  }
 
   for (int k = 0; k < 4; ++k) sigaction(sigs[k], &old[k], nullptr);
   sigaction(SIGPIPE, &old_pipe, nullptr);

@@ -93,6 +93,9 @@ int StartRegionSweeper(const std::string& tag) {
   // The watchdog: out of the wrapper's process group and session, holding nothing open that
   // anyone waits on (hydra reads the wrapper's stdout and stderr until they close).
   setsid();
+  // A stop is not for it: hvxrun ends what a job leaves behind (SIGTERM, then SIGKILL a second
+  // later), and the sweep it still has to do takes milliseconds once its program is gone.
+  for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2}) signal(sig, SIG_IGN);
   const int devnull = open("/dev/null", O_RDWR);
   for (int fd = 0; fd < 3; ++fd) dup2(devnull, fd);
   const int keep = 3;
