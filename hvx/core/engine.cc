@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "hvx/common/clock.h"
 #include "hvx/common/cluster.h"
 #include "hvx/common/failpoint.h"
 #include "hvx/common/logging.h"
@@ -268,7 +269,7 @@ void Engine::ThreadMain() {
     cv_.notify_all();
   }
   if (status.ok()) {
-    absl::Time last_cycle = absl::Now();
+    absl::Time last_cycle = MonotonicNow();
     absl::Duration cycle = absl::Milliseconds(options_.cycle_time_ms);
     int idle_cycles = 0;
     bool running = true;
@@ -283,12 +284,16 @@ void Engine::ThreadMain() {
           }
           return false;
         };
-        cv_.wait_until(lock, absl::ToChronoTime(last_cycle + cycle), has_work);
+        // A wait for a duration: std::condition_variable measures it on the steady clock, where
+        // wait_until would take a wall-clock time.
+        const absl::Duration left =
+            std::max(absl::ZeroDuration(), last_cycle + cycle - MonotonicNow());
+        cv_.wait_for(lock, absl::ToChronoNanoseconds(left), has_work);
         for (const auto& s : sets_) {
           if (s->comm != nullptr) sets.push_back(s.get());
         }
       }
-      const absl::Time cycle_start = absl::Now();
+      const absl::Time cycle_start = MonotonicNow();
       bool idle = true;
       for (SetState* set : sets) {
         if (!RunCycle(*set)) {
@@ -301,7 +306,7 @@ void Engine::ThreadMain() {
       // a long one). Idle, it is timed from this one's end, which every rank reaches together
       // (the vote is collective): timed from each rank's wake-up, a rank that once woke early
       // stayed early by the same offset and waited that long in every idle vote.
-      last_cycle = idle ? absl::Now() : cycle_start;
+      last_cycle = idle ? MonotonicNow() : cycle_start;
       idle_cycles = idle ? idle_cycles + 1 : 0;
       cycle = IdleCycleTime(absl::Milliseconds(options_.cycle_time_ms), idle_cycles);
     }
@@ -322,7 +327,8 @@ void Engine::ThreadMain() {
   }
   stopped_.store(true);
   Failpoint("shutdown");
-  absl::Status fin = transport_->Finalize(absl::Now() + absl::Seconds(options_.shutdown_timeout_s));
+  absl::Status fin =
+      transport_->Finalize(MonotonicNow() + absl::Seconds(options_.shutdown_timeout_s));
   if (!fin.ok()) HVX_LOG(ERROR) << "transport finalization: " << fin;
   std::lock_guard<std::mutex> lock(mu_);
   finalize_status_ = fin;
@@ -439,7 +445,7 @@ Handle Engine::Submit(int set_id, std::vector<Entry> entries,
         for (Entry& e : entries) {
           e.request.rank = my_rank;
           e.state = state;
-          e.submitted = absl::Now();
+          e.submitted = MonotonicNow();
           set.inflight.insert(e.request.name);
           set.incoming.push_back(std::move(e));
         }
@@ -646,7 +652,7 @@ absl::StatusOr<Engine::CacheOutcome> Engine::VoteOnCache(SetState& set, bool joi
                                                          bool shutdown_here) {
   ResponseCache& cache = *set.cache;
   CacheVote vote(cache.capacity());
-  const absl::Time now = absl::Now();
+  const absl::Time now = MonotonicNow();
   absl::Duration stalled_after = absl::InfiniteDuration();
   for (double s : {options_.stall_check_time_s, options_.collective_timeout_s}) {
     if (s > 0) stalled_after = std::min(stalled_after, absl::Seconds(s));
@@ -724,7 +730,7 @@ absl::StatusOr<ResponseList> Engine::GatherPlanBroadcast(SetState& set,
     std::lock_guard<std::mutex> lock(mu_);
     mine.shutdown = shutdown_requested_ && set.id == 0;
   }
-  const absl::Time now = absl::Now();
+  const absl::Time now = MonotonicNow();
   for (const std::string& name : to_send) {
     const Entry& e = set.pending.at(name);
     if (e.request.type == OpType::kJoin) joined_ = true;
@@ -737,7 +743,7 @@ absl::StatusOr<ResponseList> Engine::GatherPlanBroadcast(SetState& set,
   HVX_RETURN_IF_ERROR(set.comm->Gather(EncodeRequestList(mine), &all));
   std::string out;
   if (set.comm->rank() == 0) {
-    const absl::Time now = absl::Now();  // after the gather, which waited for every rank
+    const absl::Time now = MonotonicNow();  // after the gather, which waited for every rank
     for (int r = 0; r < static_cast<int>(all.size()); ++r) {
       HVX_ASSIGN_OR_RETURN(RequestList list, DecodeRequestList(all[r]));
       set.coordinator->Add(r, list, now);

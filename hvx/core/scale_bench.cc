@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "hvx/common/clock.h"
 #include "hvx/core/coordinator.h"
 #include "hvx/core/in_process_ranks.h"
 #include "hvx/core/message.h"
@@ -35,12 +36,12 @@ namespace {
 double MicrosPerCall(const std::function<void()>& fn) {
   fn();
   int64_t calls = 0;
-  const absl::Time start = absl::Now();
+  const absl::Time start = MonotonicNow();
   absl::Duration spent;
   do {
     fn();
     ++calls;
-    spent = absl::Now() - start;
+    spent = MonotonicNow() - start;
   } while (spent < absl::Milliseconds(50));
   return absl::ToDoubleMicroseconds(spent) / static_cast<double>(calls);
 }
@@ -74,7 +75,7 @@ void Miss(int ranks, int tensors) {
   size_t broadcast = 0;
   const double us = MicrosPerCall([&] {
     Coordinator coordinator(ranks, options);
-    const absl::Time now = absl::Now();
+    const absl::Time now = MonotonicNow();
     for (int r = 0; r < ranks; ++r) coordinator.Add(r, *DecodeRequestList(sent[r]), now);
     broadcast = EncodeResponseList(coordinator.Build(now)).size();
   });
@@ -138,7 +139,7 @@ void Engines(int ranks, int tensors, int64_t cache_capacity) {
         const int steps = 20;
         absl::Time start;
         for (int step = 0; step <= steps; ++step) {
-          if (step == 1) start = absl::Now();
+          if (step == 1) start = MonotonicNow();
           std::vector<Handle> handles;
           for (int i = 0; i < tensors; ++i) {
             TensorRef t(DataType::kFloat32, {1}, &data[i]);
@@ -146,7 +147,7 @@ void Engines(int ranks, int tensors, int64_t cache_capacity) {
           }
           for (Handle& h : handles) (void)h.state()->Wait();
         }
-        if (rank == 0) per_step_us = absl::ToDoubleMicroseconds(absl::Now() - start) / steps;
+        if (rank == 0) per_step_us = absl::ToDoubleMicroseconds(MonotonicNow() - start) / steps;
       },
       options);
   std::printf("engine ranks %3d  tensors %5d  cache %s: %10.1f us per step\n", ranks, tensors,

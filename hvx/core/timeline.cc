@@ -6,6 +6,7 @@
 #include <cerrno>
 
 #include "absl/strings/str_cat.h"
+#include "hvx/common/clock.h"
 #include "hvx/common/files.h"
 #include "hvx/common/json.h"
 #include "hvx/common/logging.h"
@@ -25,7 +26,7 @@ absl::StatusOr<std::unique_ptr<Timeline>> Timeline::Open(const std::string& path
 }
 
 Timeline::Timeline(int fd, std::string path)
-    : fd_(fd), path_(std::move(path)), start_(absl::Now()) {}
+    : fd_(fd), path_(std::move(path)), start_(MonotonicNow()), wall_start_(absl::Now()) {}
 
 Timeline::~Timeline() { close(fd_); }
 
@@ -47,7 +48,7 @@ int Timeline::Pid(const std::string& name) {
   pids_[name] = pid;
   std::string extra;
   if (pid == 1) {
-    extra = absl::StrCat(",\"start_time_since_epoch_in_micros\":", absl::ToUnixMicros(start_));
+    extra = absl::StrCat(",\"start_time_since_epoch_in_micros\":", absl::ToUnixMicros(wall_start_));
   }
   Append(absl::StrCat("{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":", pid,
                       ",\"args\":{\"name\":", JsonQuote(name), extra, "}}"));
@@ -59,7 +60,7 @@ int Timeline::Pid(const std::string& name) {
 void Timeline::Event(const std::string& name, absl::string_view ph, absl::string_view event_name,
                      absl::string_view extra) {
   const int pid = Pid(name);
-  const int64_t ts = absl::ToInt64Microseconds(absl::Now() - start_);
+  const int64_t ts = absl::ToInt64Microseconds(MonotonicNow() - start_);
   Append(absl::StrCat("{\"ph\":\"", ph, "\",\"pid\":", pid, ",\"tid\":0,\"ts\":", ts,
                       event_name.empty() ? "" : absl::StrCat(",\"name\":", JsonQuote(event_name)),
                       extra, "}"));

@@ -49,8 +49,9 @@ class Timeline : public NegotiationObserver {
 
   int fd_;
   const std::string path_;
-  const absl::Time start_;
-  int64_t end_offset_ = 0;  // where the closing bracket sits
+  const absl::Time start_;       // MonotonicNow(): ts values count from it
+  const absl::Time wall_start_;  // absl::Now() at the same moment, for the record
+  int64_t end_offset_ = 0;       // where the closing bracket sits
   bool first_ = true;
   std::unordered_map<std::string, int> pids_;
 };

@@ -176,8 +176,9 @@ class Transport {
   // plane) fails with DeadlineExceeded after options.collective_timeout_s.
   virtual absl::StatusOr<std::unique_ptr<Communicator>> Start(const InitOptions& options) = 0;
   // Releases the transport after every communicator has been destroyed; every rank calls it at
-  // the same point of the job. Should give up with an error at `deadline` (now +
-  // InitOptions::shutdown_timeout_s); the engine also bounds the wait in case it cannot.
+  // the same point of the job. Should give up with an error at `deadline` (MonotonicNow() +
+  // InitOptions::shutdown_timeout_s, hvx/common/clock.h: compare it with MonotonicNow(), never
+  // absl::Now()); the engine also bounds the wait in case it cannot.
   virtual absl::Status Finalize(absl::Time deadline) = 0;
   // Short description for the Init banner, e.g. "mpi (MPICH 4.0.2)".
   virtual std::string Describe() const = 0;

@@ -24,6 +24,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "hvx/common/clock.h"
 #include "hvx/common/env.h"
 #include "hvx/common/memory.h"
 #include "hvx/common/status.h"
@@ -50,9 +51,9 @@ double MedianMs(int reps, const std::function<void()>& fn) {
   const long faults = MinorFaults();
   for (int i = 0; i < reps; ++i) {
     MPI_Barrier(MPI_COMM_WORLD);
-    const absl::Time start = absl::Now();
+    const absl::Time start = hvx::MonotonicNow();
     fn();
-    t.push_back(absl::ToDoubleMilliseconds(absl::Now() - start));
+    t.push_back(absl::ToDoubleMilliseconds(hvx::MonotonicNow() - start));
   }
   g_faults = static_cast<double>(MinorFaults() - faults) / reps;
   std::sort(t.begin(), t.end());
@@ -91,7 +92,7 @@ void RunInterleaved(const std::string& label, std::vector<Variant>& variants, in
   for (int round = 0; round < reps; ++round) {
     for (Variant& v : variants) {
       MPI_Barrier(MPI_COMM_WORLD);
-      const absl::Time start = absl::Now();
+      const absl::Time start = hvx::MonotonicNow();
       const long f0 = MinorFaults();
       if (v.second_thread) {
         std::thread t(v.fn);
@@ -100,7 +101,7 @@ void RunInterleaved(const std::string& label, std::vector<Variant>& variants, in
         v.fn();
       }
       v.faults += MinorFaults() - f0;
-      double ms = absl::ToDoubleMilliseconds(absl::Now() - start);
+      double ms = absl::ToDoubleMilliseconds(hvx::MonotonicNow() - start);
       MPI_Allreduce(MPI_IN_PLACE, &ms, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
       v.ms.push_back(ms);
     }

@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "hvx/common/clock.h"
 #include "hvx/common/status.h"
 
 namespace hvx {
@@ -50,7 +51,7 @@ absl::Status HydraPmi::Exchange(absl::string_view command, absl::string_view rep
       }
       return absl::OkStatus();
     }
-    if (absl::Now() >= deadline) {
+    if (MonotonicNow() >= deadline) {
       return absl::DeadlineExceededError(
           absl::StrCat("PMI '", command, "': no '", reply, "' from hydra in time"));
     }

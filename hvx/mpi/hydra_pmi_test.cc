@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "hvx/common/clock.h"
 #include "hvx/mpi/mpi_transport.h"
 
 namespace hvx {
@@ -78,7 +79,7 @@ TEST_F(PeerTest, BarrierThenFinalizeWhileProgressing) {
   Serve({"cmd=barrier_out\n", "cmd=finalize_ack\n"});
   HydraPmi pmi(fds_[0]);
   int progress_calls = 0;
-  absl::Status s = pmi.Leave(absl::Now() + absl::Seconds(10), [&] { ++progress_calls; });
+  absl::Status s = pmi.Leave(MonotonicNow() + absl::Seconds(10), [&] { ++progress_calls; });
   ASSERT_TRUE(s.ok()) << s;
   peer_.join();
   EXPECT_EQ(received_, "cmd=barrier_in|cmd=finalize|");
@@ -89,10 +90,10 @@ TEST_F(PeerTest, UnexpectedReply) {
   Serve({"cmd=barrier_out\n", "cmd=finalize_ack rc=-1\n"});
   HydraPmi pmi(fds_[0]);
   EXPECT_TRUE(
-      pmi.Exchange("cmd=barrier_in", "cmd=barrier_out", absl::Now() + absl::Seconds(10), [] {})
+      pmi.Exchange("cmd=barrier_in", "cmd=barrier_out", MonotonicNow() + absl::Seconds(10), [] {})
           .ok());
   absl::Status s =
-      pmi.Exchange("cmd=finalize", "cmd=finalize_nak", absl::Now() + absl::Seconds(10), [] {});
+      pmi.Exchange("cmd=finalize", "cmd=finalize_nak", MonotonicNow() + absl::Seconds(10), [] {});
   EXPECT_EQ(
       s.message(),
       "PMI 'cmd=finalize': hydra answered 'cmd=finalize_ack rc=-1', expected 'cmd=finalize_nak'");
@@ -102,18 +103,18 @@ TEST_F(PeerTest, ClosedConnection) {
   close(fds_[1]);
   fds_[1] = -1;
   HydraPmi pmi(fds_[0]);
-  absl::Status s = pmi.Leave(absl::Now() + absl::Seconds(10), [] {});
+  absl::Status s = pmi.Leave(MonotonicNow() + absl::Seconds(10), [] {});
   EXPECT_FALSE(s.ok());
 }
 
 TEST_F(PeerTest, PeerThatNeverArrivesEndsAtTheDeadline) {
   HydraPmi pmi(fds_[0]);
-  const absl::Time start = absl::Now();
+  const absl::Time start = MonotonicNow();
   absl::Status s = pmi.Leave(start + absl::Milliseconds(200), [] {});
   EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
   EXPECT_TRUE(absl::StrContains(s.message(), "not every rank reached the end of the job in time"))
       << s;
-  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  EXPECT_LT(MonotonicNow() - start, absl::Seconds(2));
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "hvx/common/clock.h"
 #include "hvx/common/cluster.h"
 #include "hvx/common/env.h"
 #include "hvx/common/logging.h"
@@ -485,11 +486,11 @@ absl::Status NcclDataPlane::Complete(absl::string_view call, const std::string& 
   const absl::Duration timeout = ctx_.options != nullptr
                                      ? absl::Seconds(ctx_.options->collective_timeout_s)
                                      : absl::InfiniteDuration();
-  const absl::Time deadline = absl::Now() + timeout;
+  const absl::Time deadline = MonotonicNow() + timeout;
   while (true) {
     cudaError_t q = cudaEventQuery(dev_->done());
     if (q == cudaSuccess) return absl::OkStatus();
-    if (absl::Now() >= deadline) {
+    if (MonotonicNow() >= deadline) {
       absl::Status late = absl::DeadlineExceededError(
           absl::StrCat(call, " for tensor '", tensor, "' on rank ", ctx_.global_rank,
                        " did not complete within ", absl::FormatDuration(timeout),

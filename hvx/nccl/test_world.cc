@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "hvx/common/clock.h"
 #include "hvx/common/cluster.h"
 #include "hvx/common/logging.h"
 #include "hvx/common/status.h"
@@ -32,7 +33,7 @@ absl::StatusOr<std::unique_ptr<TestWorld>> TestWorld::Start() {
 TestWorld::~TestWorld() {
   comm_.reset();
   if (transport_ != nullptr) {
-    absl::Status s = transport_->Finalize(absl::Now() + absl::Seconds(30));
+    absl::Status s = transport_->Finalize(MonotonicNow() + absl::Seconds(30));
     if (!s.ok()) HVX_LOG(ERROR) << "finalizing the transport: " << s;
   }
 }

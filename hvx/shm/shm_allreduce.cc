@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "hvx/common/clock.h"
 #include "hvx/common/failpoint.h"
 #include "hvx/common/status.h"
 #include "hvx/core/cpu_ops.h"
@@ -105,7 +106,7 @@ int64_t ShmAllreducer::RoundElements() const {
 absl::Status ShmAllreducer::End(absl::Status status, int64_t elements, absl::Time start) {
   stats_.calls++;
   stats_.bytes += elements * static_cast<int64_t>(esize_);
-  stats_.total += absl::Now() - start;
+  stats_.total += MonotonicNow() - start;
   if (!status.ok()) {
     group_->MarkFailed();
     broken_ = Annotate(status, "the shared-memory CPU data plane stopped");
@@ -117,7 +118,7 @@ absl::Status ShmAllreducer::Allreduce(const std::vector<ReduceSpan>& spans, Data
                                       ReduceOp op, double prescale, Scale postscale,
                                       absl::string_view what) {
   if (!broken_.ok()) return broken_;
-  const absl::Time start = absl::Now();
+  const absl::Time start = MonotonicNow();
   Begin(dtype, op, prescale, postscale, what);
   const SpanIndex index(spans);
   const int64_t round = RoundElements();
@@ -146,7 +147,7 @@ absl::Status ShmAllreducer::ReduceScatter(const char* in, char* out,
                                             counts.size(), " parts for ", group_->size(),
                                             " local ranks", cross_ ? " on several hosts" : ""));
   }
-  const absl::Time start = absl::Now();
+  const absl::Time start = MonotonicNow();
   Begin(dtype, op, prescale, postscale, what);
   // One span per receiving rank; only this rank's has an output.
   std::vector<ReduceSpan> spans;

@@ -32,6 +32,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "hvx/common/clock.h"
 #include "hvx/common/types.h"
 #include "hvx/core/reduce_op.h"
 #include "hvx/shm/shm_group.h"
@@ -129,9 +130,9 @@ class ShmAllreducer {
   // Runs one call of the cross-host link, counting its time in stats_.cross.
   template <typename Fn>
   absl::Status Cross(Fn fn) {
-    const absl::Time start = absl::Now();
+    const absl::Time start = MonotonicNow();
     absl::Status s = fn();
-    stats_.cross += absl::Now() - start;
+    stats_.cross += MonotonicNow() - start;
     return s;
   }
   // Folds every rank's value of elements [begin, begin + count) (chunk `chunk_id`) into `slot`.

@@ -17,6 +17,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "hvx/common/clock.h"
 #include "hvx/common/failpoint.h"
 #include "hvx/common/status.h"
 #include "hvx/shm/names.h"
@@ -244,7 +245,7 @@ absl::Status ShmGroup::CheckPeer(int r, absl::string_view what) const {
 absl::Status ShmGroup::WaitFor(int r, Counter c, uint64_t target, absl::string_view what) {
   const std::atomic<uint64_t>& value = regions_[r].header->counters[c].value;
   if (value.load(std::memory_order_acquire) >= target) return absl::OkStatus();
-  const absl::Time start = absl::Now();
+  const absl::Time start = MonotonicNow();
   absl::Time next_check = start + kLivenessInterval;
   enum { kSpinning, kYielding, kSleeping } phase = kSpinning;
   for (uint64_t polls = 1;; ++polls) {
@@ -256,7 +257,7 @@ absl::Status ShmGroup::WaitFor(int r, Counter c, uint64_t target, absl::string_v
       sched_yield();
       if (polls % 8 != 0) continue;
     }
-    const absl::Time now = absl::Now();
+    const absl::Time now = MonotonicNow();
     const absl::Duration waited = now - start;
     phase = waited < kSpin ? kSpinning : waited < kYield ? kYielding : kSleeping;
     if (phase == kSleeping) {

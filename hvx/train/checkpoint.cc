@@ -26,6 +26,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "hvx/common/clock.h"
 #include "hvx/common/failpoint.h"
 #include "hvx/common/files.h"
 #include "hvx/common/logging.h"
@@ -488,7 +489,7 @@ std::vector<std::pair<std::string, torch::Tensor>> FloatBuffers(Classifier& mode
 absl::Status SaveCheckpoint(const CheckpointConfig& checkpoint, Classifier& model,
                             torch::optim::Optimizer& optimizer, const TrainingPosition& position,
                             const CheckpointExtras& extras) {
-  const absl::Time start = absl::Now();
+  const absl::Time start = MonotonicNow();
   HVX_ASSIGN_OR_RETURN(std::vector<torch::Tensor> rank_buffers, GatherBuffers(model));
   if (Rank() != 0) return absl::OkStatus();
   HVX_RETURN_IF_ERROR(
@@ -499,7 +500,7 @@ absl::Status SaveCheckpoint(const CheckpointConfig& checkpoint, Classifier& mode
   struct stat st;
   const double mb = stat(path.c_str(), &st) == 0 ? st.st_size / 1e6 : 0.0;
   HVX_LOG(INFO) << absl::StrFormat("checkpoint %s: %.1f MB in %.3f s", path, mb,
-                                   absl::ToDoubleSeconds(absl::Now() - start));
+                                   absl::ToDoubleSeconds(MonotonicNow() - start));
   return absl::OkStatus();
 }
 
