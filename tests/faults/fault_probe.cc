@@ -2,10 +2,16 @@
 // small ones, each checked, then hvx::Shutdown. Faults come from HVX_FAILPOINT (hvx/common/
 // failpoint.h); this program adds the point "before_init".
 //
-//   fault_probe [--steps N]        prints "rank R done" after the last step
+//   fault_probe [--steps N] [--seconds S]
+//
+// With --seconds, the steps go on until rank 0 has run S seconds of them (on the monotonic clock;
+// every rank learns it through the step's allreduce). Prints "rank R done, wall clock T" (T: the
+// rank's time(), seconds since the epoch) after the last step.
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <string>
 #include <vector>
 
@@ -14,11 +20,15 @@
 
 int main(int argc, char** argv) {
   int steps = 5;
+  double seconds = 0;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--steps") && i + 1 < argc) {
       steps = std::atoi(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--seconds") && i + 1 < argc) {
+      seconds = std::atof(argv[++i]);
+      steps = 1 << 30;
     } else {
-      std::fprintf(stderr, "usage: fault_probe [--steps N]\n");
+      std::fprintf(stderr, "usage: fault_probe [--steps N] [--seconds S]\n");
       return 2;
     }
   }
@@ -31,9 +41,17 @@ int main(int argc, char** argv) {
   const int rank = hvx::Rank();
   const float n = static_cast<float>(hvx::Size());
   std::vector<float> big(4 << 20), small(64);
+  const auto start = std::chrono::steady_clock::now();
   for (int step = 0; step < steps; ++step) {
     std::fill(big.begin(), big.end(), static_cast<float>(rank + 1));
     std::fill(small.begin(), small.end(), 1.0f);
+    // small[63]: rank 0's 1 when the time is up.
+    small[63] =
+        rank == 0 && seconds > 0 &&
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >=
+                    seconds
+            ? 1.0f
+            : 0.0f;
     hvx::AllreduceOptions sum;
     sum.op = hvx::ReduceOp::kSum;
     hvx::TensorRef b(hvx::DataType::kFloat32, {static_cast<int64_t>(big.size())}, big.data());
@@ -43,8 +61,9 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "rank %d step %d: %s\n", rank, step, s.ToString().c_str());
       return 1;
     }
+    if (small[63] != 0) break;
   }
-  std::printf("rank %d done\n", rank);
+  std::printf("rank %d done, wall clock %lld\n", rank, static_cast<long long>(std::time(nullptr)));
   std::fflush(stdout);
   s = hvx::Shutdown();
   if (!s.ok()) {
