@@ -183,6 +183,27 @@ absl::Status CheckModelMatches(torch::serialize::InputArchive& archive,
   return absl::OkStatus();
 }
 
+// Refuses a checkpoint written mid-epoch in another data order than this run's (checkpoint.h,
+// CheckpointExtras::data_order); at an epoch's start the order may change, which is logged.
+// Checkpoints written before the order was stored are taken as they are.
+absl::Status CheckDataOrder(torch::serialize::InputArchive& archive, const TrainingPosition& p,
+                            const std::string* mine, const std::string& path) {
+  torch::Tensor encoded;
+  if (mine == nullptr || !archive.try_read("data_order", encoded)) return absl::OkStatus();
+  const std::string theirs = absl::StrJoin(DecodeFingerprint(encoded), "\n");
+  if (theirs == *mine) return absl::OkStatus();
+  if (p.samples_in_epoch == 0) {
+    HVX_LOG(INFO) << path << " was written at the start of epoch " << p.epoch + 1
+                  << " in the data order '" << theirs << "'; this run trains in '" << *mine << "'";
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "checkpoint ", path, " was written mid-epoch ", p.epoch + 1, " (", p.samples_in_epoch,
+      " of its positions trained) in the data order '", theirs, "'; this run's is '", *mine,
+      "': resumed, the epoch would train some samples twice and others never. Resume with the "
+      "checkpoint's shuffle seed, remainder and dataset, or start over with --fresh"));
+}
+
 // Rank 0's part of SaveCheckpoint: the file, as checkpoint.h describes it. The model's buffers are
 // replaced by their average over ranks while it is written, then restored.
 absl::Status WriteCheckpoint(const CheckpointConfig& c, Classifier& model,
@@ -220,6 +241,9 @@ absl::Status WriteCheckpoint(const CheckpointConfig& c, Classifier& model,
     archive.write("rank_buffers", buffer_archive);
     archive.write("position", torch::tensor(EncodePosition(p), torch::kInt64));
     archive.write("fingerprint", EncodeFingerprint(Fingerprint(model)));
+    if (extras.data_order != nullptr) {
+      archive.write("data_order", EncodeFingerprint({*extras.data_order}));
+    }
     if (const NamedTensors* averages = extras.averages; averages != nullptr) {
       torch::serialize::OutputArchive average_archive;
       average_archive.write("count",
@@ -323,14 +347,15 @@ absl::Status LoadCheckpoint(const std::string& path, const torch::Device& device
     archive.read("model", model_archive);
     archive.read("optimizer", optimizer_archive);
     HVX_RETURN_IF_ERROR(CheckModelMatches(archive, model_archive, model, path));
-    model.load(model_archive);
-    optimizer.load(optimizer_archive);
     torch::Tensor position;
     archive.read("position", position);
     position = position.cpu().to(torch::kInt64).contiguous().reshape({-1});
     auto decoded =
         DecodePosition({position.data_ptr<int64_t>(), static_cast<size_t>(position.numel())});
     if (!decoded.ok()) return Annotate(decoded.status(), absl::StrCat("checkpoint ", path));
+    HVX_RETURN_IF_ERROR(CheckDataOrder(archive, *decoded, extras.data_order, path));
+    model.load(model_archive);
+    optimizer.load(optimizer_archive);
     *p = *decoded;
     if (archive.try_read("rank_buffers", buffer_archive)) {
       const size_t n = FloatBuffers(model).size();

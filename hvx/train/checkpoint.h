@@ -18,6 +18,9 @@
 //                   named_parameters order, when the run keeps one (TrainConfig.ema_decay)
 //   "state"         other training state by name (the loss scale of mixed precision), when the
 //                   run has some
+//   "fingerprint"   "name dtype [shape]" of every parameter and buffer, one per line (uint8 text):
+//                   a checkpoint of another model is refused before anything is loaded
+//   "data_order"    CheckpointExtras::data_order (uint8 text), when the run gives one
 //
 // Only rank 0 reads or writes files; the others get the checkpoint by broadcast, so no file system
 // shared between hosts is needed.
@@ -47,6 +50,11 @@ using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
 struct CheckpointExtras {
   NamedTensors* averages = nullptr;  // the parameters' moving average, by parameter name
   NamedTensors* state = nullptr;     // names without dots, e.g. "loss_scale"
+  // What decides the order of an epoch's samples ("shuffle_seed 1, remainder PAD, 60000 samples
+  // in 1 file, sizes 0123456789abcdef"). Stored; a checkpoint written mid-epoch in another order
+  // is refused at resume (its position counts samples of the order it was written in: resumed in
+  // another, the epoch would train some samples twice and others never).
+  const std::string* data_order = nullptr;
 };
 
 // Writes a checkpoint of `model`, `optimizer`, `position` and `extras` into checkpoint.dir and

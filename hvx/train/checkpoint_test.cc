@@ -101,6 +101,52 @@ TrainingPosition SomePosition(int64_t global_step) {
   return p;
 }
 
+TEST(CheckpointTest, AMidEpochCheckpointOfAnotherDataOrderIsRefusedOneAtAnEpochStartIsNot) {
+  torch::manual_seed(1);
+  TinyNet net;
+  auto optimizer = MakeSgd(net);
+  const std::string written = "shuffle_seed 1, remainder DROP, 480 samples in 2 files, sizes 1";
+  const std::string other = "shuffle_seed 2, remainder DROP, 480 samples in 2 files, sizes 1";
+  CheckpointExtras extras;
+  extras.data_order = &written;
+  const CheckpointConfig mid = InDir(TestDir("order_mid"), 3);
+  ASSERT_TRUE(SaveCheckpoint(mid, net, *optimizer, SomePosition(7), extras).ok());
+  TinyNet again;
+  auto again_optimizer = MakeSgd(again);
+  TrainingPosition position;
+  CheckpointExtras resumed_extras;
+  resumed_extras.data_order = &other;
+  auto refused = ResumeFromNewestCheckpoint(mid, false, torch::kCPU, again, *again_optimizer,
+                                            &position, resumed_extras);
+  ASSERT_FALSE(refused.ok());  // every rank; rank 0 says why
+  if (Rank() == 0) {
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+    const std::string why(refused.status().message());
+    EXPECT_TRUE(absl::StrContains(why, "written mid-epoch 2")) << why;
+    EXPECT_TRUE(absl::StrContains(why, "in the data order '" + written + "'")) << why;
+    EXPECT_TRUE(absl::StrContains(why, "this run's is '" + other + "'")) << why;
+  }
+  // The same order resumes.
+  resumed_extras.data_order = &written;
+  auto same = ResumeFromNewestCheckpoint(mid, false, torch::kCPU, again, *again_optimizer,
+                                         &position, resumed_extras);
+  ASSERT_TRUE(same.ok()) << same.status();
+  EXPECT_TRUE(*same);
+  // At the start of an epoch no sample of it was trained: another order resumes.
+  TrainingPosition start = SomePosition(9);
+  start.epoch = 2;
+  start.steps_in_epoch = 0;
+  start.samples_in_epoch = 0;
+  const CheckpointConfig boundary = InDir(TestDir("order_start"), 3);
+  ASSERT_TRUE(SaveCheckpoint(boundary, net, *optimizer, start, extras).ok());
+  resumed_extras.data_order = &other;
+  auto changed = ResumeFromNewestCheckpoint(boundary, false, torch::kCPU, again, *again_optimizer,
+                                            &position, resumed_extras);
+  ASSERT_TRUE(changed.ok()) << changed.status();
+  EXPECT_TRUE(*changed);
+  EXPECT_EQ(position.epoch, 2);
+}
+
 TEST(CheckpointTest, ResumeRestoresModelOptimizerPositionAndEachRanksStatistics) {
   torch::manual_seed(1);
   TinyNet net;

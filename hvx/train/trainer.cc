@@ -170,6 +170,8 @@ struct Run {
   const RunOptions& options;
   torch::Device device{torch::kCPU};
   std::shared_ptr<const data::Dataset> train_data;
+  // What decides the order of an epoch's samples (DataOrder), kept in checkpoints.
+  std::string data_order;
   std::shared_ptr<const data::Dataset> eval_data;
   std::shared_ptr<const data::Decoder> train_decoder;
   std::shared_ptr<const data::Decoder> eval_decoder;
@@ -244,7 +246,7 @@ torch::Tensor Forward(Run& run, const torch::Tensor& images) {
 // What checkpoints keep for this run beyond model, optimizer and position.
 CheckpointExtras Extras(Run& run) {
   return {run.average ? &run.average->averages() : nullptr,
-          run.scaler ? &run.scaler->state() : nullptr};
+          run.scaler ? &run.scaler->state() : nullptr, &run.data_order};
 }
 
 // precision: BF16 autocasts on either device; FP16 needs CUDA. On CUDA both scale the loss
@@ -347,6 +349,22 @@ std::string FilesFingerprint(const data::Dataset& d) {
                       absl::Hex(Fingerprint(text), absl::kZeroPad16));
 }
 
+// What decides the order of an epoch's training samples (CheckpointExtras::data_order): the
+// shuffle seed, the remainder policy, and the dataset by its samples and its files' sizes in
+// order (not their names: a dataset moved elsewhere keeps its order).
+std::string DataOrder(const TrainConfig& config, const data::Dataset& d) {
+  std::string sizes;
+  for (const std::string& path : d.files()) {
+    struct stat st {};
+    absl::StrAppend(&sizes, stat(path.c_str(), &st) == 0 ? static_cast<int64_t>(st.st_size) : -1,
+                    "\n");
+  }
+  return absl::StrCat("shuffle_seed ", config.data().shuffle_seed(), ", remainder ",
+                      RemainderPolicy_Name(config.data().remainder()), ", ", d.num_samples(),
+                      " samples in ", d.files().size(), " files, sizes ",
+                      absl::Hex(Fingerprint(sizes), absl::kZeroPad16));
+}
+
 // What every rank must share: each rank's number of samples decides its steps per epoch, so a
 // rank that sees another dataset or config would wait in a collective the others never run.
 std::vector<std::pair<std::string, std::string>> SettingsEveryRankShares(const Run& run) {
@@ -366,6 +384,7 @@ absl::Status OpenData(Run& run) {
   HVX_ASSIGN_OR_RETURN(auto train,
                        data::Dataset::Open(SplitFilePatterns(config.data().train_files()), {}));
   run.train_data = std::move(train);
+  run.data_order = DataOrder(config, *run.train_data);
   const std::string& eval_pattern =
       config.data().eval_files().empty() ? config.data().train_files() : config.data().eval_files();
   HVX_ASSIGN_OR_RETURN(auto eval, data::Dataset::Open(SplitFilePatterns(eval_pattern), {}));
