@@ -51,6 +51,17 @@ namespace hvx {
 namespace launch {
 namespace {
 
+// All of the child's stdout, once it closes; closes both pipes.
+std::string ReadOutput(Child& c) {
+  std::string out;
+  char buf[256];
+  ssize_t n;
+  while ((n = read(c.out, buf, sizeof(buf))) > 0) out.append(buf, n);
+  close(c.out);
+  close(c.err);
+  return out;
+}
+
 // Whether pid is a live process (not gone, not a zombie).
 bool Alive(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
@@ -67,12 +78,7 @@ TEST(SpawnTest, WhatAChildLeavesRunningComesToASubreaperThatEndsIt) {
   ASSERT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
   auto c = Spawn({"/bin/sh", "-c", "setsid sleep 60 >/dev/null 2>&1 & echo $!"});
   ASSERT_TRUE(c.ok()) << c.status();
-  std::string out;
-  char buf[256];
-  ssize_t n;
-  while ((n = read(c->out, buf, sizeof(buf))) > 0) out.append(buf, n);
-  close(c->out);
-  close(c->err);
+  const std::string out = ReadOutput(*c);
   int status = 0;
   ASSERT_EQ(waitpid(c->pid, &status, 0), c->pid);
   pid_t left = 0;
@@ -90,12 +96,7 @@ TEST(SpawnTest, AChildLeadsASessionOfItsOwn) {
   // No controlling terminal: an ssh it runs fails instead of waiting at a password prompt.
   auto c = Spawn({"/bin/sh", "-c", "ps -o sid= -p $$"});
   ASSERT_TRUE(c.ok()) << c.status();
-  std::string out;
-  char buf[256];
-  ssize_t n;
-  while ((n = read(c->out, buf, sizeof(buf))) > 0) out.append(buf, n);
-  close(c->out);
-  close(c->err);
+  const std::string out = ReadOutput(*c);
   waitpid(c->pid, nullptr, 0);
   EXPECT_EQ(absl::StripAsciiWhitespace(out), std::to_string(c->pid));
 }
