@@ -1,17 +1,15 @@
 #include "hvx/launch/follower.h"
 
-#include <dirent.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "hvx/common/files.h"
 #include "hvx/launch/output.h"
@@ -28,40 +26,23 @@ std::string NetNamespace(const std::string& pid) {
   return n > 0 ? std::string(buf, n) : std::string();
 }
 
-// The parent of a process, -1 when /proc does not say.
-int ParentOf(int pid) {
-  absl::StatusOr<std::string> stat = ReadFileFromDisk(absl::StrCat("/proc/", pid, "/stat"));
-  if (!stat.ok()) return -1;
-  // "pid (comm) state ppid ...": comm may hold spaces and parentheses, so read after the last ')'.
-  const size_t close = stat->rfind(')');
-  if (close == std::string::npos) return -1;
-  std::vector<std::string> fields =
-      absl::StrSplit(absl::string_view(*stat).substr(close + 1), ' ', absl::SkipEmpty());
-  int ppid = -1;
-  return fields.size() > 1 && absl::SimpleAtoi(fields[1], &ppid) ? ppid : -1;
-}
-
 // The hydra proxies running on this host: in this network namespace, so that hosts sharing one
 // kernel's process table (containers, the tests' namespace hosts) see only their own. A proxy's
 // child between its fork and its exec still has the proxy's name; it is not counted.
 std::set<int> HydraProxies() {
   std::set<int> found;
-  DIR* proc = opendir("/proc");
-  if (proc == nullptr) return found;
   const std::string own_net = NetNamespace("self");
-  while (dirent* e = readdir(proc)) {
-    int pid = 0;
-    if (!absl::SimpleAtoi(e->d_name, &pid)) continue;
+  for (int pid : ProcessIds()) {
     absl::StatusOr<std::string> comm = ReadFileFromDisk(absl::StrCat("/proc/", pid, "/comm"));
     if (comm.ok() && absl::StripAsciiWhitespace(*comm) == "hydra_pmi_proxy" &&
-        NetNamespace(e->d_name) == own_net) {
+        NetNamespace(std::to_string(pid)) == own_net) {
       found.insert(pid);
     }
   }
-  closedir(proc);
   std::set<int> proxies;
   for (int pid : found) {
-    if (found.count(ParentOf(pid)) == 0) proxies.insert(pid);
+    const std::optional<ProcessStat> p = ReadProcessStat(pid);
+    if (found.count(p ? p->ppid : -1) == 0) proxies.insert(pid);
   }
   return proxies;
 }

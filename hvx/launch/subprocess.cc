@@ -75,6 +75,35 @@ absl::StatusOr<Child> Spawn(std::vector<std::string> argv) {
   return Child{pid, out[0], err[0]};
 }
 
+std::optional<ProcessStat> ReadProcessStat(int pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+  std::string stat;
+  if (!std::getline(in, stat)) return std::nullopt;
+  // "pid (comm) state ppid ...": comm may hold spaces and parentheses, so read after the last ')'.
+  const size_t close = stat.rfind(')');
+  if (close == std::string::npos) return std::nullopt;
+  std::vector<absl::string_view> fields =
+      absl::StrSplit(absl::string_view(stat).substr(close + 1), ' ', absl::SkipEmpty());
+  ProcessStat p;
+  if (fields.size() < 2 || fields[0].size() != 1 || !absl::SimpleAtoi(fields[1], &p.ppid)) {
+    return std::nullopt;
+  }
+  p.state = fields[0][0];
+  return p;
+}
+
+std::vector<int> ProcessIds() {
+  std::vector<int> pids;
+  DIR* proc = opendir("/proc");
+  if (proc == nullptr) return pids;
+  while (dirent* e = readdir(proc)) {
+    int pid = 0;
+    if (absl::SimpleAtoi(e->d_name, &pid)) pids.push_back(pid);
+  }
+  closedir(proc);
+  return pids;
+}
+
 namespace {
 
 // The live children of this process (zombies are reaped, not listed).
@@ -82,25 +111,12 @@ std::vector<pid_t> LiveChildren() {
   while (waitpid(-1, nullptr, WNOHANG) > 0) {
   }
   std::vector<pid_t> children;
-  DIR* proc = opendir("/proc");
-  if (proc == nullptr) return children;
   const pid_t self = getpid();
-  while (dirent* e = readdir(proc)) {
-    pid_t pid = 0;
-    if (!absl::SimpleAtoi(e->d_name, &pid) || pid <= 1 || pid == self) continue;
-    std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
-    std::string stat;
-    std::getline(in, stat);
-    // After the command name's closing parenthesis: state, ppid.
-    const size_t paren = stat.rfind(')');
-    if (paren == std::string::npos) continue;
-    std::vector<absl::string_view> fields =
-        absl::StrSplit(absl::string_view(stat).substr(paren + 1), ' ', absl::SkipEmpty());
-    pid_t ppid = 0;
-    if (fields.size() < 2 || fields[0] == "Z" || !absl::SimpleAtoi(fields[1], &ppid)) continue;
-    if (ppid == self) children.push_back(pid);
+  for (int pid : ProcessIds()) {
+    if (pid == self) continue;
+    const std::optional<ProcessStat> p = ReadProcessStat(pid);
+    if (p && p->state != 'Z' && p->ppid == self) children.push_back(pid);
   }
-  closedir(proc);
   return children;
 }
 

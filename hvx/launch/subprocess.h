@@ -9,6 +9,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,16 @@ absl::StatusOr<Child> Spawn(std::vector<std::string> argv);
 // its own). With a host's link cut, the ssh client of that host's proxy waited on a dead
 // connection long after the job had ended.
 int EndLeftoverChildren(double grace_s);
+
+// A process as /proc/PID/stat states it.
+struct ProcessStat {
+  char state = '?';  // 'R', 'S', 'Z' (ended, not yet reaped), ...
+  int ppid = -1;
+};
+// nullopt when the process has gone or /proc does not say.
+std::optional<ProcessStat> ReadProcessStat(int pid);
+// Every pid /proc lists.
+std::vector<int> ProcessIds();
 
 // Runs argv, returns its stdout; fails on a non-zero exit or after timeout_s (the child is killed).
 absl::StatusOr<std::string> RunCapture(std::vector<std::string> argv, double timeout_s);
