@@ -222,8 +222,7 @@ class PmiRelay {
   // abort and what follows it, and the start of a line that may become one.
   void Forward() {
     if (released_) {
-      if (proxy_fd_ >= 0) WriteFully(proxy_fd_, pending_);
-      pending_.clear();
+      SendPending();
       return;
     }
     if (abort_at_ != -1) return;  // held
@@ -267,6 +266,11 @@ class PmiRelay {
   void Release() {
     if (released_) return;
     released_ = true;
+    SendPending();
+  }
+
+  // Everything the program sent that the proxy has not had (dropped when the proxy is gone).
+  void SendPending() {
     if (proxy_fd_ >= 0) WriteFully(proxy_fd_, pending_);
     pending_.clear();
   }
