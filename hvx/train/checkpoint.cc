@@ -113,18 +113,25 @@ std::vector<std::string> Fingerprint(Classifier& model) {
   return lines;
 }
 
-torch::Tensor EncodeFingerprint(const std::vector<std::string>& lines) {
-  const std::string text = absl::StrJoin(lines, "\n");
+// Text as a checkpoint stores it: a uint8 tensor of its bytes.
+torch::Tensor TextTensor(const std::string& text) {
   return torch::from_blob(const_cast<char*>(text.data()), {static_cast<int64_t>(text.size())},
                           torch::kUInt8)
       .clone();
 }
 
-std::vector<std::string> DecodeFingerprint(const torch::Tensor& encoded) {
+std::string TensorText(const torch::Tensor& encoded) {
   const torch::Tensor bytes = encoded.cpu().to(torch::kUInt8).contiguous();
-  const std::string text(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()),
-                         static_cast<size_t>(bytes.numel()));
-  return absl::StrSplit(text, '\n', absl::SkipEmpty());
+  return std::string(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()),
+                     static_cast<size_t>(bytes.numel()));
+}
+
+torch::Tensor EncodeFingerprint(const std::vector<std::string>& lines) {
+  return TextTensor(absl::StrJoin(lines, "\n"));
+}
+
+std::vector<std::string> DecodeFingerprint(const torch::Tensor& encoded) {
+  return absl::StrSplit(TensorText(encoded), '\n', absl::SkipEmpty());
 }
 
 // The tensor `name` ("layer.0.weight") of a module archive, walking its submodule archives;
@@ -190,7 +197,7 @@ absl::Status CheckDataOrder(torch::serialize::InputArchive& archive, const Train
                             const std::string* mine, const std::string& path) {
   torch::Tensor encoded;
   if (mine == nullptr || !archive.try_read("data_order", encoded)) return absl::OkStatus();
-  const std::string theirs = absl::StrJoin(DecodeFingerprint(encoded), "\n");
+  const std::string theirs = TensorText(encoded);
   if (theirs == *mine) return absl::OkStatus();
   if (p.samples_in_epoch == 0) {
     HVX_LOG(INFO) << path << " was written at the start of epoch " << p.epoch + 1
@@ -242,7 +249,7 @@ absl::Status WriteCheckpoint(const CheckpointConfig& c, Classifier& model,
     archive.write("position", torch::tensor(EncodePosition(p), torch::kInt64));
     archive.write("fingerprint", EncodeFingerprint(Fingerprint(model)));
     if (extras.data_order != nullptr) {
-      archive.write("data_order", EncodeFingerprint({*extras.data_order}));
+      archive.write("data_order", TextTensor(*extras.data_order));
     }
     if (const NamedTensors* averages = extras.averages; averages != nullptr) {
       torch::serialize::OutputArchive average_archive;

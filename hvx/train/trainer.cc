@@ -337,14 +337,16 @@ uint64_t Fingerprint(absl::string_view text) {
   return h;
 }
 
+// A file's size in bytes, -1 when it cannot be read.
+int64_t FileSize(const std::string& path) {
+  struct stat st {};
+  return stat(path.c_str(), &st) == 0 ? static_cast<int64_t>(st.st_size) : -1;
+}
+
 // The dataset's files as this rank sees them: names and sizes.
 std::string FilesFingerprint(const data::Dataset& d) {
   std::string text;
-  for (const std::string& path : d.files()) {
-    struct stat st {};
-    absl::StrAppend(&text, path, " ",
-                    stat(path.c_str(), &st) == 0 ? static_cast<int64_t>(st.st_size) : -1, "\n");
-  }
+  for (const std::string& path : d.files()) absl::StrAppend(&text, path, " ", FileSize(path), "\n");
   return absl::StrCat(d.files().size(), " files, fingerprint ",
                       absl::Hex(Fingerprint(text), absl::kZeroPad16));
 }
@@ -354,11 +356,7 @@ std::string FilesFingerprint(const data::Dataset& d) {
 // order (not their names: a dataset moved elsewhere keeps its order).
 std::string DataOrder(const TrainConfig& config, const data::Dataset& d) {
   std::string sizes;
-  for (const std::string& path : d.files()) {
-    struct stat st {};
-    absl::StrAppend(&sizes, stat(path.c_str(), &st) == 0 ? static_cast<int64_t>(st.st_size) : -1,
-                    "\n");
-  }
+  for (const std::string& path : d.files()) absl::StrAppend(&sizes, FileSize(path), "\n");
   return absl::StrCat("shuffle_seed ", config.data().shuffle_seed(), ", remainder ",
                       RemainderPolicy_Name(config.data().remainder()), ", ", d.num_samples(),
                       " samples in ", d.files().size(), " files, sizes ",
