@@ -15,8 +15,7 @@ MPIEXEC=$(readlink -f "$3")
 T=${TEST_TMPDIR:-$(mktemp -d)}
 FAKETIME_LIB=/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1
 [[ -f $FAKETIME_LIB ]] || { echo "SKIPPED: libfaketime is not installed (Debian's faketime)"; exit 0; }
-failures=0
-check() { if [[ $2 == 0 ]]; then echo "ok: $1"; else echo "FAIL: $1"; failures=$((failures + 1)); fi; }
+source "$(dirname "${BASH_SOURCE[0]}")/../multihost/lib.sh"  # check and $failures
 TIMEOUT_S=4
 
 # start SECONDS: the probe on 2 ranks for SECONDS of steps, rank 1's wall clock offset read from

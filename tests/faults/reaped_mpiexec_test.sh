@@ -14,8 +14,7 @@ T=${TEST_TMPDIR:-$(mktemp -d)}
 [[ $(id -u) == 0 ]] || { echo "SKIPPED: needs root for a pid namespace (uid $(id -u))"; exit 0; }
 unshare --pid --fork --mount-proc true 2>/dev/null ||
     { echo "SKIPPED: cannot create a pid namespace here"; exit 0; }
-failures=0
-check() { if [[ $2 == 0 ]]; then echo "ok: $1"; else echo "FAIL: $1"; failures=$((failures + 1)); fi; }
+source "$(dirname "${BASH_SOURCE[0]}")/../multihost/lib.sh"  # check and $failures
 
 for run in 1 2 3; do
     rm -f "$T"/decoy*
