@@ -218,8 +218,7 @@ absl::Status WriteCheckpoint(const CheckpointConfig& c, Classifier& model,
                              const std::vector<torch::Tensor>& rank_buffers,
                              const CheckpointExtras& extras) {
   HVX_RETURN_IF_ERROR(MakeDirs(c.dir()));
-  const std::string final_path =
-      absl::StrCat(c.dir(), "/", kCheckpointPrefix, p.global_step, kCheckpointSuffix);
+  const std::string final_path = CheckpointPath(c, p.global_step);
   HVX_ASSIGN_OR_RETURN(TempFile tmp, CreateTempFile(final_path, "checkpoint"));
   const std::string& tmp_path = tmp.path;
   // The temporary goes on every path that does not rename it into place.
@@ -508,6 +507,26 @@ absl::Status BroadcastRankBuffers(Classifier& model,
   return absl::OkStatus();
 }
 
+// Every rank's error when rank 0 could not resume: rank 0's own, and on the other ranks the same
+// code and message prefixed "rank 0: ", so that whichever rank's line an operator reads names the
+// file at fault and what to do.
+absl::Status ShareRank0Error(const absl::Status& rank0_status) {
+  std::string shared =
+      Rank() == 0 ? absl::StrCat(static_cast<int>(rank0_status.code()), " ", rank0_status.message())
+                  : std::string();
+  HVX_RETURN_IF_ERROR(BroadcastBytes("resume.error", &shared, 0));
+  if (Rank() == 0) return rank0_status;
+  int code = 0;
+  std::pair<absl::string_view, absl::string_view> parts =
+      absl::StrSplit(shared, absl::MaxSplits(' ', 1));
+  if (!absl::SimpleAtoi(parts.first, &code) || code == 0)
+    code = static_cast<int>(absl::StatusCode::kDataLoss);
+  return absl::Status(
+      static_cast<absl::StatusCode>(code),
+      absl::StrCat("rank 0: ",
+                   parts.second.empty() ? "could not load the newest checkpoint" : parts.second));
+}
+
 }  // namespace
 
 std::vector<std::pair<std::string, torch::Tensor>> FloatBuffers(Classifier& model) {
@@ -516,6 +535,10 @@ std::vector<std::pair<std::string, torch::Tensor>> FloatBuffers(Classifier& mode
     if (item.value().is_floating_point()) buffers.emplace_back(item.key(), item.value());
   }
   return buffers;
+}
+
+std::string CheckpointPath(const CheckpointConfig& checkpoint, int64_t global_step) {
+  return absl::StrCat(checkpoint.dir(), "/", kCheckpointPrefix, global_step, kCheckpointSuffix);
 }
 
 absl::Status SaveCheckpoint(const CheckpointConfig& checkpoint, Classifier& model,
@@ -527,8 +550,7 @@ absl::Status SaveCheckpoint(const CheckpointConfig& checkpoint, Classifier& mode
   HVX_RETURN_IF_ERROR(
       WriteCheckpoint(checkpoint, model, optimizer, position, rank_buffers, extras));
   // What a checkpoint costs, for choosing the interval (checkpoint.every_steps, every_seconds).
-  const std::string path = absl::StrCat(checkpoint.dir(), "/", kCheckpointPrefix,
-                                        position.global_step, kCheckpointSuffix);
+  const std::string path = CheckpointPath(checkpoint, position.global_step);
   struct stat st;
   const double mb = stat(path.c_str(), &st) == 0 ? st.st_size / 1e6 : 0.0;
   HVX_LOG(INFO) << absl::StrFormat("checkpoint %s: %.1f MB in %.3f s", path, mb,
@@ -557,9 +579,7 @@ absl::StatusOr<bool> ResumeFromNewestCheckpoint(const CheckpointConfig& checkpoi
     case ResumeNotice::Outcome::kNoCheckpoint:
       return false;
     case ResumeNotice::Outcome::kRank0Failed:
-      return !rank0_status.ok()
-                 ? rank0_status
-                 : absl::DataLossError("rank 0 could not load the newest checkpoint");
+      return ShareRank0Error(rank0_status);
     case ResumeNotice::Outcome::kLoaded:
       break;
   }

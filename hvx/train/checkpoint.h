@@ -60,6 +60,9 @@ struct CheckpointExtras {
 // Writes a checkpoint of `model`, `optimizer`, `position` and `extras` into checkpoint.dir and
 // removes the oldest beyond checkpoint.keep(). Every rank calls it (each rank's buffers are
 // gathered); rank 0 writes. The live model is left as it was.
+// Where SaveCheckpoint writes the checkpoint of `global_step`: "<checkpoint.dir>/ckpt-<step>.pt".
+std::string CheckpointPath(const CheckpointConfig& checkpoint, int64_t global_step);
+
 absl::Status SaveCheckpoint(const CheckpointConfig& checkpoint, Classifier& model,
                             torch::optim::Optimizer& optimizer, const TrainingPosition& position,
                             const CheckpointExtras& extras = {});
