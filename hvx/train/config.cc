@@ -295,6 +295,8 @@ absl::Status ExpandConfigPaths(const std::string& home, TrainConfig* config) {
   HVX_RETURN_IF_ERROR(expand("checkpoint.dir", config->mutable_checkpoint()->mutable_dir()));
   HVX_RETURN_IF_ERROR(expand("summaries_dir", config->mutable_summaries_dir()));
   HVX_RETURN_IF_ERROR(
+      expand("logging.metrics_file", config->mutable_logging()->mutable_metrics_file()));
+  HVX_RETURN_IF_ERROR(
       expand("engine.timeline_path", config->mutable_engine()->mutable_timeline_path()));
   return absl::OkStatus();
 }

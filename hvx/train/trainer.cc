@@ -40,6 +40,7 @@
 #include "hvx/train/device.h"
 #include "hvx/train/epoch_position.h"
 #include "hvx/train/lr_schedule.h"
+#include "hvx/train/metrics_log.h"
 #include "hvx/train/models.h"
 #include "hvx/train/recipes.h"
 #include "hvx/train/report.h"
@@ -193,6 +194,8 @@ struct Run {
   std::unique_ptr<SummaryWriter> summaries;
   // Rank 0, with summaries_dir: the page kept at "<summaries_dir>/report.html".
   std::unique_ptr<RunReport> report;
+  // Rank 0, with a metrics file (MetricsPath): the run's records as JSON lines.
+  std::unique_ptr<MetricsLog> metrics;
   // Set by PlanEpochs before the first epoch.
   EpochShape shape;
   int64_t steps_per_epoch = 0;
@@ -435,6 +438,18 @@ std::string ReportPath(const TrainConfig& config) {
   return absl::StrCat(config.summaries_dir(), "/report.html");
 }
 
+// logging.metrics_file, else "<summaries_dir>/metrics.jsonl" when summaries_dir is set, else "".
+std::string MetricsPath(const TrainConfig& config) {
+  if (!config.logging().metrics_file().empty()) return config.logging().metrics_file();
+  if (config.summaries_dir().empty()) return "";
+  return absl::StrCat(config.summaries_dir(), "/metrics.jsonl");
+}
+
+// Appends rank 0's record of `event` to the metrics file, when there is one.
+absl::Status Record(Run& run, absl::string_view event, const Json& fields) {
+  return run.metrics ? run.metrics->Write(event, fields) : absl::OkStatus();
+}
+
 absl::Status MaybeSummarize(Run& run, absl::string_view tag, double value, int64_t step) {
   if (run.summaries == nullptr) return absl::OkStatus();
   return run.summaries->AddScalar(tag, value, step);
@@ -582,13 +597,21 @@ struct StepOutcome {
 // any optimizer.shard.
 absl::Status Checkpoint(Run& run, const TrainingPosition& pos) {
   if (!run.sharded) {
-    return SaveCheckpoint(run.config.checkpoint(), *run.model, *run.optimizer, pos, Extras(run));
+    HVX_RETURN_IF_ERROR(
+        SaveCheckpoint(run.config.checkpoint(), *run.model, *run.optimizer, pos, Extras(run)));
+  } else {
+    HVX_RETURN_IF_ERROR(run.sharded->GatherState(*run.replicated));
+    absl::Status saved =
+        SaveCheckpoint(run.config.checkpoint(), *run.model, *run.replicated, pos, Extras(run));
+    run.replicated->state().clear();
+    HVX_RETURN_IF_ERROR(saved);
   }
-  HVX_RETURN_IF_ERROR(run.sharded->GatherState(*run.replicated));
-  absl::Status saved =
-      SaveCheckpoint(run.config.checkpoint(), *run.model, *run.replicated, pos, Extras(run));
-  run.replicated->state().clear();
-  return saved;
+  return Record(run, "checkpoint",
+                {{"path", CheckpointPath(run.config.checkpoint(), pos.global_step)},
+                 {"global_step", pos.global_step},
+                 {"epochs_done", pos.epoch},
+                 {"steps_in_epoch", pos.steps_in_epoch},
+                 {"samples_in_epoch", pos.samples_in_epoch}});
 }
 
 // Loss scaling: unscales the averaged gradients, or says to skip the step (every rank alike). A
@@ -685,6 +708,22 @@ absl::Status ReportProgress(Run& run, int64_t epoch, const TrainingPosition& pos
   if (run.report) {
     run.report->AddProgress({pos.global_step, mean_loss, lr, samples_per_s, data_wait});
   }
+  Json progress = {{"epoch", epoch + 1},
+                   {"epochs", config.epochs()},
+                   {"step", pos.steps_in_epoch},
+                   {"steps_per_epoch", epoch_steps},
+                   {"global_step", pos.global_step},
+                   {"loss", mean_loss},
+                   {"lr", lr},
+                   {"samples_per_s", samples_per_s},
+                   {"data_wait", data_wait},
+                   {"eta_s", eta_s}};
+  if (clipping) progress["grad_norm"] = grad_norm;
+  if (run.scaler) {
+    progress["loss_scale"] = run.scaler->scale();
+    progress["skipped_steps"] = run.scaler->skipped_steps();
+  }
+  HVX_RETURN_IF_ERROR(Record(run, "progress", progress));
   HVX_RETURN_IF_ERROR(MaybeSummarize(run, "train/loss", mean_loss, pos.global_step));
   HVX_RETURN_IF_ERROR(MaybeSummarize(run, "train/lr", lr, pos.global_step));
   return MaybeSummarize(run, "train/samples_per_s", samples_per_s, pos.global_step);
@@ -770,6 +809,16 @@ absl::Status ReportEvaluation(Run& run, int64_t epoch, double epoch_s, const Eva
       epoch + 1, run.config.epochs(), eval.accuracy, eval.loss, eval.samples, eval.top5_accuracy,
       run.average ? ", moving average of the weights" : "", epoch_s, result.samples_per_s);
   if (Rank() != 0) return absl::OkStatus();
+  HVX_RETURN_IF_ERROR(Record(run, "eval",
+                             {{"epoch", epoch + 1},
+                              {"global_step", global_step},
+                              {"accuracy", eval.accuracy},
+                              {"top5", eval.top5_accuracy},
+                              {"loss", eval.loss},
+                              {"samples", eval.samples},
+                              {"averaged_weights", run.average != nullptr},
+                              {"epoch_s", epoch_s},
+                              {"samples_per_s", result.samples_per_s}}));
   HVX_RETURN_IF_ERROR(MaybeSummarize(run, "eval/accuracy", eval.accuracy, global_step));
   HVX_RETURN_IF_ERROR(MaybeSummarize(run, "eval/loss", eval.loss, global_step));
   HVX_RETURN_IF_ERROR(MaybeSummarize(run, "eval/top5_accuracy", eval.top5_accuracy, global_step));
@@ -814,6 +863,21 @@ absl::StatusOr<TrainResult> Train(Run& run) {
   HVX_RETURN_IF_ERROR(PlanEpochs(run));
   TrainResult result;
   HVX_ASSIGN_OR_RETURN(TrainingPosition pos, StartingPosition(run, &result.resumed_from_step));
+  const bool resumed = result.resumed_from_step >= 0;
+  HVX_RETURN_IF_ERROR(Record(
+      run, "start",
+      {{"model", ModelDescription(run.config)},
+       {"parameters", CountParameters(*run.model)},
+       {"world_size", Size()},
+       {"batch_size", run.config.data().batch_size()},
+       {"epochs", run.config.epochs()},
+       {"steps_per_epoch", run.steps_per_epoch},
+       {"train_samples", run.train_data->num_samples()},
+       {"eval_samples", run.eval_data->num_samples()},
+       {"epoch", pos.epoch + 1},
+       {"global_step", pos.global_step},
+       {"resumed_from",
+        resumed ? Json(CheckpointPath(run.config.checkpoint(), pos.global_step)) : Json()}}));
   if (pos.epoch >= run.config.epochs()) {
     // A finished run: nothing to train. The caller says so and how to start over.
     result.already_complete = true;
@@ -821,7 +885,7 @@ absl::StatusOr<TrainResult> Train(Run& run) {
     result.global_step = pos.global_step;
     return result;
   }
-  ContinueAtThisSize(run, /*resumed=*/result.resumed_from_step >= 0, &pos);
+  ContinueAtThisSize(run, resumed, &pos);
   for (int64_t epoch = pos.epoch; epoch < run.config.epochs(); ++epoch) {
     HVX_ASSIGN_OR_RETURN(const EpochSteps steps, TrainEpoch(run, epoch, &pos, &result));
     // Stopped inside the epoch by max_steps or a checkpoint request: its checkpoint is written.
@@ -833,8 +897,9 @@ absl::StatusOr<TrainResult> Train(Run& run) {
     result.preempted = true;
     HVX_LOG_RANK0(INFO) << "preempted at step " << pos.global_step << "; "
                         << (CheckpointsOn(run.config)
-                                ? absl::StrCat("checkpoint ", run.config.checkpoint().dir(),
-                                               "/ckpt-", pos.global_step, ".pt")
+                                ? absl::StrCat(
+                                      "checkpoint ",
+                                      CheckpointPath(run.config.checkpoint(), pos.global_step))
                                 : std::string("no checkpoint (checkpoint.dir is empty)"));
   }
   result.global_step = pos.global_step;
@@ -854,6 +919,31 @@ absl::StatusOr<TrainResult> Train(Run& run) {
                         << run.scaler->scale();
   }
   return result;
+}
+
+// The metrics file's last record of a run: how it ended ("state": "done", "preempted",
+// "already_complete" or "failed", with "error"), its steps, time and last evaluation.
+Json EndRecord(const Run& run, const absl::StatusOr<TrainResult>& result) {
+  if (!result.ok()) {
+    return {{"state", "failed"}, {"error", result.status().ToString()}};
+  }
+  const char* state = result->already_complete ? "already_complete"
+                      : result->preempted      ? "preempted"
+                                               : "done";
+  Json end = {{"state", state},
+              {"global_step", result->global_step},
+              {"seconds", result->wall_s},
+              {"samples_per_s", result->samples_per_s},
+              {"data_wait", result->data_wait_fraction}};
+  if (!result->evals.empty()) {
+    end["accuracy"] = result->evals.back().accuracy;
+    end["eval_samples"] = result->evals.back().samples;
+  }
+  if (result->preempted && CheckpointsOn(run.config)) {
+    end["checkpoint"] = CheckpointPath(run.config.checkpoint(), result->global_step);
+  }
+  if (run.scaler) end["skipped_steps"] = result->skipped_steps;
+  return end;
 }
 
 }  // namespace
@@ -936,6 +1026,9 @@ absl::StatusOr<TrainResult> RunTraining(const TrainConfig& config, const RunOpti
       });
     }
   }
+  if (Rank() == 0 && !MetricsPath(config).empty()) {
+    HVX_ASSIGN_OR_RETURN(run.metrics, MetricsLog::Open(MetricsPath(config)));
+  }
   if (Rank() == 0 && !config.summaries_dir().empty()) {
     HVX_ASSIGN_OR_RETURN(run.summaries, SummaryWriter::Create(config.summaries_dir()));
     run.report = std::make_unique<RunReport>(
@@ -944,6 +1037,10 @@ absl::StatusOr<TrainResult> RunTraining(const TrainConfig& config, const RunOpti
     HVX_RETURN_IF_ERROR(run.report->Write(ReportPath(config)));
   }
   auto result = Train(run);
+  if (run.metrics) {
+    absl::Status recorded = Record(run, "end", EndRecord(run, result));
+    if (!recorded.ok()) HVX_LOG(WARNING) << recorded;
+  }
   if (run.summaries) run.summaries->Close().IgnoreError();
   if (run.report) {
     run.report->SetState(result.ok() ? DescribeResult(*result)
