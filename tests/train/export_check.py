@@ -3,6 +3,7 @@
 it in PyTorch and evaluates it on Fashion-MNIST-shaped IDX files, as the trainer does.
 
     export_check.py WEIGHTS.pt IDX_DIR [MODEL]   # prints "accuracy A loss L top5 T on N samples"
+    evaluate(weights, idx_dir, model_name)       # the same as a dict, from Python
 
 MODEL is the trainer's model.name, "cnn" when not given, or a TorchScript file (the module the
 trainer's model.torchscript named, or one it exported); WEIGHTS "-" keeps MODEL's own weights.
@@ -27,7 +28,8 @@ def read_idx(path):
     return torch.frombuffer(bytearray(data[4 + 4 * dims:]), dtype=torch.uint8).view(*shape)
 
 
-def main(weights, idx_dir, model_name="cnn"):
+def evaluate(weights, idx_dir, model_name="cnn"):
+    """{"accuracy", "loss", "top5", "samples"} of the model on IDX_DIR's test set."""
     if model_name.endswith(".pt"):
         model = torch.jit.load(model_name)
     else:
@@ -50,7 +52,13 @@ def main(weights, idx_dir, model_name="cnn"):
     loss = nn.functional.cross_entropy(logits, labels).item()
     accuracy = (logits.argmax(1) == labels).float().mean().item()
     top5 = (logits.topk(5, 1).indices == labels.unsqueeze(1)).any(1).float().mean().item()
-    print("accuracy %.4f loss %.6f top5 %.4f on %d samples" % (accuracy, loss, top5, len(labels)))
+    return {"accuracy": accuracy, "loss": loss, "top5": top5, "samples": len(labels)}
+
+
+def main(weights, idx_dir, model_name="cnn"):
+    r = evaluate(weights, idx_dir, model_name)
+    print("accuracy %.4f loss %.6f top5 %.4f on %d samples" %
+          (r["accuracy"], r["loss"], r["top5"], r["samples"]))
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 // Rewrites a Fashion-MNIST-shaped IDX pair as Example shards whose input is stored every way
-// format EXAMPLE reads, for tests/train/example_format_test.sh:
+// format EXAMPLE reads, for tests/train/example_format_test.py:
 //   make_feature_records IMAGES_IDX LABELS_IDX OUT_DIR PREFIX SHARDS
 // Each record has
 //   pixels_f    float_list of 784: pixel / 255

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes the TorchScript modules tests/train/torchscript_test.sh trains, made with the same
+"""Writes the TorchScript modules tests/train/torchscript_test.py trains, made with the same
 PyTorch as the trainer's LibTorch:
 
     make_scripted.py OUT_DIR

@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
-"""What tests/train/recipes_test.sh checks in PyTorch, on weights the trainer exported.
+"""What tests/train/recipes_test.py checks in PyTorch, on weights the trainer exported.
 
-    recipe_check.py step_norm A.pt B.pt
+    step_norm(a, b)
         the L2 norm of B - A over every tensor: one optimizer step's size
-    recipe_check.py differ A.pt B.pt
-        exits 0 when some tensor differs
-    recipe_check.py loss WEIGHTS.pt IDX_DIR MODEL SAMPLE_LOG FIRST COUNT SMOOTHING
-        the label-smoothed training loss of the model on lines FIRST..FIRST+COUNT-1 of a
+    differ(a, b)
+        whether some tensor differs
+    loss(weights, idx_dir, model, sample_log, first, count, smoothing)
+        (label-smoothed, plain) training loss of the model on lines FIRST..FIRST+COUNT-1 of a
         --sample_log file (global sample ids, which number the IDX file's images in order)
+
+Each is also a command: recipe_check.py NAME ARGS... prints the result.
 """
 import sys
 
@@ -21,12 +23,12 @@ from export_check import MEAN, STD, read_idx
 def step_norm(a, b):
     a, b = torch.load(a), torch.load(b)
     assert a.keys() == b.keys()
-    print("%.9g" % torch.sqrt(sum(((b[k].double() - a[k].double()) ** 2).sum() for k in a)).item())
+    return torch.sqrt(sum(((b[k].double() - a[k].double()) ** 2).sum() for k in a)).item()
 
 
 def differ(a, b):
     a, b = torch.load(a), torch.load(b)
-    sys.exit(0 if any(not torch.equal(a[k], b[k]) for k in a) else 1)
+    return any(not torch.equal(a[k], b[k]) for k in a)
 
 
 def loss(weights, idx_dir, model_name, sample_log, first, count, smoothing):
@@ -40,9 +42,9 @@ def loss(weights, idx_dir, model_name, sample_log, first, count, smoothing):
     shift = -torch.tensor(MEAN, dtype=torch.float32) / torch.tensor(STD, dtype=torch.float32)
     with torch.no_grad():
         logits = model(images * scale + shift)
-    print("%.7g %.7g" % (F.cross_entropy(logits, labels, label_smoothing=float(smoothing)).item(),
-                         F.cross_entropy(logits, labels).item()))
+    return (F.cross_entropy(logits, labels, label_smoothing=float(smoothing)).item(),
+            F.cross_entropy(logits, labels).item())
 
 
 if __name__ == "__main__":
-    {"step_norm": step_norm, "differ": differ, "loss": loss}[sys.argv[1]](*sys.argv[2:])
+    print({"step_norm": step_norm, "differ": differ, "loss": loss}[sys.argv[1]](*sys.argv[2:]))

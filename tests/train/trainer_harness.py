@@ -140,16 +140,18 @@ class Trainer:
 
     def tiny_config(self, model, num_train, num_test, batch, epochs, name="tiny"):
         """A Fashion-MNIST-shaped dataset of num_train + num_test images (make_tiny_idx.py) and a
-        config `name`.pbtxt training `model` on it: 3 train shards, eval batch 16, shuffle seed 7,
-        SGD lr 0.05 momentum 0.9, a progress record every step, one thread. Returns its path."""
+        config `name`.pbtxt training `model` on it (None: no model section, for an override to
+        give): 3 train shards, eval batch 16, shuffle seed 7, SGD lr 0.05 momentum 0.9, a progress
+        record every step, one thread. Returns its path."""
         idx = self.path(name + "_idx")
         subprocess.run(["python3", tool("HVX_MAKE_IDX"), idx, str(num_train), str(num_test)],
                        check=True)
         shards = self.path(name + "_shards")
         config = self.path(name + ".pbtxt")
         with open(config, "w") as f:
-            f.write("""model {{ name: "{model}" }}
-data {{
+            if model is not None:
+                f.write('model { name: "%s" }\n' % model)
+            f.write("""data {{
   train_files: "{shards}/train-*"
   eval_files: "{shards}/test-*"
   format: FASHION_MNIST
@@ -163,7 +165,7 @@ epochs: {epochs}
 logging {{ log_every_steps: 1 }}
 seed: 3
 threads: 1
-""".format(model=model, shards=shards, batch=batch, idx=idx, epochs=epochs))
+""".format(shards=shards, batch=batch, idx=idx, epochs=epochs))
         return config
 
     def start(self, name, *args, overrides=(), metrics=None):

@@ -1,0 +1,67 @@
+"""--export: the trainer's final weights, and those of a checkpoint (--export_from), load in PyTorch
+(torch.load, load_state_dict into the same CNN defined in Python) and reproduce the trainer's
+evaluation; a run already complete exports the same weights again.
+"""
+import pytest
+import torch
+
+from export_check import evaluate
+from trainer_harness import Trainer
+
+
+@pytest.fixture(scope="module")
+def trainer(tmp_path_factory):
+    trainer = Trainer(tmp_path_factory.mktemp("export"))
+    trainer.config = trainer.tiny_config("cnn", 400, 60, batch=10, epochs=2)
+    return trainer
+
+
+def train(trainer, name, *args):
+    return trainer.run(name, "--config=" + trainer.config, *args,
+                       overrides=['checkpoint { dir: "%s" keep: 10 }' % trainer.path("ck")],
+                       timeout=300)
+
+
+@pytest.fixture(scope="module")
+def trained(trainer):
+    return train(trainer, "train", "--export=" + trainer.path("final.pt")).check()
+
+
+def test_rank_0_says_where_it_exported(trainer, trained):
+    assert "exported the weights to %s" % trainer.path("final.pt") in trained.out
+
+
+def test_pytorch_reproduces_the_final_evaluation(trainer, trained):
+    final = trained.evals[-1]
+    python = evaluate(trainer.path("final.pt"), trainer.path("tiny_idx"))
+    assert (final["epoch"], final["samples"]) == (2, python["samples"]) == (2, 60)
+    assert python["accuracy"] == pytest.approx(final["accuracy"], abs=1e-6)
+
+
+def test_an_exported_checkpoint_reproduces_its_epochs_evaluation(trainer, trained):
+    # The checkpoint after epoch 1: 40 steps of 10 samples on one rank.
+    epoch1 = trained.evals[0]
+    assert (epoch1["epoch"], epoch1["global_step"]) == (1, 40)
+    assert trainer.path("ck", "ckpt-40.pt") in [c["path"] for c in trained.checkpoints]
+    exported = train(trainer, "from_ckpt", "--export_from=" + trainer.path("ck", "ckpt-40.pt"),
+                     "--export=" + trainer.path("epoch1.pt")).check()
+    assert exported.records == [], "--export_from trains nothing and records no run"
+    python = evaluate(trainer.path("epoch1.pt"), trainer.path("tiny_idx"))
+    assert python["accuracy"] == pytest.approx(epoch1["accuracy"], abs=1e-6)
+    assert python["loss"] == pytest.approx(epoch1["loss"], abs=1e-4)
+
+
+def test_a_run_already_complete_exports_the_same_weights(trainer, trained):
+    again = train(trainer, "again", "--export=" + trainer.path("again.pt")).check()
+    assert again.end["state"] == "already_complete"
+    assert "already complete" in again.out
+    a, b = torch.load(trainer.path("final.pt")), torch.load(trainer.path("again.pt"))
+    assert a.keys() == b.keys()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_export_from_without_export_is_refused(trainer, trained):
+    bad = trainer.run("bad", "--config=" + trainer.config,
+                      "--export_from=" + trainer.path("ck", "ckpt-40.pt"), timeout=60)
+    assert bad.rc not in (0, None)
+    assert "--export_from needs --export=PATH" in bad.output

@@ -1,0 +1,146 @@
+"""A preemption notice: SIGTERM to the trainer's launcher mid-epoch. hvxrun forwards it as a
+checkpoint request; both ranks stop after the same step, rank 0 saves that step's checkpoint, every
+rank exits 0 and hvxrun exits 75 (run again to resume). Running the same command again resumes
+there, and the losses and learning rates of both runs are those of an uninterrupted run, step by
+step. A second signal stops at once.
+"""
+import os
+import re
+import signal
+import subprocess
+import time
+
+import pytest
+
+from trainer_harness import Trainer, read_metrics, steps_of, tool, wait_for
+
+TWO = 'launch { num_processes: "2" }'
+
+
+@pytest.fixture(scope="module")
+def trainer(tmp_path_factory):
+    trainer = Trainer(tmp_path_factory.mktemp("preempt"))
+    trainer.config = trainer.tiny_config("cnn", 480, 40, batch=10, epochs=2)
+    return trainer
+
+
+def ckpt(trainer, name, extra=""):
+    return 'checkpoint { dir: "%s" %s }' % (trainer.path(name), extra)
+
+
+@pytest.fixture(scope="module")
+def full(trainer):
+    return trainer.run("full", "--config=" + trainer.config,
+                       overrides=[TWO, ckpt(trainer, "ck_full")]).check()
+
+
+@pytest.fixture(scope="module")
+def preempted(trainer):
+    """The trainer, sent SIGTERM once rank 0 recorded step 8 of epoch 1."""
+    run, proc = trainer.start("preempted", "--config=" + trainer.config,
+                              overrides=[TWO, ckpt(trainer, "ck")])
+    at_step_8 = lambda: any(r["event"] == "progress" and r["epoch"] == 1 and r["step"] >= 8
+                            for r in read_metrics(run.metrics_path, growing=True))
+    try:
+        wait_for(lambda: at_step_8() or proc.poll() is not None, timeout=120, what="step 8")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+    return trainer.finish(run, proc)
+
+
+@pytest.fixture(scope="module")
+def resumed(trainer, preempted):
+    return trainer.run("resumed", "--config=" + trainer.config,
+                       overrides=[TWO, ckpt(trainer, "ck")])
+
+
+def test_sigterm_mid_epoch_ends_the_job_with_75(preempted):
+    preempted.check(rc=75)
+    assert ("hvxrun: preempted: every rank ended cleanly after the checkpoint request (signal 15); "
+            "exit status 75") in preempted.err
+
+
+def test_both_ranks_stopped_at_one_step_of_epoch_1_whose_checkpoint_is_there(trainer, preempted):
+    end = preempted.end
+    at = end["global_step"]
+    assert end["state"] == "preempted"
+    assert 8 <= at < 24
+    path = trainer.path("ck", "ckpt-%d.pt" % at)
+    assert end["checkpoint"] == path and os.path.isfile(path)
+    assert preempted.checkpoints[-1]["path"] == path
+    assert "preempted at step %d; checkpoint %s" % (at, path) in preempted.err
+    assert [p["global_step"] for p in preempted.progress] == list(range(1, at + 1))
+
+
+def test_the_same_command_resumes_there_and_repeats_the_uninterrupted_run(
+        trainer, full, preempted, resumed):
+    resumed.check()
+    at = preempted.end["global_step"]
+    assert resumed.start["resumed_from"] == trainer.path("ck", "ckpt-%d.pt" % at)
+    assert "resuming from %s" % trainer.path("ck", "ckpt-%d.pt" % at) in resumed.output
+    assert len(full.progress) == 48
+    assert steps_of(preempted, resumed) == full.steps()
+
+
+def test_without_every_seconds_or_every_steps_no_checkpoint_mid_epoch_but_the_preemptions(
+        trainer, resumed):
+    names = [n for n in os.listdir(trainer.path("ck")) if n.startswith("ckpt-")]
+    assert len(names) <= 4, names
+    assert [c["global_step"] for c in resumed.checkpoints] == [24, 48]
+
+
+def test_every_seconds_checkpoints_at_the_first_step_boundary_after_the_interval(trainer):
+    # A tiny interval: a checkpoint after every step.
+    timed = trainer.run("time", "--config=" + trainer.config, "--max_steps=5",
+                        overrides=[TWO, ckpt(trainer, "ck_time", "every_seconds: 0.000001 keep: 100")])
+    timed.check()
+    assert [c["global_step"] for c in timed.checkpoints] == [1, 2, 3, 4, 5]
+    names = sorted(n for n in os.listdir(trainer.path("ck_time")) if re.fullmatch(r"ckpt-\d\.pt", n))
+    assert names == ["ckpt-%d.pt" % s for s in range(1, 6)]
+
+
+# A program that ignores the request: a second signal, or the grace period, stops it.
+IGNORING = ["/bin/sh", "-c", 'trap "" USR1; sleep 30']
+
+
+def hvxrun(tmp, name, *flags):
+    err = open(os.path.join(tmp, name + ".err"), "w")
+    proc = subprocess.Popen([tool("HVX_HVXRUN"), "--timeout", "60", "--mpiexec", tool("HVX_MPIEXEC")]
+                            + list(flags) + ["-np", "2", "--"] + IGNORING,
+                            stdout=subprocess.DEVNULL, stderr=err)
+    return proc, err.name
+
+
+def read(path):
+    with open(path, errors="replace") as f:
+        return f.read()
+
+
+def test_a_second_sigterm_stops_a_job_that_ignores_the_request(trainer):
+    proc, err = hvxrun(trainer.dir, "twice")
+    # The ranks' shells have set their trap a second after the job started (hvxrun's first line,
+    # when it prints one early).
+    try:
+        wait_for(lambda: read(err), timeout=5)
+    except AssertionError:
+        pass
+    time.sleep(1)
+    proc.send_signal(signal.SIGTERM)
+    wait_for(lambda: "asked the ranks to checkpoint" in read(err), timeout=5,
+             what="the checkpoint request")
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    rc = proc.wait(timeout=60)
+    seconds = time.monotonic() - t0
+    assert rc == 143 and seconds < 12, (rc, seconds, read(err))
+    assert "hvxrun: stopped the job on signal 15" in read(err)
+
+
+def test_preempt_grace_stops_the_job_a_second_after_the_notice(trainer):
+    t0 = time.monotonic()
+    proc, err = hvxrun(trainer.dir, "grace", "--preempt-grace", "1")
+    time.sleep(1.5)
+    proc.send_signal(signal.SIGTERM)
+    rc = proc.wait(timeout=60)
+    seconds = time.monotonic() - t0
+    assert rc == 143 and seconds < 14, (rc, seconds, read(err))
