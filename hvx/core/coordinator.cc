@@ -113,94 +113,167 @@ Response Coordinator::ErrorResponse(const std::string& name, std::string message
   return r;
 }
 
-Response Coordinator::Validate(const std::string& name, const Pending& p) const {
-  int first = -1;
-  for (int r = 0; r < size_; ++r) {
-    if (p.by_rank[r].has_value()) {
-      first = r;
-      break;
-    }
-  }
-  const Request& a = *p.by_rank[first];
-  auto error = [&](std::string what) {
-    return ErrorResponse(name, absl::StrCat("tensor '", name, "': ", what));
-  };
+// Validate's parts each return what is wrong, "" when nothing is; Validate names the tensor.
+
+std::string Coordinator::DeviceProblem(const Pending& p) const {
   for (int r = 0; r < size_; ++r) {
     if (!p.by_rank[r].has_value() || p.by_rank[r]->device.is_cpu()) continue;
     const Device& d = p.by_rank[r]->device;
     const Device& own = device_of_rank_[r].at(d.type);
     if (d != own) {
-      return error(absl::StrCat(WhoOnHost(r), " put it on ", d.ToString(),
-                                " but its earlier tensors on ", own.ToString(),
-                                "; each rank keeps all its GPU tensors on one device, its own"));
+      return absl::StrCat(WhoOnHost(r), " put it on ", d.ToString(), " but its earlier tensors on ",
+                          own.ToString(),
+                          "; each rank keeps all its GPU tensors on one device, its own");
     }
   }
-  for (int r = first + 1; r < size_; ++r) {
-    if (!p.by_rank[r].has_value()) continue;
-    const Request& b = *p.by_rank[r];
-    if (b.type != a.type) {
-      return error(absl::StrCat("mismatched operations: ", Who(first), " did ", OpTypeName(a.type),
-                                ", ", Who(r), " did ", OpTypeName(b.type)));
-    }
-    if (b.dtype != a.dtype) {
-      return error(absl::StrCat("mismatched data types: ", Who(first), " sent ",
-                                DataTypeName(a.dtype), ", ", Who(r), " sent ",
-                                DataTypeName(b.dtype)));
-    }
-    if (b.device.type != a.device.type) {
-      return error(absl::StrCat("mismatched devices: ", WhoOnHost(first), " used ",
-                                a.device.ToString(), ", ", WhoOnHost(r), " used ",
-                                b.device.ToString()));
-    }
-    switch (a.type) {
-      case OpType::kAllreduce:
-      case OpType::kReduceScatter:
-      case OpType::kBroadcast:
-        if (b.shape != a.shape) {
-          return error(absl::StrCat("mismatched ", OpTypeName(a.type), " shapes: ", Who(first),
-                                    " sent ", ShapeString(a.shape), ", ", Who(r), " sent ",
-                                    ShapeString(b.shape)));
-        }
-        break;
-      case OpType::kAllgather:
-      case OpType::kAlltoall:
-        if (b.shape.size() != a.shape.size() || Tail(b.shape) != Tail(a.shape)) {
-          return error(absl::StrCat("mismatched ", OpTypeName(a.type), " shapes: ", Who(first),
-                                    " sent ", ShapeString(a.shape), ", ", Who(r), " sent ",
-                                    ShapeString(b.shape),
-                                    " (all dimensions but the first must agree)"));
-        }
-        break;
-      default:
-        break;
-    }
-    if (a.type == OpType::kAllreduce || a.type == OpType::kReduceScatter) {
-      if (b.reduce_op != a.reduce_op) {
-        return error(absl::StrCat("mismatched reduction operations: ", Who(first), " used ",
-                                  ReduceOpName(a.reduce_op), ", ", Who(r), " used ",
-                                  ReduceOpName(b.reduce_op)));
-      }
-      if (b.prescale != a.prescale || b.postscale != a.postscale) {
-        return error(absl::StrCat("mismatched prescale/postscale factors: ", Who(first), " used ",
-                                  a.prescale, "/", a.postscale, ", ", Who(r), " used ", b.prescale,
-                                  "/", b.postscale));
-      }
-    }
-    if (a.type == OpType::kBroadcast && b.root != a.root) {
-      return error(absl::StrCat("mismatched BROADCAST root ranks: ", Who(first), " named root ",
-                                a.root, ", ", Who(r), " named root ", b.root));
-    }
-  }
-  if (!joined_.empty() && a.type != OpType::kAllreduce) {
-    std::vector<int> who;
-    for (int r : joined_)
-      who.push_back(options_.global_ranks.empty() ? r : options_.global_ranks[r]);
-    return error(absl::StrCat(
-        OpTypeName(a.type),
-        " is not supported while ranks have joined (joined: ", absl::StrJoin(who, ", "), ")"));
-  }
+  return "";
+}
 
+std::string Coordinator::Mismatch(int first, const Request& a, int r, const Request& b) const {
+  if (b.type != a.type) {
+    return absl::StrCat("mismatched operations: ", Who(first), " did ", OpTypeName(a.type), ", ",
+                        Who(r), " did ", OpTypeName(b.type));
+  }
+  if (b.dtype != a.dtype) {
+    return absl::StrCat("mismatched data types: ", Who(first), " sent ", DataTypeName(a.dtype),
+                        ", ", Who(r), " sent ", DataTypeName(b.dtype));
+  }
+  if (b.device.type != a.device.type) {
+    return absl::StrCat("mismatched devices: ", WhoOnHost(first), " used ", a.device.ToString(),
+                        ", ", WhoOnHost(r), " used ", b.device.ToString());
+  }
+  switch (a.type) {
+    case OpType::kAllreduce:
+    case OpType::kReduceScatter:
+    case OpType::kBroadcast:
+      if (b.shape != a.shape) {
+        return absl::StrCat("mismatched ", OpTypeName(a.type), " shapes: ", Who(first), " sent ",
+                            ShapeString(a.shape), ", ", Who(r), " sent ", ShapeString(b.shape));
+      }
+      break;
+    case OpType::kAllgather:
+    case OpType::kAlltoall:
+      if (b.shape.size() != a.shape.size() || Tail(b.shape) != Tail(a.shape)) {
+        return absl::StrCat("mismatched ", OpTypeName(a.type), " shapes: ", Who(first), " sent ",
+                            ShapeString(a.shape), ", ", Who(r), " sent ", ShapeString(b.shape),
+                            " (all dimensions but the first must agree)");
+      }
+      break;
+    default:
+      break;
+  }
+  if (a.type == OpType::kAllreduce || a.type == OpType::kReduceScatter) {
+    if (b.reduce_op != a.reduce_op) {
+      return absl::StrCat("mismatched reduction operations: ", Who(first), " used ",
+                          ReduceOpName(a.reduce_op), ", ", Who(r), " used ",
+                          ReduceOpName(b.reduce_op));
+    }
+    if (b.prescale != a.prescale || b.postscale != a.postscale) {
+      return absl::StrCat("mismatched prescale/postscale factors: ", Who(first), " used ",
+                          a.prescale, "/", a.postscale, ", ", Who(r), " used ", b.prescale, "/",
+                          b.postscale);
+    }
+  }
+  if (a.type == OpType::kBroadcast && b.root != a.root) {
+    return absl::StrCat("mismatched BROADCAST root ranks: ", Who(first), " named root ", a.root,
+                        ", ", Who(r), " named root ", b.root);
+  }
+  return "";
+}
+
+std::string Coordinator::JoinProblem(const Request& a) const {
+  if (joined_.empty() || a.type == OpType::kAllreduce) return "";
+  std::vector<int> who;
+  for (int r : joined_) who.push_back(options_.global_ranks.empty() ? r : options_.global_ranks[r]);
+  return absl::StrCat(OpTypeName(a.type), " is not supported while ranks have joined (joined: ",
+                      absl::StrJoin(who, ", "), ")");
+}
+
+std::string Coordinator::AlltoallRows(const Pending& p, std::vector<int64_t>* rows) const {
+  rows->assign(static_cast<size_t>(size_) * size_, 0);
+  for (int r = 0; r < size_; ++r) {
+    const Request& q = *p.by_rank[r];
+    const int64_t dim0 = q.shape[0];
+    if (q.splits.empty()) {
+      if (dim0 % size_ != 0) {
+        return absl::StrCat(Who(r), " asked for an equal ALLTOALL split of ", dim0,
+                            " rows, which does not divide by the set size ", size_);
+      }
+      for (int j = 0; j < size_; ++j) (*rows)[r * size_ + j] = dim0 / size_;
+      continue;
+    }
+    if (static_cast<int>(q.splits.size()) != size_) {
+      return absl::StrCat(Who(r), " gave ", q.splits.size(), " ALLTOALL splits for a set of ",
+                          size_, " ranks");
+    }
+    int64_t sum = 0;
+    for (int64_t s : q.splits) {
+      if (s < 0) return absl::StrCat(Who(r), " gave a negative ALLTOALL split ", s);
+      sum += s;
+    }
+    if (sum != dim0) {
+      return absl::StrCat(Who(r), "'s ALLTOALL splits sum to ", sum, " but its first dimension is ",
+                          dim0);
+    }
+    for (int j = 0; j < size_; ++j) (*rows)[r * size_ + j] = q.splits[j];
+  }
+  return "";
+}
+
+std::string Coordinator::OpProblem(const Pending& p, const Request& a, Response* resp) const {
+  switch (a.type) {
+    case OpType::kAllreduce:
+      if (a.reduce_op != ReduceOp::kAdasum) return "";
+      if ((size_ & (size_ - 1)) != 0) {
+        return absl::StrCat("Adasum needs a power-of-two number of ranks; this process set has ",
+                            size_);
+      }
+      if (!IsFloatingPoint(a.dtype)) {
+        return absl::StrCat("Adasum needs a floating-point tensor, got ", DataTypeName(a.dtype));
+      }
+      return "";
+    case OpType::kReduceScatter:
+      if (a.shape.empty())
+        return "REDUCESCATTER of a rank-0 (scalar) tensor; give it a first dimension";
+      if (a.reduce_op != ReduceOp::kSum && a.reduce_op != ReduceOp::kAverage) {
+        return absl::StrCat("REDUCESCATTER supports sum and average, not ",
+                            ReduceOpName(a.reduce_op));
+      }
+      return "";
+    case OpType::kBroadcast:
+      if (a.root < 0 || a.root >= size_) {
+        return absl::StrCat("BROADCAST root rank ", a.root, " is outside the process set of size ",
+                            size_);
+      }
+      return "";
+    case OpType::kAllgather:
+      if (a.shape.empty())
+        return "ALLGATHER of a rank-0 (scalar) tensor; give it a first dimension";
+      for (int r = 0; r < size_; ++r) resp->rows.push_back(p.by_rank[r]->shape[0]);
+      return "";
+    case OpType::kAlltoall:
+      if (a.shape.empty()) return "ALLTOALL of a rank-0 (scalar) tensor; give it a first dimension";
+      return AlltoallRows(p, &resp->rows);
+    case OpType::kAddProcessSet:
+      resp->rows = a.splits;
+      return "";
+    default:
+      return "";
+  }
+}
+
+Response Coordinator::Validate(const std::string& name, const Pending& p) const {
+  int first = 0;
+  while (!p.by_rank[first].has_value()) ++first;
+  const Request& a = *p.by_rank[first];
+  std::string problem = DeviceProblem(p);
+  for (int r = first + 1; problem.empty() && r < size_; ++r) {
+    if (p.by_rank[r].has_value()) problem = Mismatch(first, a, r, *p.by_rank[r]);
+  }
+  if (problem.empty()) problem = JoinProblem(a);
   Response resp;
+  if (problem.empty()) problem = OpProblem(p, a, &resp);
+  if (!problem.empty()) return ErrorResponse(name, absl::StrCat("tensor '", name, "': ", problem));
   resp.type = a.type;
   resp.names = {name};
   resp.dtype = a.dtype;
@@ -210,76 +283,6 @@ Response Coordinator::Validate(const std::string& name, const Pending& p) const 
   resp.postscale = a.postscale;
   resp.root = a.root;
   resp.shapes = {a.shape};
-  switch (a.type) {
-    case OpType::kAllreduce:
-      if (a.reduce_op == ReduceOp::kAdasum) {
-        if ((size_ & (size_ - 1)) != 0) {
-          return error(absl::StrCat(
-              "Adasum needs a power-of-two number of ranks; this process set has ", size_));
-        }
-        if (!IsFloatingPoint(a.dtype)) {
-          return error(
-              absl::StrCat("Adasum needs a floating-point tensor, got ", DataTypeName(a.dtype)));
-        }
-      }
-      break;
-    case OpType::kReduceScatter:
-      if (a.shape.empty())
-        return error("REDUCESCATTER of a rank-0 (scalar) tensor; give it a first dimension");
-      if (a.reduce_op != ReduceOp::kSum && a.reduce_op != ReduceOp::kAverage) {
-        return error(absl::StrCat("REDUCESCATTER supports sum and average, not ",
-                                  ReduceOpName(a.reduce_op)));
-      }
-      break;
-    case OpType::kBroadcast:
-      if (a.root < 0 || a.root >= size_) {
-        return error(absl::StrCat("BROADCAST root rank ", a.root,
-                                  " is outside the process set of size ", size_));
-      }
-      break;
-    case OpType::kAllgather:
-      if (a.shape.empty())
-        return error("ALLGATHER of a rank-0 (scalar) tensor; give it a first dimension");
-      for (int r = 0; r < size_; ++r) resp.rows.push_back(p.by_rank[r]->shape[0]);
-      break;
-    case OpType::kAlltoall: {
-      if (a.shape.empty())
-        return error("ALLTOALL of a rank-0 (scalar) tensor; give it a first dimension");
-      resp.rows.assign(static_cast<size_t>(size_) * size_, 0);
-      for (int r = 0; r < size_; ++r) {
-        const Request& q = *p.by_rank[r];
-        const int64_t dim0 = q.shape[0];
-        if (q.splits.empty()) {
-          if (dim0 % size_ != 0) {
-            return error(absl::StrCat(Who(r), " asked for an equal ALLTOALL split of ", dim0,
-                                      " rows, which does not divide by the set size ", size_));
-          }
-          for (int j = 0; j < size_; ++j) resp.rows[r * size_ + j] = dim0 / size_;
-          continue;
-        }
-        if (static_cast<int>(q.splits.size()) != size_) {
-          return error(absl::StrCat(Who(r), " gave ", q.splits.size(),
-                                    " ALLTOALL splits for a set of ", size_, " ranks"));
-        }
-        int64_t sum = 0;
-        for (int64_t s : q.splits) {
-          if (s < 0) return error(absl::StrCat(Who(r), " gave a negative ALLTOALL split ", s));
-          sum += s;
-        }
-        if (sum != dim0) {
-          return error(absl::StrCat(Who(r), "'s ALLTOALL splits sum to ", sum,
-                                    " but its first dimension is ", dim0));
-        }
-        for (int j = 0; j < size_; ++j) resp.rows[r * size_ + j] = q.splits[j];
-      }
-      break;
-    }
-    case OpType::kAddProcessSet:
-      resp.rows = a.splits;
-      break;
-    default:
-      break;
-  }
   return resp;
 }
 

@@ -89,7 +89,20 @@ class Coordinator {
   // other ranks answer (a joined rank submits nothing until every rank joins), so it fails now
   // instead of waiting for ranks whose unnamed ops may be counted differently.
   bool FailsForJoin(const Pending& p) const;
+  // The response every rank gets for `name`: the op to run, or an error naming the tensor, the
+  // ranks and what differs. Its checks, each "" when it finds nothing wrong:
   Response Validate(const std::string& name, const Pending& p) const;
+  // a GPU tensor on another device than the rank's earlier ones;
+  std::string DeviceProblem(const Pending& p) const;
+  // what differs between two ranks' requests (op, type, device, shape, reduction, root);
+  std::string Mismatch(int first, const Request& a, int r, const Request& b) const;
+  // an op other than allreduce while ranks have joined;
+  std::string JoinProblem(const Request& a) const;
+  // what the op itself needs (Adasum's power of two, a first dimension, a root inside the set),
+  // filling the response's rows for the gathers;
+  std::string OpProblem(const Pending& p, const Request& a, Response* resp) const;
+  // ALLTOALL's rows[sender * size + receiver] from every rank's splits.
+  std::string AlltoallRows(const Pending& p, std::vector<int64_t>* rows) const;
   Response ErrorResponse(const std::string& name, std::string message,
                          absl::StatusCode code = absl::StatusCode::kInvalidArgument) const;
   void MaybeWarnStall(absl::Time now, std::vector<Response>* errors);
