@@ -81,150 +81,202 @@ struct FieldError {
   std::string message;
 };
 
-std::vector<FieldError> CheckConfig(const TrainConfig& c) {
-  std::vector<FieldError> errors;
-  auto add = [&errors](std::string field, std::string message) {
-    errors.push_back({std::move(field), std::move(message)});
-  };
+// The problems CheckConfig finds, in the order of the config's sections.
+class FieldErrors {
+ public:
+  void add(std::string field, std::string message) {
+    errors_.push_back({std::move(field), std::move(message)});
+  }
+  std::vector<FieldError> take() { return std::move(errors_); }
+
+ private:
+  std::vector<FieldError> errors_;
+};
+
+// model: exactly one of a known name and an existing TorchScript file; classes.
+void CheckModel(const TrainConfig& c, FieldErrors& errors) {
   const auto& models = KnownModels();
   const bool scripted = !c.model().torchscript().empty();
   if (scripted && !c.model().name().empty()) {
-    add("model.torchscript", "set model.name (a built-in model) or model.torchscript, not both");
+    errors.add("model.torchscript",
+               "set model.name (a built-in model) or model.torchscript, not both");
   } else if (scripted) {
     if (!FileExists(c.model().torchscript())) {
-      add("model.torchscript",
+      errors.add(
+          "model.torchscript",
           absl::StrCat(c.model().torchscript(),
                        " does not exist (save one with torch.jit.script(model).save(path))"));
     }
   } else if (c.model().name().empty()) {
-    add("model.name", absl::StrCat("no model given; set one of ", absl::StrJoin(models, ", "),
-                                   ", or model.torchscript"));
+    errors.add("model.name", absl::StrCat("no model given; set one of ",
+                                          absl::StrJoin(models, ", "), ", or model.torchscript"));
   } else if (std::find(models.begin(), models.end(), c.model().name()) == models.end()) {
-    add("model.name", absl::StrCat("unknown model \"", c.model().name(),
-                                   "\"; known models: ", absl::StrJoin(models, ", ")));
+    errors.add("model.name", absl::StrCat("unknown model \"", c.model().name(),
+                                          "\"; known models: ", absl::StrJoin(models, ", ")));
   }
-  if (c.model().num_classes() < 2) add("model.num_classes", "must be at least 2");
-  const DataConfig& d = c.data();
-  if (d.train_files().empty()) add("data.train_files", "no training files given (a glob pattern)");
-  if (d.format() == RECORD_FORMAT_UNSPECIFIED) {
-    add("data.format", "set FASHION_MNIST, IMAGENET or EXAMPLE (with data.example)");
-  }
+  if (c.model().num_classes() < 2) errors.add("model.num_classes", "must be at least 2");
+}
+
+// data.example, which only format: EXAMPLE reads: its input feature's key, kind, shape and
+// normalisation.
+void CheckExampleInput(const DataConfig& d, FieldErrors& errors) {
   if (d.format() == EXAMPLE) {
     const FeatureSpec& f = d.example().input();
     if (f.key().empty()) {
-      add("data.example.input.key", "name the Example feature that is the model's input");
+      errors.add("data.example.input.key", "name the Example feature that is the model's input");
     }
     if (f.kind() == FeatureSpec::KIND_UNSPECIFIED) {
-      add("data.example.input.kind", "set JPEG, FLOAT_LIST, INT64_LIST or BYTES");
+      errors.add("data.example.input.kind", "set JPEG, FLOAT_LIST, INT64_LIST or BYTES");
     } else if (f.kind() != FeatureSpec::JPEG) {
       if (f.shape().empty()) {
-        add("data.example.input.shape",
-            "give one sample's input shape as the model takes it, e.g. shape: [1, 28, 28]");
+        errors.add("data.example.input.shape",
+                   "give one sample's input shape as the model takes it, e.g. shape: [1, 28, 28]");
       }
       for (int64_t dim : f.shape()) {
         if (dim < 1) {
-          add("data.example.input.shape", absl::StrCat("has a dimension < 1 (", dim, ")"));
+          errors.add("data.example.input.shape", absl::StrCat("has a dimension < 1 (", dim, ")"));
           break;
         }
       }
       if (f.channels_last_stored() && f.shape_size() != 3) {
-        add("data.example.input.channels_last_stored", "needs a 3-dimensional shape [C, H, W]");
+        errors.add("data.example.input.channels_last_stored",
+                   "needs a 3-dimensional shape [C, H, W]");
       }
       for (float sd : f.stddev()) {
         if (sd == 0) {
-          add("data.example.input.stddev", "must not be 0");
+          errors.add("data.example.input.stddev", "must not be 0");
           break;
         }
       }
       for (const auto* v : {&f.mean(), &f.stddev()}) {
         if (v->size() > 1 && !f.shape().empty() && v->size() != f.shape(0)) {
-          add(v == &f.mean() ? "data.example.input.mean" : "data.example.input.stddev",
-              absl::StrCat("needs 1 value or ", f.shape(0),
-                           " (one per channel, the first "
-                           "dimension of the shape), got ",
-                           v->size()));
+          errors.add(v == &f.mean() ? "data.example.input.mean" : "data.example.input.stddev",
+                     absl::StrCat("needs 1 value or ", f.shape(0),
+                                  " (one per channel, the first "
+                                  "dimension of the shape), got ",
+                                  v->size()));
           break;
         }
       }
     }
   } else if (d.has_example()) {
-    add("data.example", "is only read with format: EXAMPLE");
+    errors.add("data.example", "is only read with format: EXAMPLE");
   }
+}
+
+// data: files, format, batch sizes, threads, and the model the format can feed.
+void CheckData(const TrainConfig& c, FieldErrors& errors) {
+  const DataConfig& d = c.data();
+  if (d.train_files().empty()) {
+    errors.add("data.train_files", "no training files given (a glob pattern)");
+  }
+  if (d.format() == RECORD_FORMAT_UNSPECIFIED) {
+    errors.add("data.format", "set FASHION_MNIST, IMAGENET or EXAMPLE (with data.example)");
+  }
+  CheckExampleInput(d, errors);
   if (d.batch_size() <= 0) {
-    add("data.batch_size",
-        absl::StrCat("must be > 0 (samples per rank per step), got ", d.batch_size()));
+    errors.add("data.batch_size",
+               absl::StrCat("must be > 0 (samples per rank per step), got ", d.batch_size()));
   }
-  if (d.eval_batch_size() < 0) add("data.eval_batch_size", "must be >= 0");
+  if (d.eval_batch_size() < 0) errors.add("data.eval_batch_size", "must be >= 0");
   if (d.reader_threads() < 0 || d.decode_threads() < 0 || d.prefetch_batches() < 0) {
-    add("data.reader_threads", "thread counts and prefetch depth must be >= 0");
+    errors.add("data.reader_threads", "thread counts and prefetch depth must be >= 0");
   }
   const bool image_model = c.model().name() == "mlp" || c.model().name() == "cnn";
   if (d.format() == IMAGENET && image_model) {
-    add("model.name",
-        absl::StrCat("\"", c.model().name(),
-                     "\" takes 28x28 grey images; use resnet18 or resnet50 for IMAGENET"));
+    errors.add("model.name",
+               absl::StrCat("\"", c.model().name(),
+                            "\" takes 28x28 grey images; use resnet18 or resnet50 for IMAGENET"));
   }
-  if (HasJpegInput(d) && d.image_size() < 32) add("data.image_size", "must be at least 32");
+  if (HasJpegInput(d) && d.image_size() < 32) errors.add("data.image_size", "must be at least 32");
+}
+
+// optimizer: rates, momentum, decay, schedule, clipping, micro-batches, betas, lr scaling.
+void CheckOptimizer(const TrainConfig& c, FieldErrors& errors) {
+  const DataConfig& d = c.data();
   const OptimizerConfig& o = c.optimizer();
-  if (!(o.lr() > 0)) add("optimizer.lr", "must be > 0");
-  if (o.momentum() < 0 || o.momentum() >= 1) add("optimizer.momentum", "must be in [0, 1)");
-  if (o.weight_decay() < 0) add("optimizer.weight_decay", "must be >= 0");
-  if (o.warmup_epochs() < 0) add("optimizer.warmup_epochs", "must be >= 0");
+  if (!(o.lr() > 0)) errors.add("optimizer.lr", "must be > 0");
+  if (o.momentum() < 0 || o.momentum() >= 1) errors.add("optimizer.momentum", "must be in [0, 1)");
+  if (o.weight_decay() < 0) errors.add("optimizer.weight_decay", "must be >= 0");
+  if (o.warmup_epochs() < 0) errors.add("optimizer.warmup_epochs", "must be >= 0");
   if (o.schedule() == OptimizerConfig::STEP && o.step_epochs().empty()) {
-    add("optimizer.step_epochs", "schedule STEP needs at least one step_epochs entry");
+    errors.add("optimizer.step_epochs", "schedule STEP needs at least one step_epochs entry");
   }
   for (int i = 1; i < o.step_epochs_size(); ++i) {
     if (o.step_epochs(i) <= o.step_epochs(i - 1)) {
-      add("optimizer.step_epochs", "must be strictly increasing");
+      errors.add("optimizer.step_epochs", "must be strictly increasing");
       break;
     }
   }
-  if (!(o.clip_grad_norm() >= 0)) add("optimizer.clip_grad_norm", "must be >= 0 (0: no clipping)");
+  if (!(o.clip_grad_norm() >= 0)) {
+    errors.add("optimizer.clip_grad_norm", "must be >= 0 (0: no clipping)");
+  }
   if (o.backward_passes_per_step() < 1) {
-    add("optimizer.backward_passes_per_step", "must be >= 1");
+    errors.add("optimizer.backward_passes_per_step", "must be >= 1");
   } else if (d.batch_size() > 0 && o.backward_passes_per_step() > d.batch_size()) {
-    add("optimizer.backward_passes_per_step",
-        absl::StrCat("is ", o.backward_passes_per_step(), ", more micro-batches than the ",
-                     d.batch_size(), " samples of data.batch_size"));
+    errors.add("optimizer.backward_passes_per_step",
+               absl::StrCat("is ", o.backward_passes_per_step(), ", more micro-batches than the ",
+                            d.batch_size(), " samples of data.batch_size"));
   }
   if (o.kind() == OptimizerConfig::LAMB || o.kind() == OptimizerConfig::ADAMW ||
       o.kind() == OptimizerConfig::ADAM) {
-    if (!(o.beta1() >= 0 && o.beta1() < 1)) add("optimizer.beta1", "must be in [0, 1)");
-    if (!(o.beta2() >= 0 && o.beta2() < 1)) add("optimizer.beta2", "must be in [0, 1)");
-  }
-  if (!(c.label_smoothing() >= 0 && c.label_smoothing() < 1)) {
-    add("label_smoothing", absl::StrCat("must be in [0, 1), got ", c.label_smoothing()));
-  }
-  if (!(c.ema_decay() >= 0 && c.ema_decay() < 1)) {
-    add("ema_decay", absl::StrCat("must be in [0, 1) (0: no moving average), got ", c.ema_decay()));
+    if (!(o.beta1() >= 0 && o.beta1() < 1)) errors.add("optimizer.beta1", "must be in [0, 1)");
+    if (!(o.beta2() >= 0 && o.beta2() < 1)) errors.add("optimizer.beta2", "must be in [0, 1)");
   }
   if (o.lr_scaling() == OptimizerConfig::BY_GLOBAL_BATCH && o.reference_batch() <= 0) {
-    add("optimizer.reference_batch", "must be > 0 with lr_scaling BY_GLOBAL_BATCH");
+    errors.add("optimizer.reference_batch", "must be > 0 with lr_scaling BY_GLOBAL_BATCH");
   }
-  if (c.epochs() <= 0) add("epochs", absl::StrCat("must be > 0, got ", c.epochs()));
+}
+
+// The top-level training settings: label smoothing, moving average, epochs, device.
+void CheckTraining(const TrainConfig& c, FieldErrors& errors) {
+  if (!(c.label_smoothing() >= 0 && c.label_smoothing() < 1)) {
+    errors.add("label_smoothing", absl::StrCat("must be in [0, 1), got ", c.label_smoothing()));
+  }
+  if (!(c.ema_decay() >= 0 && c.ema_decay() < 1)) {
+    errors.add("ema_decay",
+               absl::StrCat("must be in [0, 1) (0: no moving average), got ", c.ema_decay()));
+  }
+  if (c.epochs() <= 0) errors.add("epochs", absl::StrCat("must be > 0, got ", c.epochs()));
+  if (c.device() != "cpu" && c.device() != "cuda" && c.device() != "auto") {
+    errors.add("device",
+               absl::StrCat("must be \"cpu\", \"cuda\" or \"auto\", got \"", c.device(), "\""));
+  }
+}
+
+// engine, checkpoint and launch.
+void CheckEngineCheckpointLaunch(const TrainConfig& c, FieldErrors& errors) {
   const EngineConfig& e = c.engine();
   if (!e.compression().empty() && e.compression() != "none" && e.compression() != "fp16" &&
       e.compression() != "bf16") {
-    add("engine.compression", absl::StrCat("unknown compression \"", e.compression(),
-                                           "\"; use \"none\", \"fp16\" or \"bf16\""));
+    errors.add("engine.compression", absl::StrCat("unknown compression \"", e.compression(),
+                                                  "\"; use \"none\", \"fp16\" or \"bf16\""));
   }
-  if (e.gradient_predivide_factor() <= 0) add("engine.gradient_predivide_factor", "must be > 0");
-  if (c.checkpoint().keep() <= 0) add("checkpoint.keep", "must be > 0");
+  if (e.gradient_predivide_factor() <= 0) {
+    errors.add("engine.gradient_predivide_factor", "must be > 0");
+  }
+  if (c.checkpoint().keep() <= 0) errors.add("checkpoint.keep", "must be > 0");
   if (!(c.checkpoint().every_seconds() >= 0)) {
-    add("checkpoint.every_seconds", "must be >= 0 (0: no time-based checkpoints)");
+    errors.add("checkpoint.every_seconds", "must be >= 0 (0: no time-based checkpoints)");
   }
   const std::string& np = c.launch().num_processes();
   if (np != "auto") {
     int n = 0;
     if (!absl::SimpleAtoi(np, &n) || n <= 0) {
-      add("launch.num_processes",
-          absl::StrCat("must be a positive number or \"auto\", got \"", np, "\""));
+      errors.add("launch.num_processes",
+                 absl::StrCat("must be a positive number or \"auto\", got \"", np, "\""));
     }
   }
-  if (c.device() != "cpu" && c.device() != "cuda" && c.device() != "auto") {
-    add("device", absl::StrCat("must be \"cpu\", \"cuda\" or \"auto\", got \"", c.device(), "\""));
-  }
-  return errors;
+}
+
+std::vector<FieldError> CheckConfig(const TrainConfig& c) {
+  FieldErrors errors;
+  CheckModel(c, errors);
+  CheckData(c, errors);
+  CheckOptimizer(c, errors);
+  CheckTraining(c, errors);
+  CheckEngineCheckpointLaunch(c, errors);
+  return errors.take();
 }
 
 // The location of a dotted field path in one parse; false when that parse did not set it.
