@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <functional>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -96,6 +98,144 @@ Elastic jobs:
 )";
 }
 
+namespace {
+
+// One hvxrun flag: its spellings, whether it takes a value ("--flag V" or "--flag=V"), and what it
+// sets in the options. ParseLaunchArgs reads the command line through this table.
+struct FlagSpec {
+  std::vector<absl::string_view> names;
+  bool takes_value;
+  std::function<absl::Status(absl::string_view flag, const std::string& value,
+                             const Environment& env, LaunchOptions* o)>
+      apply;
+};
+
+template <typename T>
+FlagSpec TextFlag(std::vector<absl::string_view> names, T LaunchOptions::*field) {
+  return {std::move(names), true,
+          [field](absl::string_view, const std::string& v, const Environment&, LaunchOptions* o) {
+            o->*field = v;
+            return absl::OkStatus();
+          }};
+}
+
+FlagSpec SecondsFlag(absl::string_view name, double LaunchOptions::*field) {
+  return {{name},
+          true,
+          [field](absl::string_view flag, const std::string& v, const Environment&,
+                  LaunchOptions* o) -> absl::Status {
+            HVX_ASSIGN_OR_RETURN(o->*field, ParseSeconds(flag, v));
+            return absl::OkStatus();
+          }};
+}
+
+// An integer of at least `least`, stored in `field` (an int or an optional<int>).
+template <typename T>
+FlagSpec CountFlag(absl::string_view name, int least, T LaunchOptions::*field) {
+  return {{name},
+          true,
+          [field, least](absl::string_view flag, const std::string& v, const Environment&,
+                         LaunchOptions* o) {
+            int n = 0;
+            if (!absl::SimpleAtoi(v, &n) || n < least) {
+              return FlagError(flag, v,
+                               least == 0 ? "a non-negative integer" : "a positive integer");
+            }
+            o->*field = n;
+            return absl::OkStatus();
+          }};
+}
+
+FlagSpec SwitchFlag(std::vector<absl::string_view> names, bool LaunchOptions::*field) {
+  return {std::move(names), false,
+          [field](absl::string_view, const std::string&, const Environment&, LaunchOptions* o) {
+            o->*field = true;
+            return absl::OkStatus();
+          }};
+}
+
+absl::Status SetNp(absl::string_view flag, const std::string& v, const Environment&,
+                   LaunchOptions* o) {
+  int np = 0;
+  if (!absl::SimpleAtoi(v, &np) || np < 1 || np > kMaxRanks) {
+    return FlagError(flag, v, absl::StrCat("a positive integer up to ", kMaxRanks));
+  }
+  o->np = np;
+  return absl::OkStatus();
+}
+
+absl::Status SetSlotsPerHost(absl::string_view flag, const std::string& v, const Environment&,
+                             LaunchOptions* o) {
+  int k = 0;
+  if (v == "auto") {
+    o->slots_per_host.reset();
+  } else if (absl::SimpleAtoi(v, &k) && k > 0 && k <= kMaxSlotsPerHost) {
+    o->slots_per_host = k;
+  } else {
+    return FlagError(flag, v, absl::StrCat("auto or a positive integer up to ", kMaxSlotsPerHost));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SetTagOutput(absl::string_view flag, const std::string& v, const Environment&,
+                          LaunchOptions* o) {
+  if (v == "rank") {
+    o->tag_output = TagMode::kRank;
+  } else if (v == "full") {
+    o->tag_output = TagMode::kFull;
+  } else if (v == "none") {
+    o->tag_output = TagMode::kNone;
+  } else {
+    return FlagError(flag, v, "rank, full or none");
+  }
+  return absl::OkStatus();
+}
+
+const std::vector<FlagSpec>& LaunchFlags() {
+  static const auto* flags = new std::vector<FlagSpec>{
+      {{"-h", "--help"},
+       false,
+       [](absl::string_view, const std::string&, const Environment&, LaunchOptions*) {
+         return absl::NotFoundError(LaunchUsage());
+       }},
+      {{"-np", "-n", "--num-proc"}, true, SetNp},
+      TextFlag({"-H", "--hosts", "-host", "--host"}, &LaunchOptions::hosts),
+      TextFlag({"--hostfile", "-hostfile"}, &LaunchOptions::hostfile),
+      {{"--slots-per-host"}, true, SetSlotsPerHost},
+      {{"-x"},
+       true,
+       [](absl::string_view, const std::string& v, const Environment& env, LaunchOptions* o) {
+         return SetExport(v, env, o);
+       }},
+      {{"--tag-output"}, true, SetTagOutput},
+      TextFlag({"--output-dir"}, &LaunchOptions::output_dir),
+      TextFlag({"--launcher-exec"}, &LaunchOptions::launcher_exec),
+      SecondsFlag("--start-timeout", &LaunchOptions::start_timeout_s),
+      SecondsFlag("--stop-timeout", &LaunchOptions::stop_timeout_s),
+      SecondsFlag("--timeout", &LaunchOptions::timeout_s),
+      SecondsFlag("--preempt-grace", &LaunchOptions::preempt_grace_s),
+      TextFlag({"--mpiexec"}, &LaunchOptions::mpiexec),
+      CountFlag("--max-restarts", 0, &LaunchOptions::max_restarts),
+      CountFlag("--host-failure-limit", 1, &LaunchOptions::host_failure_limit),
+      CountFlag("--min-np", 1, &LaunchOptions::min_np),
+      CountFlag("--max-np", 1, &LaunchOptions::max_np),
+      TextFlag({"--host-discovery-script"}, &LaunchOptions::host_discovery_script),
+      SecondsFlag("--discovery-interval", &LaunchOptions::discovery_interval_s),
+      SwitchFlag({"--dry-run"}, &LaunchOptions::dry_run),
+      SwitchFlag({"--verbose", "-v"}, &LaunchOptions::verbose),
+  };
+  return *flags;
+}
+
+const FlagSpec* FindFlag(absl::string_view flag) {
+  for (const FlagSpec& spec : LaunchFlags()) {
+    if (std::find(spec.names.begin(), spec.names.end(), flag) != spec.names.end()) return &spec;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
 absl::StatusOr<LaunchOptions> ParseLaunchArgs(const std::vector<std::string>& args,
                                               const Environment& env) {
   LaunchOptions o;
@@ -112,102 +252,23 @@ absl::StatusOr<LaunchOptions> ParseLaunchArgs(const std::vector<std::string>& ar
       inline_value = flag.substr(flag.find('=') + 1);
       flag = flag.substr(0, flag.find('='));
     }
-    auto value = [&]() -> absl::StatusOr<std::string> {
-      if (inline_value) return *inline_value;
-      if (i + 1 >= args.size()) {
-        return absl::InvalidArgumentError(absl::StrCat(flag, " needs a value"));
-      }
-      return args[++i];
-    };
-    auto no_value = [&]() -> absl::Status {
-      if (inline_value) {
-        return absl::InvalidArgumentError(absl::StrCat(flag, " takes no value"));
-      }
-      return absl::OkStatus();
-    };
-    if (flag == "-h" || flag == "--help") {
-      return absl::NotFoundError(LaunchUsage());
-    } else if (flag == "-np" || flag == "-n" || flag == "--num-proc") {
-      HVX_ASSIGN_OR_RETURN(std::string v, value());
-      int np = 0;
-      if (!absl::SimpleAtoi(v, &np) || np < 1 || np > kMaxRanks) {
-        return FlagError(flag, v, absl::StrCat("a positive integer up to ", kMaxRanks));
-      }
-      o.np = np;
-    } else if (flag == "-H" || flag == "--hosts" || flag == "-host" || flag == "--host") {
-      HVX_ASSIGN_OR_RETURN(o.hosts, value());
-    } else if (flag == "--hostfile" || flag == "-hostfile") {
-      HVX_ASSIGN_OR_RETURN(o.hostfile, value());
-    } else if (flag == "--slots-per-host") {
-      HVX_ASSIGN_OR_RETURN(std::string v, value());
-      int k = 0;
-      if (v == "auto") {
-        o.slots_per_host.reset();
-      } else if (absl::SimpleAtoi(v, &k) && k > 0 && k <= kMaxSlotsPerHost) {
-        o.slots_per_host = k;
-      } else {
-        return FlagError(flag, v,
-                         absl::StrCat("auto or a positive integer up to ", kMaxSlotsPerHost));
-      }
-    } else if (flag == "-x") {
-      HVX_ASSIGN_OR_RETURN(std::string v, value());
-      HVX_RETURN_IF_ERROR(SetExport(v, env, &o));
-    } else if (flag == "--tag-output") {
-      HVX_ASSIGN_OR_RETURN(std::string v, value());
-      if (v == "rank") {
-        o.tag_output = TagMode::kRank;
-      } else if (v == "full") {
-        o.tag_output = TagMode::kFull;
-      } else if (v == "none") {
-        o.tag_output = TagMode::kNone;
-      } else {
-        return FlagError(flag, v, "rank, full or none");
-      }
-    } else if (flag == "--output-dir") {
-      HVX_ASSIGN_OR_RETURN(o.output_dir, value());
-    } else if (flag == "--launcher-exec") {
-      HVX_ASSIGN_OR_RETURN(o.launcher_exec, value());
-    } else if (flag == "--start-timeout") {
-      HVX_ASSIGN_OR_RETURN(std::string v, value());
-      HVX_ASSIGN_OR_RETURN(o.start_timeout_s, ParseSeconds(flag, v));
-    } else if (flag == "--stop-timeout") {
-      HVX_ASSIGN_OR_RETURN(std::string v, value());
-      HVX_ASSIGN_OR_RETURN(o.stop_timeout_s, ParseSeconds(flag, v));
-    } else if (flag == "--timeout") {
-      HVX_ASSIGN_OR_RETURN(std::string v, value());
-      HVX_ASSIGN_OR_RETURN(o.timeout_s, ParseSeconds(flag, v));
-    } else if (flag == "--preempt-grace") {
-      HVX_ASSIGN_OR_RETURN(std::string v, value());
-      HVX_ASSIGN_OR_RETURN(o.preempt_grace_s, ParseSeconds(flag, v));
-    } else if (flag == "--mpiexec") {
-      HVX_ASSIGN_OR_RETURN(o.mpiexec, value());
-    } else if (flag == "--max-restarts" || flag == "--host-failure-limit" || flag == "--min-np" ||
-               flag == "--max-np") {
-      HVX_ASSIGN_OR_RETURN(std::string v, value());
-      int n = 0;
-      const int least = flag == "--max-restarts" ? 0 : 1;
-      if (!absl::SimpleAtoi(v, &n) || n < least) {
-        return FlagError(flag, v, least == 0 ? "a non-negative integer" : "a positive integer");
-      }
-      if (flag == "--max-restarts") o.max_restarts = n;
-      if (flag == "--host-failure-limit") o.host_failure_limit = n;
-      if (flag == "--min-np") o.min_np = n;
-      if (flag == "--max-np") o.max_np = n;
-    } else if (flag == "--host-discovery-script") {
-      HVX_ASSIGN_OR_RETURN(o.host_discovery_script, value());
-    } else if (flag == "--discovery-interval") {
-      HVX_ASSIGN_OR_RETURN(std::string v, value());
-      HVX_ASSIGN_OR_RETURN(o.discovery_interval_s, ParseSeconds(flag, v));
-    } else if (flag == "--dry-run") {
-      HVX_RETURN_IF_ERROR(no_value());
-      o.dry_run = true;
-    } else if (flag == "--verbose" || flag == "-v") {
-      HVX_RETURN_IF_ERROR(no_value());
-      o.verbose = true;
-    } else {
+    const FlagSpec* spec = FindFlag(flag);
+    if (spec == nullptr) {
       return absl::InvalidArgumentError(
           absl::StrCat("unknown flag '", args[i], "' (hvxrun --help lists the flags)"));
     }
+    std::string value;
+    if (spec->takes_value && inline_value) {
+      value = *inline_value;
+    } else if (spec->takes_value) {
+      if (i + 1 >= args.size()) {
+        return absl::InvalidArgumentError(absl::StrCat(flag, " needs a value"));
+      }
+      value = args[++i];
+    } else if (inline_value) {
+      return absl::InvalidArgumentError(absl::StrCat(flag, " takes no value"));
+    }
+    HVX_RETURN_IF_ERROR(spec->apply(flag, value, env, &o));
   }
   o.program.assign(args.begin() + std::min(i, args.size()), args.end());
   if (o.program.empty()) {
