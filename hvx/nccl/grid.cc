@@ -1,14 +1,14 @@
-#include "hvx/nccl/launch.h"
+#include "hvx/nccl/grid.h"
 
 #include <algorithm>
 
 namespace hvx {
 namespace nccl {
 
-LaunchConfig ComputeLaunch(int64_t elements, const DeviceLimits& limits, int elements_per_thread) {
+KernelGrid ComputeGrid(int64_t elements, const DeviceLimits& limits, int elements_per_thread) {
   constexpr int kWarp = 32;
   constexpr int kPreferredThreads = 256;
-  LaunchConfig c;
+  KernelGrid c;
   c.threads =
       std::max(kWarp, std::min(kPreferredThreads, limits.max_threads_per_block) / kWarp * kWarp);
   if (elements <= 0) return c;

@@ -34,7 +34,7 @@ struct Math<__nv_bfloat16> {
   __device__ static __nv_bfloat16 Store(float v) { return __float2bfloat16_rn(v); }
 };
 
-// Grid-stride loop: correct for any grid, sized by ComputeLaunch.
+// Grid-stride loop: correct for any grid, sized by ComputeGrid.
 template <typename In, typename Out, typename Compute>
 __global__ void ScaleConvertKernel(const In* in, Out* out, int64_t n, Compute factor) {
   const int64_t stride = static_cast<int64_t>(blockDim.x) * gridDim.x;
@@ -49,7 +49,7 @@ template <typename In, typename Out>
 cudaError_t Launch(const void* in, void* out, int64_t n, double factor, const DeviceLimits& limits,
                    cudaStream_t stream) {
   using Compute = typename Math<In>::type;
-  const LaunchConfig c = ComputeLaunch(n, limits);
+  const KernelGrid c = ComputeGrid(n, limits);
   if (c.blocks == 0) return cudaSuccess;
   ScaleConvertKernel<In, Out, Compute><<<static_cast<unsigned>(c.blocks), c.threads, 0, stream>>>(
       static_cast<const In*>(in), static_cast<Out*>(out), n, static_cast<Compute>(factor));

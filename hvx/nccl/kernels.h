@@ -13,7 +13,7 @@
 #include <cstdint>
 
 #include "hvx/common/types.h"
-#include "hvx/nccl/launch.h"
+#include "hvx/nccl/grid.h"
 
 namespace hvx {
 namespace nccl {
@@ -25,7 +25,7 @@ namespace nccl {
 cudaError_t ScaleConvert(const void* in, DataType in_type, void* out, DataType out_type, int64_t n,
                          double factor, const DeviceLimits& limits, cudaStream_t stream);
 
-// The limits ComputeLaunch needs, read once per device.
+// The limits ComputeGrid needs, read once per device.
 cudaError_t QueryDeviceLimits(int device, DeviceLimits* limits);
 
 }  // namespace nccl

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "hvx/nccl/nccl_data_plane.h"
-#include "hvx/nccl/plan.h"
+#include "hvx/nccl/policy.h"
 #include "hvx/nccl/test_world.h"
 
 namespace hvx {

@@ -29,7 +29,7 @@
 
 #include "absl/status/statusor.h"
 #include "hvx/core/transport.h"
-#include "hvx/nccl/plan.h"
+#include "hvx/nccl/policy.h"
 
 namespace hvx {
 namespace nccl {

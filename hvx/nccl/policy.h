@@ -4,8 +4,8 @@
 //
 //   SetLayout layout = BuildSetLayout({"a", "a", "b", "b"});      // 2 hosts x 2 ranks
 //   AllreducePlan plan = PlanAllreduce(/*hierarchical_requested=*/true, layout);  // kHierarchical
-#ifndef HVX_NCCL_PLAN_H_
-#define HVX_NCCL_PLAN_H_
+#ifndef HVX_NCCL_POLICY_H_
+#define HVX_NCCL_POLICY_H_
 
 #include <cstdint>
 #include <string>
@@ -119,4 +119,4 @@ inline bool NcclHasBfloat16(int nccl_version) { return nccl_version >= 21000; }
 }  // namespace nccl
 }  // namespace hvx
 
-#endif  // HVX_NCCL_PLAN_H_
+#endif  // HVX_NCCL_POLICY_H_

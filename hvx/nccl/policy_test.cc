@@ -1,4 +1,4 @@
-#include "hvx/nccl/plan.h"
+#include "hvx/nccl/policy.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

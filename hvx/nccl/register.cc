@@ -10,7 +10,7 @@
 #include "hvx/common/status.h"
 #include "hvx/core/transport.h"
 #include "hvx/nccl/nccl_data_plane.h"
-#include "hvx/nccl/plan.h"
+#include "hvx/nccl/policy.h"
 
 namespace hvx {
 namespace nccl {

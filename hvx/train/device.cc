@@ -6,7 +6,7 @@
 #include "hvx/common/cluster.h"
 #include "hvx/common/status.h"
 #include "hvx/core/api.h"
-#include "hvx/nccl/plan.h"
+#include "hvx/nccl/policy.h"
 #ifdef HVX_TRAIN_GPU_BACKEND
 #include "hvx/nccl/nccl_data_plane.h"
 #endif

@@ -20,7 +20,7 @@ LIMIT_BYTES=$((64 << 20))
 # GPU tests and benchmark, and the CPU tests of the same package (they pass anywhere).
 gpu_targets=(//hvx/nccl:kernels_test //hvx/nccl:nccl_data_plane_np1_test //hvx/nccl:register_test
     //hvx/nccl:nccl_allreduce_bench //tests/deps:cuda_nccl_link_test)
-cpu_targets=(//hvx/nccl:plan_test //hvx/nccl:launch_test //hvx/nccl:nccl_error_test
+cpu_targets=(//hvx/nccl:policy_test //hvx/nccl:grid_test //hvx/nccl:nccl_error_test
     //hvx/nccl:comm_cache_test)
 bazel build --config=cuda ${HVX_KIT_BAZEL_ARGS:-} "${gpu_targets[@]}" "${cpu_targets[@]}" \
     @hvx_mpi//:mpiexec

@@ -102,7 +102,7 @@ export TORCH_SITES="${torch_sites[*]}"
 phase libraries 60 bash -c libraries
 
 # ---- CPU tests: pass on any machine
-for t in plan_test launch_test nccl_error_test comm_cache_test; do
+for t in policy_test grid_test nccl_error_test comm_cache_test; do
     phase "$t" 120 "$KIT/bin/$t"
 done
 
