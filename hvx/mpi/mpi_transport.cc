@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "hvx/common/copy.h"
 #include "hvx/common/env.h"
 #include "hvx/common/failpoint.h"
 #include "hvx/common/status.h"

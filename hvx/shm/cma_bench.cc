@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "hvx/core/cpu_ops.h"
+#include "hvx/common/copy.h"
 
 namespace {
 

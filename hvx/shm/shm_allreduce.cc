@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "hvx/common/clock.h"
+#include "hvx/common/copy.h"
 #include "hvx/common/failpoint.h"
 #include "hvx/common/status.h"
 #include "hvx/core/cpu_ops.h"
