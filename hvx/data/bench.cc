@@ -41,6 +41,7 @@
 #include "hvx/data/pipeline.h"
 #include "hvx/data/random.h"
 #include "hvx/data/record.h"
+#include "hvx/data/test_util.h"
 
 ABSL_FLAG(std::string, dir, "/tmp/hvx_data_bench", "scratch directory (files are kept for reruns)");
 ABSL_FLAG(int, mib, 256, "size of each record-reading test file");

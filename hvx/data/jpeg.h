@@ -80,12 +80,6 @@ absl::Status DecodeJpeg(absl::string_view jpeg, int scale_denominator, const Jpe
 // Encodes RGB pixels (for tests and synthetic datasets).
 absl::StatusOr<std::string> EncodeJpeg(const RgbImage& image, int quality);
 
-// A synthetic photograph for benchmarks and tests: per channel, value noise summed over octaves
-// with amplitude proportional to the wavelength (the 1/f spectrum of natural images), a few
-// hard-edged discs and bars, and mild sensor noise. At 500x375 and quality 90 it encodes to about
-// 100-120 KB, like an ImageNet photo; smooth synthetic images encode (and decode) far cheaper.
-RgbImage SyntheticPhoto(int width, int height, uint64_t seed);
-
 // A crop window in pixels of the full-size image.
 struct CropWindow {
   int x = 0;

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "hvx/data/jpeg.h"
+#include "hvx/data/test_util.h"
 #include "hvx/testing/fuzz.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
