@@ -1,3 +1,6 @@
+// The engine's background thread and its submission side, in one file because both sides share the
+// queues, the process-set table and the shutdown order under one mutex; negotiation
+// (coordinator.cc), response caching, fusion planning and the data planes are their own files.
 #include "hvx/core/engine.h"
 
 #include <sys/prctl.h>

@@ -1,3 +1,6 @@
+// The NCCL data plane, in one file because every op shares the plane's stream, events, fusion
+// buffer and communicator cache and the one error path (an asynchronous NCCL error aborts every
+// communicator); the pure decisions (policy.cc, grid.cc, nccl_error.cc) and the kernels live apart.
 #include "hvx/nccl/nccl_data_plane.h"
 
 #include <cuda_runtime.h>

@@ -1,3 +1,9 @@
+// RunTraining's loop, kept in one file because its parts share one state, the Run below: the model,
+// optimizer, data, schedule and position that every step reads and changes, and the agreement
+// between ranks at each step (a checkpoint request, a stop) that the train, evaluation and
+// checkpoint steps must see alike. What stands alone lives beside it: checkpoint.cc (files),
+// epoch_position.cc (where an epoch resumes), metrics_log.cc and report.cc (what rank 0 writes),
+// sample_log.cc, recipes.cc, models.cc, dataset_setup.cc.
 #include "hvx/train/trainer.h"
 
 #include <signal.h>
@@ -44,6 +50,7 @@
 #include "hvx/train/models.h"
 #include "hvx/train/recipes.h"
 #include "hvx/train/report.h"
+#include "hvx/train/sample_log.h"
 #include "hvx/train/summary_writer.h"
 
 namespace hvx {
@@ -395,45 +402,6 @@ absl::Status OpenData(Run& run) {
   return absl::OkStatus();
 }
 
-class SampleLog {
- public:
-  ~SampleLog() { Reset(); }
-  absl::Status Open(const std::string& dir, int64_t epoch, bool append) {
-    Reset();
-    if (dir.empty()) return absl::OkStatus();
-    HVX_RETURN_IF_ERROR(MakeDirs(dir));
-    path_ = absl::StrCat(dir, "/rank", Rank(), "-epoch", epoch, ".txt");
-    HVX_ASSIGN_OR_RETURN(fd_, OpenForWriting(path_, "sample log", append));
-    return absl::OkStatus();
-  }
-  // Written each step: a rank killed mid-epoch (a failed attempt of an elastic job) must leave
-  // the steps it trained in its log.
-  absl::Status Add(const std::vector<int64_t>& ids, int64_t num_padded) {
-    if (fd_ < 0) return absl::OkStatus();
-    const size_t first_pad = ids.size() - static_cast<size_t>(num_padded);
-    std::string lines;
-    for (size_t i = 0; i < ids.size(); ++i) {
-      absl::StrAppend(&lines, ids[i], i >= first_pad ? " pad\n" : "\n");
-    }
-    if (!WriteFully(fd_, lines)) return ErrnoToStatus(errno, "writing sample log " + path_);
-    return absl::OkStatus();
-  }
-  absl::Status Close() {
-    const bool ok = fd_ < 0 || close(fd_) == 0;
-    const int err = errno;
-    fd_ = -1;
-    return ok ? absl::OkStatus() : ErrnoToStatus(err, "closing sample log " + path_);
-  }
-
- private:
-  void Reset() {
-    if (fd_ >= 0) close(fd_);
-    fd_ = -1;
-  }
-  int fd_ = -1;
-  std::string path_;
-};
-
 std::string ReportPath(const TrainConfig& config) {
   return absl::StrCat(config.summaries_dir(), "/report.html");
 }
@@ -751,7 +719,8 @@ absl::StatusOr<EpochSteps> TrainEpoch(Run& run, int64_t epoch, TrainingPosition*
     HVX_ASSIGN_OR_RETURN(pipeline, OpenTrainPipeline(run, epoch, consumed, rest.steps));
   }
   SampleLog sample_log;
-  HVX_RETURN_IF_ERROR(sample_log.Open(run.options.sample_log_dir, epoch, /*append=*/consumed > 0));
+  HVX_RETURN_IF_ERROR(
+      sample_log.Open(run.options.sample_log_dir, Rank(), epoch, /*append=*/consumed > 0));
   run.model->train();
   StepWindow since_progress;
   StepWindow whole_epoch;
