@@ -40,8 +40,10 @@ absl::StatusOr<std::vector<std::string>> JsonStrings(const Json& value, absl::st
   return out;
 }
 
-std::string JsonQuote(absl::string_view s) {
-  return Json(std::string(s)).dump(-1, ' ', false, Json::error_handler_t::replace);
+std::string JsonText(const Json& value) {
+  return value.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
+
+std::string JsonQuote(absl::string_view s) { return JsonText(Json(std::string(s))); }
 
 }  // namespace hvx

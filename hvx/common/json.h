@@ -27,6 +27,10 @@ const Json* JsonMember(const Json& value, absl::string_view key);
 // A JSON array of strings as a vector. InvalidArgument naming `what` when `value` is anything else.
 absl::StatusOr<std::vector<std::string>> JsonStrings(const Json& value, absl::string_view what);
 
+// `value` as compact JSON text; bytes that are not UTF-8 in its strings become U+FFFD instead of
+// throwing (a path's bytes in an error message).
+std::string JsonText(const Json& value);
+
 // `s` as a JSON string, quotes included: '"', '\' and control characters escaped, bytes that are
 // not UTF-8 replaced by U+FFFD.
 std::string JsonQuote(absl::string_view s);

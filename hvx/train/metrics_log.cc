@@ -16,11 +16,6 @@ namespace hvx {
 namespace train {
 namespace {
 
-std::string Dump(const Json& value) {
-  // Invalid UTF-8 (a path's bytes in an error message) becomes U+FFFD instead of throwing.
-  return value.dump(-1, ' ', false, Json::error_handler_t::replace);
-}
-
 std::string DirName(const std::string& path) {
   const size_t slash = path.rfind('/');
   return slash == std::string::npos || slash == 0 ? std::string() : path.substr(0, slash);
@@ -30,9 +25,10 @@ std::string DirName(const std::string& path) {
 
 std::string MetricsLine(absl::string_view event, double time, const Json& fields) {
   // "event" and "time" first, then the fields (an object's members in name order).
-  std::string line = absl::StrCat("{\"event\":", JsonQuote(event),
-                                  ",\"time\":", Dump(std::isfinite(time) ? Json(time) : Json()));
-  const std::string rest = Dump(fields);  // "{...}"
+  std::string line =
+      absl::StrCat("{\"event\":", JsonQuote(event),
+                   ",\"time\":", JsonText(std::isfinite(time) ? Json(time) : Json()));
+  const std::string rest = JsonText(fields);  // "{...}"
   if (rest.size() > 2) {
     line += ',';
     line.append(rest, 1, std::string::npos);
