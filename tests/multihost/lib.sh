@@ -28,7 +28,27 @@ hosts_up() {
 extra=(-x "ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0")
 if [[ -n ${UCX_MEM_EVENTS+x} ]]; then extra+=(-x "UCX_MEM_EVENTS=$UCX_MEM_EVENTS"); fi
 
-show() { echo "--- stdout"; echo "$out"; echo "--- stderr"; echo "$err"; }
+utc_time() { date -u -d "@$(($1 / 1000000000)).$(printf %09d $(($1 % 1000000000)))" +%T.%6N; }
+
+# init_ms: milliseconds from the last job's launch to its last rank's "hvx initialized" log line
+# (the hosts share one clock; log lines carry local time), or -1 when no rank logged one. Splits a
+# job's time into starting (hydra, the remote shell, MPI_Init) and working plus ending.
+init_ms() {
+    local last year
+    last=$(grep -oE '^\[[0-9]+\] I[0-9]{4} [0-9:.]+ engine\.cc:[0-9]+\] hvx initialized' <<<"$err" |
+        awk '{print $2 substr($3, 1, 15)}' | sort | tail -1)
+    [[ -n $last ]] || { echo -1; return; }
+    year=$(date -d "@$((launch_t0 / 1000000000))" +%Y)
+    last=$(date -d "$year-${last:1:2}-${last:3:2} ${last:5}" +%s%N) || { echo -1; return; }
+    echo $(((last - launch_t0) / 1000000))
+}
+
+# show: the last job's output, with when it started and ended (UTC, as the ranks' log lines), so a
+# slow job's log says whether the time went before the ranks started, between them, or at exit.
+show() {
+    echo "--- launched $(utc_time "$launch_t0"), ended $(utc_time "$launch_t1")"
+    echo "--- stdout"; echo "$out"; echo "--- stderr"; echo "$err"
+}
 
 # Runs hvxrun on host ${HVX_NETNS_PREFIX}1, its remote shell $launcher_exec (default: the fakessh;
 # "$HVX_NETNS_STATE/ssh" after `netns_hosts.sh sshd`); stdout, stderr, rc and elapsed_ms land in
@@ -52,7 +72,8 @@ launch_bg() {
 finish() {
     wait "$pid"
     rc=$?
-    elapsed_ms=$((($(date +%s%N) - launch_t0) / 1000000))
+    launch_t1=$(date +%s%N)
+    elapsed_ms=$(((launch_t1 - launch_t0) / 1000000))
     out=$(cat "$HVX_NETNS_STATE/out")
     err=$(cat "$HVX_NETNS_STATE/err")
 }
