@@ -237,6 +237,319 @@ Plane MakePlane(hvx::CpuPlaneMode mode) {
   return Plane{hvx::MakeMpiCommunicator(dup, mode)};
 }
 
+// The buffers every section reduces, shared by raw MPI and hvx; touched once up front like a
+// training job's gradients.
+struct Buffers {
+  std::vector<float> big = std::vector<float>(int64_t{16} << 20, 1.0f);  // (a) 64 MiB
+  std::vector<int64_t> sizes = ResNet50Sizes();
+  int64_t total = 0;                      // elements in the ResNet-50 set
+  std::vector<std::vector<float>> grads;  // (b) the set, one vector per tensor
+  std::vector<float> packed;              // (b) the set packed into one buffer
+  std::vector<hvx::Span> set_spans;       // the set as spans in place, for the bare ring runs
+  float tiny = 1.0f;                      // (c)
+
+  Buffers() {
+    for (int64_t n : sizes) {
+      total += n;
+      grads.emplace_back(n, 1.0f);
+    }
+    packed.assign(total, 0.0f);
+    for (auto& g : grads)
+      set_spans.push_back(
+          hvx::Span{reinterpret_cast<char*>(g.data()), static_cast<int64_t>(g.size())});
+  }
+
+  // One MPI_Allreduce per tensor of the set, in place: what a framework without fusion does.
+  void PerTensor() {
+    for (auto& g : grads) {
+      MPI_Allreduce(MPI_IN_PLACE, g.data(), static_cast<int>(g.size()), MPI_FLOAT, MPI_SUM,
+                    MPI_COMM_WORLD);
+    }
+  }
+};
+
+struct Settings {
+  int reps = 9;          // runs per large measurement
+  int tiny_reps = 2000;  // ops per latency run
+  bool quick = false;    // skip the diagnostics
+  bool compare = false;  // measure the strategies hvx does not use
+};
+
+// Raw MPI against both CPU planes, interleaved, each against the machine's copy-and-add bound.
+void ComparePlanes(Buffers& b, const MachineSpeed& speed, int size, const Settings& s) {
+  Plane mpi = MakePlane(hvx::CpuPlaneMode::kMpi);
+  Plane shm = MakePlane(hvx::CpuPlaneMode::kShm);
+  std::vector<hvx::TensorRef> big_ref = {
+      hvx::TensorRef(hvx::DataType::kFloat32, {static_cast<int64_t>(b.big.size())}, b.big.data())};
+  std::vector<hvx::TensorRef> set_ref;
+  for (auto& g : b.grads) {
+    set_ref.push_back(
+        hvx::TensorRef(hvx::DataType::kFloat32, {static_cast<int64_t>(g.size())}, g.data()));
+  }
+  std::vector<hvx::TensorRef> tiny_ref = {hvx::TensorRef(hvx::DataType::kFloat32, {1}, &b.tiny)};
+  const int64_t big_bytes = static_cast<int64_t>(b.big.size()) * 4, set_bytes = b.total * 4;
+  struct Case {
+    std::string name;
+    int64_t bytes;
+    std::vector<Variant> variants;
+    int ops = 1;
+  };
+  std::vector<Case> cases;
+  cases.push_back({"(a) 64 MiB",
+                   big_bytes,
+                   {{"raw MPI_Allreduce",
+                     [&] {
+                       MPI_Allreduce(MPI_IN_PLACE, b.big.data(), static_cast<int>(b.big.size()),
+                                     MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+                     },
+                     false},
+                    {"MPI plane", [&] { (void)mpi.Allreduce(big_ref, 1.0); }},
+                    {"shm plane", [&] { (void)shm.Allreduce(big_ref, 1.0); }}}});
+  cases.push_back({"(b) ResNet-50 set",
+                   set_bytes,
+                   {{"raw MPI, one MPI_Allreduce per tensor", [&] { b.PerTensor(); }, false},
+                    {"MPI plane, fused", [&] { (void)mpi.Allreduce(set_ref, 0.5); }},
+                    {"shm plane, fused", [&] { (void)shm.Allreduce(set_ref, 0.5); }}}});
+  const int tiny_ops = std::max(1, s.tiny_reps / 4);
+  cases.push_back({"(c) 4 B",
+                   4,
+                   {{"raw MPI_Allreduce",
+                     [&] {
+                       for (int i = 0; i < tiny_ops; ++i)
+                         MPI_Allreduce(MPI_IN_PLACE, &b.tiny, 1, MPI_FLOAT, MPI_SUM,
+                                       MPI_COMM_WORLD);
+                     },
+                     false},
+                    {"MPI plane",
+                     [&] {
+                       for (int i = 0; i < tiny_ops; ++i) (void)mpi.Allreduce(tiny_ref, 1.0);
+                     },
+                     false},
+                    {"shm plane",
+                     [&] {
+                       for (int i = 0; i < tiny_ops; ++i) (void)shm.Allreduce(tiny_ref, 1.0);
+                     },
+                     false}},
+                   tiny_ops});
+  for (Case& k : cases) {
+    for (Variant& v : k.variants) v.fn();  // warm-up: the shm plane maps its regions here
+    RunInterleaved(k.name, k.variants, s.reps);
+    const double raw = k.variants[0].ms[k.variants[0].ms.size() / 2] / k.ops;
+    const double mpi_ms = k.variants[1].ms[k.variants[1].ms.size() / 2] / k.ops;
+    const double shm_ms = k.variants[2].ms[k.variants[2].ms.size() / 2] / k.ops;
+    if (k.bytes > 4) {
+      const double bound = speed.BoundMs(k.bytes, size);
+      g_lines.push_back(absl::StrFormat(
+          "%s: bound %.3f ms; shm plane %.2fx the bound, MPI plane %.2fx; shm %.2fx faster "
+          "than %s, %.2fx faster than the MPI plane",
+          k.name, bound, shm_ms / bound, mpi_ms / bound, raw / shm_ms, k.variants[0].name,
+          mpi_ms / shm_ms));
+    } else {
+      g_lines.push_back(
+          absl::StrFormat("%s per op: raw MPI %.4f ms, MPI plane %.4f ms, shm plane %.4f ms",
+                          k.name, raw, mpi_ms, shm_ms));
+    }
+  }
+}
+
+// Median ms of (a), (b) and (c), measured one way: raw MPI or hvx.
+struct Result {
+  double big = 0;
+  double set = 0;
+  double set_packed = 0;  // raw MPI only: the set pre-packed into one buffer
+  double tiny = 0;
+};
+
+// The raw MPI baselines, on the main thread before hvx exists.
+Result MeasureRawMpi(Buffers& b, const Settings& s) {
+  Result r;
+  r.big = Measure("(a) raw MPI_Allreduce 64 MiB", s.reps, [&] {
+    MPI_Allreduce(MPI_IN_PLACE, b.big.data(), static_cast<int>(b.big.size()), MPI_FLOAT, MPI_SUM,
+                  MPI_COMM_WORLD);
+  });
+  r.set = Measure("(b) raw MPI, one MPI_Allreduce per tensor", s.reps, [&] { b.PerTensor(); });
+  r.set_packed = Measure("(b) raw MPI, pre-packed one MPI_Allreduce + pack/unpack", s.reps, [&] {
+    float* p = b.packed.data();
+    for (auto& g : b.grads) {
+      std::memcpy(p, g.data(), g.size() * 4);
+      p += g.size();
+    }
+    MPI_Allreduce(MPI_IN_PLACE, b.packed.data(), static_cast<int>(b.total), MPI_FLOAT, MPI_SUM,
+                  MPI_COMM_WORLD);
+    p = b.packed.data();
+    for (auto& g : b.grads) {
+      std::memcpy(g.data(), p, g.size() * 4);
+      p += g.size();
+    }
+  });
+  r.tiny = Measure(
+      "(c) raw MPI_Allreduce 4 B, per op", std::min(s.reps, 5),
+      [&] {
+        for (int i = 0; i < s.tiny_reps; ++i)
+          MPI_Allreduce(MPI_IN_PLACE, &b.tiny, 1, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      },
+      s.tiny_reps);
+  return r;
+}
+
+// Where the time of a large allreduce goes (skipped with --quick).
+void Diagnose(Buffers& b, const Settings& s) {
+  const int reps = std::min(s.reps, 5);
+  // Why hvx does not call MPI_Allreduce on large buffers: from a thread other than main (hvx's
+  // background thread), MPICH's per-call temporaries come back as fresh pages every call.
+  Measure("    raw per-tensor set, issued from a second thread", reps, [&] {
+    std::thread t([&] { b.PerTensor(); });
+    t.join();
+  });
+  hvx::HostBuffer scratch;
+  for (int64_t c : {int64_t{1} << 20, int64_t{4} << 20, int64_t{16} << 20}) {
+    Measure(absl::StrCat("    ring allreduce 64 MiB, second thread, pieces of ", c >> 20, " MiB"),
+            reps, [&] {
+              std::thread t([&] {
+                (void)hvx::RingAllreduce(
+                    MPI_COMM_WORLD, b.big.data(), static_cast<int64_t>(b.big.size()),
+                    hvx::DataType::kFloat32, hvx::ReduceOp::kSum, 1.0, c, &scratch);
+              });
+              t.join();
+            });
+  }
+
+  // The ResNet-50 set through the ring, as one call over all tensors in place (what hvx runs for
+  // a fused response) and as one call per tensor.
+  Measure("    ring over the ResNet-50 set in place, one call, second thread", reps, [&] {
+    std::thread t([&] {
+      (void)hvx::RingAllreduce(MPI_COMM_WORLD, b.set_spans, hvx::DataType::kFloat32,
+                               hvx::ReduceOp::kSum, 0.5, hvx::kRingPieceBytes, &scratch);
+    });
+    t.join();
+  });
+  Measure("    ring per ResNet-50 tensor, second thread", reps, [&] {
+    std::thread t([&] {
+      for (auto& g : b.grads) {
+        (void)hvx::Allreduce(MPI_COMM_WORLD, g.data(), static_cast<int64_t>(g.size()),
+                             hvx::DataType::kFloat32, hvx::ReduceOp::kSum, 0.5, &scratch);
+      }
+    });
+    t.join();
+  });
+
+  for (int64_t c : {int64_t{1} << 20, int64_t{4} << 20}) {
+    Measure(absl::StrCat("    MPI_Allreduce per tensor in ", c >> 20, " MiB pieces, second thread"),
+            reps, [&] {
+              std::thread t([&] {
+                for (auto& g : b.grads) {
+                  (void)hvx::ChunkedAllreduce(MPI_COMM_WORLD, g.data(),
+                                              static_cast<int64_t>(g.size()),
+                                              hvx::DataType::kFloat32, hvx::ReduceOp::kSum, c);
+                }
+              });
+              t.join();
+            });
+    Measure(absl::StrCat("    MPI_Allreduce 64 MiB in ", c >> 20, " MiB pieces, second thread"),
+            reps, [&] {
+              std::thread t([&] {
+                (void)hvx::ChunkedAllreduce(MPI_COMM_WORLD, b.big.data(),
+                                            static_cast<int64_t>(b.big.size()),
+                                            hvx::DataType::kFloat32, hvx::ReduceOp::kSum, c);
+              });
+              t.join();
+            });
+  }
+}
+
+// --compare: execution strategies for one fused response holding the whole ResNet-50 set
+// (average), each from a second thread as in hvx, interleaved so that load changes hit all of them
+// alike.
+void CompareSetStrategies(Buffers& b, const Settings& s) {
+  hvx::HostBuffer scratch;
+  std::vector<Variant> variants;
+  variants.push_back({"raw per tensor (sum, no scale)", [&] { b.PerTensor(); }});
+  for (int64_t kib : {16384, 4096, 1024, 256}) {
+    variants.push_back({absl::StrCat("ring ", kib, " KiB pieces"), [&, kib] {
+                          (void)hvx::RingAllreduce(MPI_COMM_WORLD, b.set_spans,
+                                                   hvx::DataType::kFloat32, hvx::ReduceOp::kSum,
+                                                   0.5, kib << 10, &scratch);
+                        }});
+  }
+  for (int64_t piece : {int64_t{1} << 20, int64_t{4} << 20}) {
+    for (int inflight : {1, 4}) {
+      variants.push_back(
+          {absl::StrCat("piecewise ", piece >> 20, " MiB x", inflight), [&, piece, inflight] {
+             (void)PiecewiseAllreduce(MPI_COMM_WORLD, b.set_spans, hvx::DataType::kFloat32,
+                                      hvx::ReduceOp::kSum, 0.5, piece, inflight);
+           }});
+    }
+  }
+  RunInterleaved("set strategy", variants, s.reps);
+}
+
+// The same work through hvx (initialized here, shut down before returning); with --compare, what
+// the engine adds to the bare ring.
+Result MeasureHvx(Buffers& b, const Settings& s) {
+  // The default environment: knobs only if the user set HVX_* variables.
+  auto options = hvx::InitOptions::FromEnv(hvx::Environment::Process());
+  if (!options.ok() || !hvx::Init(*options).ok()) {
+    std::fprintf(stderr, "hvx::Init failed\n");
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  Result r;
+  hvx::AllreduceOptions sum;
+  sum.op = hvx::ReduceOp::kSum;
+  r.big = Measure("(a) hvx Allreduce 64 MiB", s.reps, [&] {
+    hvx::TensorRef t(hvx::DataType::kFloat32, {static_cast<int64_t>(b.big.size())}, b.big.data());
+    (void)hvx::Wait(hvx::Allreduce("big", t, t, sum));
+  });
+  hvx::AllreduceOptions avg;  // the DistributedOptimizer pattern: averaged, one handle per tensor
+  auto set_through_hvx = [&] {
+    std::vector<hvx::Handle> handles;
+    for (size_t i = 0; i < b.grads.size(); ++i) {
+      hvx::TensorRef t(hvx::DataType::kFloat32, {static_cast<int64_t>(b.grads[i].size())},
+                       b.grads[i].data());
+      handles.push_back(hvx::Allreduce(absl::StrCat("grad.", i), t, t, avg));
+    }
+    (void)hvx::WaitAll(handles);
+  };
+  r.set = Measure("(b) hvx, 161 async Allreduce (average), then wait", s.reps, set_through_hvx);
+  if (s.compare) {
+    // The same set through hvx (main thread, as a training loop calls it) and through
+    // RingAllreduce directly (second thread), interleaved.
+    hvx::HostBuffer scratch;
+    std::vector<Variant> variants;
+    variants.push_back({"hvx, 161 async Allreduce (average)", set_through_hvx, false});
+    variants.push_back({"bare RingAllreduce, default pieces", [&] {
+                          (void)hvx::RingAllreduce(MPI_COMM_WORLD, b.set_spans,
+                                                   hvx::DataType::kFloat32, hvx::ReduceOp::kSum,
+                                                   0.5, hvx::kRingPieceBytes, &scratch);
+                        }});
+    variants.push_back({"raw MPI, one MPI_Allreduce per tensor", [&] { b.PerTensor(); }, false});
+    RunInterleaved("engine", variants, s.reps);
+  }
+  r.tiny = Measure(
+      "(c) hvx Allreduce 4 B + Wait, per op", std::min(s.reps, 5),
+      [&] {
+        hvx::TensorRef t(hvx::DataType::kFloat32, {1}, &b.tiny);
+        for (int i = 0; i < s.tiny_reps; ++i) (void)hvx::Wait(hvx::Allreduce("tiny", t, t, sum));
+      },
+      s.tiny_reps);
+  (void)hvx::Shutdown();
+  return r;
+}
+
+// --reps=N (default 9) runs per large measurement, --tiny_reps=N (default 2000) ops per latency
+// run. Oversubscribed runs (-n 4 on 2 cores) need small values: each op then costs scheduler
+// slices.
+Settings ParseSettings(int argc, char** argv) {
+  Settings s;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--reps=", 7) == 0) s.reps = std::max(1, std::atoi(argv[i] + 7));
+    if (std::strncmp(argv[i], "--tiny_reps=", 12) == 0)
+      s.tiny_reps = std::max(1, std::atoi(argv[i] + 12));
+    if (std::strcmp(argv[i], "--quick") == 0) s.quick = true;
+    if (std::strcmp(argv[i], "--compare") == 0) s.compare = true;
+  }
+  return s;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -245,307 +558,28 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
   int size = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  // --reps=N (default 9) runs per large measurement, --tiny_reps=N (default 2000) ops per latency
-  // run. Oversubscribed runs (-n 4 on 2 cores) need small values: each op then costs scheduler
-  // slices.
-  int reps = 9;
-  int tiny_reps = 2000;
-  bool quick = false;
-  bool compare = false;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strncmp(argv[i], "--reps=", 7) == 0) reps = std::max(1, std::atoi(argv[i] + 7));
-    if (std::strncmp(argv[i], "--tiny_reps=", 12) == 0)
-      tiny_reps = std::max(1, std::atoi(argv[i] + 12));
-    if (std::strcmp(argv[i], "--quick") == 0) quick = true;
-    if (std::strcmp(argv[i], "--compare") == 0) compare = true;
-  }
+  const Settings settings = ParseSettings(argc, argv);
+  Buffers buffers;
 
-  // Buffers shared by both sides; touched once up front like a training job's gradients.
-  std::vector<float> big(int64_t{16} << 20, 1.0f);
-  const std::vector<int64_t> sizes = ResNet50Sizes();
-  int64_t total = 0;
-  for (int64_t n : sizes) total += n;
-  std::vector<std::vector<float>> grads;
-  for (int64_t n : sizes) grads.emplace_back(n, 1.0f);
-  std::vector<float> packed(total, 0.0f);
-  // The set as spans in place, for the bare ring runs of the diagnostics and --compare.
-  std::vector<hvx::Span> set_spans;
-  for (auto& g : grads)
-    set_spans.push_back(
-        hvx::Span{reinterpret_cast<char*>(g.data()), static_cast<int64_t>(g.size())});
-  hvx::HostBuffer ring_scratch;
-  float tiny = 1.0f;
-  auto per_tensor = [&] {
-    for (auto& g : grads) {
-      MPI_Allreduce(MPI_IN_PLACE, g.data(), static_cast<int>(g.size()), MPI_FLOAT, MPI_SUM,
-                    MPI_COMM_WORLD);
-    }
-  };
-
-  // The machine's copy and add speed, then raw MPI against both CPU planes, interleaved.
   (void)hvx::MpiOps::Get().Init();
-  const MachineSpeed speed = MeasureMachine(reps);
+  const MachineSpeed speed = MeasureMachine(settings.reps);
   g_lines.push_back(absl::StrFormat(
       "machine, every rank at once: memcpy 64 MiB %.3f ms (%.1f GB/s), y += x 64 MiB %.3f ms",
       speed.copy_ms, speed.bytes / speed.copy_ms / 1e6, speed.add_ms));
-  {
-    Plane mpi = MakePlane(hvx::CpuPlaneMode::kMpi);
-    Plane shm = MakePlane(hvx::CpuPlaneMode::kShm);
-    std::vector<hvx::TensorRef> big_ref = {
-        hvx::TensorRef(hvx::DataType::kFloat32, {static_cast<int64_t>(big.size())}, big.data())};
-    std::vector<hvx::TensorRef> set_ref;
-    for (auto& g : grads) {
-      set_ref.push_back(
-          hvx::TensorRef(hvx::DataType::kFloat32, {static_cast<int64_t>(g.size())}, g.data()));
-    }
-    std::vector<hvx::TensorRef> tiny_ref = {hvx::TensorRef(hvx::DataType::kFloat32, {1}, &tiny)};
-    const int64_t big_bytes = static_cast<int64_t>(big.size()) * 4, set_bytes = total * 4;
-    struct Case {
-      std::string name;
-      int64_t bytes;
-      std::vector<Variant> variants;
-      int ops = 1;
-    };
-    std::vector<Case> cases;
-    cases.push_back({"(a) 64 MiB",
-                     big_bytes,
-                     {{"raw MPI_Allreduce",
-                       [&] {
-                         MPI_Allreduce(MPI_IN_PLACE, big.data(), static_cast<int>(big.size()),
-                                       MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-                       },
-                       false},
-                      {"MPI plane", [&] { (void)mpi.Allreduce(big_ref, 1.0); }},
-                      {"shm plane", [&] { (void)shm.Allreduce(big_ref, 1.0); }}}});
-    cases.push_back({"(b) ResNet-50 set",
-                     set_bytes,
-                     {{"raw MPI, one MPI_Allreduce per tensor", per_tensor, false},
-                      {"MPI plane, fused", [&] { (void)mpi.Allreduce(set_ref, 0.5); }},
-                      {"shm plane, fused", [&] { (void)shm.Allreduce(set_ref, 0.5); }}}});
-    const int tiny_ops = std::max(1, tiny_reps / 4);
-    cases.push_back({"(c) 4 B",
-                     4,
-                     {{"raw MPI_Allreduce",
-                       [&] {
-                         for (int i = 0; i < tiny_ops; ++i)
-                           MPI_Allreduce(MPI_IN_PLACE, &tiny, 1, MPI_FLOAT, MPI_SUM,
-                                         MPI_COMM_WORLD);
-                       },
-                       false},
-                      {"MPI plane",
-                       [&] {
-                         for (int i = 0; i < tiny_ops; ++i) (void)mpi.Allreduce(tiny_ref, 1.0);
-                       },
-                       false},
-                      {"shm plane",
-                       [&] {
-                         for (int i = 0; i < tiny_ops; ++i) (void)shm.Allreduce(tiny_ref, 1.0);
-                       },
-                       false}},
-                     tiny_ops});
-    for (Case& k : cases) {
-      for (Variant& v : k.variants) v.fn();  // warm-up: the shm plane maps its regions here
-      RunInterleaved(k.name, k.variants, reps);
-      const double raw = k.variants[0].ms[k.variants[0].ms.size() / 2] / k.ops;
-      const double mpi_ms = k.variants[1].ms[k.variants[1].ms.size() / 2] / k.ops;
-      const double shm_ms = k.variants[2].ms[k.variants[2].ms.size() / 2] / k.ops;
-      if (k.bytes > 4) {
-        const double bound = speed.BoundMs(k.bytes, size);
-        g_lines.push_back(absl::StrFormat(
-            "%s: bound %.3f ms; shm plane %.2fx the bound, MPI plane %.2fx; shm %.2fx faster "
-            "than %s, %.2fx faster than the MPI plane",
-            k.name, bound, shm_ms / bound, mpi_ms / bound, raw / shm_ms, k.variants[0].name,
-            mpi_ms / shm_ms));
-      } else {
-        g_lines.push_back(
-            absl::StrFormat("%s per op: raw MPI %.4f ms, MPI plane %.4f ms, shm plane %.4f ms",
-                            k.name, raw, mpi_ms, shm_ms));
-      }
-    }
-  }
+  ComparePlanes(buffers, speed, size, settings);
+  const Result raw = MeasureRawMpi(buffers, settings);
+  if (!settings.quick) Diagnose(buffers, settings);
+  if (settings.compare) CompareSetStrategies(buffers, settings);
+  const Result hvx = MeasureHvx(buffers, settings);
 
-  // Raw MPI baselines, on the main thread before hvx exists.
-  const double raw_big = Measure("(a) raw MPI_Allreduce 64 MiB", reps, [&] {
-    MPI_Allreduce(MPI_IN_PLACE, big.data(), static_cast<int>(big.size()), MPI_FLOAT, MPI_SUM,
-                  MPI_COMM_WORLD);
-  });
-  const double raw_per_tensor =
-      Measure("(b) raw MPI, one MPI_Allreduce per tensor", reps, per_tensor);
-  const double raw_packed =
-      Measure("(b) raw MPI, pre-packed one MPI_Allreduce + pack/unpack", reps, [&] {
-        float* p = packed.data();
-        for (auto& g : grads) {
-          std::memcpy(p, g.data(), g.size() * 4);
-          p += g.size();
-        }
-        MPI_Allreduce(MPI_IN_PLACE, packed.data(), static_cast<int>(total), MPI_FLOAT, MPI_SUM,
-                      MPI_COMM_WORLD);
-        p = packed.data();
-        for (auto& g : grads) {
-          std::memcpy(g.data(), p, g.size() * 4);
-          p += g.size();
-        }
-      });
-  const double raw_tiny = Measure(
-      "(c) raw MPI_Allreduce 4 B, per op", std::min(reps, 5),
-      [&] {
-        for (int i = 0; i < tiny_reps; ++i)
-          MPI_Allreduce(MPI_IN_PLACE, &tiny, 1, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-      },
-      tiny_reps);
-  // Diagnostics (skipped with --quick): where the time of a large allreduce goes.
-  if (!quick) {
-    // Why hvx does not call MPI_Allreduce on large buffers: from a thread other than main (hvx's
-    // background thread), MPICH's per-call temporaries come back as fresh pages every call.
-    Measure("    raw per-tensor set, issued from a second thread", std::min(reps, 5), [&] {
-      std::thread t(per_tensor);
-      t.join();
-    });
-    hvx::HostBuffer scratch;
-    for (int64_t c : {int64_t{1} << 20, int64_t{4} << 20, int64_t{16} << 20}) {
-      Measure(absl::StrCat("    ring allreduce 64 MiB, second thread, pieces of ", c >> 20, " MiB"),
-              std::min(reps, 5), [&] {
-                std::thread t([&] {
-                  (void)hvx::RingAllreduce(
-                      MPI_COMM_WORLD, big.data(), static_cast<int64_t>(big.size()),
-                      hvx::DataType::kFloat32, hvx::ReduceOp::kSum, 1.0, c, &scratch);
-                });
-                t.join();
-              });
-    }
-
-    // The ResNet-50 set through the ring, as one call over all tensors in place (what hvx runs for
-    // a fused response) and as one call per tensor.
-    Measure("    ring over the ResNet-50 set in place, one call, second thread", std::min(reps, 5),
-            [&] {
-              std::thread t([&] {
-                (void)hvx::RingAllreduce(MPI_COMM_WORLD, set_spans, hvx::DataType::kFloat32,
-                                         hvx::ReduceOp::kSum, 0.5, hvx::kRingPieceBytes, &scratch);
-              });
-              t.join();
-            });
-    Measure("    ring per ResNet-50 tensor, second thread", std::min(reps, 5), [&] {
-      std::thread t([&] {
-        for (auto& g : grads) {
-          (void)hvx::Allreduce(MPI_COMM_WORLD, g.data(), static_cast<int64_t>(g.size()),
-                               hvx::DataType::kFloat32, hvx::ReduceOp::kSum, 0.5, &scratch);
-        }
-      });
-      t.join();
-    });
-
-    for (int64_t c : {int64_t{1} << 20, int64_t{4} << 20}) {
-      Measure(
-          absl::StrCat("    MPI_Allreduce per tensor in ", c >> 20, " MiB pieces, second thread"),
-          std::min(reps, 5), [&] {
-            std::thread t([&] {
-              for (auto& g : grads) {
-                (void)hvx::ChunkedAllreduce(MPI_COMM_WORLD, g.data(),
-                                            static_cast<int64_t>(g.size()), hvx::DataType::kFloat32,
-                                            hvx::ReduceOp::kSum, c);
-              }
-            });
-            t.join();
-          });
-      Measure(absl::StrCat("    MPI_Allreduce 64 MiB in ", c >> 20, " MiB pieces, second thread"),
-              std::min(reps, 5), [&] {
-                std::thread t([&] {
-                  (void)hvx::ChunkedAllreduce(MPI_COMM_WORLD, big.data(),
-                                              static_cast<int64_t>(big.size()),
-                                              hvx::DataType::kFloat32, hvx::ReduceOp::kSum, c);
-                });
-                t.join();
-              });
-    }
-  }
-
-  if (compare) {
-    // Execution strategies for one fused response holding the whole ResNet-50 set (average), each
-    // from a second thread as in hvx, interleaved so that load changes hit all of them alike.
-    std::vector<Variant> variants;
-    variants.push_back({"raw per tensor (sum, no scale)", per_tensor});
-    for (int64_t kib : {16384, 4096, 1024, 256}) {
-      variants.push_back({absl::StrCat("ring ", kib, " KiB pieces"), [&, kib] {
-                            (void)hvx::RingAllreduce(MPI_COMM_WORLD, set_spans,
-                                                     hvx::DataType::kFloat32, hvx::ReduceOp::kSum,
-                                                     0.5, kib << 10, &ring_scratch);
-                          }});
-    }
-    for (int64_t piece : {int64_t{1} << 20, int64_t{4} << 20}) {
-      for (int inflight : {1, 4}) {
-        variants.push_back(
-            {absl::StrCat("piecewise ", piece >> 20, " MiB x", inflight), [&, piece, inflight] {
-               (void)PiecewiseAllreduce(MPI_COMM_WORLD, set_spans, hvx::DataType::kFloat32,
-                                        hvx::ReduceOp::kSum, 0.5, piece, inflight);
-             }});
-      }
-    }
-    RunInterleaved("set strategy", variants, reps);
-  }
-
-  // The default environment: knobs only if the user set HVX_* variables.
-  auto options = hvx::InitOptions::FromEnv(hvx::Environment::Process());
-  if (!options.ok() || !hvx::Init(*options).ok()) {
-    std::fprintf(stderr, "hvx::Init failed\n");
-    MPI_Abort(MPI_COMM_WORLD, 1);
-  }
-  hvx::AllreduceOptions sum;
-  sum.op = hvx::ReduceOp::kSum;
-  const double hvx_big = Measure("(a) hvx Allreduce 64 MiB", reps, [&] {
-    hvx::TensorRef t(hvx::DataType::kFloat32, {static_cast<int64_t>(big.size())}, big.data());
-    (void)hvx::Wait(hvx::Allreduce("big", t, t, sum));
-  });
-  hvx::AllreduceOptions avg;  // the DistributedOptimizer pattern: averaged, one handle per tensor
-  const double hvx_resnet = Measure("(b) hvx, 161 async Allreduce (average), then wait", reps, [&] {
-    std::vector<hvx::Handle> handles;
-    for (size_t i = 0; i < grads.size(); ++i) {
-      hvx::TensorRef t(hvx::DataType::kFloat32, {static_cast<int64_t>(grads[i].size())},
-                       grads[i].data());
-      handles.push_back(hvx::Allreduce(absl::StrCat("grad.", i), t, t, avg));
-    }
-    (void)hvx::WaitAll(handles);
-  });
-  if (compare) {
-    // What the engine adds to the bare ring: the same set through hvx (main thread, as a training
-    // loop calls it) and through RingAllreduce directly (second thread), interleaved.
-    std::vector<Variant> variants;
-    variants.push_back({"hvx, 161 async Allreduce (average)",
-                        [&] {
-                          std::vector<hvx::Handle> handles;
-                          for (size_t i = 0; i < grads.size(); ++i) {
-                            hvx::TensorRef t(hvx::DataType::kFloat32,
-                                             {static_cast<int64_t>(grads[i].size())},
-                                             grads[i].data());
-                            handles.push_back(hvx::Allreduce(absl::StrCat("grad.", i), t, t, avg));
-                          }
-                          (void)hvx::WaitAll(handles);
-                        },
-                        false});
-    variants.push_back({"bare RingAllreduce, default pieces", [&] {
-                          (void)hvx::RingAllreduce(MPI_COMM_WORLD, set_spans,
-                                                   hvx::DataType::kFloat32, hvx::ReduceOp::kSum,
-                                                   0.5, hvx::kRingPieceBytes, &ring_scratch);
-                        }});
-    variants.push_back({"raw MPI, one MPI_Allreduce per tensor", per_tensor, false});
-    RunInterleaved("engine", variants, reps);
-  }
-  const double hvx_tiny = Measure(
-      "(c) hvx Allreduce 4 B + Wait, per op", std::min(reps, 5),
-      [&] {
-        hvx::TensorRef t(hvx::DataType::kFloat32, {1}, &tiny);
-        for (int i = 0; i < tiny_reps; ++i) (void)hvx::Wait(hvx::Allreduce("tiny", t, t, sum));
-      },
-      tiny_reps);
-  (void)hvx::Shutdown();
-
-  Ratio("(a) raw MPI / hvx", raw_big, hvx_big);
-  Ratio("(b) per-tensor MPI / hvx", raw_per_tensor, hvx_resnet);
-  Ratio("(b) pre-packed MPI / hvx", raw_packed, hvx_resnet);
-  Ratio("(c) raw MPI / hvx", raw_tiny, hvx_tiny);
+  Ratio("(a) raw MPI / hvx", raw.big, hvx.big);
+  Ratio("(b) per-tensor MPI / hvx", raw.set, hvx.set);
+  Ratio("(b) pre-packed MPI / hvx", raw.set_packed, hvx.set);
+  Ratio("(c) raw MPI / hvx", raw.tiny, hvx.tiny);
   if (g_rank == 0) {
     std::printf(
         "ranks %d; ResNet-50 set: %zu tensors, %lld elements; medians of the slowest rank\n", size,
-        sizes.size(), static_cast<long long>(total));
+        buffers.sizes.size(), static_cast<long long>(buffers.total));
     for (const std::string& l : g_lines) std::printf("%s\n", l.c_str());
   }
   MPI_Finalize();
