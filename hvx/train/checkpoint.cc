@@ -637,6 +637,30 @@ absl::Status ExportStateDict(Classifier& model, const std::string& path) {
                              "exported weights", /*durable=*/true);
 }
 
+std::string ScriptedExportPath(const std::string& path) {
+  absl::string_view stem = path;
+  absl::ConsumeSuffix(&stem, ".pt");
+  return absl::StrCat(stem, ".scripted.pt");
+}
+
+absl::StatusOr<std::string> ExportModel(Classifier& model, const std::string& path) {
+  HVX_RETURN_IF_ERROR(ExportStateDict(model, path));
+  const torch::jit::Module* scripted = ScriptedModule(model);
+  if (scripted == nullptr) return path;
+  const std::string script_path = ScriptedExportPath(path);
+  model.eval();
+  std::ostringstream bytes;
+  try {
+    scripted->save(bytes);
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("exporting the scripted module to ", script_path, ": ",
+                                            e.what_without_backtrace()));
+  }
+  HVX_RETURN_IF_ERROR(
+      WriteFileAtomically(script_path, bytes.str(), "exported scripted module", /*durable=*/true));
+  return absl::StrCat(path, " and the scripted module to ", script_path);
+}
+
 absl::Status LoadCheckpointModel(const std::string& path, const torch::Device& device,
                                  Classifier& model, bool use_averages) {
   try {

@@ -85,6 +85,15 @@ absl::StatusOr<bool> ResumeFromNewestCheckpoint(const CheckpointConfig& checkpoi
 // same network defined in PyTorch. Written to a temporary name, synced and renamed.
 absl::Status ExportStateDict(Classifier& model, const std::string& path);
 
+// Where ExportModel puts a TorchScript model's scripted module: `path` with ".pt" replaced by
+// ".scripted.pt" (appended when `path` does not end in ".pt").
+std::string ScriptedExportPath(const std::string& path);
+
+// Rank 0's export of `model` (its weights as they are now): the state dict at `path`
+// (ExportStateDict) and, for a TorchScript model, the scripted module in evaluation mode at
+// ScriptedExportPath(path). Returns what was written, for the log.
+absl::StatusOr<std::string> ExportModel(Classifier& model, const std::string& path);
+
 // Loads the model of a checkpoint file SaveCheckpoint wrote (its BatchNorm statistics averaged
 // over ranks) into `model`, on `device`; with `use_averages`, the parameters are the checkpoint's
 // moving averages (FailedPrecondition when it has none). DataLoss naming the file when it cannot.

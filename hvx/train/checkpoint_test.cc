@@ -406,6 +406,21 @@ TEST(CheckpointTest, AnOlderCheckpointOfAnotherModelIsRefusedToo) {
   }
 }
 
+// A model that is not TorchScript exports its state dict alone; a scripted one's module would go
+// beside it, at ScriptedExportPath (the export tests in tests/train run both through the trainer).
+TEST(CheckpointTest, ExportModelWritesTheStateDictOfAModelThatIsNotScripted) {
+  EXPECT_EQ(ScriptedExportPath("/x/model.pt"), "/x/model.scripted.pt");
+  EXPECT_EQ(ScriptedExportPath("/x/model"), "/x/model.scripted.pt");
+  if (Rank() != 0) return;
+  TinyNet net;
+  const std::string path = TestDir("export-plain.pt");
+  const absl::StatusOr<std::string> written = ExportModel(net, path);
+  ASSERT_TRUE(written.ok()) << written.status();
+  EXPECT_EQ(*written, path);
+  EXPECT_TRUE(Exists(path));
+  EXPECT_FALSE(Exists(ScriptedExportPath(path)));
+}
+
 // A write that fails leaves no temporary, and what a killed writer left is removed at resume.
 TEST(CheckpointTest, NoTemporaryIsLeftBehind) {
   TinyNet net;

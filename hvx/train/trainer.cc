@@ -2,13 +2,12 @@
 // optimizer, data, schedule and position that every step reads and changes, and the agreement
 // between ranks at each step (a checkpoint request, a stop) that the train, evaluation and
 // checkpoint steps must see alike. What stands alone lives beside it: checkpoint.cc (files),
-// epoch_position.cc (where an epoch resumes), metrics_log.cc and report.cc (what rank 0 writes),
-// sample_log.cc, recipes.cc, models.cc, dataset_setup.cc.
+// epoch_position.cc (where an epoch resumes), data_identity.cc, metrics_log.cc and report.cc (what
+// rank 0 writes), sample_log.cc, recipes.cc, models.cc, dataset_setup.cc.
 #include "hvx/train/trainer.h"
 
 #include <signal.h>
 #include <sys/resource.h>
-#include <sys/stat.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
@@ -21,13 +20,11 @@
 #include <fstream>
 #include <memory>
 #include <optional>
-#include <sstream>
 #include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/strip.h"
 #include "hvx/common/files.h"
 #include "hvx/common/logging.h"
 #include "hvx/common/status.h"
@@ -42,6 +39,7 @@
 #include "hvx/torch/tensor.h"
 #include "hvx/train/checkpoint.h"
 #include "hvx/train/config.h"
+#include "hvx/train/data_identity.h"
 #include "hvx/train/dataset_setup.h"
 #include "hvx/train/device.h"
 #include "hvx/train/epoch_position.h"
@@ -94,34 +92,6 @@ absl::StatusOr<std::shared_ptr<Classifier>> CreateModelOn(const TrainConfig& con
         CheckModelFits(*model, shape, config.model().num_classes(), ModelDescription(config)));
   }
   return model;
-}
-
-// Where --export=PATH puts the trained scripted module of a TorchScript model: PATH with ".pt"
-// replaced by ".scripted.pt".
-std::string ScriptedExportPath(const std::string& path) {
-  absl::string_view stem = path;
-  absl::ConsumeSuffix(&stem, ".pt");
-  return absl::StrCat(stem, ".scripted.pt");
-}
-
-// Rank 0's export of `model` (its weights as they are now): the state dict at `path` and, for a
-// TorchScript model, the scripted module in evaluation mode beside it. Returns what was written.
-absl::StatusOr<std::string> Export(Classifier& model, const std::string& path) {
-  HVX_RETURN_IF_ERROR(ExportStateDict(model, path));
-  const torch::jit::Module* scripted = ScriptedModule(model);
-  if (scripted == nullptr) return path;
-  const std::string script_path = ScriptedExportPath(path);
-  model.eval();
-  std::ostringstream bytes;
-  try {
-    scripted->save(bytes);
-  } catch (const c10::Error& e) {
-    return absl::InternalError(absl::StrCat("exporting the scripted module to ", script_path, ": ",
-                                            e.what_without_backtrace()));
-  }
-  HVX_RETURN_IF_ERROR(
-      WriteFileAtomically(script_path, bytes.str(), "exported scripted module", /*durable=*/true));
-  return absl::StrCat(path, " and the scripted module to ", script_path);
 }
 
 std::string FormatDuration(double s) {
@@ -338,39 +308,6 @@ absl::StatusOr<EvalResult> Evaluate(Run& run, int64_t epoch) {
   result.loss = sums[2] > 0 ? sums[1] / sums[2] : 0;
   result.top5_accuracy = sums[2] > 0 ? sums[3] / sums[2] : 0;
   return result;
-}
-
-// FNV-1a: a fingerprint that is the same on every rank of one build.
-uint64_t Fingerprint(absl::string_view text) {
-  uint64_t h = 14695981039346656037ull;
-  for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
-
-// A file's size in bytes, -1 when it cannot be read.
-int64_t FileSize(const std::string& path) {
-  struct stat st {};
-  return stat(path.c_str(), &st) == 0 ? static_cast<int64_t>(st.st_size) : -1;
-}
-
-// The dataset's files as this rank sees them: names and sizes.
-std::string FilesFingerprint(const data::Dataset& d) {
-  std::string text;
-  for (const std::string& path : d.files()) absl::StrAppend(&text, path, " ", FileSize(path), "\n");
-  return absl::StrCat(d.files().size(), " files, fingerprint ",
-                      absl::Hex(Fingerprint(text), absl::kZeroPad16));
-}
-
-// What decides the order of an epoch's training samples (CheckpointExtras::data_order): the
-// shuffle seed, the remainder policy, and the dataset by its samples and its files' sizes in
-// order (not their names: a dataset moved elsewhere keeps its order).
-std::string DataOrder(const TrainConfig& config, const data::Dataset& d) {
-  std::string sizes;
-  for (const std::string& path : d.files()) absl::StrAppend(&sizes, FileSize(path), "\n");
-  return absl::StrCat("shuffle_seed ", config.data().shuffle_seed(), ", remainder ",
-                      RemainderPolicy_Name(config.data().remainder()), ", ", d.num_samples(),
-                      " samples in ", d.files().size(), " files, sizes ",
-                      absl::Hex(Fingerprint(sizes), absl::kZeroPad16));
 }
 
 // What every rank must share: each rank's number of samples decides its steps per epoch, so a
@@ -957,7 +894,7 @@ absl::StatusOr<TrainResult> RunTraining(const TrainConfig& config, const RunOpti
       HVX_ASSIGN_OR_RETURN(run.model, CreateModelOn(config, run.device));
       HVX_RETURN_IF_ERROR(LoadCheckpointModel(options.export_from, run.device, *run.model,
                                               /*use_averages=*/config.ema_decay() > 0));
-      HVX_ASSIGN_OR_RETURN(result.exported_to, Export(*run.model, options.export_path));
+      HVX_ASSIGN_OR_RETURN(result.exported_to, ExportModel(*run.model, options.export_path));
     }
     return result;
   }
@@ -1022,7 +959,7 @@ absl::StatusOr<TrainResult> RunTraining(const TrainConfig& config, const RunOpti
     HVX_RETURN_IF_ERROR(AverageBuffers(*run.model));
     if (Rank() == 0) {
       UseAveragedWeights averaged(run.average.get());
-      HVX_ASSIGN_OR_RETURN(result->exported_to, Export(*run.model, options.export_path));
+      HVX_ASSIGN_OR_RETURN(result->exported_to, ExportModel(*run.model, options.export_path));
     }
   }
   return result;
