@@ -68,8 +68,8 @@ absl::Status Rename(const std::string& from, const std::string& to) {
 absl::Status CommitFile(const std::string& tmp_path, const std::string& path) {
   HVX_RETURN_IF_ERROR(FsyncPath(tmp_path));
   HVX_RETURN_IF_ERROR(Rename(tmp_path, path));
-  const size_t slash = path.rfind('/');
-  return FsyncPath(slash == std::string::npos ? "." : path.substr(0, slash + 1));
+  const std::string dir = DirName(path);
+  return FsyncPath(dir.empty() ? "." : dir);
 }
 
 absl::StatusOr<int> OpenForWriting(const std::string& path, absl::string_view what, bool append) {
@@ -107,6 +107,12 @@ absl::Status WriteFileAtomically(const std::string& path, absl::string_view data
   if (status.ok()) status = durable ? CommitFile(tmp, path) : Rename(tmp, path);
   if (!status.ok()) ::unlink(tmp.c_str());
   return status;
+}
+
+std::string DirName(absl::string_view path) {
+  const size_t slash = path.rfind('/');
+  if (slash == absl::string_view::npos) return "";
+  return slash == 0 ? "/" : std::string(path.substr(0, slash));
 }
 
 std::string SelfExecutable() {

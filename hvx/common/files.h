@@ -63,6 +63,11 @@ struct ReadOnlyFile {
 // <path>", "stat <path>".
 absl::StatusOr<ReadOnlyFile> OpenReadOnly(const std::string& path, absl::string_view what);
 
+// The directory part of `path`, as dirname(1) but "" for a bare name: "/ckpt" for
+// "/ckpt/ckpt-4.pt",
+// "/" for "/a", "" for "a" (the current directory).
+std::string DirName(absl::string_view path);
+
 // The running executable's path (/proc/self/exe), or "" when it cannot be read.
 std::string SelfExecutable();
 

@@ -168,5 +168,16 @@ TEST(FilesTest, SelfExecutableIsThisTest) {
   EXPECT_TRUE(absl::EndsWith(SelfExecutable(), "/files_test")) << SelfExecutable();
 }
 
+TEST(FilesTest, DirNameIsTheDirectoryPartOrEmptyForABareName) {
+  EXPECT_EQ(DirName("/ckpt/run7/ckpt-4.pt"), "/ckpt/run7");
+  EXPECT_EQ(DirName("logs/metrics.jsonl"), "logs");
+  EXPECT_EQ(DirName("/a"), "/");
+  EXPECT_EQ(DirName("a"), "");
+  EXPECT_EQ(DirName(""), "");
+  // What callers do with it: the directories exist.
+  EXPECT_TRUE(MakeDirs(DirName("/a")).ok());
+  EXPECT_TRUE(MakeDirs(DirName("a")).ok());
+}
+
 }  // namespace
 }  // namespace hvx

@@ -54,9 +54,9 @@ std::string SelfExe() {
 // MaybeRunRankWrapper first. hvxrun_rank links only the C++ library and starts much faster.
 std::string DefaultWrapper() {
   const std::string self = SelfExe();
-  const size_t slash = self.rfind('/');
-  if (slash != std::string::npos) {
-    const std::string sibling = self.substr(0, slash + 1) + "hvxrun_rank";
+  const std::string dir = DirName(self);
+  if (!dir.empty()) {
+    const std::string sibling = absl::StrCat(dir, "/hvxrun_rank");
     if (access(sibling.c_str(), X_OK) == 0) return sibling;
   }
   return self;

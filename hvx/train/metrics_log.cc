@@ -14,15 +14,6 @@
 
 namespace hvx {
 namespace train {
-namespace {
-
-std::string DirName(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  return slash == std::string::npos || slash == 0 ? std::string() : path.substr(0, slash);
-}
-
-}  // namespace
-
 std::string MetricsLine(absl::string_view event, double time, const Json& fields) {
   // "event" and "time" first, then the fields (an object's members in name order).
   std::string line =
