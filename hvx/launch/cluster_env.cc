@@ -113,6 +113,7 @@ absl::StatusOr<std::optional<ClusterHosts>> DetectSageMaker(const Environment& e
   for (const std::string& h : hosts) c.hosts.push_back({h, std::max(gpus, 1)});
   c.current_host = current;
   c.is_leader = current.empty() || current == hosts[0];
+  c.host_wait_s = kHostsStartApartWaitS;
   return c;
 }
 
@@ -160,6 +161,7 @@ absl::StatusOr<std::optional<ClusterHosts>> DetectHostfileVariable(const Environ
     // The Kubeflow MPI Operator's launcher pod: its hostfile names the worker pods.
     if (env.GetNonEmpty("K_MPI_JOB_ROLE") == "launcher") {
       c.source = absl::StrCat("Kubeflow MPI Operator launcher (", c.source, ")");
+      c.host_wait_s = kHostsStartApartWaitS;
     }
     c.hosts = std::move(hosts);
     return c;

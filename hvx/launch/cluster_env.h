@@ -47,7 +47,14 @@ struct ClusterHosts {
   // launches, the others must not start ranks of their own.
   bool is_leader = true;
   std::string current_host;
+  // How long the other hosts may take to come up after this one: SageMaker starts its instances
+  // and the MPI Operator its worker pods minutes apart, and with no one waiting the first ssh is
+  // refused or its name does not resolve yet. 0 where every host is up when the job starts.
+  double host_wait_s = 0;
 };
+
+// ClusterHosts::host_wait_s of SageMaker and the Kubeflow MPI Operator's launcher.
+inline constexpr double kHostsStartApartWaitS = 1800;
 
 // The hosts of a cluster environment, or nullopt when there is none. `local_gpus` is the GPU
 // count of this host (hvx::CountVisibleGpus, hvx/common/cluster.h), used where the environment

@@ -83,6 +83,7 @@ TEST(SageMakerTest, LeaderGetsOneProcessPerGpuOnEveryHost) {
   ASSERT_TRUE(c.ok() && c->has_value()) << c.status();
   EXPECT_THAT((*c)->hosts, ElementsAre(HostSpec{"algo-1", 8}, HostSpec{"algo-2", 8}));
   EXPECT_TRUE((*c)->is_leader);
+  EXPECT_EQ((*c)->host_wait_s, kHostsStartApartWaitS);  // instances start minutes apart
 }
 
 TEST(SageMakerTest, FollowerDoesNotLead) {
@@ -192,6 +193,7 @@ TEST(ClusterTest, KubeflowMpiOperator) {
   EXPECT_EQ((*c)->source, "Kubeflow MPI Operator launcher (HYDRA_HOST_FILE=/etc/mpi/hostfile)");
   EXPECT_THAT((*c)->hosts, ElementsAre(HostSpec{"train-worker-0.train.default.svc", 2},
                                        HostSpec{"train-worker-1.train.default.svc", 2}));
+  EXPECT_EQ((*c)->host_wait_s, kHostsStartApartWaitS);  // worker pods may not be up yet
   auto worker = DetectClusterHosts(MapEnvironment{{"K_MPI_JOB_ROLE", "worker"}}, Files({}), 0);
   EXPECT_EQ(worker.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(absl::StrContains(worker.status().message(), "worker pod of a Kubeflow MPIJob"))

@@ -58,13 +58,16 @@ absl::StatusOr<int> FollowLeader(const LaunchOptions& options, const JobSetup& s
                         setup.leader, " starts the ranks here. Waiting for them to finish.\n"));
   // Short jobs' proxies live well under a second: a coarser poll could miss them all.
   constexpr std::chrono::milliseconds kPoll = std::chrono::milliseconds(20);
-  const Clock::time_point deadline = Clock::now() + FromSeconds(options.start_timeout_s);
+  // The leader may come up later than this host and then wait for the others (--host-wait).
+  const double first_wait_s = setup.host_wait_s + options.start_timeout_s;
+  const Clock::time_point deadline = Clock::now() + FromSeconds(first_wait_s);
   std::set<int> now;
   while ((now = HydraProxies()).empty()) {
     if (Clock::now() > deadline) {
       return absl::DeadlineExceededError(
           absl::StrCat("no ranks were started on this host by the leader ", setup.leader,
-                       " within ", options.start_timeout_s, " s"));
+                       " within ", first_wait_s, " s (--host-wait ", setup.host_wait_s,
+                       " + --start-timeout ", options.start_timeout_s, ")"));
     }
     std::this_thread::sleep_for(kPoll);
   }

@@ -8,11 +8,15 @@
 #include "absl/strings/str_cat.h"
 #include "hvx/common/files.h"
 #include "hvx/common/status.h"
+#include "hvx/launch/command.h"
 #include "hvx/launch/elastic.h"
 #include "hvx/launch/follower.h"
+#include "hvx/launch/gpu_probe.h"
+#include "hvx/launch/host_wait.h"
 #include "hvx/launch/output.h"
 #include "hvx/launch/rank_wrapper.h"
 #include "hvx/launch/restarts.h"
+#include "hvx/launch/subprocess.h"
 #include "hvx/launch/supervisor.h"
 
 namespace hvx {
@@ -23,9 +27,23 @@ absl::StatusOr<int> RunJob(const LaunchOptions& options) {
 }
 
 absl::StatusOr<int> RunJob(const LaunchOptions& options, const Environment& env) {
-  HVX_ASSIGN_OR_RETURN(JobSetup setup,
-                       ResolveJob(options, env, ReadFileFromDisk, SystemHostProbe(options, env)));
+  const HostProbe probe = SystemHostProbe(options, env);
+  HVX_ASSIGN_OR_RETURN(JobSetup setup, ResolveJob(options, env, ReadFileFromDisk, probe));
   if (setup.follower) return FollowLeader(options, setup);
+  if (setup.host_wait_s > 0 && !options.dry_run) {
+    std::vector<std::string> remote;
+    for (const Host& h : setup.plan.used_hosts) {
+      if (!probe.is_local(h.name)) remote.push_back(h.name);
+    }
+    // ssh's own bound (ConnectTimeout, a name that does not resolve) decides most asks; this one
+    // stops a shell that hangs after connecting.
+    HVX_RETURN_IF_ERROR(WaitForHosts(
+        remote, setup.host_wait_s,
+        [&options](const std::string& host) {
+          return RunCapture(RemoteCommand(options, host, "true"), 10).status();
+        },
+        options.err_fd));
+  }
   if (options.max_restarts > 0 || !options.host_discovery_script.empty()) {
     if (options.dry_run) {
       return absl::InvalidArgumentError("--dry-run prints one plan: give it without elastic flags");

@@ -75,6 +75,10 @@ its rank, and stops the whole job when any rank fails.
   --output-dir DIR         also write each rank's output to DIR/rank.R.log
   --launcher-exec CMD      remote shell used instead of ssh
   --start-timeout S        fail when some rank has not started after S seconds (default 60)
+  --host-wait S            first wait up to S seconds for every other host to answer the remote
+                           shell (default 1800 on SageMaker and in an MPIJob's launcher, whose
+                           hosts start minutes apart; 0 elsewhere); a follower host waits as long
+                           for the leader
   --stop-timeout S         after a failure, kill what still runs after S seconds (default 10)
   --timeout S              stop the job after S seconds (default: no limit)
   --preempt-grace S        SIGTERM/SIGINT: ask the ranks to checkpoint (SIGUSR1) and give them S
@@ -211,6 +215,13 @@ const std::vector<FlagSpec>& LaunchFlags() {
       TextFlag({"--output-dir"}, &LaunchOptions::output_dir),
       TextFlag({"--launcher-exec"}, &LaunchOptions::launcher_exec),
       SecondsFlag("--start-timeout", &LaunchOptions::start_timeout_s),
+      {{"--host-wait"},
+       true,
+       [](absl::string_view flag, const std::string& v, const Environment&,
+          LaunchOptions* o) -> absl::Status {
+         HVX_ASSIGN_OR_RETURN(o->host_wait_s, ParseSeconds(flag, v));
+         return absl::OkStatus();
+       }},
       SecondsFlag("--stop-timeout", &LaunchOptions::stop_timeout_s),
       SecondsFlag("--timeout", &LaunchOptions::timeout_s),
       SecondsFlag("--preempt-grace", &LaunchOptions::preempt_grace_s),
@@ -295,6 +306,7 @@ absl::StatusOr<JobSetup> ResolveJob(const LaunchOptions& options, const Environm
         "; it will not launch a job inside a rank of another job: run the program directly"));
   }
   JobSetup setup;
+  setup.host_wait_s = options.host_wait_s.value_or(0);
   std::vector<HostSpec> specs;
   if (!options.hosts.empty()) {
     HVX_ASSIGN_OR_RETURN(specs, ParseHostList(options.hosts, "-H"));
@@ -309,6 +321,7 @@ absl::StatusOr<JobSetup> ResolveJob(const LaunchOptions& options, const Environm
     if (cluster) {
       setup.source = cluster->source;
       setup.launcher = cluster->launcher;
+      setup.host_wait_s = options.host_wait_s.value_or(cluster->host_wait_s);
       if (!cluster->is_leader) {
         setup.follower = true;
         setup.leader = cluster->hosts[0].name;

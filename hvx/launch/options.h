@@ -34,6 +34,9 @@ struct LaunchOptions {
   std::string output_dir;
   std::string launcher_exec;  // remote shell replacing ssh
   double start_timeout_s = 60;
+  // --host-wait: before starting, wait up to this long for every other host to answer the remote
+  // shell (WaitForHosts); unset: the cluster's ClusterHosts::host_wait_s, 0 without a cluster.
+  std::optional<double> host_wait_s;
   double stop_timeout_s = 10;  // after the first failure: terminate, then kill at this bound
   double timeout_s = 0;        // whole-job wall clock limit; 0 = none
   bool dry_run = false;
@@ -98,6 +101,10 @@ struct JobSetup {
   // SageMaker-style clusters: this host is not the leader; it must start nothing.
   bool follower = false;
   std::string leader;
+  // How long the leader waits for the other hosts to answer before starting (--host-wait, else
+  // the cluster's ClusterHosts::host_wait_s), and a follower for the leader's ranks beyond
+  // --start-timeout.
+  double host_wait_s = 0;
 };
 
 // Refuses to run under another launcher, picks the hosts (-H, --hostfile, a cluster environment,

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "hvx/launch/cluster_env.h"
 #include "hvx/launch/command.h"
 
 namespace hvx {
@@ -193,6 +194,30 @@ TEST(ResolveTest, SageMakerFollowerStartsNothing) {
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_TRUE(s->follower);
   EXPECT_EQ(s->leader, "algo-1");
+  EXPECT_EQ(s->host_wait_s, kHostsStartApartWaitS);  // the leader may come up much later
+}
+
+// --host-wait: SageMaker's and an MPIJob's hosts start apart, so their leader waits for the
+// others by default; given hosts are taken to be up; the flag overrides either.
+TEST(ResolveTest, HostWait) {
+  MapEnvironment sm{{"SM_HOSTS", "[\"algo-1\",\"algo-2\"]"}, {"SM_CURRENT_HOST", "algo-1"}};
+  auto s = ResolveJob(*Parse({"p"}), sm, NoFiles(), Probe(0));
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->host_wait_s, kHostsStartApartWaitS);
+  s = ResolveJob(*Parse({"--host-wait", "90", "p"}), sm, NoFiles(), Probe(0));
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->host_wait_s, 90);
+  s = ResolveJob(*Parse({"--host-wait", "0", "p"}), sm, NoFiles(), Probe(0));
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->host_wait_s, 0);
+  s = ResolveJob(*Parse({"-H", "a:1,b:1", "p"}), MapEnvironment{}, NoFiles(), Probe(0));
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->host_wait_s, 0);
+  s = ResolveJob(*Parse({"--host-wait", "30", "-H", "a:1,b:1", "p"}), MapEnvironment{}, NoFiles(),
+                 Probe(0));
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->host_wait_s, 30);
+  EXPECT_THAT(Parse({"--host-wait", "soon", "p"}).status().message(), HasSubstr("--host-wait"));
 }
 
 TEST(CommandTest, ExactMpiexecCommand) {
