@@ -62,31 +62,36 @@ cmp -s "$T/extras-NONE.pt" "$T/extras-GRADIENTS.pt"
 check "micro-batches, EMA, BF16: GRADIENTS exports the bytes NONE exports" $?
 
 # LAMB and clipping: norms of slices summed over ranks, equal to the whole tensors' within rounding.
-close_losses() {  # close_losses WHAT REF OTHER: the first 8 steps' losses within 1e-5 relative
-    # (rounding of the summed norms; trust ratios from each rank's slices alone drift 3e-5 by the
-    # third step), the same number of steps.
-    python3 - "$T/$2.out" "$T/$3.out" <<'PY'
+close_losses() {  # close_losses WHAT REF OTHER STEPS: the first STEPS steps' losses within 1e-5
+    # relative, and the same number of steps.
+    python3 - "$T/$2.out" "$T/$3.out" "$4" <<'PY'
 import re, sys
 def losses(p):
     return [float(m.group(1)) for m in re.finditer(r"^\[0\] epoch .* loss ([0-9.e+-]+) lr", open(p).read(), re.M)]
 a, b = losses(sys.argv[1]), losses(sys.argv[2])
-ok = len(a) == len(b) > 0 and all(abs(x - y) <= 1e-5 * abs(x) for x, y in list(zip(a, b))[:8])
+n = int(sys.argv[3])
+ok = len(a) == len(b) > 0 and all(abs(x - y) <= 1e-5 * abs(x) for x, y in list(zip(a, b))[:n])
 if not ok: print("losses differ:", list(zip(a, b))[:8], len(a), len(b))
 sys.exit(0 if ok else 1)
 PY
     check "$1" $?
 }
+# LAMB's trust ratios and the clipping factor amplify the rounding of the summed slice norms, by
+# how much depends on the CPU's torch kernels: on one machine (torch 2.11, AVX-512) the losses
+# differed by 1.4e-6 relative at step 3, 5.7e-6 at step 4 and 4e-4 at step 8. Trust ratios from
+# each rank's own slices (the norm sum left out) differed by 3.1e-5 at step 3 on that machine, so
+# the first 3 steps tell the two apart.
 lamb='launch { num_processes: "3" } optimizer { kind: LAMB lr: 0.005 weight_decay: 0.01 clip_grad_norm: 0.5 } logging { max_steps_per_epoch: 20 }'
 run lamb-NONE "$lamb"
 run lamb-GRADIENTS "$lamb optimizer { shard: GRADIENTS }"
-close_losses "3 processes, LAMB with clipping: GRADIENTS trains as NONE within rounding" lamb-NONE lamb-GRADIENTS
+close_losses "3 processes, LAMB with clipping: GRADIENTS trains as NONE within rounding" lamb-NONE lamb-GRADIENTS 3
 grep -q "grad_norm" "$T/lamb-GRADIENTS.out"; check "clipping logs the global gradient norm" $?
 
 # Over MPI (HVX_CPU_PLANE=mpi, as between hosts) with the ring's order traded for fewer messages,
 # the reduce-scatter is MPICH's: 4 processes train as replicated within rounding.
 HVX_CPU_PLANE=mpi HVX_FIXED_REDUCTION_ORDER=0 run mpi-NONE "launch { num_processes: \"4\" } $adam logging { max_steps_per_epoch: 20 }"
 HVX_CPU_PLANE=mpi HVX_FIXED_REDUCTION_ORDER=0 run mpi-GRADIENTS "launch { num_processes: \"4\" } $adam logging { max_steps_per_epoch: 20 } optimizer { shard: GRADIENTS }"
-close_losses "over MPI without a fixed order, 4 processes: GRADIENTS trains as NONE within rounding" mpi-NONE mpi-GRADIENTS
+close_losses "over MPI without a fixed order, 4 processes: GRADIENTS trains as NONE within rounding" mpi-NONE mpi-GRADIENTS 8
 
 # Resume across sizes and settings: 4 x GRADIENTS stopped at step 10 of 25.
 four="launch { num_processes: \"4\" } $adam"
