@@ -353,6 +353,31 @@ absl::Status ExpandConfigPaths(const std::string& home, TrainConfig* config) {
   return absl::OkStatus();
 }
 
+absl::Status RebaseDataFiles(absl::string_view dir, DataConfig* data) {
+  if (dir.empty()) return absl::InvalidArgumentError("--data_dir is empty");
+  while (dir.size() > 1 && dir.back() == '/') dir.remove_suffix(1);
+  auto rebase = [dir](absl::string_view field, std::string* patterns) -> absl::Status {
+    std::vector<std::string> parts = SplitFilePatterns(*patterns);
+    for (std::string& part : parts) {
+      const size_t slash = part.rfind('/');
+      const std::string name = slash == std::string::npos ? part : part.substr(slash + 1);
+      if (name.empty()) {
+        return absl::InvalidArgumentError(absl::StrCat("--data_dir: ", field, " pattern \"", part,
+                                                       "\" names a folder, not files"));
+      }
+      part = absl::StrCat(dir, dir == "/" ? "" : "/", name);
+    }
+    *patterns = absl::StrJoin(parts, ",");
+    return absl::OkStatus();
+  };
+  HVX_RETURN_IF_ERROR(rebase("data.train_files", data->mutable_train_files()));
+  HVX_RETURN_IF_ERROR(rebase("data.eval_files", data->mutable_eval_files()));
+  if (data->has_fashion_mnist_source() && !data->fashion_mnist_source().output_dir().empty()) {
+    data->mutable_fashion_mnist_source()->set_output_dir(std::string(dir));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::string> ResolveConfigPath(absl::string_view name,
                                               const ConfigSearchPath& search) {
   if (name.empty()) return absl::InvalidArgumentError("--config is empty; name a .pbtxt file");

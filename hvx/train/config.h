@@ -70,6 +70,15 @@ absl::Status ExpandConfigPaths(const std::string& home, TrainConfig* config);
 // Splits a comma-separated list of glob patterns (whitespace around each is dropped).
 std::vector<std::string> SplitFilePatterns(absl::string_view patterns);
 
+// --data_dir=DIR: the data's files are looked for in `dir` under the names the config gives
+// them. Each pattern of data.train_files and data.eval_files keeps its last component and takes
+// `dir` as its folder ("/data/imagenet/train-*" becomes "DIR/train-*"), and a
+// data.fashion_mnist_source.output_dir that is set becomes `dir`, so the shards it makes match.
+// For a platform that puts a job's data in a folder of its own (SageMaker's
+// /opt/ml/input/data/<channel>). InvalidArgument when `dir` is empty or a pattern has no file
+// name (ends in "/").
+absl::Status RebaseDataFiles(absl::string_view dir, DataConfig* data);
+
 // Whether the model's input is a JPEG image: format IMAGENET, or EXAMPLE with a JPEG feature.
 bool HasJpegInput(const DataConfig& data);
 

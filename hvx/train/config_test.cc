@@ -157,6 +157,31 @@ TEST(ConfigTest, SplitFilePatternsSplitsAndTrims) {
             (std::vector<std::string>{"~/a/train-*", "/b/c-*"}));
 }
 
+TEST(ConfigTest, RebaseDataFilesKeepsTheNamesInTheGivenFolder) {
+  DataConfig d;
+  d.set_train_files("/data/imagenet/train-*, /other/extra-*");
+  d.set_eval_files("validation-*");
+  d.mutable_fashion_mnist_source()->set_output_dir("/h/u/.cache/hvx/fashion_mnist");
+  ASSERT_TRUE(RebaseDataFiles("/opt/ml/input/data/training/", &d).ok());
+  EXPECT_EQ(d.train_files(),
+            "/opt/ml/input/data/training/train-*,/opt/ml/input/data/training/extra-*");
+  EXPECT_EQ(d.eval_files(), "/opt/ml/input/data/training/validation-*");
+  EXPECT_EQ(d.fashion_mnist_source().output_dir(), "/opt/ml/input/data/training");
+
+  DataConfig no_eval;  // unset stays unset: no eval set appears, no shards are made
+  no_eval.set_train_files("/d/train-*");
+  ASSERT_TRUE(RebaseDataFiles("/", &no_eval).ok());
+  EXPECT_EQ(no_eval.train_files(), "/train-*");
+  EXPECT_EQ(no_eval.eval_files(), "");
+  EXPECT_FALSE(no_eval.has_fashion_mnist_source());
+
+  DataConfig folder;
+  folder.set_train_files("/d/train/");
+  EXPECT_EQ(RebaseDataFiles("/x", &folder).message(),
+            "--data_dir: data.train_files pattern \"/d/train/\" names a folder, not files");
+  EXPECT_EQ(RebaseDataFiles("", &folder).message(), "--data_dir is empty");
+}
+
 TEST(ConfigTest, ExpandHomeRules) {
   EXPECT_EQ(*ExpandHome("~", "/h/u"), "/h/u");
   EXPECT_EQ(*ExpandHome("~/x", "/h/u"), "/h/u/x");

@@ -30,16 +30,21 @@ namespace train {
 namespace {
 
 constexpr char kUsage[] =
-    "usage: train --config=NAME [--override='<text proto>']... [--sample_log=DIR] [--max_steps=N] "
-    "[--fresh] [--export=PATH [--export_from=CKPT]]\n"
+    "usage: train --config=NAME [--override='<text proto>']... [--data_dir=DIR] [--sample_log=DIR] "
+    "[--max_steps=N] [--fresh] [--export=PATH [--export_from=CKPT]]\n"
     "  --config      a TrainConfig text file: a path, a name in the invoking directory, or a "
     "bundled\n"
     "                config (fashion_mnist.pbtxt, imagenet.pbtxt, imagenet_fast.pbtxt)\n"
     "  --override    text proto merged into the config, e.g. --override='epochs: 2 data { "
     "batch_size: 64 }'\n"
+    "  --data_dir    read the data's files from DIR: train_files' and eval_files' file names (the "
+    "last\n"
+    "                part of each pattern) in DIR, e.g. DIR/train-* for "
+    "\"/data/imagenet/train-*\"\n"
     "  --sample_log  write the sample ids each rank trained on, per epoch, into DIR\n"
     "  --max_steps   stop after N global steps (writing a checkpoint when checkpoints are on)\n"
-    "  --fresh       start over instead of resuming: the checkpoints already in checkpoint.dir "
+    "  --fresh       (or --fresh=true; --fresh=false: resume as without it)\n"
+    "                start over instead of resuming: the checkpoints already in checkpoint.dir "
     "are\n"
     "                moved into checkpoint.dir/replaced-<unix seconds>/\n"
     "  --export      at the end (also of a run already complete), write the weights as a file\n"
@@ -97,6 +102,10 @@ absl::StatusOr<int> Main(int argc, char** argv) {
   search.bundled_dir = FindBundledConfigDir(argv[0], env);
   search.home = env.Get("HOME").value_or("");
   HVX_ASSIGN_OR_RETURN(LoadedConfig loaded, LoadTrainConfig(flags.config, search, flags.overrides));
+  if (!flags.data_dir.empty()) {
+    HVX_ASSIGN_OR_RETURN(const std::string data_dir, ExpandHome(flags.data_dir, search.home));
+    HVX_RETURN_IF_ERROR(RebaseDataFiles(data_dir, loaded.config.mutable_data()));
+  }
   const TrainConfig& config = loaded.config;
   HVX_ASSIGN_OR_RETURN(const int np, ResolveNumProcesses(config));
   if (np > 1 && !launch::IsUnderLauncher(env)) {
@@ -179,10 +188,11 @@ absl::StatusOr<TrainFlags> ParseTrainFlags(const std::vector<std::string>& args)
       flags.help = true;
       continue;
     }
-    if (arg == "--fresh") {
+    if (arg == "--fresh" || arg == "--fresh=true") {
       flags.fresh = true;
       continue;
     }
+    if (arg == "--fresh=false") continue;
     std::string name = arg, value;
     const size_t eq = arg.find('=');
     if (eq != std::string::npos) {
@@ -197,6 +207,8 @@ absl::StatusOr<TrainFlags> ParseTrainFlags(const std::vector<std::string>& args)
       flags.config = value;
     } else if (name == "--override") {
       flags.overrides.push_back(value);
+    } else if (name == "--data_dir") {
+      flags.data_dir = value;
     } else if (name == "--sample_log") {
       flags.sample_log = value;
     } else if (name == "--export") {

@@ -5,12 +5,13 @@
 //   num_processes: "4" }'
 //
 // Flags: --config=NAME (required; see ConfigSearchPath), --override=TEXT (repeatable, merged in
-// order), --sample_log=DIR (RunOptions::sample_log_dir), --max_steps=N (RunOptions::max_steps),
-// --fresh (RunOptions::fresh), --export=PATH (RunOptions::export_path), --export_from=CKPT
-// (RunOptions::export_from), --help. A config whose checkpoint.dir holds a finished run prints
-// (rank 0) that the run in DIR is already complete and how to start fresh, and exits 0. Not under a
-// launcher and asked for more than one process, the program starts itself under hvxrun with the
-// same arguments and returns the job's exit code.
+// order), --data_dir=DIR (RebaseDataFiles after the overrides), --sample_log=DIR
+// (RunOptions::sample_log_dir), --max_steps=N (RunOptions::max_steps),
+// --fresh or --fresh=true|false (RunOptions::fresh), --export=PATH (RunOptions::export_path),
+// --export_from=CKPT (RunOptions::export_from), --help. A config whose checkpoint.dir holds a
+// finished run prints (rank 0) that the run in DIR is already complete and how to start fresh, and
+// exits 0. Not under a launcher and asked for more than one process, the program starts itself
+// under hvxrun with the same arguments and returns the job's exit code.
 #ifndef HVX_TRAIN_TRAIN_MAIN_H_
 #define HVX_TRAIN_TRAIN_MAIN_H_
 
@@ -26,6 +27,7 @@ namespace train {
 struct TrainFlags {
   std::string config;
   std::vector<std::string> overrides;
+  std::string data_dir;  // RebaseDataFiles (config.h)
   std::string sample_log;
   int64_t max_steps = 0;
   bool fresh = false;
