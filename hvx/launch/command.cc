@@ -29,6 +29,7 @@ std::vector<std::string> MpiexecCommand(const LaunchOptions& options, const JobS
   if (!options.launcher_exec.empty()) {
     argv.insert(argv.end(), {"-launcher-exec", options.launcher_exec});
   }
+  if (!setup.this_host.empty()) argv.insert(argv.end(), {"-localhost", setup.this_host});
   argv.insert(argv.end(), {"-hosts", hosts, "-n", absl::StrCat(setup.plan.size), "-prepend-pattern",
                            kHydraMarkerPattern});
   for (const auto& [name, value] : JobEnvironment(options, setup.plan)) {

@@ -33,7 +33,7 @@ absl::StatusOr<int> RunJob(const LaunchOptions& options, const Environment& env)
   if (setup.host_wait_s > 0 && !options.dry_run) {
     std::vector<std::string> remote;
     for (const Host& h : setup.plan.used_hosts) {
-      if (!probe.is_local(h.name)) remote.push_back(h.name);
+      if (!probe.is_local(h.name) && h.name != setup.this_host) remote.push_back(h.name);
     }
     // ssh's own bound (ConnectTimeout, a name that does not resolve) decides most asks; this one
     // stops a shell that hangs after connecting.

@@ -101,6 +101,11 @@ struct JobSetup {
   // SageMaker-style clusters: this host is not the leader; it must start nothing.
   bool follower = false;
   std::string leader;
+  // This host's name in the cluster's host list where the cluster says which it is (SageMaker's
+  // current_host, SLURMD_NODENAME); empty otherwise. A SageMaker container's own hostname is not
+  // its name in the job and need not resolve: mpiexec is given this one (-localhost) for the
+  // other hosts' proxies to connect back to.
+  std::string this_host;
   // How long the leader waits for the other hosts to answer before starting (--host-wait, else
   // the cluster's ClusterHosts::host_wait_s), and a follower for the leader's ranks beyond
   // --start-timeout.

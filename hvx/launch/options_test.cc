@@ -14,6 +14,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::Pair;
 
 absl::StatusOr<LaunchOptions> Parse(std::vector<std::string> args,
@@ -195,6 +196,22 @@ TEST(ResolveTest, SageMakerFollowerStartsNothing) {
   EXPECT_TRUE(s->follower);
   EXPECT_EQ(s->leader, "algo-1");
   EXPECT_EQ(s->host_wait_s, kHostsStartApartWaitS);  // the leader may come up much later
+}
+
+// A SageMaker container's hostname is not its name in the job (and need not resolve): the other
+// hosts' proxies connect back to the name the job gives it.
+TEST(ResolveTest, SageMakerLeaderGivesMpiexecItsNameInTheJob) {
+  MapEnvironment sm{{"SM_HOSTS", "[\"algo-1\",\"algo-2\"]"}, {"SM_CURRENT_HOST", "algo-1"}};
+  auto o = Parse({"p"});
+  auto s = ResolveJob(*o, sm, NoFiles(), Probe(0));
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->this_host, "algo-1");
+  EXPECT_THAT(ShellJoin(MpiexecCommand(*o, *s, "/w")),
+              HasSubstr("-localhost algo-1 -hosts algo-1:1,algo-2:1 -n 2"));
+  auto given = ResolveJob(*Parse({"-H", "a:1,b:1", "p"}), MapEnvironment{}, NoFiles(), Probe(0));
+  ASSERT_TRUE(given.ok()) << given.status();
+  EXPECT_EQ(given->this_host, "");
+  EXPECT_THAT(ShellJoin(MpiexecCommand(*o, *given, "/w")), Not(HasSubstr("-localhost")));
 }
 
 // --host-wait: SageMaker's and an MPIJob's hosts start apart, so their leader waits for the
