@@ -42,7 +42,7 @@ on() {
     shift
     timeout -k 5 90 "$NETNS" exec "$host" env "${vars[@]}" "$@" >"$T/$host.out" 2>"$T/$host.err" </dev/null
 }
-kit=(HVXRUN="$HVXRUN" HVXRUN_ARGS="--mpiexec $MPIEXEC --launcher-exec $HVX_NETNS_STATE/fakessh --timeout 60 --start-timeout 20")
+kit=(HVXRUN="$HVXRUN" HVX_SSHD=none HVXRUN_ARGS="--mpiexec $MPIEXEC --launcher-exec $HVX_NETNS_STATE/fakessh --timeout 60 --start-timeout 20")
 
 # ---- SageMaker, twice: the SM_* variables, then the resource config JSON
 sm_env=(SM_HOSTS='["hvxd1","hvxd2"]' SM_NUM_GPUS=2)
@@ -53,7 +53,7 @@ for form in variables json; do
         else
             vars=(SM_RESOURCE_CONFIG="{\"current_host\":\"$h\",\"hosts\":[\"hvxd1\",\"hvxd2\"]}" SM_NUM_GPUS=2)
         fi
-        ( on "$h" "${kit[@]}" "${vars[@]}" -- "$ENTRY" "$INFO" --check; echo $? >"$T/$h.rc" ) &
+        ( on "$h" "${kit[@]}" "${vars[@]}" -- "$ENTRY" -- "$INFO" --check; echo $? >"$T/$h.rc" ) &
     done
     wait
     lead_rc=$(cat "$T/hvxd1.rc") follow_rc=$(cat "$T/hvxd2.rc")
@@ -68,10 +68,10 @@ for form in variables json; do
 done
 
 # ---- SageMaker with --max-restarts: the follower stays while the leader restarts the job
-restart_kit=(HVXRUN="$HVXRUN" HVXRUN_ARGS="--mpiexec $MPIEXEC --launcher-exec $HVX_NETNS_STATE/fakessh --timeout 60 --start-timeout 5 --max-restarts 1 --host-failure-limit 2")
+restart_kit=(HVXRUN="$HVXRUN" HVX_SSHD=none HVXRUN_ARGS="--mpiexec $MPIEXEC --launcher-exec $HVX_NETNS_STATE/fakessh --timeout 60 --start-timeout 5 --max-restarts 1 --host-failure-limit 2")
 probe='if [ "$(hostname)" = hvxd2 ] && [ "$HVX_RESTART_COUNT" = 0 ]; then sleep 1; exit 7; fi; sleep 1; echo "ran on $(hostname) in attempt $HVX_RESTART_COUNT"'
 for h in hvxd1 hvxd2; do
-    ( on "$h" "${restart_kit[@]}" "${sm_env[@]}" SM_CURRENT_HOST=$h -- "$ENTRY" /bin/sh -c "$probe"
+    ( on "$h" "${restart_kit[@]}" "${sm_env[@]}" SM_CURRENT_HOST=$h -- "$ENTRY" -- /bin/sh -c "$probe"
       echo $? >"$T/$h.rc"; date +%s%N >"$T/$h.end" ) &
 done
 wait

@@ -1,19 +1,25 @@
-# The SageMaker estimator that runs hvx: one entry point per instance (hvxrun then starts one rank
-# per GPU), with ssh between the instances, which SageMaker sets up when MPI is enabled. The
-# image is one with hvx built in (hvxrun and train on PATH); the data are TFRecord shards
-# (tools/make_records) in S3.
-from sagemaker.estimator import Estimator
+# Starts hvx on SageMaker with the SageMaker Python SDK 3 (`pip install sagemaker`, 3.x): the image
+# of this folder's Dockerfile on 2 instances of 8 GPUs each (16 ranks). SageMaker runs the image's
+# `train` on every instance: entry_point.py starts sshd and hvxrun, which starts one rank per GPU
+# on every instance from the first. No `distributed=` and no source code: the image launches.
+# The data are TFRecord shards (tools/make_records) in S3, the "training" channel; the trainer's
+# checkpoints go to checkpoint_config's S3 prefix and come back when the job is restarted.
+# SDK 2 (sagemaker<3): estimator_sdk2.py.
+from sagemaker.train import ModelTrainer
+from sagemaker.core.training.configs import CheckpointConfig, Compute, InputData, StoppingCondition
 
-estimator = Estimator(
-    image_uri="<account>.dkr.ecr.<region>.amazonaws.com/hvx:latest",
+trainer = ModelTrainer(
+    training_image="<account>.dkr.ecr.<region>.amazonaws.com/hvx:latest",
     role="<execution role ARN>",
-    instance_count=2,
-    instance_type="ml.p4d.24xlarge",   # 8 GPUs each: 16 ranks
-    entry_point="entry_point.sh",
-    source_dir="examples/deploy/sagemaker",
-    # SageMaker's MPI set-up gives the instances ssh to each other; hvxrun does the launching, so
-    # one process per host here, not one per GPU.
-    distribution={"mpi": {"enabled": True, "processes_per_host": 1}},
-    environment={"HVX_CONFIG": "imagenet.pbtxt"},
+    base_job_name="hvx-imagenet",
+    compute=Compute(
+        instance_type="ml.p4d.24xlarge",
+        instance_count=2,
+        enable_managed_spot_training=True,
+    ),
+    stopping_condition=StoppingCondition(max_runtime_in_seconds=86400, max_wait_time_in_seconds=172800),
+    checkpoint_config=CheckpointConfig(s3_uri="s3://<bucket>/hvx/imagenet/checkpoints"),
+    # Each becomes a trainer flag: --config=imagenet.pbtxt --override=... (entry_point.py).
+    hyperparameters={"config": "imagenet.pbtxt", "override": "epochs: 90"},
 )
-estimator.fit({"training": "s3://<bucket>/imagenet-tfrecords/"})
+trainer.train(input_data_config=[InputData(channel_name="training", data_source="s3://<bucket>/imagenet-tfrecords/")])

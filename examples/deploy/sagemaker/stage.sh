@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Lays out the SageMaker image's files under DEST as the image has them, for the Dockerfile to
+# copy (and for //tests/deploy:sagemaker_test to run as they are):
+#   DEST/opt/hvx/bin/hvxrun, hvxrun_rank, hvx-train      the launcher and the trainer
+#   DEST/opt/hvx/configs/*.pbtxt                         the bundled configs
+#   DEST/opt/hvx/sagemaker/entry_point.py, setup_ssh.sh  this folder's kit
+# From the workspace root, after `bazel build //tools/hvxrun //tools/train`:
+#   examples/deploy/sagemaker/stage.sh build/sagemaker
+#   docker build -f examples/deploy/sagemaker/Dockerfile -t hvx-sagemaker build/sagemaker
+# HVXRUN, HVXRUN_RANK and HVX_TRAIN name the programs (default: bazel-bin's), HVX_CONFIGS the
+# folder of configs (default the workspace's data/).
+#   stage.sh DEST
+set -euo pipefail
+dest=${1:?usage: stage.sh DEST}
+kit=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+src=$(cd "$kit/../../.." && pwd)
+hvxrun=${HVXRUN:-$src/bazel-bin/tools/hvxrun/hvxrun}
+rank=${HVXRUN_RANK:-$src/bazel-bin/tools/hvxrun/hvxrun_rank}
+train=${HVX_TRAIN:-$src/bazel-bin/tools/train/train}
+for f in "$hvxrun" "$rank" "$train"; do
+    [[ -x $f ]] || { echo "stage.sh: $f is not built (bazel build //tools/hvxrun //tools/train)" >&2; exit 1; }
+done
+mkdir -p "$dest/opt/hvx/bin" "$dest/opt/hvx/configs" "$dest/opt/hvx/sagemaker"
+install -m 755 "$hvxrun" "$dest/opt/hvx/bin/hvxrun"
+install -m 755 "$rank" "$dest/opt/hvx/bin/hvxrun_rank"
+# Not `train`: in an image with the SageMaker training toolkit, that is the toolkit's.
+install -m 755 "$train" "$dest/opt/hvx/bin/hvx-train"
+install -m 644 "${HVX_CONFIGS:-$src/data}"/*.pbtxt "$dest/opt/hvx/configs/"
+install -m 755 "$kit/entry_point.py" "$kit/setup_ssh.sh" "$dest/opt/hvx/sagemaker/"
+echo "stage.sh: the image's files are in $dest/opt/hvx"

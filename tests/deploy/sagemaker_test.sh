@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# The SageMaker recipe (examples/deploy/sagemaker) against what SageMaker really gives a container:
+# two namespace hosts named algo-1 and algo-2, each a "container" with its own /opt/ml (private
+# mounts: input/config/resourceconfig.json, hyperparameters.json, inputdataconfig.json, the
+# "training" channel, model/, checkpoints/, output/), the image's files (stage.sh: /opt/hvx, and
+# setup_ssh.sh's /etc/ssh), a hostname of its own that is not its SageMaker name (as in a real
+# container), separate boot ids (TCP between the hosts) and no ssh until the entry point starts
+# the real sshd. The same container command starts on both, the second 6 s after the first.
+#   1. bring-your-own-container: `entry_point.py train` with the hyperparameters in
+#      hyperparameters.json; max_steps stops the job at step 8 of 12, as if the spot instance were
+#      reclaimed there. The leader waits for algo-2's sshd (--host-wait), both exit 0, the
+#      checkpoint lands in algo-1's /opt/ml/checkpoints.
+#   2. the restarted job through the SageMaker training toolkit's own runner (PyPI's
+#      sagemaker-training, tools/sagemaker_venv): its `train` reads the same files, copies the
+#      entry point from sagemaker_submit_directory and runs it on both hosts with the
+#      hyperparameters as arguments. The job resumes from /opt/ml/checkpoints and finishes; the
+#      weights land in algo-1's /opt/ml/model; every sample of both epochs is trained once across
+#      the two runs (the sample audit); the toolkit reports success on both hosts.
+#   3. the toolkit's MPI mode (sagemaker_mpi_enabled) is refused, saying what to change.
+#   sagemaker_test.sh HVXRUN HVXRUN_RANK TRAIN MPIEXEC NETNS_HOSTS STAGE CONFIG MAKE_IDX TRAIN_LIB SAGEMAKER_VENV
+# Needs root and sshd; where either is missing it prints SKIPPED and passes.
+set -uo pipefail
+for i in 1 2 3 4 5 6 7 8 9 10; do [[ -e ${!i} ]] || { echo "FAIL: argument $i (${!i}) does not exist"; exit 1; }; done
+HVXRUN=$(readlink -f "$1") RANK=$(readlink -f "$2") TRAIN=$(readlink -f "$3") MPIEXEC=$(readlink -f "$4")
+NETNS=$(readlink -f "$5") STAGE=$(readlink -f "$6") CONFIGS=$(dirname "$(readlink -f "$7")")
+MAKE_IDX=$(readlink -f "$8") SM_VENV=$(readlink -f "${10}")
+export HVX_NETNS_PREFIX=algo- HVX_SEPARATE_BOOT_ID=1
+source "$(dirname "$NETNS")/lib.sh"
+source "$9"  # tiny_config, audit
+T=${TEST_TMPDIR:-$(mktemp -d)}
+
+hosts_up 2
+[[ -x /usr/sbin/sshd ]] || skip "sshd is not installed (Debian's openssh-server)"
+toolkit=$("$SM_VENV" bin) || { echo "FAIL: the SageMaker training toolkit is not installed (tools/setup)"; exit 1; }
+
+# ---- the image, as the Dockerfile makes it
+HVXRUN=$HVXRUN HVXRUN_RANK=$RANK HVX_TRAIN=$TRAIN HVX_CONFIGS=$CONFIGS "$STAGE" "$T/image" >/dev/null &&
+    "$T/image/opt/hvx/sagemaker/setup_ssh.sh" "$T/image" || { echo "FAIL: staging the image"; exit 1; }
+N=240
+tiny_config "$T" mlp $N 40 10 2 || { echo "FAIL: could not write the dataset"; exit 1; }
+timeout -k 5 120 "$TRAIN" --config="$T/tiny.pbtxt" --override='epochs: 1 logging { max_steps_per_epoch: 1 }' \
+    --override="checkpoint { dir: \"$T/prep-ck\" }" >"$T/prep.out" 2>&1 ||
+    { echo "FAIL: preparing shards"; tail -n 20 "$T/prep.out"; exit 1; }
+cp "$T/tiny.pbtxt" "$T/image/opt/hvx/configs/"  # a config of the user's, built into the image
+
+# ---- each host's /opt/ml, as SageMaker writes it
+for h in algo-1 algo-2; do
+    ml=$T/$h/ml
+    mkdir -p "$ml/input/config" "$ml/input/data/training" "$ml/model" "$ml/checkpoints" "$ml/output"
+    cp "$T"/shards/* "$ml/input/data/training/"  # a FullyReplicated channel: every host has it all
+    printf '{"current_host": "%s", "current_instance_type": "ml.c5.xlarge", "current_group_name": "homogeneousCluster", "hosts": ["algo-1", "algo-2"], "instance_groups": [{"instance_group_name": "homogeneousCluster", "instance_type": "ml.c5.xlarge", "hosts": ["algo-2", "algo-1"]}], "network_interface_name": "eth0"}\n' \
+        "$h" >"$ml/input/config/resourceconfig.json"
+    echo '{"training": {"TrainingInputMode": "File", "S3DistributionType": "FullyReplicated", "RecordWrapperType": "None"}}' \
+        >"$ml/input/config/inputdataconfig.json"
+done
+hyperparameters() { for h in algo-1 algo-2; do echo "$1" >"$T/$h/ml/input/config/hyperparameters.json"; done; }
+
+kit_args="--mpiexec $MPIEXEC --slots-per-host 2 --timeout 150 --start-timeout 30"
+# container HOST CMD...: CMD on HOST as SageMaker starts a container there; output in $T/HOST.out/err.
+container() {
+    local h=$1
+    shift
+    timeout -k 5 180 "$NETNS" exec "$h" /bin/sh -c '
+        mount -t tmpfs tmpfs /opt && mkdir -p /opt/ml /opt/hvx && mount --bind "$1/ml" /opt/ml &&
+            mount --bind "$2/opt/hvx" /opt/hvx && mount --bind "$2/etc/ssh" /etc/ssh &&
+            if [ -d /root/.ssh ]; then mount -t tmpfs tmpfs /root/.ssh; fi && hostname "$3" || exit 125
+        shift 3
+        exec "$@"' container "$T/$h" "$T/image" "ip-10-0-0-${h#algo-}" \
+        env -i PATH=/opt/hvx/bin:/usr/local/bin:/usr/bin:/bin HOME=/root TRAINING_JOB_NAME=hvx-test \
+        TRAINING_JOB_ARN=arn:aws:sagemaker:us-east-1:000000000000:training-job/hvx-test \
+        HVXRUN_ARGS="$kit_args" "$@" >"$T/$h.out" 2>"$T/$h.err" </dev/null
+}
+# job CMD...: CMD in both containers, algo-2's 6 s after algo-1's; their statuses in $rc1, $rc2.
+job() {
+    (container algo-1 "$@"; echo $? >"$T/algo-1.rc") &
+    sleep 6
+    (container algo-2 "$@"; echo $? >"$T/algo-2.rc") &
+    wait
+    rc1=$(cat "$T/algo-1.rc") rc2=$(cat "$T/algo-2.rc")
+}
+# The containers end with their jobs: nothing of theirs (sshd) may outlive them.
+end_containers() {
+    local h p
+    for h in algo-1 algo-2; do
+        for p in $(ip netns pids "$h" 2>/dev/null); do kill "$p" 2>/dev/null; done
+    done
+    sleep 0.5
+}
+show_hosts() { for h in algo-1 algo-2; do echo "--- $h stdout"; tail -n 20 "$T/$h.out"; echo "--- $h stderr"; tail -n 40 "$T/$h.err"; done; }
+
+# ---- 1. bring-your-own-container, stopped at step 8 of 12
+hyperparameters "{\"config\": \"tiny.pbtxt\", \"sample_log\": \"$T/log\", \"max_steps\": \"8\"}"
+job /opt/hvx/sagemaker/entry_point.py train
+end_containers
+[[ $rc1 == 0 && $rc2 == 0 ]]; check "BYOC: both containers exit 0 (algo-1 $rc1, algo-2 $rc2)" $?
+grep -q '^hvxrun: waiting up to 1800 s (--host-wait) for hosts to answer the remote shell: .*algo-2 (' "$T/algo-1.err"
+check "BYOC: the leader waited for algo-2's sshd" $?
+grep -qE '^hvxrun: host algo-2 answered after [0-9]+ s$' "$T/algo-1.err"; check "BYOC: and said when it answered" $?
+grep -qF 'this host is not the leader' "$T/algo-2.err"; check "BYOC: algo-2 followed the leader" $?
+# The ranks name their host by its own hostname, the container's, not its name in the job.
+grep -q '^\[0\] .*hvx initialized: rank 0/4, local rank 0/2, cross rank 0/2, host ip-10-0-0-1,' "$T/algo-1.err" &&
+    grep -q '^\[3\] .*hvx initialized: rank 3/4, local rank 1/2, cross rank 1/2, host ip-10-0-0-2,' "$T/algo-1.err"
+check "BYOC: 4 ranks, 2 per host, rank 0 on algo-1" $?
+[[ -f $T/algo-1/ml/checkpoints/ckpt-8.pt ]]; check "BYOC: the step-8 checkpoint is in algo-1's /opt/ml/checkpoints" $?
+((failures == 0)) || show_hosts
+
+# ---- 2. the restarted job, through the SageMaker training toolkit's runner
+before=$failures
+hyperparameters "{\"config\": \"\\\"tiny.pbtxt\\\"\", \"sample_log\": \"\\\"$T/log\\\"\", \"sagemaker_program\": \"\\\"entry_point.py\\\"\", \"sagemaker_submit_directory\": \"\\\"/opt/hvx/sagemaker\\\"\", \"sagemaker_container_log_level\": \"20\", \"sagemaker_region\": \"\\\"us-east-1\\\"\"}"
+rm -f "$T/algo-1/ml/model/model.pt"
+job "$toolkit/train"
+end_containers
+[[ $rc1 == 0 && $rc2 == 0 ]]; check "toolkit: both containers exit 0 (algo-1 $rc1, algo-2 $rc2)" $?
+grep -qE 'entry_point\.py.*--config.*tiny\.pbtxt' "$T/algo-1.out" "$T/algo-1.err"
+check "toolkit: its runner started the entry point with the hyperparameters as arguments" $?
+grep -q "resuming from .*/opt/ml/checkpoints/ckpt-8.pt" "$T/algo-1.out" "$T/algo-1.err"
+check "toolkit: the job resumed from /opt/ml/checkpoints at step 8" $?
+grep -qE '^\[0\] done: 12 steps' "$T/algo-1.out"; check "toolkit: and finished at step 12" $?
+[[ -s $T/algo-1/ml/model/model.pt ]]; check "toolkit: the weights are in algo-1's /opt/ml/model" $?
+[[ -f $T/algo-1/ml/output/success && -f $T/algo-2/ml/output/success ]]
+check "toolkit: it reported success on both hosts" $?
+audit "$T/log" 4 2 $N; check "every sample of both epochs trained once across the two runs" $?
+((failures == before)) || show_hosts
+
+# ---- 3. SageMaker's MPI mode: refused, saying what to change
+hyperparameters '{"config": "tiny.pbtxt", "sagemaker_mpi_enabled": "true"}'
+container algo-1 /opt/hvx/sagemaker/entry_point.py train
+rc=$?
+end_containers
+[[ $rc != 0 ]] && grep -qF "Remove \`distribution\` from the estimator" "$T/algo-1.err"
+check "MPI mode: refused (rc $rc), naming the fix" $?
+grep -qF 'hvx initialized' "$T/algo-1.err" && { check "MPI mode: no rank started" 1; }
+
+echo "failures: $failures"
+[[ $failures == 0 ]]
