@@ -30,6 +30,13 @@ check "a PyTorchJob pod's program fails (rc=$rc) naming the MPIJob recipe" $?
 # ---- the MPIJob manifest is the one this test runs
 grep -qE '^  mpiImplementation: MPICH$' "$MPIJOB" && grep -qF 'command: ["hvxrun", "--", "train"' "$MPIJOB"
 check "mpijob.yaml: MPICH, the launcher runs hvxrun with no hosts" $?
+grep -qE '^  launcherCreationPolicy: WaitForWorkersReady$' "$MPIJOB" &&
+    grep -A2 -F 'readinessProbe:' "$MPIJOB" | grep -qF 'tcpSocket:' && grep -qE '^ +port: 22$' "$MPIJOB"
+check "mpijob.yaml: the launcher is created once every worker's sshd listens" $?
+grep -qE '^ +claimName: imagenet-tfrecords( |$)' "$MPIJOB" && grep -qE '^ +claimName: hvx-checkpoints( |$)' "$MPIJOB" &&
+    grep -qF -- '--data_dir=/data/imagenet' "$MPIJOB" && grep -qF 'mountPath: /checkpoints' "$MPIJOB" &&
+    grep -qF 'checkpoint { dir: \"/checkpoints/hvx-train\" }' "$MPIJOB"
+check "mpijob.yaml: the workers mount the data and the checkpoints the trainer is told of" $?
 
 hosts_up 3
 

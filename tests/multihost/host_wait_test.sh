@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # --host-wait against a real sshd, as when SageMaker or an MPIJob starts the hosts minutes apart:
-# host 2's sshd is down when hvxrun starts on host 1 and comes up a few seconds later. With
-# --host-wait 30 hvxrun says it is waiting, says when host 2 answered, and the job runs (rc 0,
-# both ranks); with --host-wait 2 and host 2 never up it fails within the bound, naming the host
-# and ssh's reason, and starts no rank. Without --host-wait the same job fails at once (the
-# default for -H: the hosts are taken to be up).
+# host 2's sshd is down when hvxrun starts on host 1 and comes up a few seconds later, then host 2's
+# name does not resolve for a few seconds. With --host-wait 30 hvxrun says it is waiting, says when
+# host 2 answered, and the job runs (rc 0, both ranks); with --host-wait 2 and host 2 never up it
+# fails after the bound, naming the host and ssh's reason, and starts no rank. Without --host-wait
+# the same job fails at once (the default for -H: the hosts are taken to be up).
 #   host_wait_test.sh HVXRUN HVX_INFO MPIEXEC NETNS_HOSTS
 # Needs root and sshd (openssh-server); where either is missing it prints SKIPPED and passes.
 set -uo pipefail
@@ -46,6 +46,23 @@ check "hvxrun said which host it waits for" $?
 grep -qE "^hvxrun: host hvxw2 answered after [0-9]+ s$" <<<"$err"
 check "hvxrun said when hvxw2 answered" $?
 ((elapsed_ms >= 4000)); check "the job waited for hvxw2 (${elapsed_ms} ms)" $?
+((failures == 0)) || show
+
+# ---- host 2's name does not resolve for 4 s (an MPIJob's worker pod not created yet); every host
+# sees the hosts file through a bind mount, so it is rewritten in place
+hosts=$HVX_NETNS_STATE/hosts
+cp "$hosts" "$hosts.full"
+grep -v ' hvxw2$' "$hosts.full" >"$hosts.short"
+cat "$hosts.short" >"$hosts"
+launch_bg -np 2 -H hvxw1:1,hvxw2:1 --host-wait 30 -- "$INFO" --check
+sleep 4
+cat "$hosts.full" >"$hosts"
+finish
+((rc == 0)); check "the job ran once hvxw2's name resolved (rc $rc)" $?
+ranks_ok; check "both ranks passed hvx_info --check" $?
+grep -q "^hvxrun: waiting up to 30 s (--host-wait) for hosts to answer the remote shell: hvxw2 (.*Could not resolve hostname hvxw2" <<<"$err"
+check "hvxrun said it waits for hvxw2's name to resolve" $?
+grep -qE "^hvxrun: host hvxw2 answered after [0-9]+ s$" <<<"$err"; check "and when it answered" $?
 ((failures == 0)) || show
 
 # ---- host 2 never comes up: a bounded failure naming it
