@@ -123,7 +123,9 @@ FlagSpec TextFlag(std::vector<absl::string_view> names, T LaunchOptions::*field)
           }};
 }
 
-FlagSpec SecondsFlag(absl::string_view name, double LaunchOptions::*field) {
+// Seconds, stored in `field` (a double or an optional<double>).
+template <typename T>
+FlagSpec SecondsFlag(absl::string_view name, T LaunchOptions::*field) {
   return {{name},
           true,
           [field](absl::string_view flag, const std::string& v, const Environment&,
@@ -215,13 +217,7 @@ const std::vector<FlagSpec>& LaunchFlags() {
       TextFlag({"--output-dir"}, &LaunchOptions::output_dir),
       TextFlag({"--launcher-exec"}, &LaunchOptions::launcher_exec),
       SecondsFlag("--start-timeout", &LaunchOptions::start_timeout_s),
-      {{"--host-wait"},
-       true,
-       [](absl::string_view flag, const std::string& v, const Environment&,
-          LaunchOptions* o) -> absl::Status {
-         HVX_ASSIGN_OR_RETURN(o->host_wait_s, ParseSeconds(flag, v));
-         return absl::OkStatus();
-       }},
+      SecondsFlag("--host-wait", &LaunchOptions::host_wait_s),
       SecondsFlag("--stop-timeout", &LaunchOptions::stop_timeout_s),
       SecondsFlag("--timeout", &LaunchOptions::timeout_s),
       SecondsFlag("--preempt-grace", &LaunchOptions::preempt_grace_s),
