@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <sstream>
 #include <utility>
@@ -302,6 +303,15 @@ bool FindLocation(const TextFormat::ParseInfoTree& root, const Descriptor* descr
   return false;
 }
 
+// Rewrites each of the comma-separated patterns in `*patterns` with `rewrite` and joins them again.
+absl::Status RewriteFilePatterns(std::string* patterns,
+                                 const std::function<absl::Status(std::string*)>& rewrite) {
+  std::vector<std::string> parts = SplitFilePatterns(*patterns);
+  for (std::string& part : parts) HVX_RETURN_IF_ERROR(rewrite(&part));
+  *patterns = absl::StrJoin(parts, ",");
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 const std::vector<std::string>& KnownModels() {
@@ -331,11 +341,8 @@ absl::Status ExpandConfigPaths(const std::string& home, TrainConfig* config) {
     *path = *std::move(expanded);
     return absl::OkStatus();
   };
-  auto expand_patterns = [&expand](absl::string_view field, std::string* patterns) -> absl::Status {
-    std::vector<std::string> parts = SplitFilePatterns(*patterns);
-    for (std::string& part : parts) HVX_RETURN_IF_ERROR(expand(field, &part));
-    *patterns = absl::StrJoin(parts, ",");
-    return absl::OkStatus();
+  auto expand_patterns = [&expand](absl::string_view field, std::string* patterns) {
+    return RewriteFilePatterns(patterns, [&](std::string* part) { return expand(field, part); });
   };
   HVX_RETURN_IF_ERROR(expand("model.torchscript", config->mutable_model()->mutable_torchscript()));
   DataConfig* d = config->mutable_data();
@@ -356,19 +363,17 @@ absl::Status ExpandConfigPaths(const std::string& home, TrainConfig* config) {
 absl::Status RebaseDataFiles(absl::string_view dir, DataConfig* data) {
   if (dir.empty()) return absl::InvalidArgumentError("--data_dir is empty");
   while (dir.size() > 1 && dir.back() == '/') dir.remove_suffix(1);
-  auto rebase = [dir](absl::string_view field, std::string* patterns) -> absl::Status {
-    std::vector<std::string> parts = SplitFilePatterns(*patterns);
-    for (std::string& part : parts) {
-      const size_t slash = part.rfind('/');
-      const std::string name = slash == std::string::npos ? part : part.substr(slash + 1);
+  auto rebase = [dir](absl::string_view field, std::string* patterns) {
+    return RewriteFilePatterns(patterns, [&](std::string* part) -> absl::Status {
+      const size_t slash = part->rfind('/');
+      const std::string name = slash == std::string::npos ? *part : part->substr(slash + 1);
       if (name.empty()) {
-        return absl::InvalidArgumentError(absl::StrCat("--data_dir: ", field, " pattern \"", part,
+        return absl::InvalidArgumentError(absl::StrCat("--data_dir: ", field, " pattern \"", *part,
                                                        "\" names a folder, not files"));
       }
-      part = absl::StrCat(dir, dir == "/" ? "" : "/", name);
-    }
-    *patterns = absl::StrJoin(parts, ",");
-    return absl::OkStatus();
+      *part = absl::StrCat(dir, dir == "/" ? "" : "/", name);
+      return absl::OkStatus();
+    });
   };
   HVX_RETURN_IF_ERROR(rebase("data.train_files", data->mutable_train_files()));
   HVX_RETURN_IF_ERROR(rebase("data.eval_files", data->mutable_eval_files()));
