@@ -188,11 +188,10 @@ absl::StatusOr<TrainFlags> ParseTrainFlags(const std::vector<std::string>& args)
       flags.help = true;
       continue;
     }
-    if (arg == "--fresh" || arg == "--fresh=true") {
-      flags.fresh = true;
+    if (arg == "--fresh" || arg == "--fresh=true" || arg == "--fresh=false") {
+      flags.fresh = arg != "--fresh=false";  // the last one given counts
       continue;
     }
-    if (arg == "--fresh=false") continue;
     std::string name = arg, value;
     const size_t eq = arg.find('=');
     if (eq != std::string::npos) {

@@ -30,6 +30,7 @@ TEST(TrainFlagsTest, FreshAsASwitchOrAValue) {
   EXPECT_TRUE(ParseTrainFlags({"--config=a", "--fresh"})->fresh);
   EXPECT_TRUE(ParseTrainFlags({"--config=a", "--fresh=true"})->fresh);
   EXPECT_FALSE(ParseTrainFlags({"--config=a", "--fresh=false"})->fresh);
+  EXPECT_FALSE(ParseTrainFlags({"--config=a", "--fresh", "--fresh=false"})->fresh);  // the last
   EXPECT_THAT(ParseTrainFlags({"--config=a", "--fresh=yes"}).status().message(),
               HasSubstr("unknown argument \"--fresh=yes\""));
 }
