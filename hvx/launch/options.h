@@ -18,6 +18,7 @@
 #include "hvx/common/env.h"
 #include "hvx/launch/cluster_env.h"
 #include "hvx/launch/plan.h"
+#include "hvx/launch/records.h"
 
 namespace hvx {
 namespace launch {
@@ -71,10 +72,6 @@ struct LaunchOptions {
   int out_fd = 1;  // where tagged stdout/stderr lines and the summary go
   int err_fd = 2;
 };
-
-// hvxrun's exit status when every rank ended cleanly after a preemption notice: run the same
-// command again to resume (EX_TEMPFAIL).
-inline constexpr int kPreemptedExitCode = 75;
 
 // The usage text for --help.
 std::string LaunchUsage();

@@ -425,7 +425,7 @@ int MaybeRunRankWrapper(int argc, char** argv) {
   WriteFully(2, FormatExitRecord(rank, p.host, status));
   if (relay && relay->aborted()) {
     relay->FinishAbort();  // the program's own abort ends the job
-  } else if (code != 0) {
+  } else if (code != 0 && code != kPreemptedExitCode) {
     AbortJob(code);
   }
   return code;

@@ -7,8 +7,9 @@
 // It exports the plan's view of the rank (HVX_RANK, HVX_SIZE, HVX_LOCAL_RANK, HVX_LOCAL_SIZE,
 // HVX_CROSS_RANK, HVX_CROSS_SIZE, HVX_HOSTNAME), checks that hydra placed the rank where the plan
 // says (MPI_LOCALRANKID/MPI_LOCALNRANKS), reports start and exit to hvxrun as control records on
-// stderr, and when the program ends non-zero or by a signal sends a PMI abort on the inherited
-// PMI_FD: hydra 4.0.2 otherwise stops only that host's ranks and the job hangs. The program's PMI
+// stderr, and when the program ends non-zero (other than kPreemptedExitCode, a clean end asking
+// for a rerun) or by a signal sends a PMI abort on the inherited PMI_FD: hydra 4.0.2 otherwise
+// stops only that host's ranks and the job hangs. The program's PMI
 // connection runs through the wrapper, which holds back the program's own abort (MPI_Abort) until
 // an error record has told hvxrun which rank it was, and for up to 1 s. A wrapper whose
 // proxy dies gets SIGTERM (parent-death signal) and passes it on; the program gets SIGKILL if the

@@ -207,6 +207,20 @@ TEST_F(RankWrapperTest, OnlyTheAbortCommandIsHeld) {
   for (const ControlRecord& r : Records(err)) EXPECT_NE(r.kind, ControlRecord::Kind::kError);
 }
 
+TEST_F(RankWrapperTest, AProgramThatEndsWithThePreemptedStatusEndedCleanly) {
+  // Exit 75 (kPreemptedExitCode): the program saved its state on a stop request and asks to be run
+  // again. The wrapper passes the status on and aborts nothing: the other ranks end by themselves.
+  Start("exit 75");
+  EXPECT_EQ(Wait(), kPreemptedExitCode);
+  std::string err, to_proxy;
+  ReadUntil(err_, "\x01hvxctl exit", &err, 10000);
+  ReadUntil(err_, "\n", &err, 100);
+  const std::vector<ControlRecord> records = Records(err);
+  ASSERT_EQ(records.size(), 2u) << err;
+  EXPECT_EQ(records[1].exit_code, kPreemptedExitCode) << err;
+  EXPECT_FALSE(Readable(proxy_) && ReadUntil(proxy_, "cmd=abort", &to_proxy, 100)) << to_proxy;
+}
+
 TEST_F(RankWrapperTest, ASignalBeforeTheProgramsPidIsRecordedReachesTheProgram) {
   // A checkpoint request (SIGUSR1) that came while the wrapper was starting the program: the
   // program gets it, unblocked, and the exit record says so. `sleep` does not handle it.

@@ -16,6 +16,12 @@ namespace launch {
 // Every record is one line starting with this.
 inline constexpr char kControlMagic[] = "\x01hvxctl ";
 
+// The exit status of a program that ended cleanly because it was asked to stop for a restart (a
+// preemption notice, a time limit): it saved its state and wants to be run again (EX_TEMPFAIL).
+// The trainer's ranks end with it after a checkpoint request; the wrapper treats it as a clean
+// end, as it does 0, and hvxrun exits with it when every rank ended with 0 or it after a notice.
+inline constexpr int kPreemptedExitCode = 75;
+
 std::string FormatStartRecord(int rank, const std::string& host, int pid);
 // `wait_status` as returned by waitpid().
 std::string FormatExitRecord(int rank, const std::string& host, int wait_status);

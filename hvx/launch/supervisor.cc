@@ -24,6 +24,7 @@
 #include "hvx/launch/command.h"
 #include "hvx/launch/output.h"
 #include "hvx/launch/rank_wrapper.h"
+#include "hvx/launch/records.h"
 #include "hvx/launch/subprocess.h"
 
 namespace hvx {
@@ -33,6 +34,11 @@ namespace {
 // When mpiexec ends before ranks report, the summary repeats the last stderr lines of this many
 // of them; a large job that fails everywhere at once would otherwise repeat its whole output.
 constexpr int kUnreportedRanksShown = 4;
+
+// A rank ended cleanly when it exited 0, or kPreemptedExitCode after saving its state.
+bool EndedCleanly(const ControlRecord& r) {
+  return r.signal == 0 && (r.exit_code == 0 || r.exit_code == kPreemptedExitCode);
+}
 
 // Signals to hvxrun (and SIGCHLD) arrive here so the poll loop sees them.
 int g_signal_pipe[2] = {-1, -1};
@@ -191,7 +197,7 @@ void Supervisor::OnControl(const ControlRecord& r) {
       // A rank that does not handle the checkpoint request ends by it: the stop that was asked.
       if ((preempting_ || !growing_.empty()) && r.signal == SIGUSR1) {
         BeginStop("a rank ended on the checkpoint request");
-      } else if ((r.exit_code != 0 || r.signal != 0) && !failure_ && !stopping_) {
+      } else if (!EndedCleanly(r) && !failure_ && !stopping_) {
         failure_ = Failure{r.rank, r.host, r.exit_code, r.signal, "", Clock::now()};
         BeginStop("a rank failed");
       }
@@ -340,12 +346,23 @@ int Supervisor::Report(int mpiexec_status) {
     }
     return f.signal != 0 ? 128 + f.signal : (f.exit_code != 0 ? f.exit_code : 1);
   }
-  if (preempting_ && !stopping_ && static_cast<int>(exits_.size()) == plan_.size &&
-      std::all_of(exits_.begin(), exits_.end(),
-                  [](const auto& e) { return e.second.exit_code == 0 && e.second.signal == 0; })) {
-    Say(absl::StrCat("preempted: every rank ended cleanly after the checkpoint request (signal ",
-                     got_signal_, "); exit status ", kPreemptedExitCode,
-                     ": run the same command again to resume"));
+  const bool all_clean = static_cast<int>(exits_.size()) == plan_.size &&
+                         std::all_of(exits_.begin(), exits_.end(),
+                                     [](const auto& e) { return EndedCleanly(e.second); });
+  // A rank that ended with kPreemptedExitCode was asked to stop by someone else: SIGTERM straight
+  // to the ranks (a scheduler's time limit, a pod being deleted) is the trainer's checkpoint
+  // request too. A restart to grow is hvxrun's own request, not a preemption.
+  const auto asked = std::find_if(exits_.begin(), exits_.end(), [](const auto& e) {
+    return e.second.signal == 0 && e.second.exit_code == kPreemptedExitCode;
+  });
+  if (!stopping_ && all_clean && growing_.empty() && (preempting_ || asked != exits_.end())) {
+    const std::string why =
+        preempting_ ? absl::StrCat("after the checkpoint request (signal ", got_signal_, ")")
+                    : absl::StrCat("after a stop request sent to the ranks themselves (rank ",
+                                   asked->first, " on host ", asked->second.host,
+                                   " ended with status ", kPreemptedExitCode, ")");
+    Say(absl::StrCat("preempted: every rank ended cleanly ", why, "; exit status ",
+                     kPreemptedExitCode, ": run the same command again to resume"));
     return kPreemptedExitCode;
   }
   if (got_signal_ != 0) {
