@@ -21,6 +21,7 @@
 #include "hvx/launch/cluster_env.h"
 #include "hvx/launch/launch.h"
 #include "hvx/launch/rank_wrapper.h"
+#include "hvx/launch/records.h"
 #include "hvx/torch/host_allocator.h"
 #include "hvx/train/config.h"
 #include "hvx/train/trainer.h"
@@ -175,7 +176,8 @@ absl::StatusOr<int> Main(int argc, char** argv) {
     std::fflush(stdout);
   }
   HVX_RETURN_IF_ERROR(Shutdown());
-  return 0;
+  // Checkpointed and stopped early on request: run the same command again to go on.
+  return result->preempted ? launch::kPreemptedExitCode : 0;
 }
 
 }  // namespace

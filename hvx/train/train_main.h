@@ -1,8 +1,9 @@
 // The trainer program behind tools/train: flags, config loading, self-launch, init, training.
 //
+// clang-format off
 //   int main(int argc, char** argv) { return hvx::train::TrainMain(argc, argv); }
-//   // train --config=fashion_mnist.pbtxt --override='epochs: 2' --override='launch {
-//   num_processes: "4" }'
+//   // train --config=fashion_mnist.pbtxt --override='epochs: 2' --override='launch { num_processes: "4" }'
+// clang-format on
 //
 // Flags: --config=NAME (required; see ConfigSearchPath), --override=TEXT (repeatable, merged in
 // order), --data_dir=DIR (RebaseDataFiles after the overrides), --sample_log=DIR
@@ -10,7 +11,9 @@
 // --fresh or --fresh=true|false (RunOptions::fresh), --export=PATH (RunOptions::export_path),
 // --export_from=CKPT (RunOptions::export_from), --help. A config whose checkpoint.dir holds a
 // finished run prints (rank 0) that the run in DIR is already complete and how to start fresh, and
-// exits 0. Not under a launcher and asked for more than one process, the program starts itself
+// exits 0. A run stopped early by a checkpoint request (SIGUSR1 from hvxrun, or a first SIGTERM),
+// its checkpoint written, exits launch::kPreemptedExitCode (75): run it again to go on. Not under a
+// launcher and asked for more than one process, the program starts itself
 // under hvxrun with the same arguments and returns the job's exit code.
 #ifndef HVX_TRAIN_TRAIN_MAIN_H_
 #define HVX_TRAIN_TRAIN_MAIN_H_

@@ -192,6 +192,9 @@ torch::Tensor ImagesOf(const Run& run, std::unique_ptr<data::Batch>& batch) {
 }
 
 // SIGUSR1: hvxrun forwards a preemption notice (SIGTERM or SIGINT to it) as this request.
+// SIGTERM to a rank itself is one too: what Slurm sends every rank at the time limit (hydra's
+// proxies ignore it), and Kubernetes a pod's processes when it is deleted. Only the first: a
+// second SIGTERM ends the process, as if it had no handler.
 std::atomic<bool> g_checkpoint_request{false};
 void OnCheckpointRequest(int) { g_checkpoint_request.store(true); }
 
@@ -878,6 +881,8 @@ absl::StatusOr<TrainResult> RunTraining(const TrainConfig& config, const RunOpti
   sigemptyset(&request.sa_mask);
   request.sa_flags = SA_RESTART;
   sigaction(SIGUSR1, &request, nullptr);
+  request.sa_flags = SA_RESTART | SA_RESETHAND;
+  sigaction(SIGTERM, &request, nullptr);
   Run run{config, options};
   HVX_ASSIGN_OR_RETURN(run.device, SelectTrainingDevice(config.device()));
   HVX_LOG_RANK0(INFO) << "training on " << run.device.str();

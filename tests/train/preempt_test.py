@@ -1,8 +1,12 @@
 """A preemption notice: SIGTERM to the trainer's launcher mid-epoch. hvxrun forwards it as a
 checkpoint request; both ranks stop after the same step, rank 0 saves that step's checkpoint, every
-rank exits 0 and hvxrun exits 75 (run again to resume). Running the same command again resumes
+rank exits 75 and so does hvxrun (run again to resume). Running the same command again resumes
 there, and the losses and learning rates of both runs are those of an uninterrupted run, step by
 step. A second signal stops at once.
+
+SIGTERM to a rank itself (Slurm at the time limit signals every rank, hydra's proxies ignore it;
+Kubernetes signals a deleted pod's processes) is the same request: the ranks agree on it at the
+next step, and hvxrun ends with 75 as well. A trainer without a launcher does the same.
 """
 import os
 import re
@@ -39,12 +43,60 @@ def preempted(trainer):
     """The trainer, sent SIGTERM once rank 0 recorded step 8 of epoch 1."""
     run, proc = trainer.start("preempted", "--config=" + trainer.config,
                               overrides=[TWO, ckpt(trainer, "ck")])
-    at_step_8 = lambda: any(r["event"] == "progress" and r["epoch"] == 1 and r["step"] >= 8
-                            for r in read_metrics(run.metrics_path, growing=True))
     try:
-        wait_for(lambda: at_step_8() or proc.poll() is not None, timeout=120, what="step 8")
+        wait_for(lambda: at_step(run, 8)() or proc.poll() is not None, timeout=120, what="step 8")
     finally:
         proc.send_signal(signal.SIGTERM)
+    return trainer.finish(run, proc)
+
+
+def at_step(run, step, epoch=1):
+    return lambda: any(r["event"] == "progress" and r["epoch"] == epoch and r["step"] >= step
+                       for r in read_metrics(run.metrics_path, growing=True))
+
+
+def rank_pids(top, train):
+    """{HVX_RANK: pid} of the trainer processes under `top` (hvxrun in the trainer's process) that
+    run `train` themselves: the ranks, not their wrappers."""
+    parent = {}
+    for name in os.listdir("/proc"):
+        try:
+            with open("/proc/%s/stat" % name) as f:
+                parent[int(name)] = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (ValueError, OSError, IndexError):
+            pass
+    ranks = {}
+    for pid in parent:
+        p = pid
+        while p in parent and p != top and p > 1:
+            p = parent[p]
+        if p != top or pid == top:
+            continue
+        try:
+            with open("/proc/%d/cmdline" % pid, "rb") as f:
+                argv0 = f.read().split(b"\0")[0].decode()
+            with open("/proc/%d/environ" % pid, "rb") as f:
+                env = dict(e.split(b"=", 1) for e in f.read().split(b"\0") if b"=" in e)
+        except OSError:
+            continue
+        if os.path.basename(argv0) == os.path.basename(train) and b"HVX_RANK" in env:
+            ranks[int(env[b"HVX_RANK"])] = pid
+    return ranks
+
+
+@pytest.fixture(scope="module")
+def rank_signalled(trainer):
+    """The 2-process trainer whose rank 1 alone got SIGTERM at step 8 of epoch 1."""
+    run, proc = trainer.start("rank_sigterm", "--config=" + trainer.config,
+                              overrides=[TWO, ckpt(trainer, "ck_rank")])
+    try:
+        wait_for(lambda: at_step(run, 8)() or proc.poll() is not None, timeout=120, what="step 8")
+        ranks = rank_pids(proc.pid, trainer.train)
+        assert sorted(ranks) == [0, 1], ranks
+        os.kill(ranks[1], signal.SIGTERM)
+    except BaseException:
+        proc.kill()
+        raise
     return trainer.finish(run, proc)
 
 
@@ -80,6 +132,40 @@ def test_the_same_command_resumes_there_and_repeats_the_uninterrupted_run(
     assert "resuming from %s" % trainer.path("ck", "ckpt-%d.pt" % at) in resumed.output
     assert len(full.progress) == 48
     assert steps_of(preempted, resumed) == full.steps()
+
+
+def test_sigterm_to_one_rank_checkpoints_every_rank_and_hvxrun_exits_75(trainer, rank_signalled):
+    rank_signalled.check(rc=75)
+    assert ("hvxrun: preempted: every rank ended cleanly after a stop request sent to the ranks "
+            "themselves (rank 0 on host ") in rank_signalled.err
+    at = rank_signalled.end["global_step"]
+    assert rank_signalled.end["state"] == "preempted" and 8 <= at < 24
+    assert os.path.isfile(trainer.path("ck_rank", "ckpt-%d.pt" % at))
+    # Neither rank was taken for a failure: nothing was aborted.
+    assert "ranks to fail" not in rank_signalled.err
+
+
+def test_after_a_rank_sigterm_the_same_command_repeats_the_uninterrupted_run(
+        trainer, full, rank_signalled):
+    again = trainer.run("rank_resumed", "--config=" + trainer.config,
+                        overrides=[TWO, ckpt(trainer, "ck_rank")]).check()
+    at = rank_signalled.end["global_step"]
+    assert again.start["resumed_from"] == trainer.path("ck_rank", "ckpt-%d.pt" % at)
+    assert steps_of(rank_signalled, again) == full.steps()
+
+
+def test_a_trainer_without_a_launcher_checkpoints_on_sigterm_and_exits_75(trainer):
+    run, proc = trainer.start("alone", "--config=" + trainer.config,
+                              overrides=[ckpt(trainer, "ck_alone")])
+    try:
+        wait_for(lambda: at_step(run, 8)() or proc.poll() is not None, timeout=120, what="step 8")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+    trainer.finish(run, proc).check(rc=75)
+    at = run.end["global_step"]
+    assert run.end["state"] == "preempted" and at >= 8
+    assert os.path.isfile(trainer.path("ck_alone", "ckpt-%d.pt" % at))
+    assert "preempted at step %d" % at in run.err
 
 
 def test_without_every_seconds_or_every_steps_no_checkpoint_mid_epoch_but_the_preemptions(
