@@ -2,9 +2,14 @@
 # A real SLURM cluster on two network-namespace hosts: slurmctld on the first, one slurmd per host
 # (Debian's slurm-wlm and munge, started and stopped here), then
 #   - examples/deploy/slurm/train.sbatch through sbatch: one hvxrun starts every rank through srun;
+#     with select/cons_tres and task/affinity, as most clusters run, each rank has every CPU of
+#     its node (a step of one task per node would have one);
+#   - the recipe's notice before the time limit (USR1 to the batch shell, as --signal=B:USR1 sends
+#     it): the trainer's ranks checkpoint and end with 75, the job requeues itself, the second run
+#     resumes there and finishes, and every sample of both epochs is trained once across the runs;
 #   - hvxrun inside salloc;
 #   - `srun PROGRAM` (one process per task, no MPI world): hvx::Init refuses with the command.
-#   slurm_test.sh HVXRUN HVX_INFO MPIEXEC NETNS_HOSTS SBATCH_SCRIPT
+#   slurm_test.sh HVXRUN HVX_INFO MPIEXEC NETNS_HOSTS SBATCH_SCRIPT TRAIN MAKE_IDX TRAIN_LIB
 # Needs root and slurm-wlm; without either it prints SKIPPED with the reason and passes.
 set -uo pipefail
 HVXRUN=$(readlink -f "$1")
@@ -12,8 +17,11 @@ INFO=$(readlink -f "$2")
 MPIEXEC=$(readlink -f "$3")
 NETNS=$(readlink -f "$4")
 SBATCH_SCRIPT=$(readlink -f "$5")
+TRAIN=$(readlink -f "$6")
+MAKE_IDX=$(readlink -f "$7")
 export HVX_NETNS_PREFIX=hvxl
 source "$(dirname "$NETNS")/lib.sh"
+source "$8"  # tiny_config, audit
 for p in slurmctld slurmd sbatch salloc srun munged; do
     command -v "$p" >/dev/null || skip "$p is not installed (Debian: slurm-wlm, munge)"
 done
@@ -45,8 +53,9 @@ SlurmdPidFile=$T/slurmd.%n.pid
 SlurmctldLogFile=$T/slurmctld.log
 SlurmdLogFile=$T/slurmd.%n.log
 ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SelectType=select/linear
+TaskPlugin=task/affinity
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
 MpiDefault=none
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
@@ -85,6 +94,22 @@ done
 if [[ ${idle:-0} != 2 ]]; then tail -n 5 "$T"/*.log "$T"/*.start; exit 1; fi
 
 on1() { timeout -k 5 90 "$NETNS" exec hvxl1 env SLURM_CONF="$SLURM_CONF" PATH="$(dirname "$HVXRUN"):/usr/bin:/bin" "$@"; }
+job_field() { on1 scontrol show job "$1" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$2=//p"; }
+
+# ---- the recipe as it is, one task per node: each rank has its node's 2 CPUs
+printf '#!/bin/sh\necho "cpus $(nproc)"\n' >"$T/cpus.sh" && chmod +x "$T/cpus.sh"
+on1 HVX_COMMAND="$T/cpus.sh" HVXRUN_ARGS="--mpiexec $MPIEXEC --timeout 60" \
+    sbatch --wait --gpus-per-node=0 --output="$T/cpus.out" "$SBATCH_SCRIPT" >"$T/cpus.err" 2>&1
+rc=$?
+[[ $rc == 0 && $(grep -cE '^\[[01]\] cpus 2$' "$T/cpus.out") == 2 ]]
+check "train.sbatch: 2 ranks, one per node, each with its node's 2 CPUs (rc=$rc)" $?
+[[ $rc == 0 ]] || cat "$T/cpus.err" "$T/cpus.out"
+# Without --exclusive (overridden here) the step of one task per node gets one CPU: what the
+# recipe's --exclusive is for.
+on1 HVX_COMMAND="$T/cpus.sh" HVXRUN_ARGS="--mpiexec $MPIEXEC --timeout 60" \
+    sbatch --wait --oversubscribe --gpus-per-node=0 --output="$T/cpus1.out" "$SBATCH_SCRIPT" >"$T/cpus1.err" 2>&1
+[[ $(grep -cE '^\[[01]\] cpus 1$' "$T/cpus1.out") == 2 ]]
+check "without --exclusive each rank would have 1 CPU" $?
 
 # ---- the recipe through sbatch, 2 ranks per node (no GPUs here: hvxrun takes the tasks per node)
 on1 HVX_COMMAND="$INFO --check" HVXRUN_ARGS="--mpiexec $MPIEXEC --timeout 60" \
@@ -94,6 +119,40 @@ passes=$(grep -c '"check":"pass"' "$T/sbatch.out" 2>/dev/null)
 [[ $rc == 0 && $passes == 4 ]] && grep -q '"host":"hvxl2"' "$T/sbatch.out"
 check "train.sbatch: 4 ranks on both nodes, every check passed (rc=$rc, $passes passes)" $?
 [[ $rc == 0 ]] || cat "$T/sbatch.err" "$T/sbatch.out"
+
+# ---- the notice before the time limit: checkpoint, 75, requeue, resume, done
+N=960
+tiny_config "$T" cnn $N 40 10 2 || { echo "FAIL: could not write the dataset"; exit 1; }
+sed -i "s|^logging .*|logging { log_every_steps: 1 }\ncheckpoint { dir: \"$T/ck\" }|" "$T/tiny.pbtxt"
+timeout -k 5 120 "$TRAIN" --config="$T/tiny.pbtxt" --override='epochs: 1 logging { max_steps_per_epoch: 1 }' \
+    --override="checkpoint { dir: \"$T/prep-ck\" }" >"$T/prep.out" 2>&1 ||
+    { echo "FAIL: preparing shards"; tail -n 20 "$T/prep.out"; exit 1; }
+id=$(on1 HVX_COMMAND="$TRAIN --config=$T/tiny.pbtxt --sample_log=$T/log" \
+    HVXRUN_ARGS="--mpiexec $MPIEXEC --timeout 300" \
+    sbatch --parsable --ntasks-per-node=2 --gpus-per-node=0 --output="$T/requeue.out" "$SBATCH_SCRIPT")
+steps() {
+    local n
+    n=$(grep -cE '^\[0\] epoch [0-9]+/2 step' "$T/requeue.out" 2>/dev/null)
+    echo "${n:-0}"
+}
+for _ in $(seq 1 600); do (($(steps) >= 5)) && break; sleep 0.1; done
+on1 scancel --batch --signal=USR1 "$id"
+for _ in $(seq 1 900); do
+    [[ $(job_field "$id" JobState) == COMPLETED || $(job_field "$id" JobState) == FAILED ]] && break
+    # A requeued job may wait for its begin time; a real one would start when nodes are free.
+    [[ $(job_field "$id" JobState) == PENDING ]] && on1 scontrol update JobId="$id" StartTime=now 2>/dev/null
+    sleep 0.2
+done
+G=$(sed -nE 's/.*preempted at step ([0-9]+); checkpoint .*/\1/p' "$T/requeue.out" | head -n 1)
+[[ -n $G ]] && ((G >= 5 && G < 48)) && [[ -f $T/ck/ckpt-$G.pt ]] &&
+    grep -q '^hvxrun: preempted: every rank ended cleanly after the checkpoint request (signal 15)' "$T/requeue.out" &&
+    grep -q "^train.sbatch: hvxrun checkpointed and ended with 75; requeueing job $id" "$T/requeue.out"
+check "notice: the ranks checkpointed at step ${G:-?} and the job requeued itself" $?
+[[ $(job_field "$id" JobState) == COMPLETED && $(job_field "$id" Restarts) == 1 ]] &&
+    grep -q "resuming from $T/ck/ckpt-$G.pt" "$T/requeue.out" && grep -qE '^\[0\] done: 48 steps' "$T/requeue.out"
+check "notice: the requeued run resumed there and finished (state $(job_field "$id" JobState), restarts $(job_field "$id" Restarts))" $?
+audit "$T/log" 4 2 $N; check "notice: every sample of both epochs trained once across the two runs" $?
+((failures == 0)) || tail -n 40 "$T/requeue.out"
 
 # ---- hvxrun inside salloc: the allocation's nodes, ranks started through srun
 on1 salloc -N 2 --ntasks-per-node=2 "$HVXRUN" --verbose --mpiexec "$MPIEXEC" --timeout 60 -- "$INFO" --check >"$T/salloc.out" 2>&1
