@@ -1,9 +1,11 @@
 // Conversion of an image-folder tree (root/<class>/*.jpg) to shards in the standard ImageNet
 // TFRecord layout, and a synthetic tree for tests and benchmarks.
 //
-//   HVX_ASSIGN_OR_RETURN(auto shards, WriteImageFolderShards("/raw/train", "/data/in", "train",
-//   8));
+// clang-format off
+//   HVX_ASSIGN_OR_RETURN(auto shards,
+//                        WriteImageFolderShards("/raw/train", "/data/in", "train", 8));
 //   // train-00000-of-00008 ... with index files; decode with ImageNetDecoder.
+// clang-format on
 //
 // Classes are the subdirectories of root in sorted order; class i gets label i + 1 (0 is the
 // "background" of the ImageNet convention, so ImageNetDecoder's default label_offset -1 gives

@@ -1,9 +1,14 @@
 // One rank's input pipeline for one epoch: reader threads -> decode threads -> batcher -> a
 // bounded window of prefetched batches.
 //
+// clang-format off
 //   HVX_ASSIGN_OR_RETURN(auto pipeline, Pipeline::Create(dataset, options));
-//   while (true) { auto batch = pipeline->Next(); if (absl::IsOutOfRange(batch.status())) break;
-//   ... }
+//   while (true) {
+//     auto batch = pipeline->Next();
+//     if (absl::IsOutOfRange(batch.status())) break;
+//     ...
+//   }
+// clang-format on
 //
 // What a rank reads is MakeShardPlan(dataset->num_samples(), rank, size, epoch, seed, remainder,
 // consumed); batch b holds plan entries [b * batch_size, (b + 1) * batch_size) in that order, so

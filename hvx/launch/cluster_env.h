@@ -1,9 +1,11 @@
 // What the environment says about where hvxrun runs: inside another launcher's rank (refuse),
 // inside a SLURM allocation or a SageMaker-style cluster (take its hosts), or on a plain host.
 //
+// clang-format off
 //   if (auto launcher = DetectEnclosingLauncher(env)) return absl::FailedPreconditionError(...);
-//   HVX_ASSIGN_OR_RETURN(std::optional<ClusterHosts> cluster, DetectClusterHosts(env, ReadFile,
-//   1));
+//   HVX_ASSIGN_OR_RETURN(std::optional<ClusterHosts> cluster,
+//                        DetectClusterHosts(env, ReadFile, 1));
+// clang-format on
 //
 // SLURM and SageMaker list syntax and the GPU count come from hvx/common/cluster.h.
 // Everything reads an hvx::Environment and a file-reading callback, so tests fabricate both.

@@ -1,9 +1,13 @@
 // Rank output: hydra's merged streams split back into per-rank lines, tagged, and the wrapper's
 // control records picked out.
 //
+// clang-format off
 //   OutputRouter router(plan, TagMode::kRank, WriteToFd);
-//   StreamDemuxer out([&](int src, absl::string_view d) { router.OnBytes(Stream::kStdout, src, d);
-//   }); out.Feed(bytes_read_from_mpiexec_stdout);   // "\1hvx3\2hello\n" -> "[3] hello\n" on fd 1
+//   StreamDemuxer out([&](int src, absl::string_view d) {
+//     router.OnBytes(Stream::kStdout, src, d);
+//   });
+//   out.Feed(bytes_read_from_mpiexec_stdout);   // "\1hvx3\2hello\n" -> "[3] hello\n" on fd 1
+// clang-format on
 //
 // hvxrun runs mpiexec with `-prepend-pattern kHydraMarkerPattern`. Hydra puts that marker before
 // every line and before every chunk it forwards, so each byte can be attributed to its rank even

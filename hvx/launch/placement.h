@@ -2,9 +2,11 @@
 // hvxrun's plan (plan.h) and the per-rank wrapper use it; it needs only the C++ library, so the
 // wrapper binary that links it starts in a fraction of the time an Abseil-linked one takes.
 //
+// clang-format off
 //   std::vector<RankPlacement> r = PlaceRanks({{"h1", 3}, {"h2", 1}});
-//   // r[1] = {rank 1, host "h1", local 1/3, cross 0/1}; r[3] = {rank 3, "h2", local 0/1, cross
-//   1/2}
+//   // r[1] = {rank 1, host "h1", local 1/3, cross 0/1}
+//   // r[3] = {rank 3, host "h2", local 0/1, cross 1/2}
+// clang-format on
 //
 // local_rank is the slot index on the host; local_size the ranks placed there; cross_rank the
 // index of this host among the hosts that have a rank with this local_rank; cross_size their

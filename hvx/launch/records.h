@@ -3,8 +3,10 @@
 // hvxrun's OutputRouter (output.h) picks them out and never shows them. This part needs only the
 // C++ library because the wrapper binary links nothing else.
 //
-//   WriteFully(2, FormatExitRecord(3, "h2", wait_status));   // "\1hvxctl exit rank=3 code=3
-//   host=h2\n" std::optional<ControlRecord> r = ParseControlRecord(...);   // output.h
+// clang-format off
+//   WriteFully(2, FormatExitRecord(3, "h2", wait_status));  // "\1hvxctl exit rank=3 code=3 host=h2\n"
+//   std::optional<ControlRecord> r = ParseControlRecord(...);  // output.h
+// clang-format on
 #ifndef HVX_LAUNCH_RECORDS_H_
 #define HVX_LAUNCH_RECORDS_H_
 

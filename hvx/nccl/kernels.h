@@ -2,9 +2,11 @@
 // an optional scale, used to prescale into and postscale out of the device fusion buffer and to
 // reduce 16-bit floats in float32. Queued on `stream`; nothing waits.
 //
-//   HVX_RETURN_IF_ERROR(CudaStatus(ScaleConvert(in, DataType::kFloat16, buf, DataType::kFloat32, n,
-//   0.5,
-//                                               limits, stream), "prescale"));
+// clang-format off
+//   HVX_RETURN_IF_ERROR(CudaStatus(
+//       ScaleConvert(in, DataType::kFloat16, buf, DataType::kFloat32, n, 0.5, limits, stream),
+//       "prescale"));
+// clang-format on
 #ifndef HVX_NCCL_KERNELS_H_
 #define HVX_NCCL_KERNELS_H_
 

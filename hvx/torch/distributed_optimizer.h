@@ -1,8 +1,11 @@
 // Data-parallel gradient averaging for a LibTorch optimizer.
 //
-//   HVX_ASSIGN_OR_RETURN(auto opt, DistributedOptimizer::Create(sgd, model->named_parameters(),
-//   {})); loss.backward();  HVX_RETURN_IF_ERROR(opt->Step());   // gradients averaged over ranks,
-//   then SGD
+// clang-format off
+//   HVX_ASSIGN_OR_RETURN(auto opt,
+//                        DistributedOptimizer::Create(sgd, model->named_parameters(), {}));
+//   loss.backward();
+//   HVX_RETURN_IF_ERROR(opt->Step());  // gradients averaged over ranks, then SGD
+// clang-format on
 //
 // Each parameter gets a hook on its gradient accumulator: as soon as backward has produced the
 // parameter's gradient, the hook submits an asynchronous allreduce of it, named "grad.<parameter

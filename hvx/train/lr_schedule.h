@@ -1,8 +1,11 @@
 // The learning rate of every training step, from the optimizer config
 // (hvx/train/train_config.proto).
 //
+// clang-format off
 //   LrSchedule schedule(config.optimizer(), Size(), config.data().batch_size(), steps_per_epoch,
-//   epochs); SetLr(optimizer, schedule.At(global_step));
+//                       epochs);
+//   SetLr(optimizer, schedule.At(global_step));
+// clang-format on
 //
 // Peak rate: lr as written (NONE), lr x world size (BY_WORLD_SIZE) or lr x global batch /
 // reference_batch (BY_GLOBAL_BATCH). Warmup climbs linearly over warmup_epochs from peak / world
