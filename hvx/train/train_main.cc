@@ -175,9 +175,17 @@ absl::StatusOr<int> Main(int argc, char** argv) {
     std::printf("%s\n", DescribeResult(*result).c_str());
     std::fflush(stdout);
   }
+  const int rank = Rank();  // Rank() is gone after Shutdown
   HVX_RETURN_IF_ERROR(Shutdown());
+  if (!result->preempted) return 0;
   // Checkpointed and stopped early on request: run the same command again to go on.
-  return result->preempted ? launch::kPreemptedExitCode : 0;
+  if (!config.checkpoint().dir().empty()) return launch::kPreemptedExitCode;
+  if (rank == 0) {
+    std::fprintf(stderr,
+                 "train: stopped early on a checkpoint request (SIGTERM or hvxrun's SIGUSR1), but "
+                 "checkpoint.dir is empty: nothing was saved, and running again starts over\n");
+  }
+  return 1;
 }
 
 }  // namespace

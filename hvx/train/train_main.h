@@ -11,10 +11,11 @@
 // --fresh or --fresh=true|false (RunOptions::fresh), --export=PATH (RunOptions::export_path),
 // --export_from=CKPT (RunOptions::export_from), --help. A config whose checkpoint.dir holds a
 // finished run prints (rank 0) that the run in DIR is already complete and how to start fresh, and
-// exits 0. A run stopped early by a checkpoint request (SIGUSR1 from hvxrun, or a first SIGTERM),
-// its checkpoint written, exits launch::kPreemptedExitCode (75): run it again to go on. Not under a
-// launcher and asked for more than one process, the program starts itself
-// under hvxrun with the same arguments and returns the job's exit code.
+// exits 0. A run stopped early by a checkpoint request (SIGUSR1 from hvxrun, or SIGTERM), its
+// checkpoint written, exits launch::kPreemptedExitCode (75): run it again to go on; with no
+// checkpoint.dir it exits 1, nothing saved. Not under a launcher and asked for more than one
+// process, the program starts itself under hvxrun with the same arguments and returns the job's
+// exit code.
 #ifndef HVX_TRAIN_TRAIN_MAIN_H_
 #define HVX_TRAIN_TRAIN_MAIN_H_
 

@@ -192,11 +192,37 @@ torch::Tensor ImagesOf(const Run& run, std::unique_ptr<data::Batch>& batch) {
 }
 
 // SIGUSR1: hvxrun forwards a preemption notice (SIGTERM or SIGINT to it) as this request.
-// SIGTERM to a rank itself is one too: what Slurm sends every rank at the time limit (hydra's
-// proxies ignore it), and Kubernetes a pod's processes when it is deleted. Only the first: a
-// second SIGTERM ends the process, as if it had no handler.
+// SIGTERM to a rank itself is one too (a process manager that signals every process of a job, a
+// trainer run without a launcher). Every SIGTERM only sets the request: one sent to a whole
+// process tree reaches a rank twice, once from its wrapper, and whoever sends it follows with
+// SIGKILL if the rank does not end.
 std::atomic<bool> g_checkpoint_request{false};
 void OnCheckpointRequest(int) { g_checkpoint_request.store(true); }
+
+// The request's handlers for as long as training runs; the previous actions come back after.
+class CheckpointRequestHandlers {
+ public:
+  CheckpointRequestHandlers() {
+    struct sigaction request {};
+    request.sa_handler = OnCheckpointRequest;
+    sigemptyset(&request.sa_mask);
+    request.sa_flags = SA_RESTART;
+    for (int k = 0; k < 2; ++k) sigaction(kSignals[k], &request, &previous_[k]);
+  }
+  ~CheckpointRequestHandlers() { Restore(); }
+  void Restore() {
+    if (restored_) return;
+    restored_ = true;
+    for (int k = 0; k < 2; ++k) sigaction(kSignals[k], &previous_[k], nullptr);
+  }
+  CheckpointRequestHandlers(const CheckpointRequestHandlers&) = delete;
+  CheckpointRequestHandlers& operator=(const CheckpointRequestHandlers&) = delete;
+
+ private:
+  static constexpr int kSignals[2] = {SIGUSR1, SIGTERM};
+  struct sigaction previous_[2];
+  bool restored_ = false;
+};
 
 // What the ranks agreed after a step, in one 8-byte allreduce (max), so that all act on the same
 // step: some rank has the launcher's checkpoint request; rank 0's checkpoint.every_seconds is due.
@@ -876,13 +902,7 @@ std::string DescribeResult(const TrainResult& result) {
 absl::StatusOr<TrainResult> RunTraining(const TrainConfig& config, const RunOptions& options) {
   if (!IsInitialized()) return absl::FailedPreconditionError("RunTraining needs hvx::Init first");
   HVX_RETURN_IF_ERROR(ValidateTrainConfig(config, "config"));
-  struct sigaction request {};
-  request.sa_handler = OnCheckpointRequest;
-  sigemptyset(&request.sa_mask);
-  request.sa_flags = SA_RESTART;
-  sigaction(SIGUSR1, &request, nullptr);
-  request.sa_flags = SA_RESTART | SA_RESETHAND;
-  sigaction(SIGTERM, &request, nullptr);
+  CheckpointRequestHandlers handlers;
   Run run{config, options};
   HVX_ASSIGN_OR_RETURN(run.device, SelectTrainingDevice(config.device()));
   HVX_LOG_RANK0(INFO) << "training on " << run.device.str();
@@ -894,6 +914,7 @@ absl::StatusOr<TrainResult> RunTraining(const TrainConfig& config, const RunOpti
   torch::set_num_threads(threads);
   if (!options.export_from.empty()) {
     // No data and no training: the checkpoint's model, written as a state dict by rank 0.
+    handlers.Restore();  // nothing to checkpoint: a signal ends the export
     TrainResult result;
     if (Rank() == 0) {
       HVX_ASSIGN_OR_RETURN(run.model, CreateModelOn(config, run.device));

@@ -69,8 +69,8 @@ struct TrainResult {
   double wall_s = 0;
   int64_t resumed_from_step = -1;  // -1: started fresh
   std::string exported_to;  // RunOptions::export_path once written (and the scripted module's path)
-  // A checkpoint request (SIGUSR1, hvxrun's form of a preemption notice, or a first SIGTERM to a
-  // rank) ended the run: every rank stopped after the same step, which the checkpoint holds.
+  // A checkpoint request (SIGUSR1, hvxrun's form of a preemption notice, or SIGTERM to a rank)
+  // ended the run: every rank stopped after the same step, which the checkpoint holds.
   bool preempted = false;
   // The newest checkpoint in checkpoint.dir already finished every epoch; nothing was trained
   // (global_step and epochs_done are that run's).

@@ -168,6 +168,19 @@ def test_a_trainer_without_a_launcher_checkpoints_on_sigterm_and_exits_75(traine
     assert "preempted at step %d" % at in run.err
 
 
+def test_a_stop_request_without_a_checkpoint_dir_saves_nothing_and_exits_1(trainer):
+    # 75 would promise that running again goes on from here.
+    run, proc = trainer.start("nodir", "--config=" + trainer.config)
+    try:
+        wait_for(lambda: at_step(run, 4)() or proc.poll() is not None, timeout=120, what="step 4")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+    trainer.finish(run, proc).check(rc=1)
+    assert run.end["state"] == "preempted"
+    assert ("train: stopped early on a checkpoint request (SIGTERM or hvxrun's SIGUSR1), but "
+            "checkpoint.dir is empty: nothing was saved, and running again starts over") in run.err
+
+
 def test_without_every_seconds_or_every_steps_no_checkpoint_mid_epoch_but_the_preemptions(
         trainer, resumed):
     names = [n for n in os.listdir(trainer.path("ck")) if n.startswith("ckpt-")]
