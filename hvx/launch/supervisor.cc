@@ -146,6 +146,11 @@ class Supervisor {
   Clock::time_point next_growth_check_;
   Clock::time_point kill_at_;
   std::optional<Clock::time_point> all_exited_at_;
+  // The first rank that ended with kPreemptedExitCode unasked (no notice, no growth) while others
+  // ran, and when it did: the others have --stop-timeout to end too, or it counts as a failure (a
+  // program may exit 75 on an error of its own, and its peers would wait for it forever).
+  std::optional<ControlRecord> lone_stop_;
+  Clock::time_point lone_stop_at_;
 };
 
 Supervisor::Outcome Supervisor::outcome() const {
@@ -200,6 +205,10 @@ void Supervisor::OnControl(const ControlRecord& r) {
       } else if (!EndedCleanly(r) && !failure_ && !stopping_) {
         failure_ = Failure{r.rank, r.host, r.exit_code, r.signal, "", Clock::now()};
         BeginStop("a rank failed");
+      } else if (r.exit_code == kPreemptedExitCode && !preempting_ && growing_.empty() &&
+                 !lone_stop_) {
+        lone_stop_ = r;
+        lone_stop_at_ = Clock::now();
       }
       if (static_cast<int>(exits_.size()) == plan_.size) all_exited_at_ = Clock::now();
       break;
@@ -242,6 +251,18 @@ int Supervisor::Run(Child child) {
     }
     if (preempting_ && !stopping_ && now > preempt_deadline_) {
       BeginStop("--preempt-grace expired");
+    }
+    if (lone_stop_ && !preempting_ && !stopping_ && !failure_ && !all_exited_at_ &&
+        now > lone_stop_at_ + FromSeconds(options_.stop_timeout_s)) {
+      failure_ = Failure{lone_stop_->rank,
+                         lone_stop_->host,
+                         kPreemptedExitCode,
+                         0,
+                         absl::StrFormat("ended with status %d (stopped to be run again), but the "
+                                         "other ranks did not end within --stop-timeout (%g s)",
+                                         kPreemptedExitCode, options_.stop_timeout_s),
+                         now};
+      BeginStop("a rank ended with status 75 alone");
     }
     if (grow_interval_s_ > 0 && growing_.empty() && !preempting_ && !stopping_ &&
         now > next_growth_check_) {
@@ -344,7 +365,9 @@ int Supervisor::Report(int mpiexec_status) {
       Say(absl::StrCat("last stderr lines of rank ", f.rank, ":"));
       for (const std::string& l : lines) Say(absl::StrCat("  ", l));
     }
-    return f.signal != 0 ? 128 + f.signal : (f.exit_code != 0 ? f.exit_code : 1);
+    // 75 would read as "preempted, run again" to whoever runs hvxrun.
+    if (f.signal != 0) return 128 + f.signal;
+    return f.exit_code != 0 && f.exit_code != kPreemptedExitCode ? f.exit_code : 1;
   }
   const bool all_clean = static_cast<int>(exits_.size()) == plan_.size &&
                          std::all_of(exits_.begin(), exits_.end(),
@@ -355,7 +378,7 @@ int Supervisor::Report(int mpiexec_status) {
   const auto asked = std::find_if(exits_.begin(), exits_.end(), [](const auto& e) {
     return e.second.signal == 0 && e.second.exit_code == kPreemptedExitCode;
   });
-  if (!stopping_ && all_clean && growing_.empty() && (preempting_ || asked != exits_.end())) {
+  if (!stopping_ && all_clean && (preempting_ || (growing_.empty() && asked != exits_.end()))) {
     const std::string why =
         preempting_ ? absl::StrCat("after the checkpoint request (signal ", got_signal_, ")")
                     : absl::StrCat("after a stop request sent to the ranks themselves (rank ",

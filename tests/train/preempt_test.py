@@ -4,9 +4,10 @@ rank exits 75 and so does hvxrun (run again to resume). Running the same command
 there, and the losses and learning rates of both runs are those of an uninterrupted run, step by
 step. A second signal stops at once.
 
-SIGTERM to a rank itself (Slurm at the time limit signals every rank, hydra's proxies ignore it;
-Kubernetes signals a deleted pod's processes) is the same request: the ranks agree on it at the
-next step, and hvxrun ends with 75 as well. A trainer without a launcher does the same.
+SIGTERM to a rank itself (a process manager that signals every process of the job) is the same
+request: the ranks agree on it at the next step, and hvxrun ends with 75 as well. A trainer without
+a launcher does the same. A rank that ends with 75 while the others go on is a failure once
+--stop-timeout has passed, and hvxrun then exits 1.
 """
 import os
 import re
@@ -202,10 +203,10 @@ def test_every_seconds_checkpoints_at_the_first_step_boundary_after_the_interval
 IGNORING = ["/bin/sh", "-c", 'trap "" USR1; sleep 30']
 
 
-def hvxrun(tmp, name, *flags):
+def hvxrun(tmp, name, *flags, program=IGNORING):
     err = open(os.path.join(tmp, name + ".err"), "w")
     proc = subprocess.Popen([tool("HVX_HVXRUN"), "--timeout", "60", "--mpiexec", tool("HVX_MPIEXEC")]
-                            + list(flags) + ["-np", "2", "--"] + IGNORING,
+                            + list(flags) + ["-np", "2", "--"] + program,
                             stdout=subprocess.DEVNULL, stderr=err)
     return proc, err.name
 
@@ -243,3 +244,30 @@ def test_preempt_grace_stops_the_job_a_second_after_the_notice(trainer):
     rc = proc.wait(timeout=60)
     seconds = time.monotonic() - t0
     assert rc == 143 and seconds < 14, (rc, seconds, read(err))
+
+
+def rank_program(rank0, rank1):
+    return ["/bin/sh", "-c", 'if [ "$HVX_RANK" = 0 ]; then %s; else %s; fi' % (rank0, rank1)]
+
+
+@pytest.mark.parametrize("rank1", ["exit 75", "exit 0"])
+def test_ranks_that_end_with_75_and_0_after_a_stop_request_end_the_job_with_75(trainer, rank1):
+    proc, err = hvxrun(trainer.dir, "both75", program=rank_program("exit 75", rank1))
+    rc = proc.wait(timeout=60)
+    assert rc == 75, (rc, read(err))
+    assert ("hvxrun: preempted: every rank ended cleanly after a stop request sent to the ranks "
+            "themselves (rank 0 on host ") in read(err)
+
+
+def test_a_rank_that_ends_with_75_while_the_others_go_on_is_a_failure_after_the_stop_timeout(
+        trainer):
+    # A program may exit 75 on an error of its own: its peers would wait for it forever.
+    t0 = time.monotonic()
+    proc, err = hvxrun(trainer.dir, "lone75", "--stop-timeout", "2",
+                       program=rank_program("exit 75", "exec sleep 30"))
+    rc = proc.wait(timeout=60)
+    seconds = time.monotonic() - t0
+    assert rc == 1 and seconds < 20, (rc, seconds, read(err))
+    assert re.search(r"hvxrun: rank 0 on host \S+ \(local rank 0\) ended with status 75 \(stopped "
+                     r"to be run again\), but the other ranks did not end within --stop-timeout "
+                     r"\(2 s\); it was the first of 2 ranks to fail", read(err)), read(err)
