@@ -360,8 +360,9 @@ int MaybeRunRankWrapper(int argc, char** argv) {
   for (int sig : kForwardedSignals) sigaddset(&forwarded, sig);
   sigset_t started_with;
   sigprocmask(SIG_BLOCK, &forwarded, &started_with);
-  // The proxy that started us dies -> we get SIGTERM and pass it on.
-  prctl(PR_SET_PDEATHSIG, SIGTERM);
+  // The proxy that started us dies -> we get SIGHUP and pass it on. Not SIGTERM: the trainer
+  // takes that for a checkpoint request and would go on to its next step.
+  prctl(PR_SET_PDEATHSIG, SIGHUP);
   struct sigaction sa {};
   sa.sa_handler = ForwardSignal;
   sigemptyset(&sa.sa_mask);

@@ -12,7 +12,7 @@
 // stops only that host's ranks and the job hangs. The program's PMI
 // connection runs through the wrapper, which holds back the program's own abort (MPI_Abort) until
 // an error record has told hvxrun which rank it was, and for up to 1 s. A wrapper whose
-// proxy dies gets SIGTERM (parent-death signal) and passes it on; the program gets SIGKILL if the
+// proxy dies gets SIGHUP (parent-death signal) and passes it on; the program gets SIGKILL if the
 // wrapper itself dies, so no rank outlives its host's share of the job.
 //
 // This library links only the C++ library (no Abseil, no hvx/common): it runs once per rank on

@@ -10,7 +10,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -53,7 +55,9 @@ class RankWrapperTest : public ::testing::Test {
  protected:
   // Starts the wrapper as rank 0 of a one-host plan around `script` (run by /bin/sh), with
   // PMI_FD on a socket whose other end is proxy_ and stderr on a pipe read from err_.
-  void Start(const std::string& script, int pending_signal = 0) {
+  // With `orphanable`, pid_ is a process between this one and the wrapper, which waits to be
+  // killed: the wrapper's parent, as hydra's proxy is.
+  void Start(const std::string& script, int pending_signal = 0, bool orphanable = false) {
     int pair[2], err[2];
     ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, pair), 0);
     ASSERT_EQ(pipe(err), 0);
@@ -68,6 +72,9 @@ class RankWrapperTest : public ::testing::Test {
       setenv("PMI_RANK", "0", 1);
       unsetenv("MPI_LOCALRANKID");
       unsetenv("MPI_LOCALNRANKS");
+      if (orphanable && fork() != 0) {
+        while (true) pause();
+      }
       if (pending_signal != 0) {
         // Blocked and pending when the wrapper starts: it arrives before the program's pid is
         // recorded, the window between fork and the record.
@@ -219,6 +226,32 @@ TEST_F(RankWrapperTest, AProgramThatEndsWithThePreemptedStatusEndedCleanly) {
   ASSERT_EQ(records.size(), 2u) << err;
   EXPECT_EQ(records[1].exit_code, kPreemptedExitCode) << err;
   EXPECT_FALSE(Readable(proxy_) && ReadUntil(proxy_, "cmd=abort", &to_proxy, 100)) << to_proxy;
+}
+
+TEST_F(RankWrapperTest, WhenTheProxyDiesTheProgramEndsEvenIfItTakesSigtermAsARequest) {
+  // The trainer takes SIGTERM for a checkpoint request and goes on to the next step; a rank whose
+  // proxy died must end all the same. `sleep` here ignores SIGTERM.
+  const std::string pid_file = ::testing::TempDir() + "/orphaned_program.pid";
+  unlink(pid_file.c_str());
+  Start("trap '' TERM; echo $$ > " + pid_file + "; exec sleep 30", 0, /*orphanable=*/true);
+  pid_t program = 0;
+  for (int k = 0; k < 1000 && program <= 0; ++k) {
+    if (FILE* f = fopen(pid_file.c_str(), "r")) {
+      if (fscanf(f, "%d", &program) != 1) program = 0;
+      fclose(f);
+    }
+    if (program <= 0) usleep(10000);
+  }
+  ASSERT_GT(program, 0) << "the program did not start";
+  kill(pid_, SIGKILL);  // the proxy dies
+  Wait();
+  bool ended = false;
+  for (int k = 0; k < 500 && !ended; ++k) {
+    ended = kill(program, 0) != 0 && errno == ESRCH;
+    if (!ended) usleep(10000);
+  }
+  if (!ended) kill(program, SIGKILL);
+  EXPECT_TRUE(ended) << "the program outlived its proxy by 5 s";
 }
 
 TEST_F(RankWrapperTest, ASignalBeforeTheProgramsPidIsRecordedReachesTheProgram) {
