@@ -126,11 +126,23 @@ class ExecTest(Base):
 
     def test_several_hosts_start_sshd_and_its_failure_is_an_error(self):
         self.write("input/config/resourceconfig.json", '{"current_host": "algo-1", "hosts": ["algo-1", "algo-2"]}')
-        done = self.run_entry("--", "/bin/prog", HVX_SSHD="/bin/false")
+        # /run is the image's; a test's own folder stands in for it (read-only in a sandbox).
+        run_dir = os.path.join(self.base, "run", "sshd")
+        done = self.run_entry("--", "/bin/prog", HVX_SSHD="/bin/false", HVX_SSHD_RUN_DIR=run_dir)
         self.assertEqual(done.returncode, 2)
         self.assertIn("/bin/false did not start (exit 1)", done.stderr)
-        alone = self.run_entry("--", "/bin/prog", HVX_SSHD="/bin/false", SM_HOSTS='["algo-1"]')
+        self.assertTrue(os.path.isdir(run_dir))
+        alone = self.run_entry("--", "/bin/prog", HVX_SSHD="/bin/false", SM_HOSTS='["algo-1"]',
+                               HVX_SSHD_RUN_DIR=run_dir)
         self.assertEqual(alone.returncode, 0, alone.stderr)  # one host: no sshd needed
+
+    def test_a_privilege_separation_folder_that_cannot_be_made_is_named(self):
+        self.write("input/config/resourceconfig.json", '{"current_host": "algo-1", "hosts": ["algo-1", "algo-2"]}')
+        self.write("run", "a file, not a folder")
+        run_dir = os.path.join(self.base, "run", "sshd")
+        done = self.run_entry("--", "/bin/prog", HVX_SSHD="/bin/true", HVX_SSHD_RUN_DIR=run_dir)
+        self.assertEqual(done.returncode, 2)
+        self.assertIn("cannot make %s for /bin/true" % run_dir, done.stderr)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,8 @@ before the hyperparameters, which may change each. `config` names a bundled conf
 
 Environment: HVXRUN (default hvxrun), HVX_TRAIN (default hvx-train: the toolkit's console script
 takes the name train), HVXRUN_ARGS (more hvxrun flags, as shell words, e.g. --timeout 86400),
-HVX_SSHD (default /usr/sbin/sshd; "none" where the image starts sshd itself), SAGEMAKER_BASE_DIR
+HVX_SSHD (default /usr/sbin/sshd; "none" where the image starts sshd itself), HVX_SSHD_RUN_DIR
+(default /run/sshd, the privilege separation folder Debian's sshd needs), SAGEMAKER_BASE_DIR
 (default /opt/ml, as the toolkit), SM_CHANNEL_TRAINING and SM_MODEL_DIR (the toolkit's).
 """
 import json
@@ -149,10 +150,11 @@ def start_sshd():
     sshd = os.environ.get("HVX_SSHD", "/usr/sbin/sshd")
     if sshd == "none":
         return
+    run_dir = os.environ.get("HVX_SSHD_RUN_DIR", "/run/sshd")  # its privilege separation folder
     try:
-        os.makedirs("/run/sshd", exist_ok=True)  # its privilege separation folder
+        os.makedirs(run_dir, exist_ok=True)
     except OSError as e:
-        raise Error(f"cannot make /run/sshd for {sshd}: {e}") from None
+        raise Error(f"cannot make {run_dir} for {sshd}: {e}") from None
     # sshd detaches once it listens: an error (no host key, the port taken) is reported here.
     done = subprocess.run([sshd], stdin=subprocess.DEVNULL, capture_output=True, text=True)
     if done.returncode != 0:
