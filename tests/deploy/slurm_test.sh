@@ -44,7 +44,9 @@ SlurmctldHost=hvxl1($(addr hvxl1))
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
-AuthInfo=socket=$T/munge.sock
+# cred_expire: a requeued job waits this long before it starts again (120 s by default); forcing
+# an earlier start instead has the node refuse it ("Job credential revoked").
+AuthInfo=socket=$T/munge.sock,cred_expire=10
 CredType=cred/munge
 StateSaveLocation=$T/state
 SlurmdSpoolDir=$T/spool/%n
@@ -137,10 +139,11 @@ steps() {
 }
 for _ in $(seq 1 600); do (($(steps) >= 5)) && break; sleep 0.1; done
 on1 scancel --batch --signal=USR1 "$id"
+states=
 for _ in $(seq 1 900); do
-    [[ $(job_field "$id" JobState) == COMPLETED || $(job_field "$id" JobState) == FAILED ]] && break
-    # A requeued job may wait for its begin time; a real one would start when nodes are free.
-    [[ $(job_field "$id" JobState) == PENDING ]] && on1 scontrol update JobId="$id" StartTime=now 2>/dev/null
+    state=$(job_field "$id" JobState)
+    [[ $state == "${states##* }" ]] || states+=" $state"
+    [[ $state == COMPLETED || $state == FAILED ]] && break
     sleep 0.2
 done
 G=$(sed -nE 's/.*preempted at step ([0-9]+); checkpoint .*/\1/p' "$T/requeue.out" | head -n 1)
@@ -148,11 +151,12 @@ G=$(sed -nE 's/.*preempted at step ([0-9]+); checkpoint .*/\1/p' "$T/requeue.out
     grep -q '^hvxrun: preempted: every rank ended cleanly after the checkpoint request (signal 15)' "$T/requeue.out" &&
     grep -q "^train.sbatch: hvxrun checkpointed and ended with 75; requeueing job $id" "$T/requeue.out"
 check "notice: the ranks checkpointed at step ${G:-?} and the job requeued itself" $?
-[[ $(job_field "$id" JobState) == COMPLETED && $(job_field "$id" Restarts) == 1 ]] &&
+restarts=$(job_field "$id" Restarts)
+[[ $state == COMPLETED && $restarts == 1 ]] &&
     grep -q "resuming from $T/ck/ckpt-$G.pt" "$T/requeue.out" && grep -qE '^\[0\] done: 48 steps' "$T/requeue.out"
-check "notice: the requeued run resumed there and finished (state $(job_field "$id" JobState), restarts $(job_field "$id" Restarts))" $?
+check "notice: the requeued run resumed there and finished (states:$states; restarts $restarts)" $?
 audit "$T/log" 4 2 $N; check "notice: every sample of both epochs trained once across the two runs" $?
-((failures == 0)) || tail -n 40 "$T/requeue.out"
+((failures == 0)) || { tail -n 40 "$T/requeue.out"; on1 scontrol show job "$id"; tail -n 30 "$T/slurmctld.log"; }
 
 # ---- hvxrun inside salloc: the allocation's nodes, ranks started through srun
 on1 salloc -N 2 --ntasks-per-node=2 "$HVXRUN" --verbose --mpiexec "$MPIEXEC" --timeout 60 -- "$INFO" --check >"$T/salloc.out" 2>&1
