@@ -5,6 +5,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -531,6 +532,69 @@ TEST(ShmGroupTest, APeerProcessThatDiesEndsTheWait) {
   EXPECT_LT(MonotonicNow() - start, absl::Seconds(2));
   close(fds[0]);
   close(fds[1]);
+}
+
+// Whether this process may make a pid namespace (root, or CAP_SYS_ADMIN in its user namespace).
+bool CanMakePidNamespace() {
+  const pid_t child = fork();
+  if (child == 0) _exit(unshare(CLONE_NEWPID) == 0 ? 0 : 1);
+  int status = 0;
+  return child > 0 && waitpid(child, &status, 0) == child && WIFEXITED(status) &&
+         WEXITSTATUS(status) == 0;
+}
+
+// Containers of one pod share /dev/shm but not a pid namespace. The peer here is pid 1 of a
+// namespace of its own, a pid that this process sees as its own init's: it is alive while it
+// waits, and gone as soon as it exits.
+TEST(ShmGroupTest, APeerInAnotherPidNamespaceIsAliveUntilItExits) {
+  if (!CanMakePidNamespace()) GTEST_SKIP() << "cannot make a pid namespace here (CAP_SYS_ADMIN)";
+  int fds[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+  int go[2];  // a byte: the peer exits
+  ASSERT_EQ(pipe(go), 0);
+  const std::vector<std::string> names = {"global rank 0 (host a)", "global rank 1 (host a)"};
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    if (unshare(CLONE_NEWPID) != 0) _exit(3);
+    const pid_t init = fork();  // pid 1 in the new namespace
+    if (init == 0) {
+      auto g = ShmGroup::Create(
+          1, 2, 1 << 20,
+          [&](const std::string& m, std::vector<std::string>* all) {
+            return SocketExchange(fds[1], 1, m, all);
+          },
+          names, absl::Seconds(30));
+      char c;
+      const bool told = read(go[0], &c, 1) == 1;
+      _exit(g.ok() && told ? 0 : 1);
+    }
+    int status = 0;
+    _exit(init > 0 && waitpid(init, &status, 0) == init && WIFEXITED(status) ? WEXITSTATUS(status)
+                                                                             : 2);
+  }
+  auto g = ShmGroup::Create(
+      0, 2, 1 << 20,
+      [&](const std::string& m, std::vector<std::string>* all) {
+        return SocketExchange(fds[0], 0, m, all);
+      },
+      names, absl::Seconds(1));
+  ASSERT_TRUE(g.ok()) << g.status();
+  const absl::Status alive = (*g)->WaitFor(1, ShmGroup::kPublished, 1, "allreduce 'grad'");
+  EXPECT_TRUE(absl::IsDeadlineExceeded(alive)) << alive;
+  ASSERT_EQ(write(go[1], "x", 1), 1);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  const absl::Time start = MonotonicNow();
+  const absl::Status gone = (*g)->WaitFor(1, ShmGroup::kPublished, 1, "allreduce 'grad'");
+  EXPECT_TRUE(absl::IsUnavailable(gone)) << gone;
+  EXPECT_TRUE(absl::StrContains(
+      gone.message(),
+      "allreduce 'grad': global rank 1 (host a) (pid 1) exited during the collective"))
+      << gone;
+  EXPECT_LT(MonotonicNow() - start, absl::Milliseconds(500));
+  for (int fd : {fds[0], fds[1], go[0], go[1]}) close(fd);
 }
 
 TEST(ShmGroupTest, AFailureOnOneRankFailsEveryRank) {

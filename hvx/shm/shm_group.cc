@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <tuple>
 #include <utility>
 
 #include "absl/cleanup/cleanup.h"
@@ -26,7 +27,7 @@ namespace hvx {
 namespace shm {
 namespace {
 
-constexpr uint64_t kMagic = 0x68767873686d3031;  // "hvxshm01"
+constexpr uint64_t kMagic = 0x68767873686d3032;  // "hvxshm02"
 
 // A peer's progress usually arrives within microseconds of this rank's own: spinning that long
 // costs nothing. Past it the waiter yields its core between checks, which lets a descheduled
@@ -52,6 +53,24 @@ inline void CpuRelax() {
 size_t RoundUpToPage(size_t n) {
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   return (n + page - 1) / page * page;
+}
+
+// This process's pid namespace as (device, inode) of /proc/self/ns/pid; {0, 0} when unknown (no
+// /proc of this namespace mounted).
+std::pair<uint64_t, uint64_t> PidNamespace() {
+  struct stat st;
+  if (stat("/proc/self/ns/pid", &st) != 0) return {0, 0};
+  return {static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)};
+}
+
+// A write lock on the whole region, held through its open file description: the kernel drops it
+// when the last descriptor of that description closes, that is when the owner and every child it
+// forked since have exited, in whatever pid namespace they run.
+struct flock WholeFile() {
+  struct flock lock {};
+  lock.l_type = F_WRLCK;
+  lock.l_whence = SEEK_SET;
+  return lock;
 }
 
 std::string NextRegionName() {
@@ -81,6 +100,8 @@ struct ShmGroup::Header {
   };
   uint64_t magic;
   int64_t pid;
+  uint64_t pid_ns_dev, pid_ns_ino;  // the owner's pid namespace (PidNamespace), 0 when unknown
+  uint64_t locked;                  // 1: the owner holds WholeFile() on the region while it lives
   uint64_t bytes;
   int64_t rank;    // the owner's local rank in its group
   char name[128];  // the region's own name, as the owner announced it
@@ -100,6 +121,7 @@ ShmGroup::ShmGroup(int rank, int size, size_t bytes, std::vector<std::string> na
 ShmGroup::~ShmGroup() {
   for (Region& r : regions_) {
     if (r.header != nullptr) munmap(r.header, r.mapped);
+    if (r.fd >= 0) close(r.fd);
   }
 }
 
@@ -138,12 +160,19 @@ absl::StatusOr<std::unique_ptr<ShmGroup>> ShmGroup::Create(int rank, int size, s
           "volume with medium: Memory) or set HVX_CPU_PLANE=mpi"));
     }
     void* p = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
-    close(fd);
-    if (p == MAP_FAILED) return ErrnoToStatus(errno, absl::StrCat("mapping /dev/shm", name));
+    if (p == MAP_FAILED) {
+      const int e = errno;
+      close(fd);
+      return ErrnoToStatus(e, absl::StrCat("mapping /dev/shm", name));
+    }
     Region& own = group->regions_[rank];
     own.header = static_cast<Header*>(p);
     own.data = static_cast<char*>(p) + kShmHeaderBytes;
     own.mapped = total;
+    own.fd = fd;  // kept open: it holds the lock that tells the peers this rank lives
+    struct flock hold = WholeFile();
+    own.header->locked = fcntl(fd, F_OFD_SETLK, &hold) == 0 ? 1 : 0;
+    std::tie(own.header->pid_ns_dev, own.header->pid_ns_ino) = PidNamespace();
     own.header->pid = getpid();
     own.header->bytes = bytes;
     own.header->rank = rank;
@@ -183,12 +212,16 @@ absl::StatusOr<std::unique_ptr<ShmGroup>> ShmGroup::Create(int rank, int size, s
                                                 " is not ", total, " bytes"));
       }
       void* p = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
-      close(fd);
-      if (p == MAP_FAILED) return ErrnoToStatus(errno, absl::StrCat("mapping /dev/shm", all[r]));
+      if (p == MAP_FAILED) {
+        const int e = errno;
+        close(fd);
+        return ErrnoToStatus(e, absl::StrCat("mapping /dev/shm", all[r]));
+      }
       Region& peer = group->regions_[r];
       peer.header = static_cast<Header*>(p);
       peer.data = static_cast<char*>(p) + kShmHeaderBytes;
       peer.mapped = total;
+      peer.fd = fd;  // to ask whether the owner's lock is still held
       if (peer.header->magic != kMagic || peer.header->bytes != bytes) {
         return absl::InternalError(absl::StrCat("/dev/shm", all[r], " of ", group->names_[r],
                                                 " is not an hvx region of ", bytes, " bytes"));
@@ -203,10 +236,13 @@ absl::StatusOr<std::unique_ptr<ShmGroup>> ShmGroup::Create(int rank, int size, s
             ": the ranks of this host do not share one /dev/shm (containers or pods with one "
             "host name but separate IPC namespaces); set HVX_CPU_PLANE=mpi"));
       }
-      // A peer in another pid namespace (a container sharing this one's /dev/shm) has a pid
-      // this process cannot see, or sees as someone else's: its liveness is then left to the
-      // failed flag and the collective timeout.
-      peer.pid_visible = kill(static_cast<pid_t>(peer.header->pid), 0) == 0 || errno == EPERM;
+      // A peer in another pid namespace (a container of a pod that shares this one's /dev/shm)
+      // has a pid this process cannot see, or sees as another process's (its own init, as pid 1):
+      // kill() only asks about peers of this namespace; the lock answers for every peer.
+      const auto [ns_dev, ns_ino] = PidNamespace();
+      peer.same_pid_ns =
+          ns_ino != 0 && peer.header->pid_ns_ino == ns_ino && peer.header->pid_ns_dev == ns_dev;
+      peer.lock_tells_liveness = peer.header->locked == 1;
       return absl::OkStatus();
     }();
   }
@@ -234,12 +270,23 @@ absl::Status ShmGroup::CheckPeer(int r, absl::string_view what) const {
   if (h->failed.value.load(std::memory_order_acquire) != 0) {
     return absl::AbortedError(absl::StrCat(what, ": ", names_[r], " failed during the collective"));
   }
-  // Only a pid that was visible when the group formed counts (see Create).
-  if (regions_[r].pid_visible && kill(static_cast<pid_t>(h->pid), 0) != 0 && errno == ESRCH) {
+  if (PeerExited(r)) {
     return absl::UnavailableError(
         absl::StrCat(what, ": ", names_[r], " (pid ", h->pid, ") exited during the collective"));
   }
   return absl::OkStatus();
+}
+
+bool ShmGroup::PeerExited(int r) const {
+  const Region& peer = regions_[r];
+  if (peer.lock_tells_liveness) {
+    // Released: the owner and whatever it forked are gone.
+    struct flock probe = WholeFile();
+    if (fcntl(peer.fd, F_OFD_GETLK, &probe) == 0 && probe.l_type == F_UNLCK) return true;
+  }
+  // The lock outlives the owner in a child it forked (a data loader's worker): its pid, where this
+  // process sees it, says more.
+  return peer.same_pid_ns && kill(static_cast<pid_t>(peer.header->pid), 0) != 0 && errno == ESRCH;
 }
 
 absl::Status ShmGroup::WaitFor(int r, Counter c, uint64_t target, absl::string_view what) {

@@ -90,11 +90,16 @@ class ShmGroup {
     Header* header = nullptr;
     char* data = nullptr;
     size_t mapped = 0;
-    bool pid_visible = false;  // the peer's pid is in this process's pid namespace
+    int fd = -1;                       // the region's open file (the owner's holds its lock)
+    bool same_pid_ns = false;          // the peer's pid means that process here
+    bool lock_tells_liveness = false;  // the owner holds a lock on the region while it lives
   };
   ShmGroup(int rank, int size, size_t bytes, std::vector<std::string> names,
            absl::Duration timeout);
   absl::Status CheckPeer(int r, absl::string_view what) const;
+  // Whether local rank r's process has exited: its region's lock released, or (in this pid
+  // namespace) its pid gone.
+  bool PeerExited(int r) const;
 
   const int rank_;
   const int size_;
