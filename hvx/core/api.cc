@@ -189,6 +189,11 @@ bool IsHomogeneous() {
   return e ? e->topology().homogeneous : false;
 }
 
+std::string Host() {
+  Engine* e = Live();
+  return e ? e->topology().host : std::string();
+}
+
 std::vector<int> ProcessSet::ranks() const {
   Engine* e = Live();
   return e ? e->ProcessSetRanks(id_) : std::vector<int>{};

@@ -145,11 +145,14 @@ bool IsInitialized();
 // Topology. Before Init (or after Shutdown) these return -1 (false for IsHomogeneous).
 int Rank();            // 0 .. Size()-1
 int Size();            // processes in the job
-int LocalRank();       // index among the processes on this host (same gethostname())
+int LocalRank();       // index among the processes on this host (same Host())
 int LocalSize();       // processes on this host
 int CrossRank();       // index of this host among the hosts that have a process with this LocalRank
 int CrossSize();       // hosts that have a process with this LocalRank
 bool IsHomogeneous();  // every host runs the same number of processes
+// This rank's host as hvx groups ranks (host name, boot, /dev/shm): its host name, or name#2,
+// name#3, ... for a further host of one name (two hostNetwork pods of one node). "" before Init.
+std::string Host();
 
 // A group of ranks that runs collectives among themselves, with its own coordinator (its lowest
 // rank) and ranks numbered 0..size-1 in the order of `ranks()`. The default value is the global

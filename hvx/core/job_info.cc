@@ -62,7 +62,7 @@ JobInfo DescribeJob(bool check) {
       "{\"rank\":", Rank(), ",\"size\":", Size(), ",\"local_rank\":", LocalRank(),
       ",\"local_size\":", LocalSize(), ",\"cross_rank\":", CrossRank(),
       ",\"cross_size\":", CrossSize(), ",\"homogeneous\":", IsHomogeneous() ? "true" : "false",
-      ",\"host\":", JsonQuote(HostName()), ",\"pid\":", getpid(), ",\"visible_gpus\":",
+      ",\"host\":", JsonQuote(Host()), ",\"pid\":", getpid(), ",\"visible_gpus\":",
       CountVisibleGpus(Environment::Process(), InitOptions().nvidia_gpus_dir));
   if (check) {
     std::vector<std::string> errors;

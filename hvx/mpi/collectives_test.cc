@@ -16,6 +16,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "hvx/common/cluster.h"
 #include "hvx/common/half.h"
 #include "hvx/common/logging.h"
 #include "hvx/core/api.h"
@@ -136,6 +137,7 @@ TEST(CollectivesTest, Topology) {
   EXPECT_EQ(CrossSize(), 1);
   EXPECT_EQ(CrossRank(), 0);
   EXPECT_TRUE(IsHomogeneous());
+  EXPECT_EQ(Host(), HostName());  // one host, named by its host name
 }
 
 TEST(CollectivesTest, AllreduceEveryDtypeAndOp) {
