@@ -14,6 +14,10 @@
 #                               the hosts over their network, so cutting a host's link cuts its
 #                               sessions too, as on a real cluster
 #   netns_hosts.sh cut H       take host H's switch port down (its link is cut, nothing is told)
+#   netns_hosts.sh pod H NAME  start "pod" NAME on host H, as Kubernetes runs a hostNetwork pod:
+#                               H's network and host name, its own /dev/shm (a tmpfs), pid and IPC
+#                               namespaces; NAME resolves to H's address, and exec/fakessh NAME
+#                               run commands inside it
 #   netns_hosts.sh down        kill what runs in those namespaces (by PID) and delete them
 # `up` makes $STATE/fakessh, a link to this script that behaves as `fakessh`.
 # HVX_SEPARATE_BOOT_ID=1 gives each host its own /proc/sys/kernel/random/boot_id. UCX decides from
@@ -122,8 +126,39 @@ sshd_up() {
     done
 }
 
+pod_up() {
+    local ns name=$2 addr started i
+    ns=$(ns_of "$1") || die "unknown host '$1'"
+    [[ $name =~ ^[a-z][a-z0-9-]*$ && ! -e $STATE/pod.$name.pid ]] || die "bad or taken pod name '$name'"
+    addr=$(awk -v h="$ns" '$2 == h {print $1}' "$STATE/hosts")
+    echo "$addr $name" >>"$STATE/hosts" # in place: the hosts' bind mounts see it
+    # unshare --fork: the shell is pid 1 of the pod's namespace; --kill-child ends it with unshare.
+    ip netns exec "$ns" unshare --uts --ipc --mount --pid --fork --kill-child -- /bin/sh -c \
+        'hostname "$1" && mount --bind "$2" /etc/hosts && mount -t proc proc /proc &&
+         mount -t tmpfs -o size=1g,mode=1777 tmpfs /dev/shm || exit 125
+         if [ "$3" = 1 ]; then mount --bind "$4" /proc/sys/kernel/random/boot_id || exit 125; fi
+         : >"$5"; exec sleep infinity' \
+        hvx-pod "$ns" "$STATE/hosts" "${HVX_SEPARATE_BOOT_ID:-0}" "$STATE/boot_id.$ns" \
+        "$STATE/pod.$name.ready" </dev/null >/dev/null 2>"$STATE/pod.$name.log" &
+    started=$!
+    for i in $(seq 100); do
+        [[ -e $STATE/pod.$name.ready ]] && break
+        kill -0 "$started" 2>/dev/null || break
+        sleep 0.05
+    done
+    [[ -e $STATE/pod.$name.ready ]] || die "pod $name did not start: $(cat "$STATE/pod.$name.log")"
+    pgrep -P "$started" >"$STATE/pod.$name.pid" || die "pod $name has no init"
+}
+
 run_on() {
     local ns
+    if [[ -f $STATE/pod.${1#*@}.pid ]]; then
+        local init
+        init=$(cat "$STATE/pod.${1#*@}.pid")
+        shift
+        # -p forks: the command is in the pod's pid namespace.
+        exec nsenter -t "$init" -n -u -i -m -p -- "$@"
+    fi
     ns=$(ns_of "$1") || die "unknown host '$1'"
     shift
     # `ip netns exec` gives a private mount namespace, so the bind mount stays inside it.
@@ -156,5 +191,6 @@ case $cmd in
     fakessh) fakessh "$@" ;;
     sshd) sshd_up ;;
     cut) ip -n "${NSP}sw" link set "p${1#"$NSP"}" down ;;
-    *) sed -n '2,24p' "$SELF"; exit 2 ;;
+    pod) pod_up "$@" ;;
+    *) sed -n '2,26p' "$SELF"; exit 2 ;;
 esac
