@@ -28,7 +28,8 @@ absl::StatusOr<int> NonNegativeInt(absl::string_view name, absl::string_view tex
   return v;
 }
 
-// SLURM_GPUS_PER_NODE is "4", "gpu:4" or "a100:4"; several types ("a100:2,v100:2") add up.
+// SLURM_GPUS_PER_NODE is "4", "gpu:4" or "a100:4"; several types ("a100:2,v100:2") add up, to
+// at most kMaxSlotsPerHost.
 absl::StatusOr<int> ParseSlurmGpus(absl::string_view name, absl::string_view text) {
   int total = 0;
   for (absl::string_view part : absl::StrSplit(text, ',')) {
@@ -37,6 +38,10 @@ absl::StatusOr<int> ParseSlurmGpus(absl::string_view name, absl::string_view tex
     // "gpu:4(S:0-1)": socket affinity suffix.
     count = count.substr(0, count.find('('));
     HVX_ASSIGN_OR_RETURN(int n, NonNegativeInt(name, count));
+    if (n > kMaxSlotsPerHost - total) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, "='", text, "': more than ", kMaxSlotsPerHost, " GPUs on one node"));
+    }
     total += n;
   }
   return total;

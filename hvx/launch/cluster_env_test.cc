@@ -69,6 +69,21 @@ TEST(SlurmTest, GpusPerNodeWinOverOneTaskPerNode) {
   EXPECT_THAT((*c)->hosts, ElementsAre(HostSpec{"g1", 4}, HostSpec{"g2", 4}));
 }
 
+TEST(SlurmTest, GpuCountsThatAddUpPastTheLimitAreAnError) {
+  // Two counts whose sum overflows an int (the fuzzer's find), and a sum just past the limit.
+  for (const char* gpus : {"a100:2132230976,v100:21322243", "a100:4000,v100:97"}) {
+    MapEnvironment env{{"SLURM_NODELIST", "g1"}, {"SLURM_GPUS_PER_NODE", gpus}};
+    EXPECT_THAT(DetectClusterHosts(env, Files({}), 0).status().message(),
+                HasSubstr(absl::StrCat("SLURM_GPUS_PER_NODE='", gpus,
+                                       "': more than 4096 GPUs on one node")))
+        << gpus;
+  }
+  MapEnvironment most{{"SLURM_NODELIST", "g1"}, {"SLURM_GPUS_PER_NODE", "a100:4000,v100:96"}};
+  auto c = DetectClusterHosts(most, Files({}), 0);
+  ASSERT_TRUE(c.ok() && c->has_value()) << c.status();
+  EXPECT_THAT((*c)->hosts, ElementsAre(HostSpec{"g1", 4096}));
+}
+
 TEST(SlurmTest, MismatchedTaskCountIsAnError) {
   MapEnvironment env{{"SLURM_NODELIST", "g[1-3]"}, {"SLURM_TASKS_PER_NODE", "2(x2)"}};
   EXPECT_THAT(DetectClusterHosts(env, Files({}), 0).status().message(),
