@@ -5,6 +5,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <sched.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -556,6 +557,8 @@ TEST(ShmGroupTest, APeerInAnotherPidNamespaceIsAliveUntilItExits) {
   const pid_t child = fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
+    close(fds[0]);  // the parent's ends: a parent that fails early ends the child's waits
+    close(go[1]);
     if (unshare(CLONE_NEWPID) != 0) _exit(3);
     const pid_t init = fork();  // pid 1 in the new namespace
     if (init == 0) {
@@ -565,14 +568,17 @@ TEST(ShmGroupTest, APeerInAnotherPidNamespaceIsAliveUntilItExits) {
             return SocketExchange(fds[1], 1, m, all);
           },
           names, absl::Seconds(30));
+      pollfd told_fd = {go[0], POLLIN, 0};
       char c;
-      const bool told = read(go[0], &c, 1) == 1;
+      const bool told = poll(&told_fd, 1, 30000) == 1 && read(go[0], &c, 1) == 1;
       _exit(g.ok() && told ? 0 : 1);
     }
     int status = 0;
     _exit(init > 0 && waitpid(init, &status, 0) == init && WIFEXITED(status) ? WEXITSTATUS(status)
                                                                              : 2);
   }
+  close(fds[1]);  // the child's ends: a child that fails early ends the exchange
+  close(go[0]);
   auto g = ShmGroup::Create(
       0, 2, 1 << 20,
       [&](const std::string& m, std::vector<std::string>* all) {
@@ -594,7 +600,8 @@ TEST(ShmGroupTest, APeerInAnotherPidNamespaceIsAliveUntilItExits) {
       "allreduce 'grad': global rank 1 (host a) (pid 1) exited during the collective"))
       << gone;
   EXPECT_LT(MonotonicNow() - start, absl::Milliseconds(500));
-  for (int fd : {fds[0], fds[1], go[0], go[1]}) close(fd);
+  close(fds[0]);
+  close(go[1]);
 }
 
 TEST(ShmGroupTest, AFailureOnOneRankFailsEveryRank) {

@@ -11,10 +11,10 @@
 // Crash safety: a region's name (names.h) is unlinked as soon as every local rank has mapped it,
 // or when Create fails at any step, so the memory goes away with the last process that maps it,
 // however the job ends; a process killed inside Create leaves its name to the rank wrapper, which
-// removes it by tag. A wait gives up when the peer's process is gone (a pid this process could
-// see when the group formed), when the peer marked itself failed, or at the group's timeout, with
-// an error naming the peer: a rank dying mid-collective fails the op on the others instead of
-// leaving them spinning.
+// removes it by tag. A wait gives up when the peer's process is gone (the lock it holds on its
+// region released, or, in this pid namespace, its pid gone), when the peer marked itself failed,
+// or at the group's timeout, with an error naming the peer: a rank dying mid-collective fails the
+// op on the others instead of leaving them spinning.
 //
 // Not thread-safe: one thread (the engine's) uses a group.
 #ifndef HVX_SHM_SHM_GROUP_H_
