@@ -147,7 +147,10 @@ pod_up() {
         sleep 0.05
     done
     [[ -e $STATE/pod.$name.ready ]] || die "pod $name did not start: $(cat "$STATE/pod.$name.log")"
-    pgrep -P "$started" >"$STATE/pod.$name.pid" || die "pod $name has no init"
+    local init
+    init=$(cat "/proc/$started/task/$started/children" 2>/dev/null) && [[ $init =~ ^[0-9]+\ ?$ ]] ||
+        die "pod $name has no init (unshare $started)"
+    echo "${init% }" >"$STATE/pod.$name.pid"
 }
 
 run_on() {
@@ -156,8 +159,9 @@ run_on() {
         local init
         init=$(cat "$STATE/pod.${1#*@}.pid")
         shift
-        # -p forks: the command is in the pod's pid namespace.
-        exec nsenter -t "$init" -n -u -i -m -p -- "$@"
+        # -p forks: the command is in the pod's pid namespace, and ends (SIGKILL) if nsenter does,
+        # as a remote command ends with its ssh session.
+        exec nsenter -t "$init" -n -u -i -m -p -- setpriv --pdeathsig KILL -- "$@"
     fi
     ns=$(ns_of "$1") || die "unknown host '$1'"
     shift
