@@ -39,16 +39,26 @@ def full(trainer):
                        overrides=[TWO, ckpt(trainer, "ck_full")]).check()
 
 
-@pytest.fixture(scope="module")
-def preempted(trainer):
-    """The trainer, sent SIGTERM once rank 0 recorded step 8 of epoch 1."""
-    run, proc = trainer.start("preempted", "--config=" + trainer.config,
-                              overrides=[TWO, ckpt(trainer, "ck")])
+def until_step(run, proc, step):
+    """Returns once rank 0 recorded `step` of epoch 1, or the trainer ended."""
+    wait_for(lambda: at_step(run, step)() or proc.poll() is not None, timeout=120,
+             what="step %d" % step)
+
+
+def sigterm_at_step(trainer, name, step, overrides=()):
+    """The trainer, sent SIGTERM once rank 0 recorded `step` of epoch 1; the finished Run."""
+    run, proc = trainer.start(name, "--config=" + trainer.config, overrides=list(overrides))
     try:
-        wait_for(lambda: at_step(run, 8)() or proc.poll() is not None, timeout=120, what="step 8")
+        until_step(run, proc, step)
     finally:
         proc.send_signal(signal.SIGTERM)
     return trainer.finish(run, proc)
+
+
+@pytest.fixture(scope="module")
+def preempted(trainer):
+    """The 2-process trainer, sent SIGTERM at step 8 of epoch 1."""
+    return sigterm_at_step(trainer, "preempted", 8, [TWO, ckpt(trainer, "ck")])
 
 
 def at_step(run, step, epoch=1):
@@ -91,7 +101,7 @@ def rank_signalled(trainer):
     run, proc = trainer.start("rank_sigterm", "--config=" + trainer.config,
                               overrides=[TWO, ckpt(trainer, "ck_rank")])
     try:
-        wait_for(lambda: at_step(run, 8)() or proc.poll() is not None, timeout=120, what="step 8")
+        until_step(run, proc, 8)
         ranks = rank_pids(proc.pid, trainer.train)
         assert sorted(ranks) == [0, 1], ranks
         os.kill(ranks[1], signal.SIGTERM)
@@ -156,13 +166,7 @@ def test_after_a_rank_sigterm_the_same_command_repeats_the_uninterrupted_run(
 
 
 def test_a_trainer_without_a_launcher_checkpoints_on_sigterm_and_exits_75(trainer):
-    run, proc = trainer.start("alone", "--config=" + trainer.config,
-                              overrides=[ckpt(trainer, "ck_alone")])
-    try:
-        wait_for(lambda: at_step(run, 8)() or proc.poll() is not None, timeout=120, what="step 8")
-    finally:
-        proc.send_signal(signal.SIGTERM)
-    trainer.finish(run, proc).check(rc=75)
+    run = sigterm_at_step(trainer, "alone", 8, [ckpt(trainer, "ck_alone")]).check(rc=75)
     at = run.end["global_step"]
     assert run.end["state"] == "preempted" and at >= 8
     assert os.path.isfile(trainer.path("ck_alone", "ckpt-%d.pt" % at))
@@ -171,12 +175,7 @@ def test_a_trainer_without_a_launcher_checkpoints_on_sigterm_and_exits_75(traine
 
 def test_a_stop_request_without_a_checkpoint_dir_saves_nothing_and_exits_1(trainer):
     # 75 would promise that running again goes on from here.
-    run, proc = trainer.start("nodir", "--config=" + trainer.config)
-    try:
-        wait_for(lambda: at_step(run, 4)() or proc.poll() is not None, timeout=120, what="step 4")
-    finally:
-        proc.send_signal(signal.SIGTERM)
-    trainer.finish(run, proc).check(rc=1)
+    run = sigterm_at_step(trainer, "nodir", 4).check(rc=1)
     assert run.end["state"] == "preempted"
     assert ("train: stopped early on a checkpoint request (SIGTERM or hvxrun's SIGUSR1), but "
             "checkpoint.dir is empty: nothing was saved, and running again starts over") in run.err
