@@ -117,6 +117,7 @@ absl::StatusOr<std::optional<ClusterHosts>> DetectSageMaker(const Environment& e
   c.source = source;
   for (const std::string& h : hosts) c.hosts.push_back({h, std::max(gpus, 1)});
   c.current_host = current;
+  c.leader_launches = true;
   c.is_leader = current.empty() || current == hosts[0];
   c.host_wait_s = kHostsStartApartWaitS;
   return c;

@@ -46,7 +46,8 @@ struct ClusterHosts {
   std::vector<HostSpec> hosts;  // slots always set
   Launcher launcher = Launcher::kSsh;
   // SageMaker-style clusters run the entry point on every host; only the leader (hosts[0])
-  // launches, the others must not start ranks of their own.
+  // launches, the others must not start ranks of their own and wait for the job's status.
+  bool leader_launches = false;
   bool is_leader = true;
   std::string current_host;
   // How long the other hosts may take to come up after this one: SageMaker starts its instances

@@ -9,9 +9,13 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "hvx/common/files.h"
+#include "hvx/launch/command.h"
 #include "hvx/launch/output.h"
 #include "hvx/launch/subprocess.h"
 
@@ -47,27 +51,79 @@ std::set<int> HydraProxies() {
   return proxies;
 }
 
+// Only [A-Za-z0-9._-]: the name goes into a file name and a remote shell command unquoted.
+std::string FileNamePart(const std::string& s) {
+  std::string out;
+  for (char c : s) out.push_back(absl::ascii_isalnum(c) || c == '.' || c == '-' ? c : '_');
+  return out.empty() ? "_" : out;
+}
+
+// The job's status once the leader has left it in `path` (the file is removed), else nullopt.
+std::optional<int> ReadLeaderStatus(const std::string& path, const LaunchOptions& options,
+                                    const std::string& leader) {
+  absl::StatusOr<std::string> text = ReadFileFromDisk(path);
+  if (!text.ok()) return std::nullopt;
+  unlink(path.c_str());
+  int status = 0;
+  if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(*text), &status) || status < 0 || status > 255) {
+    WriteAll(options.err_fd,
+             absl::StrCat("hvxrun: ", path, " from the leader ", leader, " holds no exit status (",
+                          absl::CEscape(*text), "); this host exits 1\n"));
+    return 1;
+  }
+  WriteAll(options.err_fd, absl::StrCat("hvxrun: the leader ", leader,
+                                        " reports that the job ended with status ", status, "\n"));
+  return status;
+}
+
 }  // namespace
 
-// With --max-restarts (the leader has the same command line) it also waits --start-timeout after
-// its ranks end for a restart that brings them back. Each attempt starts its own proxy on this
-// host, so a proxy not seen before is a restart even while the last attempt's is still exiting.
-absl::StatusOr<int> FollowLeader(const LaunchOptions& options, const JobSetup& setup) {
+std::string LeaderStatusPath(const Environment& env, const std::string& follower) {
+  return absl::StrCat("/tmp/hvx-job-status.",
+                      FileNamePart(env.GetNonEmpty("TRAINING_JOB_NAME").value_or("job")), ".",
+                      FileNamePart(follower));
+}
+
+void ReportToFollowers(const LaunchOptions& options, const JobSetup& setup, const Environment& env,
+                       int status) {
+  for (const std::string& host : setup.followers) {
+    const std::string path = LeaderStatusPath(env, host);
+    // Written whole, then renamed: the follower never reads half of it.
+    const std::string command =
+        absl::StrCat("printf '%s\\n' ", status, " >", path, ".$$ && mv -f ", path, ".$$ ", path);
+    absl::StatusOr<std::string> done = RunCapture(RemoteCommand(options, host, command), 20);
+    if (!done.ok()) {
+      WriteAll(options.err_fd,
+               absl::StrCat("hvxrun: could not send the job's status (", status, ") to host ", host,
+                            ", which waits for it: ", done.status().message(), "\n"));
+    }
+  }
+}
+
+// Each attempt of the leader's (--max-restarts) starts its own proxy on this host, so a proxy not
+// seen before is a restart even while the last attempt's is still exiting.
+absl::StatusOr<int> FollowLeader(const LaunchOptions& options, const JobSetup& setup,
+                                 const Environment& env) {
   WriteAll(options.err_fd,
            absl::StrCat("hvxrun: this host is not the leader of the ", setup.source, "; ",
                         setup.leader, " starts the ranks here. Waiting for them to finish.\n"));
+  const std::string status_path = LeaderStatusPath(env, setup.this_host);
   // Short jobs' proxies live well under a second: a coarser poll could miss them all.
   constexpr std::chrono::milliseconds kPoll = std::chrono::milliseconds(20);
-  // The leader may come up later than this host and then wait for the others (--host-wait).
+  // The leader may come up later than this host and then wait for the others (--host-wait). It
+  // may also fail before it starts any rank here; it says so then.
   const double first_wait_s = setup.host_wait_s + options.start_timeout_s;
   const Clock::time_point deadline = Clock::now() + FromSeconds(first_wait_s);
   std::set<int> now;
   while ((now = HydraProxies()).empty()) {
+    if (std::optional<int> status = ReadLeaderStatus(status_path, options, setup.leader)) {
+      return *status;
+    }
     if (Clock::now() > deadline) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("no ranks were started on this host by the leader ", setup.leader,
-                       " within ", first_wait_s, " s (--host-wait ", setup.host_wait_s,
-                       " + --start-timeout ", options.start_timeout_s, ")"));
+      return absl::DeadlineExceededError(absl::StrCat(
+          "no ranks were started on this host by the leader ", setup.leader, " within ",
+          first_wait_s, " s (--host-wait ", setup.host_wait_s, " + --start-timeout ",
+          options.start_timeout_s, "), and it sent no status of the job (", status_path, ")"));
     }
     std::this_thread::sleep_for(kPoll);
   }
@@ -85,14 +141,22 @@ absl::StatusOr<int> FollowLeader(const LaunchOptions& options, const JobSetup& s
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
       now = HydraProxies();
     }
-    // The leader runs the same command: with --max-restarts it may start the job again here.
-    if (options.max_restarts == 0) return 0;
+    // The ranks here have ended: the leader sends the job's status once its side has, or (with
+    // --max-restarts, the same command line as here) starts the job again.
     const Clock::time_point again_by = Clock::now() + FromSeconds(options.start_timeout_s);
-    while (now.empty() && Clock::now() < again_by) {
+    while (now.empty()) {
+      if (std::optional<int> status = ReadLeaderStatus(status_path, options, setup.leader)) {
+        return *status;
+      }
+      if (Clock::now() > again_by) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            "the leader ", setup.leader, " sent no status of the job (", status_path, ") within ",
+            options.start_timeout_s,
+            " s (--start-timeout) after the ranks on this host ended; it may have been lost"));
+      }
       std::this_thread::sleep_for(kPoll);
       now = HydraProxies();
     }
-    if (now.empty()) return 0;
   }
 }
 

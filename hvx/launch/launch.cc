@@ -26,10 +26,10 @@ absl::StatusOr<int> RunJob(const LaunchOptions& options) {
   return RunJob(options, Environment::Process());
 }
 
-absl::StatusOr<int> RunJob(const LaunchOptions& options, const Environment& env) {
-  const HostProbe probe = SystemHostProbe(options, env);
-  HVX_ASSIGN_OR_RETURN(JobSetup setup, ResolveJob(options, env, ReadFileFromDisk, probe));
-  if (setup.follower) return FollowLeader(options, setup);
+namespace {
+
+absl::StatusOr<int> LeadJob(const LaunchOptions& options, const Environment& env,
+                            const JobSetup& setup, const HostProbe& probe) {
   if (setup.host_wait_s > 0 && !options.dry_run) {
     std::vector<std::string> remote;
     for (const Host& h : setup.plan.used_hosts) {
@@ -54,6 +54,22 @@ absl::StatusOr<int> RunJob(const LaunchOptions& options, const Environment& env)
   return RunAttempt(options, setup, nullptr);
 }
 
+}  // namespace
+
+absl::StatusOr<int> RunJob(const LaunchOptions& options, const Environment& env) {
+  const HostProbe probe = SystemHostProbe(options, env);
+  HVX_ASSIGN_OR_RETURN(JobSetup setup, ResolveJob(options, env, ReadFileFromDisk, probe));
+  if (setup.follower) return FollowLeader(options, setup, env);
+  absl::StatusOr<int> rc = LeadJob(options, env, setup, probe);
+  // The other hosts of a SageMaker-style job wait for its status, and exit with it.
+  if (!setup.followers.empty() && !options.dry_run) {
+    if (!rc.ok()) WriteAll(options.err_fd, absl::StrCat("hvxrun: ", rc.status().message(), "\n"));
+    ReportToFollowers(options, setup, env, rc.ok() ? *rc : kSetupFailureExitCode);
+    if (!rc.ok()) return kSetupFailureExitCode;
+  }
+  return rc;
+}
+
 int HvxrunMain(int argc, char** argv) {
   if (int rc = MaybeRunRankWrapper(argc, argv); rc >= 0) return rc;
   std::vector<std::string> args(argv + 1, argv + argc);
@@ -73,7 +89,7 @@ int HvxrunMain(int argc, char** argv) {
   absl::StatusOr<int> rc = RunJob(*options);
   if (!rc.ok()) {
     WriteAll(2, absl::StrCat("hvxrun: ", rc.status().message(), "\n"));
-    return 2;
+    return kSetupFailureExitCode;
   }
   return *rc;
 }

@@ -23,8 +23,13 @@
 namespace hvx {
 namespace launch {
 
+// What hvxrun exits with when the job could not be set up (RunJob returned an error).
+inline constexpr int kSetupFailureExitCode = 2;
+
 // Runs the job and returns its exit code. Errors (a bad host list, too few slots, running under
-// another launcher, mpiexec not startable) come back as a Status before anything starts.
+// another launcher, mpiexec not startable) come back as a Status before anything starts. The
+// leader of a SageMaker-style job sends every follower the job's exit code (kSetupFailureExitCode
+// for an error, which it then prints on err_fd and returns as that code).
 absl::StatusOr<int> RunJob(const LaunchOptions& options);
 absl::StatusOr<int> RunJob(const LaunchOptions& options, const Environment& env);
 

@@ -325,6 +325,9 @@ absl::StatusOr<JobSetup> ResolveJob(const LaunchOptions& options, const Environm
         return setup;
       }
       specs = cluster->hosts;
+      if (cluster->leader_launches) {
+        for (size_t i = 1; i < specs.size(); ++i) setup.followers.push_back(specs[i].name);
+      }
       if (options.slots_per_host) {
         for (HostSpec& h : specs) h.slots = options.slots_per_host;
       }

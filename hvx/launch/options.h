@@ -98,6 +98,8 @@ struct JobSetup {
   // SageMaker-style clusters: this host is not the leader; it must start nothing.
   bool follower = false;
   std::string leader;
+  // On the leader of such a cluster: the other hosts, which wait for it to send the job's status.
+  std::vector<std::string> followers;
   // This host's name in the cluster's host list where the cluster says which it is (SageMaker's
   // current_host, SLURMD_NODENAME); empty otherwise. A SageMaker container's own hostname is not
   // its name in the job and need not resolve: mpiexec is given this one (-localhost) for the

@@ -14,6 +14,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::IsEmpty;
 using ::testing::Not;
 using ::testing::Pair;
 
@@ -206,11 +207,13 @@ TEST(ResolveTest, SageMakerLeaderGivesMpiexecItsNameInTheJob) {
   auto s = ResolveJob(*o, sm, NoFiles(), Probe(0));
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(s->this_host, "algo-1");
+  EXPECT_THAT(s->followers, ElementsAre("algo-2"));  // told the job's status at the end
   EXPECT_THAT(ShellJoin(MpiexecCommand(*o, *s, "/w")),
               HasSubstr("-localhost algo-1 -hosts algo-1:1,algo-2:1 -n 2"));
   auto given = ResolveJob(*Parse({"-H", "a:1,b:1", "p"}), MapEnvironment{}, NoFiles(), Probe(0));
   ASSERT_TRUE(given.ok()) << given.status();
   EXPECT_EQ(given->this_host, "");
+  EXPECT_THAT(given->followers, IsEmpty());
   EXPECT_THAT(ShellJoin(MpiexecCommand(*o, *given, "/w")), Not(HasSubstr("-localhost")));
 }
 

@@ -17,6 +17,10 @@
 #      weights land in algo-1's /opt/ml/model; every sample of both epochs is trained once across
 #      the two runs (the sample audit); the toolkit reports success on both hosts.
 #   3. the toolkit's MPI mode (sagemaker_mpi_enabled) is refused, saying what to change.
+#   4. a job whose ranks fail (a hyperparameter the trainer does not know): both containers exit
+#      with the ranks' status, the follower told it by the leader.
+#   5. a third instance that never comes up: the leader gives up after --host-wait, and the
+#      follower exits with the leader's status at once, not after its own --host-wait.
 #   sagemaker_test.sh HVXRUN HVXRUN_RANK TRAIN MPIEXEC NETNS_HOSTS STAGE CONFIG MAKE_IDX TRAIN_LIB SAGEMAKER_VENV
 # Needs root and sshd; where either is missing it prints SKIPPED and passes.
 set -uo pipefail
@@ -58,20 +62,25 @@ hyperparameters() { for h in algo-1 algo-2; do echo "$1" >"$T/$h/ml/input/config
 kit_args="--mpiexec $MPIEXEC --slots-per-host 2 --timeout 150 --start-timeout 30"
 # container HOST CMD...: CMD on HOST as SageMaker starts a container there; output in $T/HOST.out/err.
 container() {
-    local h=$1
+    local h=$1 args=$kit_args
     shift
+    [[ $h == algo-1 && -n $leader_args ]] && args+=" $leader_args"
     timeout -k 5 180 "$NETNS" exec "$h" /bin/sh -c '
         mount -t tmpfs tmpfs /opt && mkdir -p /opt/ml /opt/hvx && mount --bind "$1/ml" /opt/ml &&
             mount --bind "$2/opt/hvx" /opt/hvx && mount --bind "$2/etc/ssh" /etc/ssh &&
             if [ -d /root/.ssh ]; then mount -t tmpfs tmpfs /root/.ssh; fi && hostname "$3" || exit 125
         shift 3
         exec "$@"' container "$T/$h" "$T/image" "ip-10-0-0-${h#algo-}" \
-        env -i PATH=/opt/hvx/bin:/usr/local/bin:/usr/bin:/bin HOME=/root TRAINING_JOB_NAME=hvx-test \
-        TRAINING_JOB_ARN=arn:aws:sagemaker:us-east-1:000000000000:training-job/hvx-test \
-        HVXRUN_ARGS="$kit_args" "$@" >"$T/$h.out" 2>"$T/$h.err" </dev/null
+        env -i PATH=/opt/hvx/bin:/usr/local/bin:/usr/bin:/bin HOME=/root TRAINING_JOB_NAME="$job_name" \
+        TRAINING_JOB_ARN="arn:aws:sagemaker:us-east-1:000000000000:training-job/$job_name" \
+        HVXRUN_ARGS="$args" "$@" >"$T/$h.out" 2>"$T/$h.err" </dev/null
 }
+# SageMaker job names are unique (a restarted spot job keeps its name, on new containers with a
+# /tmp of their own); these containers share one /tmp, so each job here has a name of its own.
+jobs_run=0 leader_args=""
 # job CMD...: CMD in both containers, algo-2's 6 s after algo-1's; their statuses in $rc1, $rc2.
 job() {
+    jobs_run=$((jobs_run + 1)) job_name=hvx-test-$jobs_run
     (container algo-1 "$@"; echo $? >"$T/algo-1.rc") &
     sleep 6
     (container algo-2 "$@"; echo $? >"$T/algo-2.rc") &
@@ -93,6 +102,8 @@ hyperparameters "{\"config\": \"tiny.pbtxt\", \"sample_log\": \"$T/log\", \"max_
 job /opt/hvx/sagemaker/entry_point.py train
 end_containers
 [[ $rc1 == 0 && $rc2 == 0 ]]; check "BYOC: both containers exit 0 (algo-1 $rc1, algo-2 $rc2)" $?
+grep -qF 'hvxrun: the leader algo-1 reports that the job ended with status 0' "$T/algo-2.err"
+check "BYOC: algo-2 exited with the status the leader sent" $?
 grep -q '^hvxrun: waiting up to 1800 s (--host-wait) for hosts to answer the remote shell: .*algo-2 (' "$T/algo-1.err"
 check "BYOC: the leader waited for algo-2's sshd" $?
 grep -qE '^hvxrun: host algo-2 answered after [0-9]+ s$' "$T/algo-1.err"; check "BYOC: and said when it answered" $?
@@ -124,12 +135,36 @@ audit "$T/log" 4 2 $N; check "every sample of both epochs trained once across th
 
 # ---- 3. SageMaker's MPI mode: refused, saying what to change
 hyperparameters '{"config": "tiny.pbtxt", "sagemaker_mpi_enabled": "true"}'
+job_name=hvx-test-mpi
 container algo-1 /opt/hvx/sagemaker/entry_point.py train
 rc=$?
 end_containers
 [[ $rc != 0 ]] && grep -qF "Remove \`distribution\` from the estimator" "$T/algo-1.err"
 check "MPI mode: refused (rc $rc), naming the fix" $?
 grep -qF 'hvx initialized' "$T/algo-1.err" && { check "MPI mode: no rank started" 1; }
+
+# ---- 4. ranks that fail: every container exits with their status
+before=$failures
+hyperparameters '{"config": "tiny.pbtxt", "no_such_flag": "1"}'
+job /opt/hvx/sagemaker/entry_point.py train
+end_containers
+[[ $rc1 != 0 && $rc2 == "$rc1" ]]; check "failing ranks: both containers exit with their status (algo-1 $rc1, algo-2 $rc2)" $?
+grep -qF "hvxrun: the leader algo-1 reports that the job ended with status $rc1" "$T/algo-2.err"
+check "failing ranks: the leader sent algo-2 that status" $?
+((failures == before)) || show_hosts
+
+# ---- 5. an instance that never comes up
+before=$failures
+for h in algo-1 algo-2; do sed -i 's/"hosts": \["algo-1", "algo-2"\]/"hosts": ["algo-1", "algo-2", "algo-3"]/' "$T/$h/ml/input/config/resourceconfig.json"; done
+hyperparameters '{"config": "tiny.pbtxt"}'
+leader_args="--host-wait 8"  # the follower keeps the 30 min default
+start=$(date +%s)
+job /opt/hvx/sagemaker/entry_point.py train
+took=$(($(date +%s) - start))
+end_containers
+grep -q '^hvxrun: .*algo-3' "$T/algo-1.err" && [[ $rc1 != 0 && $rc2 == "$rc1" ]] && ((took < 40))
+check "algo-3 never up: the leader gave up, algo-2 exited with its status in $took s (algo-1 $rc1, algo-2 $rc2)" $?
+((failures == before)) || show_hosts
 
 echo "failures: $failures"
 [[ $failures == 0 ]]
