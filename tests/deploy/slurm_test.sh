@@ -4,9 +4,10 @@
 #   - examples/deploy/slurm/train.sbatch through sbatch: one hvxrun starts every rank through srun;
 #     with select/cons_tres and task/affinity, as most clusters run, each rank has every CPU of
 #     its node (a step of one task per node would have one);
-#   - the recipe's notice before the time limit (USR1 to the batch shell, as --signal=B:USR1 sends
-#     it): the trainer's ranks checkpoint and end with 75, the job requeues itself, the second run
-#     resumes there and finishes, and every sample of both epochs is trained once across the runs;
+#   - a job that reaches its time limit: the recipe's --signal=B:USR1 notice, sent by slurmctld
+#     itself (a 1-minute limit here, the notice 30 s before it), has the trainer's ranks checkpoint
+#     and end with 75, the job requeues itself, the second run resumes there and finishes, and
+#     every sample of every epoch is trained once across the runs;
 #   - hvxrun inside salloc;
 #   - `srun PROGRAM` (one process per task, no MPI world): hvx::Init refuses with the command.
 #   slurm_test.sh HVXRUN HVX_INFO MPIEXEC NETNS_HOSTS SBATCH_SCRIPT TRAIN MAKE_IDX TRAIN_LIB
@@ -64,6 +65,8 @@ AccountingStorageType=accounting_storage/none
 ReturnToService=2
 InactiveLimit=0
 KillWait=5
+# debug2 logs each of slurmctld's time-limit checks (every 30 s), which the time-limit case times.
+SlurmctldDebug=debug2
 NodeName=hvxl1 NodeAddr=$(addr hvxl1) CPUs=2 State=UNKNOWN
 NodeName=hvxl2 NodeAddr=$(addr hvxl2) CPUs=2 State=UNKNOWN
 PartitionName=p Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
@@ -122,41 +125,46 @@ passes=$(grep -c '"check":"pass"' "$T/sbatch.out" 2>/dev/null)
 check "train.sbatch: 4 ranks on both nodes, every check passed (rc=$rc, $passes passes)" $?
 [[ $rc == 0 ]] || cat "$T/sbatch.err" "$T/sbatch.out"
 
-# ---- the notice before the time limit: checkpoint, 75, requeue, resume, done
-N=960
-tiny_config "$T" cnn $N 40 10 2 || { echo "FAIL: could not write the dataset"; exit 1; }
-sed -i "s|^logging .*|logging { log_every_steps: 1 }\ncheckpoint { dir: \"$T/ck\" }|" "$T/tiny.pbtxt"
+# ---- the time limit: slurmctld's notice, checkpoint, 75, requeue, resume, done
+# slurmctld checks time limits every 30 s and sends the --signal notice at the first check that
+# finds the job's end within the notice's lead + 30 s: with a 1-minute limit and a 30 s lead, at
+# the first check after the job starts. Submitted 18 s after a check, the job hears at about 12 s.
+N=2880 EPOCHS=4 STEPS=288  # 4 ranks x batch 10: 72 steps an epoch
+tiny_config "$T" cnn $N 40 10 $EPOCHS || { echo "FAIL: could not write the dataset"; exit 1; }
+sed -i "s|^logging .*|logging { log_every_steps: 1 }\ncheckpoint { dir: \"$T/ck\" keep: 100 }|" "$T/tiny.pbtxt"
 timeout -k 5 120 "$TRAIN" --config="$T/tiny.pbtxt" --override='epochs: 1 logging { max_steps_per_epoch: 1 }' \
     --override="checkpoint { dir: \"$T/prep-ck\" }" >"$T/prep.out" 2>&1 ||
     { echo "FAIL: preparing shards"; tail -n 20 "$T/prep.out"; exit 1; }
+checks() { grep -c 'Testing job time limits' "$T/slurmctld.log"; }
+seen=$(checks)
+for _ in $(seq 1 350); do (($(checks) > seen)) && break; sleep 0.1; done
+sleep 18
 id=$(on1 HVX_COMMAND="$TRAIN --config=$T/tiny.pbtxt --sample_log=$T/log" \
     HVXRUN_ARGS="--mpiexec $MPIEXEC --timeout 300" \
-    sbatch --parsable --ntasks-per-node=2 --gpus-per-node=0 --output="$T/requeue.out" "$SBATCH_SCRIPT")
-steps() {
-    local n
-    n=$(grep -cE '^\[0\] epoch [0-9]+/2 step' "$T/requeue.out" 2>/dev/null)
-    echo "${n:-0}"
-}
-for _ in $(seq 1 600); do (($(steps) >= 5)) && break; sleep 0.1; done
-on1 scancel --batch --signal=USR1 "$id"
-states=
-for _ in $(seq 1 900); do
+    sbatch --parsable --time=1 --signal=B:USR1@30 --ntasks-per-node=2 --gpus-per-node=0 \
+    --output="$T/requeue.out" "$SBATCH_SCRIPT")
+states= raised=
+for _ in $(seq 1 1200); do
     state=$(job_field "$id" JobState)
     [[ $state == "${states##* }" ]] || states+=" $state"
-    [[ $state == COMPLETED || $state == FAILED ]] && break
+    # The requeued run gets time enough to finish (it would be told again 30 s in otherwise).
+    if [[ -z $raised && $state == PENDING && $states == *RUNNING* ]]; then
+        on1 scontrol update JobId="$id" TimeLimit=10 && raised=1
+    fi
+    [[ $state == COMPLETED || $state == FAILED || $state == TIMEOUT ]] && break
     sleep 0.2
 done
 G=$(sed -nE 's/.*preempted at step ([0-9]+); checkpoint .*/\1/p' "$T/requeue.out" | head -n 1)
-[[ -n $G ]] && ((G >= 5 && G < 48)) && [[ -f $T/ck/ckpt-$G.pt ]] &&
+[[ -n $G ]] && ((G >= 1 && G < STEPS)) && [[ -f $T/ck/ckpt-$G.pt ]] &&
     grep -q '^hvxrun: preempted: every rank ended cleanly after the checkpoint request (signal 15)' "$T/requeue.out" &&
     grep -q "^train.sbatch: hvxrun checkpointed and ended with 75; requeueing job $id" "$T/requeue.out"
-check "notice: the ranks checkpointed at step ${G:-?} and the job requeued itself" $?
+check "time limit: slurmctld's notice had the ranks checkpoint at step ${G:-?} of $STEPS and the job requeued itself" $?
 restarts=$(job_field "$id" Restarts)
 [[ $state == COMPLETED && $restarts == 1 ]] &&
-    grep -q "resuming from $T/ck/ckpt-$G.pt" "$T/requeue.out" && grep -qE '^\[0\] done: 48 steps' "$T/requeue.out"
-check "notice: the requeued run resumed there and finished (states:$states; restarts $restarts)" $?
-audit "$T/log" 4 2 $N; check "notice: every sample of both epochs trained once across the two runs" $?
-((failures == 0)) || { tail -n 40 "$T/requeue.out"; on1 scontrol show job "$id"; tail -n 30 "$T/slurmctld.log"; }
+    grep -q "resuming from $T/ck/ckpt-$G.pt" "$T/requeue.out" && grep -qE "^\[0\] done: $STEPS steps" "$T/requeue.out"
+check "time limit: the requeued run resumed there and finished (states:$states; restarts $restarts)" $?
+audit "$T/log" 4 $EPOCHS $N; check "time limit: every sample of every epoch trained once across the two runs" $?
+((failures == 0)) || { tail -n 40 "$T/requeue.out"; on1 scontrol show job "$id"; grep -v debug2 "$T/slurmctld.log" | tail -n 30; }
 
 # ---- hvxrun inside salloc: the allocation's nodes, ranks started through srun
 on1 salloc -N 2 --ntasks-per-node=2 "$HVXRUN" --verbose --mpiexec "$MPIEXEC" --timeout 60 -- "$INFO" --check >"$T/salloc.out" 2>&1
