@@ -149,7 +149,7 @@ class Supervisor {
   // The first rank that ended with kPreemptedExitCode unasked (no notice, no growth) while others
   // ran, and when it did: the others have --stop-timeout to end too, or it counts as a failure (a
   // program may exit 75 on an error of its own, and its peers would wait for it forever).
-  std::optional<ControlRecord> lone_stop_;
+  std::optional<int> lone_stop_;  // the rank; its record is in exits_
   Clock::time_point lone_stop_at_;
 };
 
@@ -207,7 +207,7 @@ void Supervisor::OnControl(const ControlRecord& r) {
         BeginStop("a rank failed");
       } else if (r.exit_code == kPreemptedExitCode && !preempting_ && growing_.empty() &&
                  !lone_stop_) {
-        lone_stop_ = r;
+        lone_stop_ = r.rank;
         lone_stop_at_ = Clock::now();
       }
       if (static_cast<int>(exits_.size()) == plan_.size) all_exited_at_ = Clock::now();
@@ -254,8 +254,8 @@ int Supervisor::Run(Child child) {
     }
     if (lone_stop_ && !preempting_ && !stopping_ && !failure_ && !all_exited_at_ &&
         now > lone_stop_at_ + FromSeconds(options_.stop_timeout_s)) {
-      failure_ = Failure{lone_stop_->rank,
-                         lone_stop_->host,
+      failure_ = Failure{*lone_stop_,
+                         exits_.at(*lone_stop_).host,
                          kPreemptedExitCode,
                          0,
                          absl::StrFormat("ended with status %d (stopped to be run again), but the "

@@ -145,6 +145,9 @@ absl::StatusOr<std::unique_ptr<ShmGroup>> ShmGroup::Create(int rank, int size, s
     if (named) shm_unlink(name.c_str());
   };
 
+  // This process's pid namespace, which its header names and each peer's is compared with.
+  const std::pair<uint64_t, uint64_t> pid_ns = PidNamespace();
+
   // 1. This rank's region, reserved in full and mapped with its pages present.
   absl::Status created = [&]() -> absl::Status {
     const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
@@ -172,7 +175,7 @@ absl::StatusOr<std::unique_ptr<ShmGroup>> ShmGroup::Create(int rank, int size, s
     own.fd = fd;  // kept open: it holds the lock that tells the peers this rank lives
     struct flock hold = WholeFile();
     own.header->locked = fcntl(fd, F_OFD_SETLK, &hold) == 0 ? 1 : 0;
-    std::tie(own.header->pid_ns_dev, own.header->pid_ns_ino) = PidNamespace();
+    std::tie(own.header->pid_ns_dev, own.header->pid_ns_ino) = pid_ns;
     own.header->pid = getpid();
     own.header->bytes = bytes;
     own.header->rank = rank;
@@ -239,9 +242,8 @@ absl::StatusOr<std::unique_ptr<ShmGroup>> ShmGroup::Create(int rank, int size, s
       // A peer in another pid namespace (a container of a pod that shares this one's /dev/shm)
       // has a pid this process cannot see, or sees as another process's (its own init, as pid 1):
       // kill() only asks about peers of this namespace; the lock answers for every peer.
-      const auto [ns_dev, ns_ino] = PidNamespace();
-      peer.same_pid_ns =
-          ns_ino != 0 && peer.header->pid_ns_ino == ns_ino && peer.header->pid_ns_dev == ns_dev;
+      peer.same_pid_ns = pid_ns.second != 0 && peer.header->pid_ns_ino == pid_ns.second &&
+                         peer.header->pid_ns_dev == pid_ns.first;
       peer.lock_tells_liveness = peer.header->locked == 1;
       return absl::OkStatus();
     }();
