@@ -54,13 +54,18 @@ absl::StatusOr<std::vector<Host>> CandidateHosts(const LaunchOptions& options,
 // this host (the probe's is_local) always answers.
 std::vector<std::string> UnreachableHosts(const LaunchOptions& options, const HostProbe& probe,
                                           const std::vector<std::string>& hosts) {
-  std::vector<std::string> gone;
+  std::vector<std::string> remote;
+  std::vector<std::vector<std::string>> asks;
   for (const std::string& h : hosts) {
     if (probe.is_local(h)) continue;
-    if (!RunCapture(RemoteCommand(options, h, "true"), std::min(options.start_timeout_s, 10.0))
-             .ok()) {
-      gone.push_back(h);
-    }
+    remote.push_back(h);
+    asks.push_back(RemoteCommand(options, h, "true"));
+  }
+  const std::vector<absl::StatusOr<std::string>> answers =
+      RunCaptureAll(asks, std::min(options.start_timeout_s, 10.0));
+  std::vector<std::string> gone;
+  for (size_t i = 0; i < remote.size(); ++i) {
+    if (!answers[i].ok()) gone.push_back(remote[i]);
   }
   return gone;
 }

@@ -86,17 +86,22 @@ std::string LeaderStatusPath(const Environment& env, const std::string& follower
 
 void ReportToFollowers(const LaunchOptions& options, const JobSetup& setup, const Environment& env,
                        int status) {
+  std::vector<std::vector<std::string>> writes;
   for (const std::string& host : setup.followers) {
     const std::string path = LeaderStatusPath(env, host);
     // Written whole, then renamed: the follower never reads half of it.
-    const std::string command =
-        absl::StrCat("printf '%s\\n' ", status, " >", path, ".$$ && mv -f ", path, ".$$ ", path);
-    absl::StatusOr<std::string> done = RunCapture(RemoteCommand(options, host, command), 20);
-    if (!done.ok()) {
-      WriteAll(options.err_fd,
-               absl::StrCat("hvxrun: could not send the job's status (", status, ") to host ", host,
-                            ", which waits for it: ", done.status().message(), "\n"));
-    }
+    writes.push_back(RemoteCommand(
+        options, host,
+        absl::StrCat("printf '%s\\n' ", status, " >", path, ".$$ && mv -f ", path, ".$$ ", path)));
+  }
+  // At once: a follower that does not answer (a lost instance) does not hold up the others.
+  const std::vector<absl::StatusOr<std::string>> done = RunCaptureAll(writes, 20);
+  for (size_t i = 0; i < done.size(); ++i) {
+    if (done[i].ok()) continue;
+    WriteAll(options.err_fd,
+             absl::StrCat("hvxrun: could not send the job's status (", status, ") to host ",
+                          setup.followers[i], ", which waits for it: ", done[i].status().message(),
+                          "\n"));
   }
 }
 

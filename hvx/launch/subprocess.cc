@@ -11,8 +11,10 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -139,53 +141,94 @@ int EndLeftoverChildren(double grace_s) {
   return static_cast<int>(ended.size());
 }
 
-absl::StatusOr<std::string> RunCapture(std::vector<std::string> argv, double timeout_s) {
-  HVX_ASSIGN_OR_RETURN(Child c, Spawn(argv));
-  std::string out, err;
+std::vector<absl::StatusOr<std::string>> RunCaptureAll(
+    const std::vector<std::vector<std::string>>& commands, double timeout_s) {
+  struct Running {
+    Child c;
+    std::string out, err;
+    bool exited = false;
+    int status = 0;
+  };
   const Clock::time_point deadline = Clock::now() + FromSeconds(timeout_s);
-  while (c.out >= 0 || c.err >= 0) {
-    pollfd fds[2] = {{c.out, POLLIN, 0}, {c.err, POLLIN, 0}};
-    int ms = static_cast<int>(Seconds(deadline - Clock::now()) * 1000);
-    if (ms <= 0) break;
-    if (poll(fds, 2, ms) < 0 && errno != EINTR) break;
-    for (int k = 0; k < 2; ++k) {
-      if (fds[k].fd < 0 || !(fds[k].revents & (POLLIN | POLLHUP))) continue;
+  std::vector<absl::StatusOr<std::string>> results(commands.size(), std::string());
+  std::vector<std::optional<Running>> running(commands.size());
+  for (size_t i = 0; i < commands.size(); ++i) {
+    absl::StatusOr<Child> c = Spawn(commands[i]);
+    if (c.ok()) {
+      running[i] = Running{*c};
+    } else {
+      results[i] = c.status();
+    }
+  }
+  // Their output until every one has closed both pipes, or the deadline.
+  while (true) {
+    std::vector<pollfd> fds;
+    std::vector<std::pair<size_t, int>> whose;  // (command, 0 = stdout, 1 = stderr)
+    for (size_t i = 0; i < running.size(); ++i) {
+      if (!running[i]) continue;
+      for (int k = 0; k < 2; ++k) {
+        const int fd = k == 0 ? running[i]->c.out : running[i]->c.err;
+        if (fd < 0) continue;
+        fds.push_back({fd, POLLIN, 0});
+        whose.emplace_back(i, k);
+      }
+    }
+    const int ms = static_cast<int>(Seconds(deadline - Clock::now()) * 1000);
+    if (fds.empty() || ms <= 0) break;
+    if (poll(fds.data(), fds.size(), ms) < 0 && errno != EINTR) break;
+    for (size_t j = 0; j < fds.size(); ++j) {
+      if (!(fds[j].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      Running& r = *running[whose[j].first];
+      const int k = whose[j].second;
       char buf[4096];
-      ssize_t n = read(fds[k].fd, buf, sizeof(buf));
+      const ssize_t n = read(fds[j].fd, buf, sizeof(buf));
       if (n > 0) {
-        (k == 0 ? out : err).append(buf, n);
-      } else if (n == 0) {
-        close(fds[k].fd);
-        (k == 0 ? c.out : c.err) = -1;
+        (k == 0 ? r.out : r.err).append(buf, n);
+      } else if (n == 0 || errno != EINTR) {
+        close(fds[j].fd);
+        (k == 0 ? r.c.out : r.c.err) = -1;
       }
     }
   }
-  bool timed_out = c.out >= 0 || c.err >= 0;
-  if (c.out >= 0) close(c.out);
-  if (c.err >= 0) close(c.err);
   // A command may close its output and go on running (a discovery script that daemonizes, or
   // sleeps): its exit is waited for within the same deadline.
-  int status = 0;
-  while (!timed_out && waitpid(c.pid, &status, WNOHANG) == 0) {
-    if (Clock::now() >= deadline) {
-      timed_out = true;
-      break;
+  while (true) {
+    bool waiting = false;
+    for (std::optional<Running>& r : running) {
+      if (!r || r->exited || r->c.out >= 0 || r->c.err >= 0) continue;
+      if (waitpid(r->c.pid, &r->status, WNOHANG) == r->c.pid) {
+        r->exited = true;
+      } else {
+        waiting = true;
+      }
     }
+    if (!waiting || Clock::now() >= deadline) break;
     poll(nullptr, 0, 10);
   }
-  if (timed_out) {
-    kill(-c.pid, SIGKILL);
-    waitpid(c.pid, &status, 0);
+  for (size_t i = 0; i < running.size(); ++i) {
+    if (!running[i]) continue;
+    Running& r = *running[i];
+    for (int* fd : {&r.c.out, &r.c.err}) {
+      if (*fd >= 0) close(*fd);
+    }
+    const std::string shown = ShellJoin(commands[i]);
+    if (!r.exited) {
+      kill(-r.c.pid, SIGKILL);
+      waitpid(r.c.pid, &r.status, 0);
+      results[i] =
+          absl::DeadlineExceededError(absl::StrCat("'", shown, "' took over ", timeout_s, " s"));
+    } else if (!WIFEXITED(r.status) || WEXITSTATUS(r.status) != 0) {
+      results[i] = absl::UnavailableError(
+          absl::StrCat("'", shown, "' failed: ", absl::StripAsciiWhitespace(r.err)));
+    } else {
+      results[i] = std::move(r.out);
+    }
   }
-  const std::string shown = ShellJoin(argv);
-  if (timed_out) {
-    return absl::DeadlineExceededError(absl::StrCat("'", shown, "' took over ", timeout_s, " s"));
-  }
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    return absl::UnavailableError(
-        absl::StrCat("'", shown, "' failed: ", absl::StripAsciiWhitespace(err)));
-  }
-  return out;
+  return results;
+}
+
+absl::StatusOr<std::string> RunCapture(std::vector<std::string> argv, double timeout_s) {
+  return std::move(RunCaptureAll({std::move(argv)}, timeout_s)[0]);
 }
 
 }  // namespace launch

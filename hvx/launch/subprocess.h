@@ -56,6 +56,10 @@ std::vector<int> ProcessIds();
 
 // Runs argv, returns its stdout; fails on a non-zero exit or after timeout_s (the child is killed).
 absl::StatusOr<std::string> RunCapture(std::vector<std::string> argv, double timeout_s);
+// RunCapture of every command at once (one per host: a host that does not answer costs the
+// others nothing), each result in its command's place, all within the one timeout_s.
+std::vector<absl::StatusOr<std::string>> RunCaptureAll(
+    const std::vector<std::vector<std::string>>& commands, double timeout_s);
 
 }  // namespace launch
 }  // namespace hvx

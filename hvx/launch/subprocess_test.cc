@@ -7,6 +7,7 @@
 
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -41,6 +42,33 @@ TEST(RunCaptureTest, ACommandThatClosesItsOutputAndRunsOnTimesOut) {
 TEST(RunCaptureTest, ACommandStillWritingAtTheDeadlineTimesOut) {
   auto out = RunCapture({"/bin/sh", "-c", "while :; do echo x; sleep 0.1; done"}, 0.5);
   EXPECT_EQ(out.status().code(), absl::StatusCode::kDeadlineExceeded) << out.status();
+}
+
+// One command per host, all at once: four that take 1 s each end within a 3 s bound (one after
+// another they would not), and a host that hangs or fails spoils only its own place.
+TEST(RunCaptureAllTest, RunsTheCommandsAtOnceEachResultInItsPlace) {
+  std::vector<std::vector<std::string>> commands;
+  for (int i = 0; i < 4; ++i) {
+    commands.push_back({"/bin/sh", "-c", "sleep 1; echo " + std::to_string(i)});
+  }
+  commands.push_back({"/bin/sh", "-c", "echo 'host down' >&2; exit 255"});
+  commands.push_back({"/bin/sh", "-c", "exec >&- 2>&-; sleep 60"});
+  commands.push_back({"/nonexistent/ssh", "host"});
+  const Clock::time_point start = Clock::now();
+  const std::vector<absl::StatusOr<std::string>> out = RunCaptureAll(commands, 3);
+  const double took = Seconds(Clock::now() - start);
+  ASSERT_EQ(out.size(), commands.size());
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(out[i].ok()) << i << ": " << out[i].status();
+    EXPECT_EQ(*out[i], std::to_string(i) + "\n");
+  }
+  EXPECT_EQ(out[4].status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(absl::StrContains(out[4].status().message(), "host down")) << out[4].status();
+  EXPECT_EQ(out[5].status().code(), absl::StatusCode::kDeadlineExceeded) << out[5].status();
+  EXPECT_EQ(out[6].status().code(), absl::StatusCode::kUnavailable) << out[6].status();
+  EXPECT_GE(took, 2.9);  // the hanging one held to the bound
+  EXPECT_LT(took, 20.0);
+  EXPECT_TRUE(RunCaptureAll({}, 1).empty());
 }
 
 }  // namespace
