@@ -220,7 +220,43 @@ Decompressor& ThreadDecompressor() {
   return decompressor;
 }
 
-absl::Status CheckJpegSize(int width, int height, size_t bytes, const JpegLimits& limits) {
+// Bilinear resampling of p's crop (in the decoded image's pixels) of `img`, as ResampleOne does
+// it value by value, written through `store(channel, y, x, value)`. `img` holds rows and columns
+// [img.y, img.y + img.height) x [img.x, img.x + img.width) of an image of img.full_width x
+// img.full_height, which must include every pixel sampled. Each source row pair is blended once
+// over the window's columns, then interpolated across: the same operations as ResampleOne's.
+template <typename Store>
+void ResampleWindow(const RgbWindow& img, const ResampleParams& p, Store store) {
+  const int out = p.out;
+  std::vector<SourceTap> xt(out);
+  for (int ox = 0; ox < out; ++ox) {
+    xt[ox] = Tap(p.x0, p.w, out, ox, img.full_width);
+    xt[ox].lo -= img.x;
+    xt[ox].hi -= img.x;
+  }
+  const int stride = img.width * 3;
+  std::vector<float> row(static_cast<size_t>(stride));
+  for (int oy = 0; oy < out; ++oy) {
+    const SourceTap ty = Tap(p.y0, p.h, out, oy, img.full_height);
+    const float wy = ty.frac;
+    const uint8_t* r0 = img.pixels.data() + static_cast<size_t>(ty.lo - img.y) * stride;
+    const uint8_t* r1 = img.pixels.data() + static_cast<size_t>(ty.hi - img.y) * stride;
+    const int c_lo = xt[0].lo * 3, c_hi = xt[out - 1].hi * 3 + 3;
+    for (int c = c_lo; c < c_hi; ++c) row[c] = Lerp(r0[c], static_cast<float>(r1[c]), wy);
+    for (int ox = 0; ox < out; ++ox) {
+      const float* a = &row[static_cast<size_t>(xt[ox].lo) * 3];
+      const float* b = &row[static_cast<size_t>(xt[ox].hi) * 3];
+      const float f = xt[ox].frac;
+      const int dx = p.flip ? out - 1 - ox : ox;
+      for (int k = 0; k < 3; ++k) store(k, oy, dx, Lerp(a[k], b[k], f));
+    }
+  }
+}
+
+}  // namespace
+
+absl::Status CheckJpegSize(const JpegInfo& info, size_t bytes, const JpegLimits& limits) {
+  const int width = info.width, height = info.height;
   const int64_t pixels = static_cast<int64_t>(width) * height;
   if (pixels > limits.max_pixels) {
     return absl::InvalidArgumentError(
@@ -236,50 +272,6 @@ absl::Status CheckJpegSize(int width, int height, size_t bytes, const JpegLimits
   }
   return absl::OkStatus();
 }
-
-// Bilinear resampling of window (x0, y0, w, h) of `img` (window in the decoded image's pixels)
-// to out x out, optionally mirrored, written channels-first through `store(channel, y, x, value)`.
-// `img` holds rows and columns [img.y, img.y + img.height) x [img.x, img.x + img.width) of an
-// image of img.full_width x img.full_height, which must include every pixel sampled.
-template <typename Store>
-void ResampleWindow(const RgbWindow& img, double x0, double y0, double w, double h, int out,
-                    bool flip, Store store) {
-  std::vector<int> xi0(out), xi1(out);
-  std::vector<float> xf(out);
-  const double sx = w / out, sy = h / out;
-  for (int ox = 0; ox < out; ++ox) {
-    double fx = x0 + (ox + 0.5) * sx - 0.5;
-    fx = std::min(std::max(fx, 0.0), static_cast<double>(img.full_width - 1));
-    int i = static_cast<int>(fx);
-    xi0[ox] = i - img.x;
-    xi1[ox] = std::min(i + 1, img.full_width - 1) - img.x;
-    xf[ox] = static_cast<float>(fx - i);
-  }
-  const int stride = img.width * 3;
-  std::vector<float> row(static_cast<size_t>(stride));
-  for (int oy = 0; oy < out; ++oy) {
-    double fy = y0 + (oy + 0.5) * sy - 0.5;
-    fy = std::min(std::max(fy, 0.0), static_cast<double>(img.full_height - 1));
-    const int y_full = static_cast<int>(fy);
-    const float wy = static_cast<float>(fy - y_full);
-    const int y_lo = y_full - img.y;
-    const int y_hi = std::min(y_full + 1, img.full_height - 1) - img.y;
-    const uint8_t* r0 = img.pixels.data() + static_cast<size_t>(y_lo) * stride;
-    const uint8_t* r1 = img.pixels.data() + static_cast<size_t>(y_hi) * stride;
-    // Blend the two source rows over the window's columns only, then interpolate across.
-    const int c_lo = xi0[0] * 3, c_hi = xi1[out - 1] * 3 + 3;
-    for (int c = c_lo; c < c_hi; ++c) row[c] = r0[c] + wy * (static_cast<float>(r1[c]) - r0[c]);
-    for (int ox = 0; ox < out; ++ox) {
-      const float* a = &row[static_cast<size_t>(xi0[ox]) * 3];
-      const float* b = &row[static_cast<size_t>(xi1[ox]) * 3];
-      const float f = xf[ox];
-      const int dx = flip ? out - 1 - ox : ox;
-      for (int k = 0; k < 3; ++k) store(k, oy, dx, a[k] + f * (b[k] - a[k]));
-    }
-  }
-}
-
-}  // namespace
 
 absl::StatusOr<JpegInfo> ReadJpegHeader(absl::string_view jpeg) {
   Decompressor& d = ThreadDecompressor();
@@ -298,7 +290,7 @@ absl::Status DecodeJpeg(absl::string_view jpeg, int scale_denominator, const Jpe
   }
   Decompressor& d = ThreadDecompressor();
   if (!d.ReadHeader(jpeg)) return d.failure("not a readable JPEG", jpeg.size());
-  absl::Status size = CheckJpegSize(d.width(), d.height(), jpeg.size(), limits);
+  absl::Status size = CheckJpegSize({d.width(), d.height()}, jpeg.size(), limits);
   if (!size.ok()) {
     d.Abort();
     return size;
@@ -366,75 +358,96 @@ absl::Status ImageNetDecoder::Decode(absl::string_view record, const SampleConte
   return DecodeImage(jpeg, context, out);
 }
 
+ImageNetSamplePlan PlanImageNetSample(const ImageNetDecoderOptions& options, const JpegInfo& info,
+                                      const SampleContext& context) {
+  SampleRng rng(MixSeed(context.seed, static_cast<uint64_t>(context.epoch),
+                        static_cast<uint64_t>(context.sample_id)));
+  ImageNetSamplePlan plan;
+  if (options.train) {
+    plan.crop = RandomResizedCropWindow(info.width, info.height, options.min_area, options.max_area,
+                                        options.min_ratio, options.max_ratio, &rng);
+    plan.flip = options.flip && rng.Uniform() < 0.5;
+  } else {
+    plan.crop = CenterCropWindow(info.width, info.height, options.out_size, options.resize_shorter);
+  }
+  // Decode at 1/2, 1/4 or 1/8 of the size while the crop still covers out_size pixels. (Other
+  // M/8 scales decode fewer pixels but slower: libjpeg-turbo has SIMD code for these only.)
+  if (options.scaled_decode) {
+    while (plan.scale_denominator < 8 && std::min(plan.crop.width, plan.crop.height) >=
+                                             2 * plan.scale_denominator * options.out_size) {
+      plan.scale_denominator *= 2;
+    }
+  }
+  return plan;
+}
+
+ResampleParams ImageNetResampleParams(const ImageNetDecoderOptions& options,
+                                      const ImageNetSamplePlan& plan, const JpegInfo& info,
+                                      int decoded_width, int decoded_height) {
+  ResampleParams p;
+  p.width = decoded_width;
+  p.height = decoded_height;
+  const double fx = static_cast<double>(decoded_width) / info.width;
+  const double fy = static_cast<double>(decoded_height) / info.height;
+  p.x0 = plan.crop.x * fx;
+  p.y0 = plan.crop.y * fy;
+  p.w = plan.crop.width * fx;
+  p.h = plan.crop.height * fy;
+  p.out = options.out_size;
+  p.flip = plan.flip;
+  p.channels_last = options.channels_last;
+  p.to_uint8 = options.dtype == DataType::kUint8;
+  for (int k = 0; k < 3; ++k) {
+    p.scale[k] = 1.0f / (255.0f * options.stddev[k]);
+    p.shift[k] = -options.mean[k] / options.stddev[k];
+  }
+  return p;
+}
+
+absl::Status CheckImageNetDtype(const ImageNetDecoderOptions& options) {
+  if (options.dtype == DataType::kFloat32 || options.dtype == DataType::kUint8) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat("ImageNet decoder: output dtype ",
+                                                 DataTypeName(options.dtype),
+                                                 " is not supported (float32 or uint8)"));
+}
+
 absl::Status ImageNetDecoder::DecodeImage(absl::string_view jpeg, const SampleContext& context,
                                           void* out) const {
+  HVX_RETURN_IF_ERROR(CheckImageNetDtype(options_));
   Decompressor& d = ThreadDecompressor();
   if (!d.ReadHeader(jpeg)) return d.failure("not a readable JPEG", jpeg.size());
   const JpegInfo info{d.width(), d.height()};
-  absl::Status size = CheckJpegSize(info.width, info.height, jpeg.size(), options_.limits);
+  absl::Status size = CheckJpegSize(info, jpeg.size(), options_.limits);
   if (!size.ok()) {
     d.Abort();
     return size;
   }
-  SampleRng rng(MixSeed(context.seed, static_cast<uint64_t>(context.epoch),
-                        static_cast<uint64_t>(context.sample_id)));
-  CropWindow crop;
-  bool flip = false;
-  if (options_.train) {
-    crop = RandomResizedCropWindow(info.width, info.height, options_.min_area, options_.max_area,
-                                   options_.min_ratio, options_.max_ratio, &rng);
-    flip = options_.flip && rng.Uniform() < 0.5;
-  } else {
-    crop = CenterCropWindow(info.width, info.height, options_.out_size, options_.resize_shorter);
-  }
-  // Decode at 1/2, 1/4 or 1/8 of the size while the crop still covers out_size pixels. (Other
-  // M/8 scales decode fewer pixels but slower: libjpeg-turbo has SIMD code for these only.)
-  int denominator = 1;
-  if (options_.scaled_decode) {
-    while (denominator < 8 &&
-           std::min(crop.width, crop.height) >= 2 * denominator * options_.out_size) {
-      denominator *= 2;
-    }
-  }
+  const ImageNetSamplePlan plan = PlanImageNetSample(options_, info, context);
   thread_local RgbWindow image;  // reused: avoids a large allocation per sample
   // Without decode_crop the window is the whole image.
   const CropWindow decoded =
-      options_.decode_crop ? crop : CropWindow{0, 0, info.width, info.height};
-  if (!d.DecodeWindow(denominator, decoded.x, decoded.y, decoded.width, decoded.height, &image)) {
+      options_.decode_crop ? plan.crop : CropWindow{0, 0, info.width, info.height};
+  if (!d.DecodeWindow(plan.scale_denominator, decoded.x, decoded.y, decoded.width, decoded.height,
+                      &image)) {
     return d.failure("JPEG decode failed", jpeg.size());
   }
-  const double fx = static_cast<double>(image.full_width) / info.width;
-  const double fy = static_cast<double>(image.full_height) / info.height;
-  const int n = options_.out_size;
-  const size_t plane = static_cast<size_t>(n) * n;
-  // Where channel k of pixel (y, x) goes: [3, n, n], or [n, n, 3] with channels_last.
-  const bool hwc = options_.channels_last;
-  auto at = [hwc, plane, n](int k, int y, int x) {
-    const size_t pixel = static_cast<size_t>(y) * n + x;
-    return hwc ? pixel * 3 + k : k * plane + pixel;
-  };
-  if (options_.dtype == DataType::kUint8) {
+  ResampleParams p =
+      ImageNetResampleParams(options_, plan, info, image.full_width, image.full_height);
+  p.dst = out;
+  if (p.to_uint8) {
     auto* dst = static_cast<uint8_t*>(out);
-    ResampleWindow(image, crop.x * fx, crop.y * fy, crop.width * fx, crop.height * fy, n, flip,
-                   [&](int k, int y, int x, float v) {
-                     dst[at(k, y, x)] =
-                         static_cast<uint8_t>(std::min(255.0f, std::max(0.0f, v + 0.5f)));
-                   });
-    return absl::OkStatus();
+    ResampleWindow(image, p, [&](int k, int y, int x, float v) {
+      const float r = v + 0.5f;
+      dst[SampleOffset(p, k, y, x)] = static_cast<uint8_t>(std::min(255.0f, std::max(0.0f, r)));
+    });
+  } else {
+    auto* dst = static_cast<float*>(out);
+    ResampleWindow(image, p, [&](int k, int y, int x, float v) {
+      dst[SampleOffset(p, k, y, x)] = v * p.scale[k] + p.shift[k];
+    });
   }
-  if (options_.dtype != DataType::kFloat32) {
-    return absl::InvalidArgumentError(absl::StrCat("ImageNet decoder: output dtype ",
-                                                   DataTypeName(options_.dtype),
-                                                   " is not supported (float32 or uint8)"));
-  }
-  float scale[3], shift[3];
-  for (int k = 0; k < 3; ++k) {
-    scale[k] = 1.0f / (255.0f * options_.stddev[k]);
-    shift[k] = -options_.mean[k] / options_.stddev[k];
-  }
-  auto* dst = static_cast<float*>(out);
-  ResampleWindow(image, crop.x * fx, crop.y * fy, crop.width * fx, crop.height * fy, n, flip,
-                 [&](int k, int y, int x, float v) { dst[at(k, y, x)] = v * scale[k] + shift[k]; });
   return absl::OkStatus();
 }
 

@@ -25,6 +25,7 @@
 #include "absl/strings/string_view.h"
 #include "hvx/data/decoder.h"
 #include "hvx/data/random.h"
+#include "hvx/data/resample.h"
 
 namespace hvx {
 namespace data {
@@ -77,6 +78,9 @@ absl::StatusOr<JpegInfo> ReadJpegHeader(absl::string_view jpeg);
 // segments, unknown metadata) are ignored, as TensorFlow and PIL do.
 absl::Status DecodeJpeg(absl::string_view jpeg, int scale_denominator, const JpegLimits& limits,
                         RgbImage* image);
+// InvalidArgument, naming the size and the limit, when a header's size breaks `limits` for a JPEG
+// of `bytes` bytes.
+absl::Status CheckJpegSize(const JpegInfo& info, size_t bytes, const JpegLimits& limits);
 // Encodes RGB pixels (for tests and synthetic datasets).
 absl::StatusOr<std::string> EncodeJpeg(const RgbImage& image, int quality);
 
@@ -130,7 +134,28 @@ struct ImageNetDecoderOptions {
   }
 };
 
-// Output shape [3, out_size, out_size], or [out_size, out_size, 3] with channels_last.
+// What ImageNetDecoder does with one image: the crop (in the full-size image's pixels), whether
+// it is mirrored, and the DCT scale it is decoded at (1 without options.scaled_decode).
+struct ImageNetSamplePlan {
+  CropWindow crop;
+  bool flip = false;
+  int scale_denominator = 1;
+};
+// The plan for the image `info` describes as sample `context`: random (from the context) in
+// training, the centre crop in evaluation. A GPU decoder plans with this too, so both pick the same
+// crop and flip for a sample.
+ImageNetSamplePlan PlanImageNetSample(const ImageNetDecoderOptions& options, const JpegInfo& info,
+                                      const SampleContext& context);
+// The resampling of `plan` from the image decoded at decoded_width x decoded_height (the full
+// size, or its 1/scale_denominator); image and dst are left for the caller.
+ResampleParams ImageNetResampleParams(const ImageNetDecoderOptions& options,
+                                      const ImageNetSamplePlan& plan, const JpegInfo& info,
+                                      int decoded_width, int decoded_height);
+// InvalidArgument unless options.dtype is float32 or uint8.
+absl::Status CheckImageNetDtype(const ImageNetDecoderOptions& options);
+
+// Output shape [3, out_size, out_size], or [out_size, out_size, 3] with channels_last. Decodes on
+// the CPU; a subclass may decode elsewhere (hvx/data/gpu_jpeg.h) with the same plan.
 class ImageNetDecoder : public Decoder {
  public:
   explicit ImageNetDecoder(ImageNetDecoderOptions options) : options_(std::move(options)) {}
@@ -142,7 +167,9 @@ class ImageNetDecoder : public Decoder {
   absl::Status Decode(absl::string_view record, const SampleContext& context, void* out,
                       int64_t* label) const override;
   // The same on a bare JPEG (no Example around it).
-  absl::Status DecodeImage(absl::string_view jpeg, const SampleContext& context, void* out) const;
+  virtual absl::Status DecodeImage(absl::string_view jpeg, const SampleContext& context,
+                                   void* out) const;
+  const ImageNetDecoderOptions& options() const { return options_; }
 
  private:
   const ImageNetDecoderOptions options_;

@@ -414,6 +414,44 @@ TEST(JpegTest, ChannelsLastOutputHoldsTheSameValuesPixelByPixel) {
   }
 }
 
+// ResampleOne, value by value (what the GPU decoder's kernel runs per thread), over the whole
+// decoded image gives the decoder's bits.
+TEST(JpegTest, ResampleOneComputesWhatTheDecoderComputes) {
+  auto jpeg = EncodeJpeg(SyntheticPhoto(500, 375, 7), 90);
+  ASSERT_TRUE(jpeg.ok());
+  RgbImage image;
+  ASSERT_TRUE(DecodeJpeg(*jpeg, 1, JpegLimits(), &image).ok());
+  const JpegInfo info{image.width, image.height};
+  for (bool train : {true, false}) {
+    for (DataType dtype : {DataType::kFloat32, DataType::kUint8}) {
+      for (bool channels_last : {false, true}) {
+        ImageNetDecoderOptions o =
+            train ? ImageNetDecoderOptions::Train() : ImageNetDecoderOptions::Eval();
+        o.dtype = dtype;
+        o.channels_last = channels_last;
+        o.scaled_decode = false;
+        ImageNetDecoder decoder(o);
+        const size_t bytes = 3 * 224 * 224 * (dtype == DataType::kUint8 ? 1 : 4);
+        std::vector<uint8_t> expected(bytes), got(bytes);
+        bool flipped = false;
+        for (int64_t id = 0; id < (train ? 12 : 1); ++id) {
+          SCOPED_TRACE(absl::StrCat(train ? "train" : "eval", " ", DataTypeName(dtype),
+                                    channels_last ? " channels_last" : "", " sample ", id));
+          ASSERT_TRUE(decoder.DecodeImage(*jpeg, {11, 2, id}, expected.data()).ok());
+          const ImageNetSamplePlan plan = PlanImageNetSample(o, info, {11, 2, id});
+          flipped = flipped || plan.flip;
+          ResampleParams p = ImageNetResampleParams(o, plan, info, image.width, image.height);
+          p.image = image.pixels.data();
+          p.dst = got.data();
+          for (int64_t i = 0; i < ResampleCount(p); ++i) ResampleOne(p, i);
+          ASSERT_EQ(std::memcmp(expected.data(), got.data(), bytes), 0);
+        }
+        EXPECT_EQ(flipped, train);
+      }
+    }
+  }
+}
+
 TEST(JpegTest, SyntheticPhotoEncodesLikeAPhoto) {
   auto jpeg = EncodeJpeg(SyntheticPhoto(500, 375, 1), 90);
   ASSERT_TRUE(jpeg.ok());
