@@ -305,6 +305,37 @@ hvx_python_repo = repository_rule(
 
 # ---------------------------------------------------------------------------------------------- CUDA
 
+# nvJPEG's header and library: HVX_NVJPEG_PATH (a folder with include/nvjpeg.h and
+# lib/libnvjpeg.so.N, e.g. the nvidia/cu13 folder of PyPI's nvidia-nvjpeg wheel), else the CUDA
+# toolkit's, else the nvidia-nvjpeg wheel in HVX_TORCH_PYTHON's environment. Returns
+# (folder, soname, "") or (None, None, why none was found).
+def _find_nvjpeg(rctx, cuda_root):
+    tried = []
+    candidates = []
+    explicit = rctx.os.environ.get("HVX_NVJPEG_PATH", "")
+    if explicit:
+        candidates.append(explicit)
+    else:
+        candidates.append(cuda_root)
+        python = rctx.os.environ.get("HVX_TORCH_PYTHON", "")
+        if python:
+            rc, out, _ = _exec(rctx, [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"])
+            if rc == 0:
+                nvidia = rctx.path(out.strip() + "/nvidia")
+                if nvidia.exists:
+                    candidates.extend([str(d) for d in nvidia.readdir() if d.basename.startswith("cu")])
+    for folder in candidates:
+        header = rctx.path(folder + "/include/nvjpeg.h")
+        libs = []
+        for libdir in ["lib", "lib64"]:
+            d = rctx.path(folder + "/" + libdir)
+            if d.exists:
+                libs.extend([f for f in d.readdir() if f.basename.startswith("libnvjpeg.so.")])
+        if header.exists and libs:
+            return folder, libs[0].basename, ""
+        tried.append(folder)
+    return None, None, "no include/nvjpeg.h with lib/libnvjpeg.so.N in %s" % ", ".join(tried)
+
 def _hvx_cuda_repo_impl(rctx):
     root = rctx.os.environ.get("HVX_CUDA_PATH", "") or "/usr/local/cuda"
     rctx.file("WORKSPACE", 'workspace(name = "%s")\n' % rctx.name)
@@ -323,6 +354,25 @@ def _hvx_cuda_repo_impl(rctx):
         rctx.file("nvcc.sh", "#!/bin/sh\necho '%s' >&2\nexit 1\n" % msg, executable = True)
         hdrs = "[]"
     lib = root + "/lib64"
+
+    # nvJPEG is optional: its header is compiled against, and the library is loaded when a GPU
+    # decoder is made (hvx/data/gpu_jpeg.h), so a binary runs where it is missing and says so.
+    nvjpeg, soname, why = _find_nvjpeg(rctx, root)
+    if nvjpeg:
+        rctx.symlink(nvjpeg + "/include/nvjpeg.h", "nvjpeg/nvjpeg.h")
+        libdir = nvjpeg + ("/lib" if rctx.path(nvjpeg + "/lib/" + soname).exists else "/lib64")
+        config = [
+            "#define HVX_NVJPEG_FOUND 1",
+            "#define HVX_NVJPEG_SONAME %s" % repr(soname),
+            "#define HVX_NVJPEG_BUILD_PATH %s" % repr(libdir + "/" + soname),
+        ]
+    else:
+        config = [
+            "#define HVX_NVJPEG_FOUND 0",
+            "#define HVX_NVJPEG_MISSING %s" % repr("built without nvJPEG (" + why + "): set HVX_NVJPEG_PATH, or pip install nvidia-nvjpeg into HVX_TORCH_PYTHON's environment"),
+        ]
+    rctx.file("nvjpeg/hvx_nvjpeg_config.h", "// Written by hvx_cuda_repo: where nvJPEG was found.\n" + "\n".join(config) + "\n")
+    nvjpeg_hdrs = '["nvjpeg/hvx_nvjpeg_config.h"]' + (' + ["nvjpeg/nvjpeg.h"]' if nvjpeg else "")
     rctx.file("BUILD.bazel", """
 package(default_visibility = ["//visibility:public"])
 
@@ -340,12 +390,22 @@ cc_library(
     deps = [":cudart"],
 )
 
+# nvJPEG's header and hvx_nvjpeg_config.h (HVX_NVJPEG_FOUND, and the library's soname and path);
+# the library itself is loaded at run time.
+cc_library(
+    name = "nvjpeg",
+    hdrs = {nvjpeg_hdrs},
+    includes = ["nvjpeg"],
+    linkopts = ["-ldl"],
+    deps = [":cudart"],
+)
+
 sh_binary(name = "nvcc", srcs = ["nvcc.sh"])
-""".format(hdrs = hdrs, lib = lib))
+""".format(hdrs = hdrs, lib = lib, nvjpeg_hdrs = nvjpeg_hdrs))
 
 hvx_cuda_repo = repository_rule(
     implementation = _hvx_cuda_repo_impl,
-    environ = ["HVX_CUDA_PATH"],
+    environ = ["HVX_CUDA_PATH", "HVX_NVJPEG_PATH", "HVX_TORCH_PYTHON"],
     local = True,
 )
 

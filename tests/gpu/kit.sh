@@ -19,17 +19,20 @@ LIMIT_BYTES=$((64 << 20))
 
 # GPU tests and benchmark, and the CPU tests of the same package (they pass anywhere).
 gpu_targets=(//hvx/nccl:kernels_test //hvx/nccl:nccl_data_plane_np1_test //hvx/nccl:register_test
-    //hvx/nccl:nccl_allreduce_bench //tests/deps:cuda_nccl_link_test)
+    //hvx/nccl:nccl_allreduce_bench //tests/deps:cuda_nccl_link_test //hvx/data:gpu_jpeg_test)
 cpu_targets=(//hvx/nccl:policy_test //hvx/nccl:grid_test //hvx/nccl:nccl_error_test
     //hvx/nccl:comm_cache_test)
-bazel build --config=cuda ${HVX_KIT_BAZEL_ARGS:-} "${gpu_targets[@]}" "${cpu_targets[@]}" \
+# nvJPEG's header, from the torch venv's nvidia-nvjpeg wheel: the GPU JPEG decoder is compiled in
+# (its library is loaded at run time, from the machine's torch install when it has it).
+nvjpeg=--repo_env=HVX_NVJPEG_PATH=$(tools/torch_venv nvjpeg)
+bazel build --config=cuda "$nvjpeg" ${HVX_KIT_BAZEL_ARGS:-} "${gpu_targets[@]}" "${cpu_targets[@]}" \
     @hvx_mpi//:mpiexec
 
 # The trainer, built against PyPI's CUDA torch 2.11 (the version the GPU machine has): at run
 # time it uses that machine's own LibTorch and CUDA libraries, so the kit carries none of them.
 torch_python=$(tools/torch_venv python)
 torch_site=$("$torch_python" -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))')
-bazel build --config=cuda --repo_env=HVX_TORCH_PYTHON="$torch_python" ${HVX_KIT_BAZEL_ARGS:-} //tools/train
+bazel build --config=cuda --repo_env=HVX_TORCH_PYTHON="$torch_python" "$nvjpeg" ${HVX_KIT_BAZEL_ARGS:-} //tools/train
 
 # Libraries the GPU machine provides itself: the C and C++ runtimes, the driver, CUDA and NCCL,
 # and its torch install's (LibTorch and the nvidia-* wheels', found under torch_site here).

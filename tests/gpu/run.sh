@@ -8,7 +8,8 @@
 # Phases: libraries (every program's libraries resolve inside the kit or to the machine's C/C++
 # runtime, driver, CUDA, NCCL and torch), the CPU tests, the trainer for 40 steps on the CPU, then
 # on a GPU: the trainer for 40 steps in float32 and in FP16 with channels_last, CUDA kernels against a CPU
-# reference on random inputs, the NCCL data plane tests at np=1 under the kit's hydra, the
+# reference on random inputs, nvJPEG's decoded samples against the CPU decoder's (or, without a GPU or
+# libnvjpeg, the reason it gives), the NCCL data plane tests at np=1 under the kit's hydra, the
 # registration test, and the allreduce bandwidth per size (nccl-tests convention) with the
 # device-to-device copy bandwidth as the ceiling. Without a GPU the GPU phases are SKIPPED with
 # the reason. Exit status 0 when no phase failed or timed out.
@@ -146,7 +147,7 @@ gpu_reason=""
 missing=$(ldd "$KIT/bin/cuda_nccl_link_test" 2>&1 | awk '/not found/ {print $1}' | tr '\n' ' ')
 [[ -n $missing ]] && gpu_reason="the machine lacks ${missing}(a CUDA runtime and NCCL)"
 if [[ -n $gpu_reason ]]; then
-    for p in kernels_test nccl_data_plane_np1 register_test cuda_nccl_link_test \
+    for p in kernels_test nccl_data_plane_np1 register_test cuda_nccl_link_test gpu_jpeg_test \
         allreduce_bandwidth; do
         row "$p" SKIP - "$gpu_reason"
     done
@@ -157,6 +158,7 @@ else
         "$KIT/bin/nccl_data_plane_np1_test"
     phase register_test 60 "$KIT/bin/register_test"
     phase cuda_nccl_link_test 60 "$KIT/bin/cuda_nccl_link_test"
+    phase gpu_jpeg_test 120 "$KIT/bin/gpu_jpeg_test"
     phase allreduce_bandwidth 240 "$KIT/bin/nccl_allreduce_bench" \
         --max_bytes="${HVX_KIT_BENCH_MAX_BYTES:-1073741824}" --iters=20
 fi
