@@ -32,7 +32,7 @@ const char* FeatureKindName(FeatureKind kind) {
 }
 
 absl::StatusOr<std::shared_ptr<const ExampleDecoder>> ExampleDecoder::Create(
-    ExampleDecoderOptions o) {
+    ExampleDecoderOptions o, const JpegDecoderFactory& make_jpeg) {
   const ExampleInputSpec& in = o.input;
   auto bad = [&in](absl::string_view what) {
     return absl::InvalidArgumentError(absl::StrCat("input feature '", in.key, "': ", what));
@@ -65,15 +65,17 @@ absl::StatusOr<std::shared_ptr<const ExampleDecoder>> ExampleDecoder::Create(
       if (!(s != 0)) return bad("stddev must not be 0");
     }
   }
-  return std::shared_ptr<const ExampleDecoder>(new ExampleDecoder(std::move(o)));
+  return std::shared_ptr<const ExampleDecoder>(new ExampleDecoder(std::move(o), make_jpeg));
 }
 
-ExampleDecoder::ExampleDecoder(ExampleDecoderOptions o) : options_(std::move(o)) {
+ExampleDecoder::ExampleDecoder(ExampleDecoderOptions o, const JpegDecoderFactory& make_jpeg)
+    : options_(std::move(o)) {
   const ExampleInputSpec& in = options_.input;
   if (in.kind == FeatureKind::kJpeg) {
     ImageNetDecoderOptions jpeg = in.jpeg;
     jpeg.dtype = DataType::kFloat32;
-    jpeg_ = std::make_unique<ImageNetDecoder>(std::move(jpeg));
+    if (make_jpeg) jpeg_ = make_jpeg(jpeg);
+    if (!jpeg_) jpeg_ = std::make_unique<ImageNetDecoder>(std::move(jpeg));
     return;
   }
   num_elements_ = 1;

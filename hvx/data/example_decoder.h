@@ -24,6 +24,7 @@
 #define HVX_DATA_EXAMPLE_DECODER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -57,11 +58,18 @@ struct ExampleDecoderOptions {
   std::string label_key = "label";
 };
 
+// Makes the decoder of a kJpeg input from its options (float32 output): e.g. one on a GPU
+// (hvx/data/gpu_jpeg.h), or the CPU's ImageNetDecoder.
+using JpegDecoderFactory =
+    std::function<std::unique_ptr<ImageNetDecoder>(const ImageNetDecoderOptions&)>;
+
 class ExampleDecoder : public Decoder {
  public:
   // InvalidArgument naming the field of a spec that cannot work (no key, a shape with a
-  // dimension < 1, mean/stddev of the wrong length, a stddev or divide_by of 0, ...).
-  static absl::StatusOr<std::shared_ptr<const ExampleDecoder>> Create(ExampleDecoderOptions o);
+  // dimension < 1, mean/stddev of the wrong length, a stddev or divide_by of 0, ...). A kJpeg
+  // input decodes with `make_jpeg`'s decoder when given, else with ImageNetDecoder.
+  static absl::StatusOr<std::shared_ptr<const ExampleDecoder>> Create(
+      ExampleDecoderOptions o, const JpegDecoderFactory& make_jpeg = nullptr);
 
   DataType dtype() const override { return DataType::kFloat32; }
   TensorShape sample_shape() const override;
@@ -69,7 +77,7 @@ class ExampleDecoder : public Decoder {
                       int64_t* label) const override;
 
  private:
-  explicit ExampleDecoder(ExampleDecoderOptions o);
+  ExampleDecoder(ExampleDecoderOptions o, const JpegDecoderFactory& make_jpeg);
   // Writes n stored values, read by `get(i)`, to `out` normalised and in output order.
   template <typename Get>
   void Store(int64_t n, Get get, float* out) const;

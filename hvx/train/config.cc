@@ -190,6 +190,10 @@ void CheckData(const TrainConfig& c, FieldErrors& errors) {
                             "\" takes 28x28 grey images; use resnet18 or resnet50 for IMAGENET"));
   }
   if (HasJpegInput(d) && d.image_size() < 32) errors.add("data.image_size", "must be at least 32");
+  if (d.gpu_jpeg_decode() && !HasJpegInput(d) && d.format() != RECORD_FORMAT_UNSPECIFIED) {
+    errors.add("data.gpu_jpeg_decode",
+               "the data have no JPEG input (format IMAGENET, or EXAMPLE with a JPEG feature)");
+  }
 }
 
 // optimizer: rates, momentum, decay, schedule, clipping, micro-batches, betas, lr scaling.

@@ -119,6 +119,9 @@ TEST(ConfigTest, RecipeFieldsAreChecked) {
       {"model { torchscript: \"/nonexistent/m.pt\" }",
        "--override #1:1:9: model.torchscript: set model.name (a built-in model) or "
        "model.torchscript, not both"},
+      {"data { gpu_jpeg_decode: true }",
+       "--override #1:1:8: data.gpu_jpeg_decode: the data have no JPEG input (format IMAGENET, "
+       "or EXAMPLE with a JPEG feature)"},
   };
   // Without a name, the file must be there.
   std::string unnamed = kGood;

@@ -16,6 +16,7 @@
 #include "hvx/common/status.h"
 #include "hvx/core/api.h"
 #include "hvx/data/dataset.h"
+#include "hvx/data/gpu_jpeg.h"
 #include "hvx/data/idx.h"
 #include "hvx/data/jpeg.h"
 #include "hvx/train/config.h"
@@ -199,10 +200,30 @@ bool DecodesChannelsLast(const TrainConfig& config) {
   return HasJpegInput(config.data()) && config.model().channels_last();
 }
 
-absl::StatusOr<std::shared_ptr<const data::Decoder>> MakeDecoder(const TrainConfig& config,
-                                                                 bool train) {
+data::JpegDecoderFactory GpuJpegDecoders(const TrainConfig& config, bool train, int cuda_device) {
+  if (!config.data().gpu_jpeg_decode()) return nullptr;
+  return
+      [cuda_device, train](
+          const data::ImageNetDecoderOptions& options) -> std::unique_ptr<data::ImageNetDecoder> {
+        const char* what = train ? "training" : "evaluation";
+        absl::StatusOr<std::unique_ptr<data::ImageNetDecoder>> gpu =
+            absl::UnavailableError("this rank trains on the CPU");
+        if (cuda_device >= 0) gpu = data::MakeGpuJpegDecoder(options, cuda_device);
+        if (gpu.ok()) {
+          HVX_LOG(INFO) << "data.gpu_jpeg_decode: " << what
+                        << " JPEGs decode with nvJPEG on cuda:" << cuda_device;
+          return *std::move(gpu);
+        }
+        HVX_LOG(WARNING) << "data.gpu_jpeg_decode: " << what
+                         << " JPEGs decode on the CPU: " << gpu.status().message();
+        return nullptr;
+      };
+}
+
+absl::StatusOr<std::shared_ptr<const data::Decoder>> MakeDecoder(
+    const TrainConfig& config, bool train, const data::JpegDecoderFactory& make_jpeg) {
   HVX_ASSIGN_OR_RETURN(data::ExampleDecoderOptions spec, DecoderSpec(config, train));
-  auto decoder = data::ExampleDecoder::Create(std::move(spec));
+  auto decoder = data::ExampleDecoder::Create(std::move(spec), make_jpeg);
   if (!decoder.ok()) {
     return Annotate(decoder.status(), config.data().format() == EXAMPLE ? "data.example" : "data");
   }

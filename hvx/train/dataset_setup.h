@@ -36,9 +36,15 @@ absl::StatusOr<data::ExampleDecoderOptions> DecoderSpec(const TrainConfig& confi
 // model.channels_last model, which then needs no conversion.
 bool DecodesChannelsLast(const TrainConfig& config);
 
-// The decoder DecoderSpec describes. InvalidArgument naming data.example when it cannot work.
-absl::StatusOr<std::shared_ptr<const data::Decoder>> MakeDecoder(const TrainConfig& config,
-                                                                 bool train);
+// The decoder DecoderSpec describes, its JPEG inputs decoded by `make_jpeg`'s decoder when given
+// (else on the CPU). InvalidArgument naming data.example when it cannot work.
+absl::StatusOr<std::shared_ptr<const data::Decoder>> MakeDecoder(
+    const TrainConfig& config, bool train, const data::JpegDecoderFactory& make_jpeg = nullptr);
+
+// With data.gpu_jpeg_decode, what makes the JPEG decoder of a rank that trains on CUDA device
+// `cuda_device` (-1: on the CPU): nvJPEG's there when it can be made (hvx/data/gpu_jpeg.h), else
+// the CPU's, after a warning with the reason; the choice is logged. Without it, nullptr.
+data::JpegDecoderFactory GpuJpegDecoders(const TrainConfig& config, bool train, int cuda_device);
 
 }  // namespace train
 }  // namespace hvx

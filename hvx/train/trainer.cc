@@ -363,8 +363,11 @@ absl::Status OpenData(Run& run) {
       config.data().eval_files().empty() ? config.data().train_files() : config.data().eval_files();
   HVX_ASSIGN_OR_RETURN(auto eval, data::Dataset::Open(SplitFilePatterns(eval_pattern), {}));
   run.eval_data = std::move(eval);
-  HVX_ASSIGN_OR_RETURN(run.train_decoder, MakeDecoder(config, /*train=*/true));
-  HVX_ASSIGN_OR_RETURN(run.eval_decoder, MakeDecoder(config, /*train=*/false));
+  const int cuda_device = run.device.is_cuda() ? run.device.index() : -1;
+  HVX_ASSIGN_OR_RETURN(run.train_decoder, MakeDecoder(config, /*train=*/true,
+                                                      GpuJpegDecoders(config, true, cuda_device)));
+  HVX_ASSIGN_OR_RETURN(run.eval_decoder, MakeDecoder(config, /*train=*/false,
+                                                     GpuJpegDecoders(config, false, cuda_device)));
   return absl::OkStatus();
 }
 

@@ -56,9 +56,11 @@ check "ResNet-50 with 1000 classes on 24 training samples" $?
 [[ -f $T/ck/ckpt-3.pt ]]; check "checkpoint ckpt-3.pt written" $?
 ls "$T/summaries" | grep -q 'events.out.tfevents'; check "TensorBoard events written" $?
 
-# data/imagenet_fast.pbtxt the same way: LAMB, label smoothing, EMA, bfloat16, channels_last.
+# data/imagenet_fast.pbtxt the same way: LAMB, label smoothing, EMA, bfloat16, channels_last; and
+# GPU JPEG decoding asked for, which on the CPU falls back, each rank saying why.
 timeout -k 5 400 "$TRAIN" --config=imagenet_fast.pbtxt --override="$small $data launch { num_processes: \"2\" }" \
-    --override="checkpoint { dir: \"$T/ckf\" } summaries_dir: \"$T/summaries_fast\"" >"$T/fast.out" 2>&1
+    --override="checkpoint { dir: \"$T/ckf\" } summaries_dir: \"$T/summaries_fast\" data { gpu_jpeg_decode: true }" \
+    >"$T/fast.out" 2>&1
 rc=$?
 check "imagenet_fast.pbtxt trains on the tiny dataset (rc=$rc)" $rc
 [[ $rc == 0 ]] || tail -n 30 "$T/fast.out"
@@ -70,6 +72,12 @@ steps=$(grep -cE '^\[0\] epoch 1/1 step [1-3]/3 loss [0-9.e+-]+ lr .* grad_norm 
 grep -qE 'epoch 1/1 eval accuracy [0-9.]+ loss [0-9.]+ on 8 samples, top5 [0-9.]+, moving average' "$T/fast.out"
 check "evaluated with the moving average of the weights, with top-5" $?
 [[ -s $T/summaries_fast/report.html ]]; check "the run's report.html is written" $?
+for r in 0 1; do
+    for what in training evaluation; do
+        grep -qE "^\[$r\] .*data.gpu_jpeg_decode: $what JPEGs decode on the CPU: this rank trains on the CPU" "$T/fast.out"
+        check "rank $r says its $what JPEGs decode on the CPU, and why" $?
+    done
+done
 
 echo "failures: $failures"
 [[ $failures == 0 ]]
