@@ -31,6 +31,16 @@ for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
     "${torch_sites[@]/%//torch/lib}" "${torch_sites[@]/%//nvidia}"/*/lib /usr/lib/x86_64-linux-gnu; do
     [[ -d $d ]] && machine_libs+=("$d")
 done
+# nvJPEG, which the GPU JPEG decoder loads by its soname (libnvjpeg.so.13): the machine's nvidia
+# wheels hold it as such, or torchvision's wheel a copy under a hashed name, linked here.
+rm -f "$KIT"/lib/libnvjpeg.so.*
+nvjpeg_found=""
+for f in "${torch_sites[@]/%//nvidia}"/*/lib/libnvjpeg.so.*; do [[ -e $f ]] && nvjpeg_found=$f; done
+if [[ -z $nvjpeg_found ]]; then
+    for f in "${torch_sites[@]/%//torchvision.libs}"/libnvjpeg*.so.*; do
+        [[ -e $f ]] && ln -s "$f" "$KIT/lib/libnvjpeg.so.${f##*.so.}" && break
+    done
+fi
 export LD_LIBRARY_PATH="$KIT/lib$(printf ':%s' "${machine_libs[@]}")"
 export PATH="$KIT/bin:$PATH"
 export MPIEXEC="$KIT/bin/mpiexec.hydra"
