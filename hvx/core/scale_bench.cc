@@ -14,16 +14,29 @@
 //
 // Then the same two paths through whole engines over the in-process transport (one thread per
 // rank) for small R, to check that the coordinator's share is what the engine spends per cycle.
+//
+//   init  Init's agreement exchange: every rank's verdict and settings (EncodeSettings),
+//   allgathered;
+//         each rank decodes all R and compares them (CompareSettings). Per rank: its CPU time and
+//         the bytes it receives; then whole engines started over the in-process transport.
+//
+// Arguments name the sections to run (miss hit engines init); none runs them all. A miss row
+// whose R x T exceeds kMaxFlatRequests is not run: the coordinator would hold that many requests.
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "hvx/common/clock.h"
+#include "hvx/core/agreement.h"
 #include "hvx/core/coordinator.h"
 #include "hvx/core/in_process_ranks.h"
 #include "hvx/core/message.h"
@@ -31,6 +44,9 @@
 
 namespace hvx {
 namespace {
+
+// 4096 ranks x 1000 tensors: about 2 GB of requests held by the coordinator at once.
+constexpr int64_t kMaxFlatRequests = int64_t{4096} * 1000;
 
 // Microseconds per call of fn, over at least 50 ms of calls.
 double MicrosPerCall(const std::function<void()>& fn) {
@@ -60,6 +76,11 @@ RequestList Requests(int rank, int tensors) {
 }
 
 void Miss(int ranks, int tensors) {
+  if (int64_t{ranks} * tensors > kMaxFlatRequests) {
+    std::printf("miss  ranks %5d  tensors %5d  not run: more than %lld requests\n", ranks, tensors,
+                static_cast<long long>(kMaxFlatRequests));
+    return;
+  }
   std::vector<std::string> sent;
   size_t gathered = 0;
   for (int r = 0; r < ranks; ++r) {
@@ -154,21 +175,100 @@ void Engines(int ranks, int tensors, int64_t cache_capacity) {
               cache_capacity > 0 ? "on " : "off", per_step_us);
 }
 
+// What Init exchanges, in the shape Engine::SettingsThatMustAgree gives it.
+std::string InitMessage() {
+  const Settings settings = {
+      {"hvx build", "wire format 3, compiler 12.2.0, GPU data plane not linked"},
+      {"transport", "mpi (MPICH Version: 4.0.2)"},
+      {"HVX_FUSION_THRESHOLD", "128MiB"},
+      {"HVX_CACHE_CAPACITY", "1024"},
+      {"HVX_FIXED_REDUCTION_ORDER", "1"},
+      {"HVX_COLLECTIVE_TIMEOUT_S", "300"},
+      {"HVX_CPU_PLANE", "auto"},
+      {"HVX_HIERARCHICAL_ALLREDUCE", "0"},
+      {"HVX_NCCL_HALF_IN_FLOAT32", "0"},
+      {"process sets", ""},
+  };
+  return EncodeSettings({{"verdict", ""}, {"settings", EncodeSettings(settings)}});
+}
+
+// One rank's share of Init's agreement among `ranks`: decode every rank's message, compare the
+// settings. Every rank does this; the allgather brings it R messages.
+void InitAgreement(int ranks) {
+  const std::vector<std::string> exchanged(ranks, InitMessage());
+  const double us = MicrosPerCall([&] {
+    std::vector<std::string> settings;
+    for (const std::string& m : exchanged) settings.push_back((*DecodeSettings(m))[1].second);
+    if (!CompareSettings(settings).ok()) std::abort();
+  });
+  std::printf("init  ranks %5d  per rank: agreement %10.1f us  receives %9zu B\n", ranks, us,
+              exchanged.size() * exchanged[0].size());
+}
+
+// Whole engines started at once over the in-process transport (one thread each, oversubscribed):
+// the slowest Engine::Start, which includes the topology allgather and the agreement exchange.
+void InitEngines(int ranks) {
+  auto hub = std::make_shared<FakeHub>(ranks);
+  std::vector<std::unique_ptr<Engine>> engines(ranks);
+  std::vector<double> start_us(ranks);
+  std::vector<std::thread> threads;
+  const absl::Time begin = MonotonicNow();
+  for (int r = 0; r < ranks; ++r) {
+    threads.emplace_back([&, r] {
+      EngineOptions eo;
+      eo.hostname = absl::StrCat("host", r / 8);
+      eo.command_line = "prog";
+      eo.exit_on_finalize_timeout = false;
+      const absl::Time t0 = MonotonicNow();
+      auto engine = Engine::Start(InProcessOptions(), std::make_unique<FakeTransport>(hub, r), eo);
+      start_us[r] = absl::ToDoubleMicroseconds(MonotonicNow() - t0);
+      if (!engine.ok()) std::abort();
+      engines[r] = std::move(*engine);
+    });
+  }
+  for (auto& t : threads) t.join();
+  const double all_us = absl::ToDoubleMicroseconds(MonotonicNow() - begin);
+  threads.clear();
+  for (int r = 0; r < ranks; ++r) {
+    threads.emplace_back([&, r] { (void)engines[r]->Shutdown(); });
+  }
+  for (auto& t : threads) t.join();
+  std::printf("init  ranks %5d  engines: slowest Start %10.1f us, all started %10.1f us\n", ranks,
+              *std::max_element(start_us.begin(), start_us.end()), all_us);
+}
+
 }  // namespace
 }  // namespace hvx
 
-int main() {
-  for (int tensors : {10, 100, 1000}) {
-    for (int ranks : {8, 64, 256, 1024}) hvx::Miss(ranks, tensors);
-  }
-  for (int tensors : {10, 100, 1000}) {
-    for (int ranks : {8, 64, 256, 1024}) hvx::Hit(ranks, tensors);
-  }
-  for (int tensors : {10, 100}) {
-    for (int ranks : {2, 8}) {
-      hvx::Engines(ranks, tensors, 0);
-      hvx::Engines(ranks, tensors, 1024);
+int main(int argc, char** argv) {
+  const auto wanted = [&](absl::string_view section) {
+    if (argc == 1) return true;
+    for (int i = 1; i < argc; ++i) {
+      if (section == argv[i]) return true;
     }
+    return false;
+  };
+  if (wanted("miss")) {
+    for (int tensors : {10, 100, 1000}) {
+      for (int ranks : {8, 64, 256, 1024, 4096, 16384}) hvx::Miss(ranks, tensors);
+    }
+  }
+  if (wanted("hit")) {
+    for (int tensors : {10, 100, 1000}) {
+      for (int ranks : {8, 64, 256, 1024, 4096, 16384}) hvx::Hit(ranks, tensors);
+    }
+  }
+  if (wanted("engines")) {
+    for (int tensors : {10, 100}) {
+      for (int ranks : {2, 8}) {
+        hvx::Engines(ranks, tensors, 0);
+        hvx::Engines(ranks, tensors, 1024);
+      }
+    }
+  }
+  if (wanted("init")) {
+    for (int ranks : {64, 256, 1024, 4096, 16384}) hvx::InitAgreement(ranks);
+    for (int ranks : {64, 256, 1024}) hvx::InitEngines(ranks);
   }
   return 0;
 }
