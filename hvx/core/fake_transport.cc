@@ -1,5 +1,6 @@
 #include "hvx/core/fake_transport.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -29,9 +30,9 @@ std::shared_ptr<const std::vector<std::string>> FakeHub::Exchange(int rank, std:
   return result_;
 }
 
-std::shared_ptr<FakeHub> FakeHub::Child(int64_t sequence, int size) {
+std::shared_ptr<FakeHub> FakeHub::Child(int64_t sequence, int color, int size) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto& child = children_[sequence];
+  auto& child = children_[{sequence, color}];
   if (!child) child = std::make_shared<FakeHub>(size);
   return child;
 }
@@ -81,10 +82,29 @@ absl::StatusOr<std::unique_ptr<Communicator>> FakeCommunicator::Subset(
   for (size_t i = 0; i < ranks.size(); ++i) {
     if (ranks[i] == rank_) {
       return std::unique_ptr<Communicator>(new FakeCommunicator(
-          hub_->Child(seq, static_cast<int>(ranks.size())), static_cast<int>(i)));
+          hub_->Child(seq, 0, static_cast<int>(ranks.size())), static_cast<int>(i)));
     }
   }
   return std::unique_ptr<Communicator>();
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> FakeCommunicator::Split(int color, int key) {
+  const int64_t seq = subsets_++;
+  int32_t mine[2] = {color, key};
+  auto all = hub_->Exchange(rank_, Bytes(mine, sizeof(mine)));
+  if (color < 0) return std::unique_ptr<Communicator>();
+  // Members of this color by (key, rank); this rank's place among them.
+  std::vector<std::pair<int32_t, int>> members;
+  for (int r = 0; r < size(); ++r) {
+    int32_t theirs[2];
+    std::memcpy(theirs, (*all)[r].data(), sizeof(theirs));
+    if (theirs[0] == color) members.emplace_back(theirs[1], r);
+  }
+  std::sort(members.begin(), members.end());
+  const int position = static_cast<int>(
+      std::find(members.begin(), members.end(), std::make_pair(key, rank_)) - members.begin());
+  return std::unique_ptr<Communicator>(
+      new FakeCommunicator(hub_->Child(seq, color, static_cast<int>(members.size())), position));
 }
 
 absl::Status FakeCommunicator::Allreduce(const AllreduceWork& w) {

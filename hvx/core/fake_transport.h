@@ -16,6 +16,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -41,8 +42,9 @@ class FakeHub {
   int64_t votes() const { return votes_.load(); }
   void CountVote() { votes_.fetch_add(1); }
 
-  // The hub of a subset; the same object for every member calling with the same sequence number.
-  std::shared_ptr<FakeHub> Child(int64_t sequence, int size);
+  // The hub of a subset; the same object for every member calling with the same sequence number
+  // and color.
+  std::shared_ptr<FakeHub> Child(int64_t sequence, int color, int size);
 
  private:
   const int size_;
@@ -54,7 +56,7 @@ class FakeHub {
   int arrived_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   std::shared_ptr<const std::vector<std::string>> result_ ABSL_GUARDED_BY(mu_);
-  std::map<int64_t, std::shared_ptr<FakeHub>> children_ ABSL_GUARDED_BY(mu_);
+  std::map<std::pair<int64_t, int>, std::shared_ptr<FakeHub>> children_ ABSL_GUARDED_BY(mu_);
 };
 
 class FakeCommunicator : public Communicator, private DataPlane {
@@ -70,6 +72,7 @@ class FakeCommunicator : public Communicator, private DataPlane {
   absl::Status Barrier() override;
   DataPlane& cpu() override { return *this; }
   absl::StatusOr<std::unique_ptr<Communicator>> Subset(const std::vector<int>& ranks) override;
+  absl::StatusOr<std::unique_ptr<Communicator>> Split(int color, int key) override;
 
  private:
   absl::Status Allreduce(const AllreduceWork& work) override;

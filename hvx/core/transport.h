@@ -165,6 +165,13 @@ class Communicator {
   // this communicator: every rank calls it with the same list. Members get the new communicator,
   // with ranks numbered by position in `ranks`; others get nullptr.
   virtual absl::StatusOr<std::unique_ptr<Communicator>> Subset(const std::vector<int>& ranks) = 0;
+
+  // Communicators of the ranks that pass the same `color` (>= 0), each numbered by `key` (ties by
+  // rank in this communicator), as MPI_Comm_split. Collective over this communicator: every rank
+  // calls it, each with its own color and key, in one call where Subset would take one per group.
+  // A rank passing a negative color gets nullptr. The engine gathers requests per host through
+  // these (one communicator per host, one of the hosts' first ranks).
+  virtual absl::StatusOr<std::unique_ptr<Communicator>> Split(int color, int key) = 0;
 };
 
 // A process-wide backend. Created once per Init.

@@ -462,6 +462,15 @@ class MpiCommunicator : public Communicator {
     return std::unique_ptr<Communicator>(new MpiCommunicator(sub, mode_));
   }
 
+  absl::StatusOr<std::unique_ptr<Communicator>> Split(int color, int key) override {
+    MPI_Comm sub = MPI_COMM_NULL;
+    HVX_RETURN_IF_ERROR(MpiStatus(
+        MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &sub), "MPI_Comm_split"));
+    if (color < 0) return std::unique_ptr<Communicator>();
+    SetCollectiveTimeout(sub, CollectiveTimeout(comm_));
+    return std::unique_ptr<Communicator>(new MpiCommunicator(sub, mode_));
+  }
+
  private:
   MPI_Comm comm_;
   const CpuPlaneMode mode_;
