@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "hvx/common/logging.h"
+#include "hvx/common/status.h"
 
 namespace hvx {
 namespace {
@@ -48,7 +49,10 @@ std::vector<Response> FuseResponses(std::vector<Response> responses, int64_t thr
 }
 
 Coordinator::Coordinator(int size, CoordinatorOptions options)
-    : size_(size), options_(std::move(options)), device_of_rank_(size) {}
+    : size_(size),
+      options_(std::move(options)),
+      joined_bits_((size + 63) / 64, 0),
+      device_of_rank_(size) {}
 
 std::string Coordinator::Who(int set_rank) const {
   if (set_rank < static_cast<int>(options_.global_ranks.size()) &&
@@ -63,44 +67,132 @@ std::string Coordinator::WhoOnHost(int set_rank) const {
   return absl::StrCat(Who(set_rank), " (host ", options_.hosts[set_rank], ")");
 }
 
-void Coordinator::Add(int rank, const RequestList& list, absl::Time now) {
+absl::Status Coordinator::Add(int rank, const RequestList& list, absl::Time now) {
   if (list.shutdown) shutdown_ = true;
+  const std::vector<int32_t> members = {rank};
+  const std::vector<uint64_t> mask = {1};
   for (const Request& req : list.requests) {
-    const absl::Time submitted = now - absl::Seconds(std::max(0.0, req.waited_s));
-    if (req.type == OpType::kJoin) {
-      if (joined_.empty()) join_progress_ = submitted;
-      if (joined_.insert(rank).second)
-        last_joined_ = options_.global_ranks.empty() ? rank : options_.global_ranks[rank];
+    if (req.id == 0 && req.type == OpType::kJoin) {
+      AddJoin(rank, now - absl::Seconds(std::max(0.0, req.waited_s)));
       continue;
     }
-    auto [it, inserted] = table_.try_emplace(req.name);
-    Pending& p = it->second;
-    if (inserted) {
-      p.by_rank.resize(size_);
-      p.first_seen = submitted;
-      p.arrival = next_arrival_++;
-      if (options_.observer) options_.observer->NegotiationStart(req.name, req.type);
+    HVX_RETURN_IF_ERROR(AddRequest(req, members, mask, now));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Coordinator::Add(const HostRequestList& host, absl::Time now) {
+  for (int32_t r : host.ranks) {
+    if (r < 0 || r >= size_) {
+      return absl::DataLossError(absl::StrCat("a host's request list names set rank ", r,
+                                              ", outside the process set of size ", size_));
     }
-    p.first_seen = std::min(p.first_seen, submitted);
-    if (options_.observer) options_.observer->RankReady(req.name, rank);
-    if (!req.device.is_cpu()) device_of_rank_[rank].emplace(req.device.type, req.device);
-    p.by_rank[rank] = req;
+  }
+  for (uint64_t word : host.shutdown) {
+    if (word != 0) shutdown_ = true;
+  }
+  for (const HostRequestList::Entry& e : host.entries) {
+    if (e.request.id == 0 && e.request.type == OpType::kJoin) {
+      for (size_t i = 0; i < host.ranks.size(); ++i) {
+        if ((e.mask[i / 64] >> (i % 64)) & 1) {
+          AddJoin(host.ranks[i], now - absl::Seconds(std::max(0.0, e.request.waited_s)));
+        }
+      }
+      continue;
+    }
+    HVX_RETURN_IF_ERROR(AddRequest(e.request, host.ranks, e.mask, now));
+  }
+  return absl::OkStatus();
+}
+
+void Coordinator::AddJoin(int rank, absl::Time submitted) {
+  if (joined_.empty()) join_progress_ = submitted;
+  if (joined_.insert(rank).second) {
+    last_joined_ = options_.global_ranks.empty() ? rank : options_.global_ranks[rank];
+    joined_bits_[rank / 64] |= uint64_t{1} << (rank % 64);
   }
 }
 
+absl::Status Coordinator::AddRequest(const Request& request, const std::vector<int32_t>& members,
+                                     const std::vector<uint64_t>& mask, absl::Time now) {
+  const Request* content = &request;
+  if (request.id != 0) {
+    auto known = ids_.find(request.id);
+    if (known == ids_.end()) {
+      return absl::DataLossError(absl::StrCat("set rank ", members.empty() ? -1 : members[0],
+                                              "'s host sent tensor id ", request.id,
+                                              ", which the coordinator has not announced"));
+    }
+    known->second.last_used = builds_;
+    content = &known->second.request;
+  }
+  const absl::Time submitted = now - absl::Seconds(std::max(0.0, request.waited_s));
+  auto [it, inserted] = table_.try_emplace(content->name);
+  Pending& p = it->second;
+  if (inserted) {
+    p.submitted.assign((size_ + 63) / 64, 0);
+    p.first_seen = submitted;
+    p.arrival = next_arrival_++;
+    if (options_.observer) options_.observer->NegotiationStart(content->name, content->type);
+  }
+  p.first_seen = std::min(p.first_seen, submitted);
+  if (request.id == 0) p.by_name = true;
+  Submission* s = nullptr;
+  for (Submission& candidate : p.submissions) {
+    if (candidate.id == request.id &&
+        (request.id != 0 || SameRequest(candidate.request, request))) {
+      s = &candidate;
+      break;
+    }
+  }
+  if (s == nullptr) {
+    p.submissions.push_back({*content, RankBits(p.submitted.size(), 0), size_, request.id});
+    s = &p.submissions.back();
+  }
+  const bool record_device = request.id == 0 && !request.device.is_cpu();
+  for (size_t i = 0; i < members.size(); ++i) {
+    if (((mask[i / 64] >> (i % 64)) & 1) == 0) continue;
+    const int r = members[i];
+    s->ranks[r / 64] |= uint64_t{1} << (r % 64);
+    p.submitted[r / 64] |= uint64_t{1} << (r % 64);
+    s->lowest = std::min(s->lowest, r);
+    if (options_.observer) options_.observer->RankReady(content->name, r);
+    if (record_device) device_of_rank_[r].emplace(request.device.type, request.device);
+  }
+  return absl::OkStatus();
+}
+
+const Coordinator::Submission* Coordinator::Of(const Pending& p, int rank) const {
+  for (const Submission& s : p.submissions) {
+    if (Has(s.ranks, rank)) return &s;
+  }
+  return nullptr;
+}
+
+Device Coordinator::DeviceOf(const Submission& s, int rank) const {
+  if (s.id == 0 || s.request.device.is_cpu()) return s.request.device;
+  auto it = device_of_rank_[rank].find(s.request.device.type);
+  return it == device_of_rank_[rank].end() ? s.request.device : it->second;
+}
+
+void Coordinator::Erase(const std::string& name) { table_.erase(name); }
+
 bool Coordinator::IsReady(const Pending& p) const {
-  for (int r = 0; r < size_; ++r) {
-    if (!p.by_rank[r].has_value() && joined_.count(r) == 0) return false;
+  for (size_t w = 0; w < p.submitted.size(); ++w) {
+    const int bits = std::min(64, size_ - static_cast<int>(w) * 64);
+    const uint64_t all = bits == 64 ? ~uint64_t{0} : (uint64_t{1} << bits) - 1;
+    if ((p.submitted[w] | joined_bits_[w]) != all) return false;
   }
   return true;
 }
 
 bool Coordinator::FailsForJoin(const Pending& p) const {
-  if (joined_.empty()) return false;
-  for (const std::optional<Request>& req : p.by_rank) {
-    if (req.has_value()) return req->type != OpType::kAllreduce;
+  if (joined_.empty() || p.submissions.empty()) return false;
+  const Submission* first = &p.submissions[0];
+  for (const Submission& s : p.submissions) {
+    if (s.lowest < first->lowest) first = &s;
   }
-  return false;
+  return first->request.type != OpType::kAllreduce;
 }
 
 Response Coordinator::ErrorResponse(const std::string& name, std::string message,
@@ -116,17 +208,24 @@ Response Coordinator::ErrorResponse(const std::string& name, std::string message
 // Validate's parts each return what is wrong, "" when nothing is; Validate names the tensor.
 
 std::string Coordinator::DeviceProblem(const Pending& p) const {
-  for (int r = 0; r < size_; ++r) {
-    if (!p.by_rank[r].has_value() || p.by_rank[r]->device.is_cpu()) continue;
-    const Device& d = p.by_rank[r]->device;
-    const Device& own = device_of_rank_[r].at(d.type);
-    if (d != own) {
-      return absl::StrCat(WhoOnHost(r), " put it on ", d.ToString(), " but its earlier tensors on ",
-                          own.ToString(),
-                          "; each rank keeps all its GPU tensors on one device, its own");
+  // The lowest rank whose GPU tensor is not on its own device; tensors sent as an id are.
+  int worst = size_;
+  std::string problem;
+  for (const Submission& s : p.submissions) {
+    const Device& d = s.request.device;
+    if (s.id != 0 || d.is_cpu()) continue;
+    for (int r = s.lowest; r < worst; ++r) {
+      if (!Has(s.ranks, r)) continue;
+      const Device& own = device_of_rank_[r].at(d.type);
+      if (d != own) {
+        worst = r;
+        problem = absl::StrCat(WhoOnHost(r), " put it on ", d.ToString(),
+                               " but its earlier tensors on ", own.ToString(),
+                               "; each rank keeps all its GPU tensors on one device, its own");
+      }
     }
   }
-  return "";
+  return problem;
 }
 
 std::string Coordinator::Mismatch(int first, const Request& a, int r, const Request& b) const {
@@ -192,7 +291,7 @@ std::string Coordinator::JoinProblem(const Request& a) const {
 std::string Coordinator::AlltoallRows(const Pending& p, std::vector<int64_t>* rows) const {
   rows->assign(static_cast<size_t>(size_) * size_, 0);
   for (int r = 0; r < size_; ++r) {
-    const Request& q = *p.by_rank[r];
+    const Request& q = Of(p, r)->request;
     const int64_t dim0 = q.shape[0];
     if (q.splits.empty()) {
       if (dim0 % size_ != 0) {
@@ -249,7 +348,7 @@ std::string Coordinator::OpProblem(const Pending& p, const Request& a, Response*
     case OpType::kAllgather:
       if (a.shape.empty())
         return "ALLGATHER of a rank-0 (scalar) tensor; give it a first dimension";
-      for (int r = 0; r < size_; ++r) resp->rows.push_back(p.by_rank[r]->shape[0]);
+      for (int r = 0; r < size_; ++r) resp->rows.push_back(Of(p, r)->request.shape[0]);
       return "";
     case OpType::kAlltoall:
       if (a.shape.empty()) return "ALLTOALL of a rank-0 (scalar) tensor; give it a first dimension";
@@ -263,13 +362,29 @@ std::string Coordinator::OpProblem(const Pending& p, const Request& a, Response*
 }
 
 Response Coordinator::Validate(const std::string& name, const Pending& p) const {
-  int first = 0;
-  while (!p.by_rank[first].has_value()) ++first;
-  const Request& a = *p.by_rank[first];
-  std::string problem = DeviceProblem(p);
-  for (int r = first + 1; problem.empty() && r < size_; ++r) {
-    if (p.by_rank[r].has_value()) problem = Mismatch(first, a, r, *p.by_rank[r]);
+  const Submission* fs = &p.submissions[0];
+  for (const Submission& s : p.submissions) {
+    if (s.lowest < fs->lowest) fs = &s;
   }
+  const int first = fs->lowest;
+  Request a = fs->request;
+  a.device = DeviceOf(*fs, first);
+  std::string problem = DeviceProblem(p);
+  // Every rank of a submission asks the same, so the lowest rank that differs from `first` is
+  // the lowest of the submissions that differ.
+  int differs = size_;
+  std::string mismatch;
+  for (const Submission& s : p.submissions) {
+    if (&s == fs || s.lowest >= differs) continue;
+    Request b = s.request;
+    b.device = DeviceOf(s, s.lowest);
+    std::string m = Mismatch(first, a, s.lowest, b);
+    if (!m.empty()) {
+      differs = s.lowest;
+      mismatch = std::move(m);
+    }
+  }
+  if (problem.empty()) problem = std::move(mismatch);
   if (problem.empty()) problem = JoinProblem(a);
   Response resp;
   if (problem.empty()) problem = OpProblem(p, a, &resp);
@@ -291,10 +406,11 @@ std::string Coordinator::StallReport(absl::Time now, absl::Duration older_than) 
   for (const auto& [name, p] : table_) {
     if (now - p.first_seen < older_than) continue;
     for (int r = 0; r < size_; ++r) {
-      if (!p.by_rank[r].has_value() && joined_.count(r) == 0) missing[r].push_back(name);
+      if (!Has(p.submitted, r) && !Has(joined_bits_, r)) missing[r].push_back(name);
     }
   }
   if (missing.empty()) return "";
+  for (auto& [r, names] : missing) std::sort(names.begin(), names.end());
   std::string out = "Missing ranks:\n";
   for (const auto& [r, names] : missing) {
     const int global = options_.global_ranks.empty() ? r : options_.global_ranks[r];
@@ -327,13 +443,14 @@ void Coordinator::MaybeWarnStall(absl::Time now, std::vector<Response>* errors) 
   for (const auto& [name, p] : table_) {
     if (now - p.first_seen >= limit) stalled.push_back(name);
   }
+  std::sort(stalled.begin(), stalled.end());
   for (const std::string& name : stalled) {
     errors->push_back(ErrorResponse(
         name,
         absl::StrCat("tensor '", name, "' stalled for more than ", options_.stall_shutdown_time_s,
                      " s (HVX_STALL_SHUTDOWN_TIME_S) waiting for other ranks. ", report),
         absl::StatusCode::kDeadlineExceeded));
-    table_.erase(name);
+    Erase(name);
   }
   HVX_LOG(ERROR) << "Failing " << stalled.size() << " stalled tensor(s) after "
                  << options_.stall_shutdown_time_s << " s. " << report;
@@ -378,19 +495,21 @@ void Coordinator::FailTimedOut(absl::Time now, std::vector<Response>* errors) {
     errors->push_back(
         ErrorResponse("join", std::move(message), absl::StatusCode::kDeadlineExceeded));
     joined_.clear();
+    std::fill(joined_bits_.begin(), joined_bits_.end(), 0);
   }
   const absl::Duration limit = absl::Seconds(options_.collective_timeout_s);
   std::vector<std::string> timed_out;
   for (const auto& [name, p] : table_) {
     if (now - p.first_seen >= limit && !IsReady(p)) timed_out.push_back(name);
   }
+  std::sort(timed_out.begin(), timed_out.end());
   for (const std::string& name : timed_out) {
     const Pending& p = table_.at(name);
     std::vector<std::string> came, missing;
     OpType type = OpType::kAllreduce;
     for (int r = 0; r < size_; ++r) {
-      if (p.by_rank[r].has_value()) {
-        type = p.by_rank[r]->type;
+      if (Has(p.submitted, r)) {
+        type = Of(p, r)->request.type;
         came.push_back(Who(r));
       } else if (joined_.count(r) == 0) {
         missing.push_back(WhoOnHost(r));
@@ -404,7 +523,7 @@ void Coordinator::FailTimedOut(absl::Time now, std::vector<Response>* errors) {
         "before it or runs different names leaves the others waiting.");
     HVX_LOG(ERROR) << message;
     errors->push_back(ErrorResponse(name, std::move(message), absl::StatusCode::kDeadlineExceeded));
-    table_.erase(name);
+    Erase(name);
   }
 }
 
@@ -416,15 +535,25 @@ ResponseList Coordinator::Build(absl::Time now) {
   std::sort(ready.begin(), ready.end());
   std::vector<Response> responses;
   for (const auto& [arrival, name] : ready) {
-    responses.push_back(Validate(name, table_[name]));
+    responses.push_back(Validate(name, table_.at(name)));
     // The joined ranks take part in every allreduce: while they run, the join is not stalled.
     if (responses.back().type != OpType::kError) join_progress_ = now;
     if (options_.observer) options_.observer->NegotiationEnd(name);
-    table_.erase(name);
+    const Pending& p = table_.at(name);
+    if (responses.back().type != OpType::kError && p.by_name) {
+      // Validated: the first submission stands for every rank's request.
+      const Submission* fs = &p.submissions[0];
+      for (const Submission& s : p.submissions) {
+        if (s.lowest < fs->lowest) fs = &s;
+      }
+      agreed_.push_back(fs->request);
+    }
+    Erase(name);
   }
   MaybeWarnStall(now, &responses);
   FailTimedOut(now, &responses);
   ResponseList out;
+  AssignIds(&out);
   out.responses = FuseResponses(std::move(responses), options_.fusion_threshold_bytes);
   if (static_cast<int>(joined_.size()) == size_ && size_ > 0) {
     Response join;
@@ -433,9 +562,44 @@ ResponseList Coordinator::Build(absl::Time now) {
     join.last_joined_rank = last_joined_;
     out.responses.push_back(std::move(join));
     joined_.clear();
+    std::fill(joined_bits_.begin(), joined_bits_.end(), 0);
   }
   out.shutdown = shutdown_;
   return out;
+}
+
+void Coordinator::AssignIds(ResponseList* out) {
+  for (Request& agreed : agreed_) {
+    if (!TakesTensorId(agreed.type)) continue;
+    auto [it, inserted] = id_of_name_.try_emplace(agreed.name, next_id_);
+    if (inserted) ++next_id_;
+    IdEntry& entry = ids_[it->second];
+    out->assigned.push_back({it->second, agreed.name});
+    entry.name = agreed.name;
+    entry.request = std::move(agreed);
+    entry.request.rank = 0;
+    entry.request.waited_s = 0;
+    entry.request.id = 0;
+    entry.last_used = builds_;
+  }
+  agreed_.clear();
+  if (ids_.size() > options_.max_tensor_ids) {
+    // Retire down to three quarters, oldest first, so that a job with new names every step sorts
+    // once per quarter of the table; never an id this cycle used or announced.
+    std::vector<std::pair<int64_t, uint32_t>> by_age;
+    for (const auto& [id, entry] : ids_) {
+      if (entry.last_used < builds_) by_age.emplace_back(entry.last_used, id);
+    }
+    std::sort(by_age.begin(), by_age.end());
+    const size_t keep = options_.max_tensor_ids - options_.max_tensor_ids / 4;
+    for (const auto& [age, id] : by_age) {
+      if (ids_.size() <= keep) break;
+      id_of_name_.erase(ids_.at(id).name);
+      ids_.erase(id);
+      out->retired.push_back(id);
+    }
+  }
+  ++builds_;
 }
 
 }  // namespace hvx

@@ -3,19 +3,20 @@
 // every rank then executes in the same order.
 //
 //   Coordinator coord(size, options);
-//   for (int r = 0; r < size; ++r) coord.Add(r, lists[r], now);
+//   for (const HostRequestList& host : hosts) HVX_RETURN_IF_ERROR(coord.Add(host, now));
 //   ResponseList out = coord.Build(now);
 //
 // Disagreements become kError responses that name the tensor and the ranks involved, so every
-// rank's handle fails instead of hanging.
+// rank's handle fails instead of hanging. Per name it keeps each distinct request once, with a
+// bitset of the ranks that made it, so a cycle costs it per host entry, not per rank.
 #ifndef HVX_CORE_COORDINATOR_H_
 #define HVX_CORE_COORDINATOR_H_
 
 #include <cstdint>
 #include <map>
-#include <optional>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -45,6 +46,8 @@ struct CoordinatorOptions {
   // A name some ranks submitted fails on every rank once it has waited this long for the others
   // (HVX_COLLECTIVE_TIMEOUT_S); 0 = never.
   double collective_timeout_s = 0;
+  // Most tensor ids held at once; past it the least recently negotiated names lose theirs.
+  size_t max_tensor_ids = 65536;
 };
 
 // Merges consecutive-compatible allreduce responses (same dtype, device, op, scales) up to
@@ -58,8 +61,12 @@ class Coordinator {
   Coordinator(const Coordinator&) = delete;
   Coordinator& operator=(const Coordinator&) = delete;
 
-  // One rank's request list of this cycle.
-  void Add(int rank, const RequestList& list, absl::Time now);
+  // One rank's request list of this cycle. Fails (DataLoss) on a tensor id this coordinator has
+  // not announced or has retired; the requests before it are added.
+  absl::Status Add(int rank, const RequestList& list, absl::Time now);
+  // The merged requests of one host's ranks this cycle. Fails (DataLoss) on a member rank outside
+  // the set and on an unknown tensor id.
+  absl::Status Add(const HostRequestList& host, absl::Time now);
 
   // The responses for every name that became ready (in the order names first arrived), error
   // responses for disagreements and for stalls past the shutdown time, and a Join response when
@@ -78,11 +85,44 @@ class Coordinator {
   bool CheckDue(absl::Time now) const;
 
  private:
+  // A set of ranks of the set, one bit each.
+  using RankBits = std::vector<uint64_t>;
+  // One distinct request for a name, and the ranks that made it.
+  struct Submission {
+    Request request;
+    RankBits ranks;
+    int lowest = 0;  // the lowest rank in `ranks`
+    // Nonzero when it came as this tensor id: each rank's device is then its own
+    // (device_of_rank_), whatever request.device says.
+    uint32_t id = 0;
+  };
   struct Pending {
-    std::vector<std::optional<Request>> by_rank;
+    std::vector<Submission> submissions;
+    RankBits submitted;
     absl::Time first_seen;
     int64_t arrival = 0;
+    bool by_name = false;  // some rank sent it by name, not by id
   };
+  struct IdEntry {
+    std::string name;
+    Request request;  // what the id stands for
+    int64_t last_used = 0;
+  };
+
+  // Adds `request` for the ranks `members[i]` with bit i of `mask` (members ascending).
+  absl::Status AddRequest(const Request& request, const std::vector<int32_t>& members,
+                          const std::vector<uint64_t>& mask, absl::Time now);
+  void AddJoin(int rank, absl::Time submitted);
+  bool Has(const RankBits& bits, int rank) const { return (bits[rank / 64] >> (rank % 64)) & 1; }
+  // The submission of `rank`, or null.
+  const Submission* Of(const Pending& p, int rank) const;
+  // `rank`'s device for submission s.
+  Device DeviceOf(const Submission& s, int rank) const;
+  // Forgets name (ready, failed or stalled).
+  void Erase(const std::string& name);
+  // Gives ids to agreed_ (names that succeeded this cycle and that some rank sent by name), and
+  // retires the least recently used past max_tensor_ids, in *out.
+  void AssignIds(ResponseList* out);
 
   bool IsReady(const Pending& p) const;
   // Whether `p` is an op other than allreduce while some rank has joined: an error however the
@@ -118,7 +158,13 @@ class Coordinator {
 
   const int size_;
   const CoordinatorOptions options_;
-  std::map<std::string, Pending> table_;
+  std::unordered_map<std::string, Pending> table_;
+  std::unordered_map<uint32_t, IdEntry> ids_;
+  std::unordered_map<std::string, uint32_t> id_of_name_;
+  std::vector<Request> agreed_;
+  uint32_t next_id_ = 1;
+  int64_t builds_ = 0;
+  RankBits joined_bits_;
   int64_t next_arrival_ = 0;
   // Each rank's device of each non-CPU type: the first one its requests named.
   std::vector<std::map<DeviceType, Device>> device_of_rank_;

@@ -67,7 +67,7 @@ TEST(MessageTest, RoundTripsAndRejectsTruncation) {
   EXPECT_FALSE(DecodeRequestList(bytes.substr(0, bytes.size() - 1)).ok());
   // Found by message_fuzz_test: a peer's unknown data type (or op, reduce op, device) decoded.
   std::string unknown_dtype = bytes;
-  const size_t dtype_at = 1 + 1 + 8 + 4 + 1 + 8 + r.name.size();
+  const size_t dtype_at = 1 + 1 + 8 + 4 + 4 + 8 + 1 + 8 + r.name.size();
   ASSERT_EQ(unknown_dtype[dtype_at], static_cast<char>(r.dtype));
   unknown_dtype[dtype_at] = 57;
   EXPECT_TRUE(absl::StrContains(DecodeRequestList(unknown_dtype).status().message(),
@@ -94,6 +94,156 @@ TEST(MessageTest, RoundTripsAndRejectsTruncation) {
   EXPECT_EQ(back->responses[0].error_code, resp.error_code);
   EXPECT_EQ(back->responses[0].dtype, DataType::kInt16);
   EXPECT_EQ(back->responses[0].last_joined_rank, 1);
+}
+
+TEST(MessageTest, HostListMergesEqualRequestsAndKeepsDifferentOnes) {
+  // Host of set ranks 4, 6, 9: rank 6 sends x as int32, and y by id.
+  Request y_by_id;
+  y_by_id.id = 7;
+  y_by_id.waited_s = 0.5;
+  std::vector<RequestList> lists = {List({Allreduce(4, "x", {3})}),
+                                    List({Allreduce(6, "x", {3}, DataType::kInt32), y_by_id}),
+                                    List({Allreduce(9, "x", {3}), y_by_id})};
+  lists[2].shutdown = true;
+  lists[2].requests[1].waited_s = 1.5;
+  const HostRequestList merged = MergeHostRequests({4, 6, 9}, lists);
+  ASSERT_EQ(merged.entries.size(), 3u);
+  EXPECT_EQ(merged.entries[0].request.dtype, DataType::kFloat32);
+  EXPECT_EQ(merged.entries[0].mask, (std::vector<uint64_t>{0b101}));
+  EXPECT_EQ(merged.entries[1].request.dtype, DataType::kInt32);
+  EXPECT_EQ(merged.entries[1].mask, (std::vector<uint64_t>{0b010}));
+  EXPECT_EQ(merged.entries[2].request.id, 7u);
+  EXPECT_EQ(merged.entries[2].mask, (std::vector<uint64_t>{0b110}));
+  EXPECT_EQ(merged.entries[2].request.waited_s, 1.5);
+  EXPECT_EQ(merged.shutdown, (std::vector<uint64_t>{0b100}));
+
+  const std::string bytes = EncodeHostRequestList(merged);
+  auto back = DecodeHostRequestList(bytes);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(EncodeHostRequestList(*back), bytes);
+  EXPECT_EQ(back->ranks, (std::vector<int32_t>{4, 6, 9}));
+  EXPECT_FALSE(DecodeHostRequestList(bytes.substr(0, bytes.size() - 1)).ok());
+  // A mask naming a fourth member of a three-rank host is corrupt.
+  HostRequestList bad = merged;
+  bad.entries[0].mask[0] |= 0b1000;
+  EXPECT_EQ(DecodeHostRequestList(EncodeHostRequestList(bad)).status().code(),
+            absl::StatusCode::kDataLoss);
+  bad = merged;
+  bad.ranks = {6, 4, 9};
+  EXPECT_FALSE(DecodeHostRequestList(EncodeHostRequestList(bad)).ok());
+}
+
+// The lists of `ranks` ranks on hosts of the given sizes, merged per host.
+std::vector<HostRequestList> PerHost(const std::vector<RequestList>& lists,
+                                     const std::vector<int>& host_sizes) {
+  std::vector<HostRequestList> hosts;
+  int next = 0;
+  for (int n : host_sizes) {
+    std::vector<int32_t> members;
+    std::vector<RequestList> mine;
+    for (int i = 0; i < n; ++i, ++next) {
+      members.push_back(next);
+      mine.push_back(lists[next]);
+    }
+    hosts.push_back(
+        DecodeHostRequestList(EncodeHostRequestList(MergeHostRequests(members, mine))).value());
+  }
+  return hosts;
+}
+
+// Uneven hosts of 3, 1 and 2 ranks: what the coordinator answers to per-host lists is what it
+// answers to the same requests rank by rank.
+TEST(CoordinatorTest, PerHostListsGiveTheSameResponsesAsPerRankLists) {
+  struct Case {
+    int odd_rank;
+    Request odd;
+    std::string error;
+  };
+  std::vector<Case> cases = {
+      {5, Allreduce(5, "x", {3}, DataType::kInt32),
+       "tensor 'x': mismatched data types: rank 0 sent float32, rank 5 sent int32"},
+      {4, Allreduce(4, "x", {4}),
+       "tensor 'x': mismatched ALLREDUCE shapes: rank 0 sent [3], rank 4 sent [4]"},
+      {1, Allreduce(1, "x", {3}), ""},
+  };
+  cases[2].odd.reduce_op = ReduceOp::kMax;
+  cases[2].error = "tensor 'x': mismatched reduction operations: rank 0 used sum, rank 1 used max";
+  for (const Case& k : cases) {
+    std::vector<RequestList> lists;
+    for (int r = 0; r < 6; ++r) {
+      lists.push_back(List({r == k.odd_rank ? k.odd : Allreduce(r, "x", {3})}));
+    }
+    Coordinator flat(6, CoordinatorOptions{});
+    for (int r = 0; r < 6; ++r) ASSERT_TRUE(flat.Add(r, lists[r], absl::Now()).ok());
+    Coordinator hosts(6, CoordinatorOptions{});
+    for (const HostRequestList& h : PerHost(lists, {3, 1, 2})) {
+      ASSERT_TRUE(hosts.Add(h, absl::Now()).ok());
+    }
+    const ResponseList a = flat.Build(absl::Now());
+    const ResponseList b = hosts.Build(absl::Now());
+    ASSERT_EQ(a.responses.size(), 1u);
+    ASSERT_EQ(b.responses.size(), 1u);
+    EXPECT_EQ(a.responses[0].error, k.error);
+    EXPECT_EQ(b.responses[0].error, k.error);
+  }
+}
+
+TEST(CoordinatorTest, StallReportNamesTheMissingRankOfAnotherHost) {
+  CoordinatorOptions o;
+  o.stall_check_time_s = 0;
+  Coordinator c(6, o);
+  const absl::Time t0 = absl::Now();
+  std::vector<RequestList> lists;
+  for (int r = 0; r < 6; ++r) {
+    lists.push_back(r == 4 ? RequestList{} : List({Allreduce(r, "w1", {1})}));
+  }
+  for (const HostRequestList& h : PerHost(lists, {3, 1, 2})) ASSERT_TRUE(c.Add(h, t0).ok());
+  EXPECT_TRUE(c.Build(t0).responses.empty());
+  EXPECT_EQ(c.StallReport(t0 + absl::Seconds(2), absl::Seconds(1)), "Missing ranks:\n  4: [w1]\n");
+}
+
+TEST(CoordinatorTest, ATensorIdStandsForItsRequestUntilRetired) {
+  CoordinatorOptions o;
+  o.stall_check_time_s = 0;
+  o.max_tensor_ids = 2;
+  Coordinator c(2, o);
+  const absl::Time now = absl::Now();
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(c.Add(r, List({Allreduce(r, "a", {3}), Allreduce(r, "b", {3})}), now).ok());
+  }
+  ResponseList first = c.Build(now);
+  ASSERT_EQ(first.assigned.size(), 2u);
+  EXPECT_EQ(first.assigned[0].name, "a");
+  EXPECT_TRUE(first.retired.empty());
+  const uint32_t a_id = first.assigned[0].id;
+
+  // Rank 0 by id, rank 1 by name: the same request.
+  Request by_id;
+  by_id.id = a_id;
+  ASSERT_TRUE(c.Add(0, List({by_id}), now).ok());
+  ASSERT_TRUE(c.Add(1, List({Allreduce(1, "a", {3})}), now).ok());
+  ResponseList second = c.Build(now);
+  ASSERT_EQ(second.responses.size(), 1u);
+  EXPECT_EQ(second.responses[0].type, OpType::kAllreduce);
+  EXPECT_EQ(second.responses[0].names, (std::vector<std::string>{"a"}));
+  EXPECT_EQ(second.responses[0].shapes, (std::vector<std::vector<int64_t>>{{3}}));
+
+  // By id against a changed request: the error names what each rank meant.
+  ASSERT_TRUE(c.Add(0, List({by_id}), now).ok());
+  ASSERT_TRUE(c.Add(1, List({Allreduce(1, "a", {5})}), now).ok());
+  EXPECT_EQ(c.Build(now).responses[0].error,
+            "tensor 'a': mismatched ALLREDUCE shapes: rank 0 sent [3], rank 1 sent [5]");
+
+  // A third name over max_tensor_ids = 2 retires the least recently used, b.
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(c.Add(r, List({Allreduce(r, "c", {1})}), now).ok());
+  ResponseList third = c.Build(now);
+  ASSERT_EQ(third.retired.size(), 1u);
+  EXPECT_EQ(third.retired[0], first.assigned[1].id);
+  Request stale;
+  stale.id = first.assigned[1].id;
+  const absl::Status unknown = c.Add(1, List({stale}), now);
+  EXPECT_EQ(unknown.code(), absl::StatusCode::kDataLoss);
+  EXPECT_TRUE(absl::StrContains(unknown.message(), "tensor id")) << unknown;
 }
 
 Response Single(const std::string& name, std::vector<int64_t> shape) {
@@ -141,10 +291,10 @@ TEST(FuseResponsesTest, FusesOnlyCompatibleUpToThreshold) {
 TEST(CoordinatorTest, ReadyOnlyWhenEveryRankSubmitted) {
   Coordinator c(2, CoordinatorOptions{});
   const absl::Time now = absl::Now();
-  c.Add(0, List({Allreduce(0, "x", {3})}), now);
+  ASSERT_TRUE(c.Add(0, List({Allreduce(0, "x", {3})}), now).ok());
   EXPECT_TRUE(c.Build(now).responses.empty());
   EXPECT_EQ(c.pending(), 1u);
-  c.Add(1, List({Allreduce(1, "x", {3})}), now);
+  ASSERT_TRUE(c.Add(1, List({Allreduce(1, "x", {3})}), now).ok());
   auto out = c.Build(now);
   ASSERT_EQ(out.responses.size(), 1u);
   EXPECT_EQ(out.responses[0].type, OpType::kAllreduce);
@@ -162,8 +312,8 @@ TEST(CoordinatorTest, DisagreementsBecomeErrorsNamingRanks) {
   };
   for (const Case& k : cases) {
     Coordinator c(2, CoordinatorOptions{});
-    c.Add(0, List({Allreduce(0, "x", {3})}), absl::Now());
-    c.Add(1, List({k.b}), absl::Now());
+    ASSERT_TRUE(c.Add(0, List({Allreduce(0, "x", {3})}), absl::Now()).ok());
+    ASSERT_TRUE(c.Add(1, List({k.b}), absl::Now()).ok());
     auto out = c.Build(absl::Now());
     ASSERT_EQ(out.responses.size(), 1u);
     EXPECT_EQ(out.responses[0].type, OpType::kError);
@@ -173,8 +323,8 @@ TEST(CoordinatorTest, DisagreementsBecomeErrorsNamingRanks) {
   Coordinator c(2, CoordinatorOptions{});
   Request scaled = Allreduce(1, "y", {3});
   scaled.postscale = 2;
-  c.Add(0, List({Allreduce(0, "y", {3})}), absl::Now());
-  c.Add(1, List({scaled}), absl::Now());
+  ASSERT_TRUE(c.Add(0, List({Allreduce(0, "y", {3})}), absl::Now()).ok());
+  ASSERT_TRUE(c.Add(1, List({scaled}), absl::Now()).ok());
   EXPECT_TRUE(absl::StrContains(c.Build(absl::Now()).responses[0].error, "prescale/postscale"));
 }
 
@@ -183,7 +333,7 @@ TEST(CoordinatorTest, AdasumNeedsPowerOfTwo) {
   for (int r = 0; r < 3; ++r) {
     Request q = Allreduce(r, "a", {2});
     q.reduce_op = ReduceOp::kAdasum;
-    c.Add(r, List({q}), absl::Now());
+    ASSERT_TRUE(c.Add(r, List({q}), absl::Now()).ok());
   }
   EXPECT_TRUE(absl::StrContains(c.Build(absl::Now()).responses[0].error, "power-of-two"));
 }
@@ -191,22 +341,22 @@ TEST(CoordinatorTest, AdasumNeedsPowerOfTwo) {
 TEST(CoordinatorTest, JoinedRanksCountAsReadyAndLastJoinerIsReported) {
   Coordinator c(3, CoordinatorOptions{{}, 60, 0, {0, 1, 2}, nullptr});
   const Request join = Join();
-  c.Add(2, List({join}), absl::Now());
-  c.Add(0, List({Allreduce(0, "g", {2})}), absl::Now());
-  c.Add(1, List({Allreduce(1, "g", {2})}), absl::Now());
+  ASSERT_TRUE(c.Add(2, List({join}), absl::Now()).ok());
+  ASSERT_TRUE(c.Add(0, List({Allreduce(0, "g", {2})}), absl::Now()).ok());
+  ASSERT_TRUE(c.Add(1, List({Allreduce(1, "g", {2})}), absl::Now()).ok());
   auto out = c.Build(absl::Now());
   ASSERT_EQ(out.responses.size(), 1u);
   EXPECT_EQ(out.responses[0].type, OpType::kAllreduce);
   Request gather = Allreduce(0, "ag", {2});
   gather.type = OpType::kAllgather;
-  c.Add(0, List({gather}), absl::Now());
+  ASSERT_TRUE(c.Add(0, List({gather}), absl::Now()).ok());
   gather.rank = 1;
-  c.Add(1, List({gather}), absl::Now());
+  ASSERT_TRUE(c.Add(1, List({gather}), absl::Now()).ok());
   out = c.Build(absl::Now());
   EXPECT_TRUE(absl::StrContains(out.responses[0].error,
                                 "not supported while ranks have joined (joined: 2)"));
-  c.Add(1, List({join}), absl::Now());
-  c.Add(0, List({join}), absl::Now());
+  ASSERT_TRUE(c.Add(1, List({join}), absl::Now()).ok());
+  ASSERT_TRUE(c.Add(0, List({join}), absl::Now()).ok());
   out = c.Build(absl::Now());
   ASSERT_EQ(out.responses.size(), 1u);
   EXPECT_EQ(out.responses[0].type, OpType::kJoin);
@@ -219,10 +369,10 @@ TEST(CoordinatorTest, JoinedRanksCountAsReadyAndLastJoinerIsReported) {
 TEST(CoordinatorTest, NonAllreduceFailsAtOnceWhileARankHasJoined) {
   Coordinator c(3, CoordinatorOptions{{}, 60, 0, {0, 1, 2}, nullptr});
   const Request join = Join();
-  c.Add(1, List({join}), absl::Now());
+  ASSERT_TRUE(c.Add(1, List({join}), absl::Now()).ok());
   Request gather = Allreduce(0, "allgather.noname.0", {2});
   gather.type = OpType::kAllgather;
-  c.Add(0, List({gather}), absl::Now());
+  ASSERT_TRUE(c.Add(0, List({gather}), absl::Now()).ok());
   auto out = c.Build(absl::Now());
   ASSERT_EQ(out.responses.size(), 1u);
   EXPECT_EQ(out.responses[0].type, OpType::kError);
@@ -230,9 +380,9 @@ TEST(CoordinatorTest, NonAllreduceFailsAtOnceWhileARankHasJoined) {
   EXPECT_TRUE(absl::StrContains(out.responses[0].error,
                                 "not supported while ranks have joined (joined: 1)"));
   // An allreduce still waits for the ranks that have not joined.
-  c.Add(0, List({Allreduce(0, "g", {2})}), absl::Now());
+  ASSERT_TRUE(c.Add(0, List({Allreduce(0, "g", {2})}), absl::Now()).ok());
   EXPECT_TRUE(c.Build(absl::Now()).responses.empty());
-  c.Add(2, List({Allreduce(2, "g", {2})}), absl::Now());
+  ASSERT_TRUE(c.Add(2, List({Allreduce(2, "g", {2})}), absl::Now()).ok());
   out = c.Build(absl::Now());
   ASSERT_EQ(out.responses.size(), 1u);
   EXPECT_EQ(out.responses[0].type, OpType::kAllreduce);
@@ -245,8 +395,8 @@ TEST(CoordinatorTest, StallReportListsMissingRanksAndShutdownFailsThem) {
   o.global_ranks = {0, 1, 2};
   Coordinator c(3, o);
   const absl::Time t0 = absl::Now();
-  c.Add(0, List({Allreduce(0, "w1", {1}), Allreduce(0, "w2", {1})}), t0);
-  c.Add(1, List({Allreduce(1, "w1", {1})}), t0);
+  ASSERT_TRUE(c.Add(0, List({Allreduce(0, "w1", {1}), Allreduce(0, "w2", {1})}), t0).ok());
+  ASSERT_TRUE(c.Add(1, List({Allreduce(1, "w1", {1})}), t0).ok());
   EXPECT_EQ(c.StallReport(t0, absl::Seconds(1)), "");
   EXPECT_EQ(c.StallReport(t0 + absl::Seconds(1.5), absl::Seconds(1)),
             "Missing ranks:\n  1: [w2]\n  2: [w1, w2]\n");
@@ -262,10 +412,10 @@ TEST(CoordinatorTest, StallReportListsMissingRanksAndShutdownFailsThem) {
 TEST(CoordinatorTest, CollectiveTimeoutFailsANameSomeRanksNeverSubmitted) {
   Coordinator c(3, TimeoutOptions());
   const absl::Time t0 = absl::Now();
-  c.Add(0, List({Allreduce(0, "w", {1})}), t0);
+  ASSERT_TRUE(c.Add(0, List({Allreduce(0, "w", {1})}), t0).ok());
   Request waited = Allreduce(1, "w", {1});
   waited.waited_s = 4;  // rank 1 had waited in the response cache before sending it
-  c.Add(1, List({waited}), t0 + absl::Seconds(1));
+  ASSERT_TRUE(c.Add(1, List({waited}), t0 + absl::Seconds(1)).ok());
   EXPECT_FALSE(c.CheckDue(t0 + absl::Seconds(5)));
   EXPECT_TRUE(c.Build(t0 + absl::Seconds(5)).responses.empty());
   // The wait counts from rank 1's submission, 3 s before rank 0's.
@@ -290,11 +440,11 @@ TEST(CoordinatorTest, JoinFailsWhenNoCollectiveCompletesWithinTheTimeout) {
   Coordinator c(3, TimeoutOptions());
   const absl::Time t0 = absl::Now();
   const Request join = Join();
-  c.Add(1, List({join}), t0);
+  ASSERT_TRUE(c.Add(1, List({join}), t0).ok());
   EXPECT_FALSE(c.CheckDue(t0 + absl::Seconds(9)));
   // Ranks 0 and 2 still train: an allreduce completes at 9 s, so the wait counts from there.
-  c.Add(0, List({Allreduce(0, "g", {2})}), t0 + absl::Seconds(9));
-  c.Add(2, List({Allreduce(2, "g", {2})}), t0 + absl::Seconds(9));
+  ASSERT_TRUE(c.Add(0, List({Allreduce(0, "g", {2})}), t0 + absl::Seconds(9)).ok());
+  ASSERT_TRUE(c.Add(2, List({Allreduce(2, "g", {2})}), t0 + absl::Seconds(9)).ok());
   ASSERT_EQ(c.Build(t0 + absl::Seconds(9)).responses.size(), 1u);
   EXPECT_FALSE(c.CheckDue(t0 + absl::Seconds(15)));
   EXPECT_TRUE(c.Build(t0 + absl::Seconds(15)).responses.empty());
@@ -311,16 +461,16 @@ TEST(CoordinatorTest, JoinFailsWhenNoCollectiveCompletesWithinTheTimeout) {
       << out.responses[0].error;
   // The joined rank left the join: an allreduce waits for it again, and a new join starts over.
   EXPECT_FALSE(c.CheckDue(t0 + absl::Seconds(60)));
-  c.Add(0, List({Allreduce(0, "h", {2})}), t0 + absl::Seconds(20));
-  c.Add(2, List({Allreduce(2, "h", {2})}), t0 + absl::Seconds(20));
+  ASSERT_TRUE(c.Add(0, List({Allreduce(0, "h", {2})}), t0 + absl::Seconds(20)).ok());
+  ASSERT_TRUE(c.Add(2, List({Allreduce(2, "h", {2})}), t0 + absl::Seconds(20)).ok());
   EXPECT_TRUE(c.Build(t0 + absl::Seconds(20)).responses.empty());
 }
 
 TEST(CoordinatorTest, DisagreementsAreInvalidArgument) {
   Coordinator c(2, CoordinatorOptions{});
   const absl::Time t0 = absl::Now();
-  c.Add(0, List({Allreduce(0, "w", {1})}), t0);
-  c.Add(1, List({Allreduce(1, "w", {2})}), t0);
+  ASSERT_TRUE(c.Add(0, List({Allreduce(0, "w", {1})}), t0).ok());
+  ASSERT_TRUE(c.Add(1, List({Allreduce(1, "w", {2})}), t0).ok());
   auto out = c.Build(t0);
   ASSERT_EQ(out.responses.size(), 1u);
   EXPECT_EQ(out.responses[0].error_code, static_cast<uint8_t>(absl::StatusCode::kInvalidArgument));
@@ -332,7 +482,7 @@ TEST(CoordinatorTest, StallWarningIsDueWithoutNewRequests) {
   Coordinator c(2, o);
   const absl::Time t0 = absl::Now();
   EXPECT_FALSE(c.CheckDue(t0 + absl::Seconds(100)));
-  c.Add(0, List({Allreduce(0, "w", {1})}), t0);
+  ASSERT_TRUE(c.Add(0, List({Allreduce(0, "w", {1})}), t0).ok());
   EXPECT_FALSE(c.CheckDue(t0 + absl::Seconds(1)));
   EXPECT_TRUE(c.CheckDue(t0 + absl::Seconds(3)));
   c.Build(t0 + absl::Seconds(3));  // warns

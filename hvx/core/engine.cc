@@ -188,6 +188,7 @@ absl::Status Engine::Setup() {
                              options_.stall_shutdown_time_s, world->global_ranks, timeline_.get(),
                              hosts_, options_.collective_timeout_s});
     }
+    HVX_RETURN_IF_ERROR(SetUpHostGather(*world));
     std::lock_guard<std::mutex> lock(mu_);
     sets_.push_back(std::move(world));
   }
@@ -253,10 +254,33 @@ absl::Status Engine::AddSet(std::vector<int> ranks, int* id) {
                            options_.stall_shutdown_time_s, ranks, nullptr, HostsOf(ranks),
                            options_.collective_timeout_s});
   }
+  if (set->comm != nullptr) HVX_RETURN_IF_ERROR(SetUpHostGather(*set));
   std::lock_guard<std::mutex> lock(mu_);
   set->id = static_cast<int>(sets_.size());
   *id = set->id;
   sets_.push_back(std::move(set));
+  return absl::OkStatus();
+}
+
+absl::Status Engine::SetUpHostGather(SetState& set) {
+  std::map<std::string, int> host_index;
+  std::vector<int> host_of(set.size());
+  for (int i = 0; i < set.size(); ++i) {
+    host_of[i] =
+        host_index.try_emplace(hosts_[set.global_ranks[i]], static_cast<int>(host_index.size()))
+            .first->second;
+  }
+  const int hosts = static_cast<int>(host_index.size());
+  if (hosts == 1 || hosts == set.size()) return absl::OkStatus();
+  const int me = set.comm->rank();
+  HVX_ASSIGN_OR_RETURN(set.host_comm, set.comm->Split(host_of[me], me));
+  const bool leader = set.host_comm->rank() == 0;
+  HVX_ASSIGN_OR_RETURN(set.leaders_comm, set.comm->Split(leader ? 0 : -1, me));
+  if (leader) {
+    for (int i = 0; i < set.size(); ++i) {
+      if (host_of[i] == host_of[me]) set.host_members.push_back(i);
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -737,24 +761,78 @@ absl::StatusOr<ResponseList> Engine::GatherPlanBroadcast(SetState& set,
   for (const std::string& name : to_send) {
     const Entry& e = set.pending.at(name);
     if (e.request.type == OpType::kJoin) joined_ = true;
-    mine.requests.push_back(e.request);
+    auto known = set.ids.find(name);
+    if (known != set.ids.end() && SameRequest(known->second.request, e.request)) {
+      Request by_id;
+      by_id.id = known->second.id;
+      by_id.rank = e.request.rank;
+      mine.requests.push_back(by_id);
+    } else {
+      mine.requests.push_back(e.request);
+    }
     mine.requests.back().waited_s = absl::ToDoubleSeconds(now - e.submitted);
   }
   mine.joined = joined || joined_;
   Failpoint("negotiation");
-  std::vector<std::string> all;
-  HVX_RETURN_IF_ERROR(set.comm->Gather(EncodeRequestList(mine), &all));
+  HVX_RETURN_IF_ERROR(GatherAtCoordinator(set, EncodeRequestList(mine)));
   std::string out;
-  if (set.comm->rank() == 0) {
+  if (set.comm->rank() == 0) out = EncodeResponseList(set.coordinator->Build(MonotonicNow()));
+  HVX_RETURN_IF_ERROR(set.comm->Broadcast(&out));
+  HVX_ASSIGN_OR_RETURN(ResponseList list, DecodeResponseList(out));
+  LearnIds(set, list);
+  return list;
+}
+
+absl::Status Engine::GatherAtCoordinator(SetState& set, const std::string& mine) {
+  std::vector<std::string> all;
+  if (set.host_comm == nullptr) {
+    HVX_RETURN_IF_ERROR(set.comm->Gather(mine, &all));
     const absl::Time now = MonotonicNow();  // after the gather, which waited for every rank
     for (int r = 0; r < static_cast<int>(all.size()); ++r) {
       HVX_ASSIGN_OR_RETURN(RequestList list, DecodeRequestList(all[r]));
-      set.coordinator->Add(r, list, now);
+      HVX_RETURN_IF_ERROR(set.coordinator->Add(r, list, now));
     }
-    out = EncodeResponseList(set.coordinator->Build(now));
+    return absl::OkStatus();
   }
-  HVX_RETURN_IF_ERROR(set.comm->Broadcast(&out));
-  return DecodeResponseList(out);
+  HVX_RETURN_IF_ERROR(set.host_comm->Gather(mine, &all));
+  if (set.leaders_comm == nullptr) return absl::OkStatus();
+  std::vector<RequestList> lists;
+  for (const std::string& bytes : all) {
+    HVX_ASSIGN_OR_RETURN(RequestList list, DecodeRequestList(bytes));
+    lists.push_back(std::move(list));
+  }
+  std::vector<std::string> hosts;
+  HVX_RETURN_IF_ERROR(set.leaders_comm->Gather(
+      EncodeHostRequestList(MergeHostRequests(set.host_members, lists)), &hosts));
+  const absl::Time now = MonotonicNow();
+  for (const std::string& bytes : hosts) {
+    HVX_ASSIGN_OR_RETURN(HostRequestList host, DecodeHostRequestList(bytes));
+    HVX_RETURN_IF_ERROR(set.coordinator->Add(host, now));
+  }
+  return absl::OkStatus();
+}
+
+void Engine::LearnIds(SetState& set, const ResponseList& list) {
+  for (uint32_t id : list.retired) {
+    auto it = set.id_names.find(id);
+    if (it == set.id_names.end()) continue;
+    set.ids.erase(it->second);
+    set.id_names.erase(it);
+  }
+  for (const TensorId& t : list.assigned) {
+    auto pending = set.pending.find(t.name);
+    // A rank that had joined made no request for the name: it sends the name next time.
+    if (pending == set.pending.end()) {
+      auto known = set.ids.find(t.name);
+      if (known != set.ids.end()) {
+        set.id_names.erase(known->second.id);
+        set.ids.erase(known);
+      }
+      continue;
+    }
+    set.ids[t.name] = {t.id, pending->second.request};
+    set.id_names[t.id] = t.name;
+  }
 }
 
 bool Engine::OnOwnDevice(const SetState& set, const Request& request) {

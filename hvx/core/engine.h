@@ -20,6 +20,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -152,6 +153,15 @@ class Engine {
   void ThreadMain();
   absl::Status Setup();
   absl::Status AddSet(std::vector<int> ranks, int* id);
+  // Collective over `set`'s members: when its ranks sit on several hosts and some host holds
+  // several, makes the communicators GatherPlanBroadcast gathers through, per host and across
+  // the hosts' first ranks; otherwise leaves the gather flat.
+  absl::Status SetUpHostGather(SetState& set);
+  // Gathers this rank's encoded request list `mine` at `set`'s rank 0, per host when set up so,
+  // and there adds every rank's requests to the coordinator.
+  absl::Status GatherAtCoordinator(SetState& set, const std::string& mine);
+  // Records the tensor ids `list` announces and forgets those it retires.
+  static void LearnIds(SetState& set, const ResponseList& list);
   // One negotiation+execution cycle of one set. Returns false when the job shuts down.
   bool RunCycle(SetState& set);
   // What the cache vote decided this cycle: the cached responses every rank has ready, whether
@@ -166,7 +176,8 @@ class Engine {
   absl::StatusOr<CacheOutcome> VoteOnCache(SetState& set, bool joined_here, bool shutdown_here);
   // The coordinator's round: gathers the requests in `to_send` from every member of `set` at its
   // rank 0, which validates them and plans the responses (order, fusion, errors), and broadcasts
-  // that plan back to every member.
+  // that plan back to every member. A request the coordinator gave an id, unchanged since, goes
+  // as its id.
   absl::StatusOr<ResponseList> GatherPlanBroadcast(SetState& set,
                                                    const std::vector<std::string>& to_send,
                                                    bool joined);
@@ -261,6 +272,19 @@ struct Engine::SetState {
   std::map<DeviceType, std::unique_ptr<DataPlane>> device_planes;
   // This rank's device of each non-CPU type: the one its first tensor of that type was on.
   std::map<DeviceType, Device> own_device;
+  // Gathering per host (SetUpHostGather); both null when the gather is flat. host_comm: the
+  // members on this rank's host; leaders_comm: each host's first member, null on the others.
+  std::unique_ptr<Communicator> host_comm;
+  std::unique_ptr<Communicator> leaders_comm;
+  std::vector<int32_t> host_members;  // set ranks in host_comm, on its first member
+  // Tensor ids the coordinator announced, by name, with this rank's request when it learned one:
+  // while its request for the name is the same, it sends the id.
+  struct KnownId {
+    uint32_t id = 0;
+    Request request;
+  };
+  std::unordered_map<std::string, KnownId> ids;
+  std::unordered_map<uint32_t, std::string> id_names;
 
   // Guarded by Engine::mu_.
   std::deque<Entry> incoming;

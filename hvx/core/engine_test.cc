@@ -188,6 +188,71 @@ TEST(EngineTest, TopologyOfSimulatedHosts) {
            Options(), {"a", "a", "b", "b"});
 }
 
+// Hosts of 3, 1 and 3 ranks: requests are gathered per host, and from the second cycle on a name
+// travels as its id; neither changes what any rank sees.
+const std::vector<std::string> kUnevenHosts = {"a", "a", "a", "b", "c", "c", "c"};
+
+TEST(EngineTest, UnevenHostsGatherPerHostAndSendIdsWithTheSameResults) {
+  InitOptions options = Options();
+  options.cache_capacity = 0;  // every cycle negotiates
+  RunRanks(
+      7,
+      [](Engine& e, int rank) {
+        for (int step = 0; step < 4; ++step) {
+          // Step 2 changes every rank's shapes: the ids' requests change with them.
+          const int64_t n = step == 2 ? 6 : 4;
+          std::vector<std::vector<float>> grads(5, std::vector<float>(n));
+          std::vector<Handle> hs;
+          for (size_t i = 0; i < grads.size(); ++i) {
+            std::fill(grads[i].begin(), grads[i].end(), static_cast<float>(rank * 2 + i));
+            TensorRef t(DataType::kFloat32, {n}, grads[i].data());
+            AllreduceOptions o;
+            o.op = ReduceOp::kAverage;
+            hs.push_back(e.Allreduce(absl::StrCat("g", i), t, t, o));
+          }
+          ASSERT_TRUE(WaitAll(hs).ok()) << "step " << step;
+          for (size_t i = 0; i < grads.size(); ++i) {
+            EXPECT_EQ(grads[i][n - 1], 6.0f + i) << "step " << step;  // (0 + 2 + ... + 12) / 7
+          }
+        }
+        // A name every rank sent before, now float32 everywhere but on rank 5 (host c, not its
+        // first rank): the same error on every rank as from a flat gather.
+        std::vector<float> f(3, 1);
+        std::vector<int32_t> i32(3, 1);
+        TensorRef t = rank == 5 ? TensorRef(DataType::kInt32, {3}, i32.data())
+                                : TensorRef(DataType::kFloat32, {3}, f.data());
+        absl::Status s = Wait(e.Allreduce("g1", t, t, {}));
+        EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+        EXPECT_EQ(s.message(),
+                  "tensor 'g1': mismatched data types: rank 0 sent float32, rank 5 sent int32");
+      },
+      options, kUnevenHosts);
+}
+
+TEST(EngineTest, StallInspectorNamesTheMissingRankOfAnotherHost) {
+  InitOptions options = Options();
+  options.stall_check_time_s = 0.2;
+  options.stall_shutdown_time_s = 0.5;
+  std::atomic<int> failed{0};
+  RunRanks(
+      7,
+      [&](Engine& e, int rank) {
+        std::vector<float> x(2, 1);
+        TensorRef t(DataType::kFloat32, {2}, x.data());
+        ASSERT_TRUE(Wait(e.Allreduce("warm", t, t, {})).ok());
+        if (rank != 4) {
+          absl::Status s = Wait(e.Allreduce("w", t, t, {}));
+          EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
+          EXPECT_TRUE(absl::StrContains(s.message(), "Missing ranks:\n  4: [w]\n")) << s;
+          ++failed;
+        } else {
+          while (failed.load() < 6) absl::SleepFor(absl::Milliseconds(5));
+        }
+        ASSERT_TRUE(Wait(e.Barrier({})).ok());
+      },
+      options, kUnevenHosts);
+}
+
 TEST(EngineTest, KnobsFromTheEnvironment) {
   auto defaults = InitOptions::FromEnv(MapEnvironment({}));
   ASSERT_TRUE(defaults.ok()) << defaults.status();

@@ -1,7 +1,9 @@
 #include "hvx/core/message.h"
 
+#include <algorithm>
 #include <cstring>
 #include <type_traits>
+#include <unordered_map>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -142,32 +144,95 @@ int64_t Response::TotalBytes() const {
   return n * static_cast<int64_t>(DataTypeSize(dtype));
 }
 
+namespace {
+
+void PutRequest(Writer& w, const Request& r) {
+  w.Put(r.id);
+  w.Put(r.rank);
+  w.Put(r.waited_s);
+  if (r.id != 0) return;
+  w.Put(static_cast<uint8_t>(r.type));
+  w.PutString(r.name);
+  w.Put(static_cast<uint8_t>(r.dtype));
+  w.PutInts(r.shape);
+  w.PutDevice(r.device);
+  w.Put(r.root);
+  w.Put(static_cast<uint8_t>(r.reduce_op));
+  w.Put(r.prescale);
+  w.Put(r.postscale);
+  w.PutInts(r.splits);
+}
+
+// Reads one request into *r; an unknown enum value fails with what, naming entry `index`.
+absl::Status GetRequest(Reader& rd, absl::string_view what, size_t index, Request* r) {
+  rd.Get(&r->id);
+  rd.Get(&r->rank);
+  rd.Get(&r->waited_s);
+  if (r->id != 0) return absl::OkStatus();
+  uint8_t type = 0, dtype = 0, op = 0;
+  rd.Get(&type);
+  rd.GetString(&r->name);
+  rd.Get(&dtype);
+  rd.GetInts(&r->shape);
+  rd.GetDevice(&r->device);
+  rd.Get(&r->root);
+  rd.Get(&op);
+  rd.Get(&r->prescale);
+  rd.Get(&r->postscale);
+  rd.GetInts(&r->splits);
+  const uint8_t device_type = static_cast<uint8_t>(r->device.type);
+  if (rd.ok() && !KnownEnums(type, dtype, op, device_type)) {
+    return UnknownEnums(what, index, type, dtype, op, device_type);
+  }
+  r->type = static_cast<OpType>(type);
+  r->dtype = static_cast<DataType>(dtype);
+  r->reduce_op = static_cast<ReduceOp>(op);
+  return absl::OkStatus();
+}
+
+size_t MaskWords(size_t members) { return (members + 63) / 64; }
+
+void PutMask(Writer& w, const std::vector<uint64_t>& mask) {
+  for (uint64_t word : mask) w.Put(word);
+}
+
+// A mask of `members` bits: fails on a bit beyond them.
+bool GetMask(Reader& rd, size_t members, std::vector<uint64_t>* mask) {
+  mask->assign(MaskWords(members), 0);
+  for (uint64_t& word : *mask) {
+    if (!rd.Get(&word)) return false;
+  }
+  const size_t tail = members % 64;
+  return tail == 0 || mask->empty() || (mask->back() >> tail) == 0;
+}
+
+void SetBit(std::vector<uint64_t>* mask, size_t i) { (*mask)[i / 64] |= uint64_t{1} << (i % 64); }
+
+}  // namespace
+
+bool SameRequest(const Request& a, const Request& b) {
+  return a.type == b.type && a.dtype == b.dtype && a.device == b.device && a.root == b.root &&
+         a.reduce_op == b.reduce_op && a.prescale == b.prescale && a.postscale == b.postscale &&
+         a.shape == b.shape && a.splits == b.splits && a.name == b.name;
+}
+
+bool TakesTensorId(OpType type) {
+  return type == OpType::kAllreduce || type == OpType::kBroadcast || type == OpType::kReduceScatter;
+}
+
 std::string EncodeRequestList(const RequestList& list) {
   Writer w;
   w.Put<uint8_t>(list.shutdown);
   w.Put<uint8_t>(list.joined);
   w.Put<uint64_t>(list.requests.size());
-  for (const Request& r : list.requests) {
-    w.Put(r.rank);
-    w.Put(static_cast<uint8_t>(r.type));
-    w.PutString(r.name);
-    w.Put(static_cast<uint8_t>(r.dtype));
-    w.PutInts(r.shape);
-    w.PutDevice(r.device);
-    w.Put(r.root);
-    w.Put(static_cast<uint8_t>(r.reduce_op));
-    w.Put(r.prescale);
-    w.Put(r.postscale);
-    w.PutInts(r.splits);
-    w.Put(r.waited_s);
-  }
+  for (const Request& r : list.requests) PutRequest(w, r);
   return w.Take();
 }
 
 absl::StatusOr<RequestList> DecodeRequestList(absl::string_view bytes) {
   Reader rd(bytes);
   RequestList list;
-  uint8_t shutdown = 0, joined = 0, type = 0, dtype = 0, op = 0;
+  uint8_t shutdown = 0, joined = 0;
   uint64_t n = 0;
   rd.Get(&shutdown);
   rd.Get(&joined);
@@ -176,28 +241,91 @@ absl::StatusOr<RequestList> DecodeRequestList(absl::string_view bytes) {
   list.joined = joined != 0;
   for (uint64_t i = 0; i < n && rd.ok(); ++i) {
     Request r;
-    rd.Get(&r.rank);
-    rd.Get(&type);
-    rd.GetString(&r.name);
-    rd.Get(&dtype);
-    rd.GetInts(&r.shape);
-    rd.GetDevice(&r.device);
-    rd.Get(&r.root);
-    rd.Get(&op);
-    rd.Get(&r.prescale);
-    rd.Get(&r.postscale);
-    rd.GetInts(&r.splits);
-    rd.Get(&r.waited_s);
-    const uint8_t device_type = static_cast<uint8_t>(r.device.type);
-    if (rd.ok() && !KnownEnums(type, dtype, op, device_type)) {
-      return UnknownEnums("request list", i, type, dtype, op, device_type);
-    }
-    r.type = static_cast<OpType>(type);
-    r.dtype = static_cast<DataType>(dtype);
-    r.reduce_op = static_cast<ReduceOp>(op);
+    if (absl::Status s = GetRequest(rd, "request list", i, &r); !s.ok()) return s;
     list.requests.push_back(std::move(r));
   }
   if (!rd.ok() || !rd.done()) return Corrupt("request list", bytes.size());
+  return list;
+}
+
+HostRequestList MergeHostRequests(const std::vector<int32_t>& ranks,
+                                  const std::vector<RequestList>& lists) {
+  HostRequestList out;
+  out.ranks = ranks;
+  const size_t words = MaskWords(ranks.size());
+  out.shutdown.assign(words, 0);
+  out.joined.assign(words, 0);
+  // Entries by id, and by name (a name may have several differing entries).
+  std::unordered_map<uint32_t, size_t> by_id;
+  std::unordered_map<std::string, std::vector<size_t>> by_name;
+  for (size_t i = 0; i < lists.size() && i < ranks.size(); ++i) {
+    if (lists[i].shutdown) SetBit(&out.shutdown, i);
+    if (lists[i].joined) SetBit(&out.joined, i);
+    for (const Request& r : lists[i].requests) {
+      size_t at = out.entries.size();
+      if (r.id != 0) {
+        at = by_id.try_emplace(r.id, at).first->second;
+      } else {
+        std::vector<size_t>& same_name = by_name[r.name];
+        auto it = std::find_if(same_name.begin(), same_name.end(),
+                               [&](size_t e) { return SameRequest(out.entries[e].request, r); });
+        if (it != same_name.end()) {
+          at = *it;
+        } else {
+          same_name.push_back(at);
+        }
+      }
+      if (at == out.entries.size()) {
+        out.entries.push_back({r, std::vector<uint64_t>(words, 0)});
+        out.entries.back().request.rank = 0;
+      }
+      HostRequestList::Entry& e = out.entries[at];
+      e.request.waited_s = std::max(e.request.waited_s, r.waited_s);
+      SetBit(&e.mask, i);
+    }
+  }
+  return out;
+}
+
+std::string EncodeHostRequestList(const HostRequestList& list) {
+  Writer w;
+  w.Put<uint64_t>(list.ranks.size());
+  for (int32_t r : list.ranks) w.Put(r);
+  PutMask(w, list.shutdown);
+  PutMask(w, list.joined);
+  w.Put<uint64_t>(list.entries.size());
+  for (const HostRequestList::Entry& e : list.entries) {
+    PutRequest(w, e.request);
+    PutMask(w, e.mask);
+  }
+  return w.Take();
+}
+
+absl::StatusOr<HostRequestList> DecodeHostRequestList(absl::string_view bytes) {
+  Reader rd(bytes);
+  HostRequestList list;
+  uint64_t n = 0;
+  if (!rd.Get(&n) || n > bytes.size() / sizeof(int32_t))
+    return Corrupt("host request list", bytes.size());
+  list.ranks.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    rd.Get(&list.ranks[i]);
+    if (list.ranks[i] < 0 || (i > 0 && list.ranks[i] <= list.ranks[i - 1])) {
+      return Corrupt("host request list", bytes.size());
+    }
+  }
+  if (!GetMask(rd, n, &list.shutdown) || !GetMask(rd, n, &list.joined) || !rd.Get(&n)) {
+    return Corrupt("host request list", bytes.size());
+  }
+  for (uint64_t i = 0; i < n && rd.ok(); ++i) {
+    HostRequestList::Entry e;
+    if (absl::Status s = GetRequest(rd, "host request list", i, &e.request); !s.ok()) return s;
+    if (!GetMask(rd, list.ranks.size(), &e.mask)) break;
+    list.entries.push_back(std::move(e));
+  }
+  if (!rd.ok() || !rd.done() || list.entries.size() != n) {
+    return Corrupt("host request list", bytes.size());
+  }
   return list;
 }
 
@@ -222,6 +350,13 @@ std::string EncodeResponseList(const ResponseList& list) {
     w.PutInts(r.rows);
     w.Put(r.last_joined_rank);
   }
+  w.Put<uint64_t>(list.assigned.size());
+  for (const TensorId& t : list.assigned) {
+    w.Put(t.id);
+    w.PutString(t.name);
+  }
+  w.Put<uint64_t>(list.retired.size());
+  for (uint32_t id : list.retired) w.Put(id);
   return w.Take();
 }
 
@@ -267,6 +402,19 @@ absl::StatusOr<ResponseList> DecodeResponseList(absl::string_view bytes) {
     r.dtype = static_cast<DataType>(dtype);
     r.reduce_op = static_cast<ReduceOp>(op);
     list.responses.push_back(std::move(r));
+  }
+  rd.Get(&n);
+  for (uint64_t i = 0; i < n && rd.ok(); ++i) {
+    TensorId t;
+    rd.Get(&t.id);
+    rd.GetString(&t.name);
+    list.assigned.push_back(std::move(t));
+  }
+  rd.Get(&n);
+  for (uint64_t i = 0; i < n && rd.ok(); ++i) {
+    uint32_t id = 0;
+    rd.Get(&id);
+    list.retired.push_back(id);
   }
   if (!rd.ok() || !rd.done()) return Corrupt("response list", bytes.size());
   return list;

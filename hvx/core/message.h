@@ -3,6 +3,10 @@
 //   std::string bytes = EncodeRequestList(list);
 //   HVX_ASSIGN_OR_RETURN(RequestList back, DecodeRequestList(bytes));
 //
+// A cycle's requests travel in two steps (hvx/core/SCALING.md): each rank's RequestList to the
+// first rank of its host, which merges them (MergeHostRequests) into one HostRequestList for the
+// set's rank 0. A request the coordinator has seen before travels as its tensor id alone.
+//
 // The encoding is private to one job: little-endian fixed-width integers, length-prefixed strings
 // and vectors. Init checks that every rank has the same kWireFormatVersion (in the build identity
 // it compares), so a job never mixes builds that encode differently.
@@ -21,7 +25,7 @@
 namespace hvx {
 
 // Raised whenever the encoding below changes.
-inline constexpr int kWireFormatVersion = 3;
+inline constexpr int kWireFormatVersion = 4;
 
 enum class OpType : uint8_t {
   kAllreduce = 0,
@@ -54,13 +58,42 @@ struct Request {
   // Seconds the op had waited on its rank when this request was sent, so that the coordinator
   // measures a wait from its submission, also when it first waited in the response cache.
   double waited_s = 0;
+  // Nonzero: this request is the one the coordinator announced under this tensor id
+  // (ResponseList::assigned), on the sending rank's own device; then only rank and waited_s are
+  // set besides it. Zero: every field is set.
+  uint32_t id = 0;
 };
+
+// Whether a and b ask for the same thing: every field but rank, waited_s and id.
+bool SameRequest(const Request& a, const Request& b);
+// Whether the coordinator gives a request of this type an id (ops whose request every rank makes
+// alike: ALLREDUCE, BROADCAST, REDUCESCATTER).
+bool TakesTensorId(OpType type);
 
 struct RequestList {
   std::vector<Request> requests;
   bool shutdown = false;
   bool joined = false;
 };
+
+// The requests of one host's ranks in a set, merged by the host's first rank: each distinct
+// request once, with the ranks that made it.
+struct HostRequestList {
+  // Set ranks of the host's members, ascending. Bit i of a rank mask below stands for ranks[i].
+  std::vector<int32_t> ranks;
+  struct Entry {
+    Request request;             // rank unset; waited_s the longest of its ranks'
+    std::vector<uint64_t> mask;  // ceil(ranks.size() / 64) words
+  };
+  std::vector<Entry> entries;
+  std::vector<uint64_t> shutdown;  // members that asked for shutdown
+  std::vector<uint64_t> joined;    // members that have joined
+};
+
+// Merges the lists of a host's members (lists[i] from set rank ranks[i]): requests that are the
+// same (SameRequest, or the same id) become one entry, in order of first appearance.
+HostRequestList MergeHostRequests(const std::vector<int32_t>& ranks,
+                                  const std::vector<RequestList>& lists);
 
 // What every rank executes, identical on all ranks.
 struct Response {
@@ -88,13 +121,27 @@ struct Response {
   int64_t TotalBytes() const;
 };
 
+// A tensor id the coordinator gives a name: later requests for it may carry the id alone.
+struct TensorId {
+  uint32_t id = 0;
+  std::string name;
+};
+
 struct ResponseList {
   std::vector<Response> responses;
   bool shutdown = false;
+  // Names (of this list's responses) whose id every rank records with its own request for that
+  // name, and ids no rank may send any more. Ranks apply `retired` first.
+  std::vector<TensorId> assigned;
+  std::vector<uint32_t> retired;
 };
 
 std::string EncodeRequestList(const RequestList& list);
 absl::StatusOr<RequestList> DecodeRequestList(absl::string_view bytes);
+std::string EncodeHostRequestList(const HostRequestList& list);
+// Fails (DataLoss) on bytes that are not an encoding, on member ranks that are negative or not
+// ascending, and on masks naming ranks beyond the members.
+absl::StatusOr<HostRequestList> DecodeHostRequestList(absl::string_view bytes);
 std::string EncodeResponseList(const ResponseList& list);
 absl::StatusOr<ResponseList> DecodeResponseList(absl::string_view bytes);
 

@@ -1,6 +1,7 @@
 // Fuzz target: the negotiation wire format (message.h) as a peer rank's bytes. The first byte
-// picks request or response list. Whatever decodes must hold only known op types, data types,
-// reduce ops and device types, and must encode back to bytes that decode to the same encoding.
+// picks request list, response list or host request list (its value modulo 3). Whatever decodes
+// must hold only known op types, data types, reduce ops and device types, and must encode back to
+// bytes that decode to the same encoding.
 #include <string>
 #include <vector>
 
@@ -32,6 +33,25 @@ void CheckRequests(absl::string_view bytes) {
   HVX_FUZZ_CHECK(EncodeRequestList(*back) == again, "a request list does not round-trip");
 }
 
+void CheckHostRequests(absl::string_view bytes) {
+  const absl::StatusOr<HostRequestList> list = DecodeHostRequestList(bytes);
+  if (!list.ok()) return;
+  for (const HostRequestList::Entry& e : list->entries) {
+    const Request& r = e.request;
+    HVX_FUZZ_CHECK(Known(r.type) && Known(r.dtype) && Known(r.reduce_op) && Known(r.device.type),
+                   "a decoded host request holds an unknown enum value");
+    HVX_FUZZ_CHECK(e.mask.size() == (list->ranks.size() + 63) / 64,
+                   "a decoded host entry's rank mask does not fit the host's members");
+  }
+  for (size_t i = 1; i < list->ranks.size(); ++i) {
+    HVX_FUZZ_CHECK(list->ranks[i - 1] < list->ranks[i], "decoded host members are not ascending");
+  }
+  const std::string again = EncodeHostRequestList(*list);
+  const absl::StatusOr<HostRequestList> back = DecodeHostRequestList(again);
+  HVX_FUZZ_CHECK(back.ok(), "a host request list's own encoding does not decode");
+  HVX_FUZZ_CHECK(EncodeHostRequestList(*back) == again, "a host request list does not round-trip");
+}
+
 void CheckResponses(absl::string_view bytes) {
   const absl::StatusOr<ResponseList> list = DecodeResponseList(bytes);
   if (!list.ok()) return;
@@ -51,10 +71,15 @@ void CheckResponses(absl::string_view bytes) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const absl::string_view bytes = hvx::fuzz::AsText(data + 1, size - 1);
-  if (data[0] & 1) {
-    hvx::CheckResponses(bytes);
-  } else {
-    hvx::CheckRequests(bytes);
+  switch (data[0] % 3) {
+    case 0:
+      hvx::CheckRequests(bytes);
+      break;
+    case 1:
+      hvx::CheckResponses(bytes);
+      break;
+    default:
+      hvx::CheckHostRequests(bytes);
   }
   return 0;
 }
@@ -77,8 +102,15 @@ std::vector<std::string> HvxFuzzSeeds() {
   b.device = Device::Cuda(3);
   b.splits = {3, 5};
   b.waited_s = 1.5;
-  requests.requests = {a, b};
+  Request c;
+  c.id = 12;
+  c.waited_s = 0.25;
+  requests.requests = {a, b, c};
   requests.joined = true;
+  RequestList other;
+  other.requests = {b, c};
+  other.shutdown = true;
+  const HostRequestList host = MergeHostRequests({3, 5}, {requests, other});
   ResponseList responses;
   Response r;
   r.names = {"grad/conv1.weight", "grad/fc.bias"};
@@ -96,8 +128,12 @@ std::vector<std::string> HvxFuzzSeeds() {
   g.last_joined_rank = 2;
   responses.responses = {r, e, g};
   responses.shutdown = true;
+  responses.assigned = {{4, "grad/conv1.weight"}, {5, "grad/fc.bias"}};
+  responses.retired = {1, 2};
   return {std::string(1, '\0') + EncodeRequestList(requests),
           std::string(1, '\0') + EncodeRequestList(RequestList{}),
           std::string(1, '\1') + EncodeResponseList(responses),
-          std::string(1, '\1') + EncodeResponseList(ResponseList{})};
+          std::string(1, '\1') + EncodeResponseList(ResponseList{}),
+          std::string(1, '\2') + EncodeHostRequestList(host),
+          std::string(1, '\2') + EncodeHostRequestList(HostRequestList{})};
 }

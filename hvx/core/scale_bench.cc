@@ -97,7 +97,7 @@ void Miss(int ranks, int tensors) {
   const double us = MicrosPerCall([&] {
     Coordinator coordinator(ranks, options);
     const absl::Time now = MonotonicNow();
-    for (int r = 0; r < ranks; ++r) coordinator.Add(r, *DecodeRequestList(sent[r]), now);
+    for (int r = 0; r < ranks; ++r) (void)coordinator.Add(r, *DecodeRequestList(sent[r]), now);
     broadcast = EncodeResponseList(coordinator.Build(now)).size();
   });
   std::printf(
