@@ -20,7 +20,12 @@
 //         each rank decodes all R and compares them (CompareSettings). Per rank: its CPU time and
 //         the bytes it receives; then whole engines started over the in-process transport.
 //
-// Arguments name the sections to run (miss hit engines init); none runs them all. A miss row
+//   host  the miss path as the engine runs it when ranks share hosts (8 per host): rank 0 merges
+//         its host's lists, then decodes the hosts' merged lists. "names": a name's first miss,
+//         every request by name; "ids": later misses, every request as the id rank 0 announced.
+//         Bytes: what arrives at rank 0 (its host's other ranks' lists, the other hosts' lists).
+//
+// Arguments name the sections to run (miss host hit engines init); none runs them all. A miss row
 // whose R x T exceeds kMaxFlatRequests is not run: the coordinator would hold that many requests.
 #include <algorithm>
 #include <cstdio>
@@ -104,6 +109,110 @@ void Miss(int ranks, int tensors) {
       "miss  ranks %5d  tensors %5d  rank 0: %10.1f us/cycle  gathered %9zu B  "
       "broadcast %7zu B\n",
       ranks, tensors, us, gathered, broadcast);
+}
+
+constexpr int kRanksPerHost = 8;
+
+// Rank `rank`'s requests by id, once the coordinator announced `ids`.
+RequestList RequestsById(int rank, int tensors, const std::vector<uint32_t>& ids) {
+  RequestList list;
+  for (int i = 0; i < tensors; ++i) {
+    Request r;
+    r.rank = rank;
+    r.id = ids[i];
+    r.waited_s = 0.001;
+    list.requests.push_back(r);
+  }
+  return list;
+}
+
+// Rank 0's cycle when requests are gathered per host (kRanksPerHost ranks each): it merges its
+// own host's lists (leader of host 0), then decodes every host's merged list, adds them, builds
+// and encodes the response list. Returns the response list's size.
+size_t PerHostCycle(Coordinator& coordinator, const std::vector<int32_t>& members0,
+                    const std::vector<std::string>& local0, const std::vector<std::string>& hosts) {
+  std::vector<RequestList> lists;
+  for (const std::string& bytes : local0) lists.push_back(*DecodeRequestList(bytes));
+  const std::string mine = EncodeHostRequestList(MergeHostRequests(members0, lists));
+  const absl::Time now = MonotonicNow();
+  if (!coordinator.Add(*DecodeHostRequestList(mine), now).ok()) std::abort();
+  for (size_t h = 1; h < hosts.size(); ++h) {
+    if (!coordinator.Add(*DecodeHostRequestList(hosts[h]), now).ok()) std::abort();
+  }
+  return EncodeResponseList(coordinator.Build(now)).size();
+}
+
+// What each host's first rank sends: host h's ranks' lists, made by make_list(rank), merged.
+// local0: host 0's lists as its first rank receives them.
+std::vector<std::string> HostLists(int ranks, const std::function<RequestList(int)>& make_list,
+                                   std::vector<int32_t>* members0,
+                                   std::vector<std::string>* local0) {
+  std::vector<std::string> hosts;
+  for (int first = 0; first < ranks; first += kRanksPerHost) {
+    std::vector<int32_t> members;
+    std::vector<RequestList> lists;
+    for (int r = first; r < std::min(ranks, first + kRanksPerHost); ++r) {
+      members.push_back(r);
+      lists.push_back(make_list(r));
+      if (first == 0) local0->push_back(EncodeRequestList(lists.back()));
+    }
+    if (first == 0) *members0 = members;
+    hosts.push_back(EncodeHostRequestList(MergeHostRequests(members, lists)));
+  }
+  return hosts;
+}
+
+// Bytes arriving at rank 0 in a per-host cycle: its host's other ranks' lists and the other hosts'
+// merged lists.
+size_t GatheredPerHost(const std::vector<std::string>& local0,
+                       const std::vector<std::string>& hosts) {
+  size_t n = 0;
+  for (size_t i = 1; i < local0.size(); ++i) n += local0[i].size();
+  for (size_t h = 1; h < hosts.size(); ++h) n += hosts[h].size();
+  return n;
+}
+
+void MissPerHost(int ranks, int tensors) {
+  CoordinatorOptions options;
+  options.stall_check_time_s = 0;
+  for (int r = 0; r < ranks; ++r) {
+    options.global_ranks.push_back(r);
+    options.hosts.push_back(absl::StrCat("host", r / kRanksPerHost));
+  }
+  // The first miss of a name: every request by name.
+  std::vector<int32_t> members0;
+  std::vector<std::string> local0;
+  std::vector<std::string> hosts = HostLists(
+      ranks, [&](int r) { return Requests(r, tensors); }, &members0, &local0);
+  const size_t names_gathered = GatheredPerHost(local0, hosts);
+  size_t broadcast = 0;
+  std::vector<uint32_t> ids(tensors);
+  const double names_us = MicrosPerCall([&] {
+    Coordinator coordinator(ranks, options);
+    broadcast = PerHostCycle(coordinator, members0, local0, hosts);
+  });
+  // Later misses: the names the coordinator announced go as ids.
+  Coordinator coordinator(ranks, options);
+  {
+    std::vector<RequestList> lists;
+    for (const std::string& bytes : local0) lists.push_back(*DecodeRequestList(bytes));
+    const absl::Time now = MonotonicNow();
+    for (const std::string& h : hosts) (void)coordinator.Add(*DecodeHostRequestList(h), now);
+    const ResponseList first = coordinator.Build(now);
+    if (static_cast<int>(first.assigned.size()) != tensors) std::abort();
+    for (int i = 0; i < tensors; ++i) ids[i] = first.assigned[i].id;
+  }
+  local0.clear();
+  hosts = HostLists(
+      ranks, [&](int r) { return RequestsById(r, tensors, ids); }, &members0, &local0);
+  const size_t ids_gathered = GatheredPerHost(local0, hosts);
+  size_t ids_broadcast = 0;
+  const double ids_us =
+      MicrosPerCall([&] { ids_broadcast = PerHostCycle(coordinator, members0, local0, hosts); });
+  std::printf(
+      "host  ranks %5d  tensors %5d  rank 0, names: %10.1f us/cycle  gathered %9zu B  "
+      "broadcast %7zu B;  ids: %10.1f us/cycle  gathered %9zu B  broadcast %7zu B\n",
+      ranks, tensors, names_us, names_gathered, broadcast, ids_us, ids_gathered, ids_broadcast);
 }
 
 void Hit(int ranks, int tensors) {
@@ -251,6 +360,11 @@ int main(int argc, char** argv) {
   if (wanted("miss")) {
     for (int tensors : {10, 100, 1000}) {
       for (int ranks : {8, 64, 256, 1024, 4096, 16384}) hvx::Miss(ranks, tensors);
+    }
+  }
+  if (wanted("host")) {
+    for (int tensors : {10, 100, 1000}) {
+      for (int ranks : {8, 64, 256, 1024, 4096, 16384}) hvx::MissPerHost(ranks, tensors);
     }
   }
   if (wanted("hit")) {
