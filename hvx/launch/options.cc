@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "hvx/common/cluster.h"
 #include "hvx/common/status.h"
+#include "hvx/launch/cpu_binding.h"
 
 namespace hvx {
 namespace launch {
@@ -73,6 +74,9 @@ its rank, and stops the whole job when any rank fails.
   --tag-output rank|full|none
                            line prefix: "[R] " (default), "[R host:L] ", or none
   --output-dir DIR         also write each rank's output to DIR/rank.R.log
+  --bind-to core|none      core (default): each rank on its own block of the host's CPUs (those
+                           hvxrun may use, split evenly; no binding with more ranks than CPUs);
+                           none: ranks unbound
   --launcher-exec CMD      remote shell used instead of ssh
   --start-timeout S        fail when some rank has not started after S seconds (default 60)
   --host-wait S            first wait up to S seconds for every other host to answer the remote
@@ -197,6 +201,13 @@ absl::Status SetTagOutput(absl::string_view flag, const std::string& v, const En
   return absl::OkStatus();
 }
 
+absl::Status SetBindTo(absl::string_view flag, const std::string& v, const Environment&,
+                       LaunchOptions* o) {
+  if (v != "core" && v != "none") return FlagError(flag, v, "core or none");
+  o->env.emplace_back(kBindToVariable, v);
+  return absl::OkStatus();
+}
+
 const std::vector<FlagSpec>& LaunchFlags() {
   static const auto* flags = new std::vector<FlagSpec>{
       {{"-h", "--help"},
@@ -214,6 +225,7 @@ const std::vector<FlagSpec>& LaunchFlags() {
          return SetExport(v, env, o);
        }},
       {{"--tag-output"}, true, SetTagOutput},
+      {{"--bind-to"}, true, SetBindTo},
       TextFlag({"--output-dir"}, &LaunchOptions::output_dir),
       TextFlag({"--launcher-exec"}, &LaunchOptions::launcher_exec),
       SecondsFlag("--start-timeout", &LaunchOptions::start_timeout_s),

@@ -52,6 +52,8 @@ TEST(ParseTest, AllFlags) {
                   "-x",
                   "A=b=c",
                   "--tag-output=full",
+                  "--bind-to",
+                  "none",
                   "--output-dir",
                   "/tmp/o",
                   "--launcher-exec",
@@ -73,7 +75,8 @@ TEST(ParseTest, AllFlags) {
   ASSERT_TRUE(o.ok()) << o.status();
   EXPECT_EQ(*o->np, 4);
   EXPECT_EQ(o->hosts, "h1:2,h2:2");
-  EXPECT_THAT(o->env, ElementsAre(Pair("CUDA_HOME", "/usr/cuda"), Pair("A", "b=c")));
+  EXPECT_THAT(o->env, ElementsAre(Pair("CUDA_HOME", "/usr/cuda"), Pair("A", "b=c"),
+                                  Pair("HVX_BIND_TO", "none")));
   EXPECT_EQ(o->tag_output, TagMode::kFull);
   EXPECT_EQ(o->output_dir, "/tmp/o");
   EXPECT_EQ(o->launcher_exec, "/bin/fakessh");
@@ -102,6 +105,7 @@ TEST(ParseTest, Errors) {
               HasSubstr("-x NOPE: not set in hvxrun's environment"));
   EXPECT_THAT(Parse({"--tag-output", "json", "p"}).status().message(),
               HasSubstr("rank, full or none"));
+  EXPECT_THAT(Parse({"--bind-to", "socket", "p"}).status().message(), HasSubstr("core or none"));
   EXPECT_THAT(Parse({"--slots-per-host", "0", "p"}).status().message(),
               HasSubstr("auto or a positive integer"));
   EXPECT_THAT(Parse({"-H", "a", "--hostfile", "f", "p"}).status().message(),

@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "hvx/launch/cpu_binding.h"
 #include "hvx/launch/placement.h"
 #include "hvx/launch/records.h"
 #include "hvx/shm/names.h"
@@ -343,6 +344,25 @@ int MaybeRunRankWrapper(int argc, char** argv) {
   SetInt("HVX_CROSS_RANK", p.cross_rank);
   SetInt("HVX_CROSS_SIZE", p.cross_size);
   setenv("HVX_HOSTNAME", p.host.c_str(), 1);
+
+  // Each rank on CPUs of its own (cpu_binding.h); the program inherits the binding.
+  const char* bind_to = getenv(kBindToVariable);
+  const std::string bind = bind_to != nullptr && *bind_to != '\0' ? bind_to : "core";
+  if (bind != "core" && bind != "none") {
+    const int rc = Fail(
+        rank, p.host,
+        std::string(kBindToVariable) + "='" + bind + "' is not core or none (hvxrun --bind-to)");
+    AbortJob(rc);
+    return rc;
+  }
+  if (bind == "core") {
+    const std::vector<int> block = CpuBlock(AllowedCpus(), p.local_rank, p.local_size);
+    if (!block.empty() && !BindToCpus(block)) {
+      WriteFully(2, "hvxrun: rank " + std::to_string(rank) + " on " + p.host +
+                        ": left unbound, binding to CPUs " + FormatCpuList(block) +
+                        " failed: " + strerror(errno) + "\n");
+    }
+  }
 
   // The program's shared-memory regions carry this tag, so that what it leaves in /dev/shm
   // (killed while creating its CPU plane) is removed below, whatever pid namespace it ran in.
