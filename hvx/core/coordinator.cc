@@ -51,6 +51,7 @@ std::vector<Response> FuseResponses(std::vector<Response> responses, int64_t thr
 Coordinator::Coordinator(int size, CoordinatorOptions options)
     : size_(size),
       options_(std::move(options)),
+      next_id_(options_.first_tensor_id),
       joined_bits_((size + 63) / 64, 0),
       device_of_rank_(size) {}
 
@@ -571,8 +572,8 @@ ResponseList Coordinator::Build(absl::Time now) {
 void Coordinator::AssignIds(ResponseList* out) {
   for (Request& agreed : agreed_) {
     if (!TakesTensorId(agreed.type)) continue;
-    auto [it, inserted] = id_of_name_.try_emplace(agreed.name, next_id_);
-    if (inserted) ++next_id_;
+    auto [it, inserted] = id_of_name_.try_emplace(agreed.name, 0);
+    if (inserted) it->second = NewTensorId();
     IdEntry& entry = ids_[it->second];
     out->assigned.push_back({it->second, agreed.name});
     entry.name = agreed.name;
@@ -597,9 +598,21 @@ void Coordinator::AssignIds(ResponseList* out) {
       id_of_name_.erase(ids_.at(id).name);
       ids_.erase(id);
       out->retired.push_back(id);
+      free_ids_.push_back(id);
     }
   }
   ++builds_;
+}
+
+uint32_t Coordinator::NewTensorId() {
+  while (!free_ids_.empty()) {
+    const uint32_t id = free_ids_.back();
+    free_ids_.pop_back();
+    if (ids_.count(id) == 0) return id;
+  }
+  // Wraps after 2^32 - 1 ids; 0 means "by name", and an id still held stays with its name.
+  while (next_id_ == 0 || ids_.count(next_id_) != 0) ++next_id_;
+  return next_id_++;
 }
 
 }  // namespace hvx

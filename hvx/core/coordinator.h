@@ -48,6 +48,9 @@ struct CoordinatorOptions {
   double collective_timeout_s = 0;
   // Most tensor ids held at once; past it the least recently negotiated names lose theirs.
   size_t max_tensor_ids = 65536;
+  // The first tensor id handed out when none was retired (ids are never 0); tests start it near
+  // the top of the range to see it wrap.
+  uint32_t first_tensor_id = 1;
 };
 
 // Merges consecutive-compatible allreduce responses (same dtype, device, op, scales) up to
@@ -123,6 +126,8 @@ class Coordinator {
   // Gives ids to agreed_ (names that succeeded this cycle and that some rank sent by name), and
   // retires the least recently used past max_tensor_ids, in *out.
   void AssignIds(ResponseList* out);
+  // An id no name holds, not 0: a retired one when there is one.
+  uint32_t NewTensorId();
 
   bool IsReady(const Pending& p) const;
   // Whether `p` is an op other than allreduce while some rank has joined: an error however the
@@ -162,7 +167,10 @@ class Coordinator {
   std::unordered_map<uint32_t, IdEntry> ids_;
   std::unordered_map<std::string, uint32_t> id_of_name_;
   std::vector<Request> agreed_;
-  uint32_t next_id_ = 1;
+  // Retired ids, handed out again before next_id_ moves on. Every rank forgets a retired id
+  // before it sends again (ResponseList::retired), so one can stand for a new name next cycle.
+  std::vector<uint32_t> free_ids_;
+  uint32_t next_id_;
   int64_t builds_ = 0;
   RankBits joined_bits_;
   int64_t next_arrival_ = 0;

@@ -2,7 +2,10 @@
 // validation, fusion planning and stall reports.
 #include "hvx/core/coordinator.h"
 
+#include <set>
+
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "hvx/core/message.h"
 #include "hvx/core/response_cache.h"
@@ -244,6 +247,66 @@ TEST(CoordinatorTest, ATensorIdStandsForItsRequestUntilRetired) {
   const absl::Status unknown = c.Add(1, List({stale}), now);
   EXPECT_EQ(unknown.code(), absl::StatusCode::kDataLoss);
   EXPECT_TRUE(absl::StrContains(unknown.message(), "tensor id")) << unknown;
+}
+
+// Negotiates `name` by name on both ranks of `c`, then by the id it got; returns that id.
+uint32_t NegotiateAndUseId(Coordinator& c, const std::string& name) {
+  const absl::Time now = absl::Now();
+  for (int r = 0; r < 2; ++r) EXPECT_TRUE(c.Add(r, List({Allreduce(r, name, {2})}), now).ok());
+  const ResponseList named = c.Build(now);
+  EXPECT_EQ(named.assigned.size(), 1u);
+  if (named.assigned.size() != 1) return 0;
+  Request by_id;
+  by_id.id = named.assigned[0].id;
+  for (int r = 0; r < 2; ++r) EXPECT_TRUE(c.Add(r, List({by_id}), now).ok());
+  const ResponseList by_ids = c.Build(now);
+  EXPECT_EQ(by_ids.responses.size(), 1u);
+  if (by_ids.responses.size() == 1) {
+    EXPECT_EQ(by_ids.responses[0].names, std::vector<std::string>{name});
+  }
+  return by_id.id;
+}
+
+TEST(CoordinatorTest, TensorIdsWrapPastZeroAndNeverCollide) {
+  CoordinatorOptions o;
+  o.stall_check_time_s = 0;
+  o.first_tensor_id = 0xfffffffe;
+  Coordinator c(2, o);
+  EXPECT_EQ(NegotiateAndUseId(c, "a"), 0xfffffffeu);
+  EXPECT_EQ(NegotiateAndUseId(c, "b"), 0xffffffffu);
+  // Past the top the counter skips 0 ("by name") and goes on at 1.
+  EXPECT_EQ(NegotiateAndUseId(c, "c"), 1u);
+  // The earlier names keep their ids.
+  EXPECT_EQ(NegotiateAndUseId(c, "a"), 0xfffffffeu);
+}
+
+TEST(CoordinatorTest, ARetiredTensorIdGoesToTheNextNewName) {
+  CoordinatorOptions o;
+  o.stall_check_time_s = 0;
+  o.max_tensor_ids = 2;
+  Coordinator c(2, o);
+  std::set<uint32_t> seen;
+  uint32_t retired = 0;
+  for (int i = 0; i < 6; ++i) {
+    const absl::Time now = absl::Now();
+    const std::string name = absl::StrCat("t", i);
+    for (int r = 0; r < 2; ++r) ASSERT_TRUE(c.Add(r, List({Allreduce(r, name, {2})}), now).ok());
+    const ResponseList out = c.Build(now);
+    ASSERT_EQ(out.assigned.size(), 1u);
+    const uint32_t id = out.assigned[0].id;
+    EXPECT_NE(id, 0u);
+    if (retired != 0) EXPECT_EQ(id, retired) << name;
+    seen.insert(id);
+    retired = out.retired.empty() ? 0 : out.retired.back();
+    // The id now stands for this name only.
+    Request by_id;
+    by_id.id = id;
+    for (int r = 0; r < 2; ++r) ASSERT_TRUE(c.Add(r, List({by_id}), now).ok());
+    const ResponseList again = c.Build(now);
+    ASSERT_EQ(again.responses.size(), 1u);
+    EXPECT_EQ(again.responses[0].names, std::vector<std::string>{name});
+  }
+  EXPECT_LE(seen.size(), 3u);
 }
 
 Response Single(const std::string& name, std::vector<int64_t> shape) {
