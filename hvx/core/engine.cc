@@ -339,18 +339,11 @@ void Engine::ThreadMain() {
     }
     stopped_.store(true);
     FailEverything(StopReason());
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      for (auto& s : sets_) {
-        s->device_planes.clear();
-        s->owned_comm.reset();
-        s->comm = nullptr;
-      }
-    }
-    world_.reset();
+    ReleaseCommunicators();
     timeline_.reset();
   } else {
-    world_.reset();
+    // Setup may have made some sets' communicators before it failed.
+    ReleaseCommunicators();
   }
   stopped_.store(true);
   Failpoint("shutdown");
@@ -361,6 +354,20 @@ void Engine::ThreadMain() {
   finalize_status_ = fin;
   finalized_ = true;
   cv_.notify_all();
+}
+
+void Engine::ReleaseCommunicators() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& s : sets_) {
+      s->device_planes.clear();
+      s->leaders_comm.reset();
+      s->host_comm.reset();
+      s->owned_comm.reset();
+      s->comm = nullptr;
+    }
+  }
+  world_.reset();
 }
 
 void Engine::FailEverything(absl::Status status) {

@@ -157,6 +157,9 @@ class Engine {
   // several, makes the communicators GatherPlanBroadcast gathers through, per host and across
   // the hosts' first ranks; otherwise leaves the gather flat.
   absl::Status SetUpHostGather(SetState& set);
+  // Destroys every set's communicators, device planes and the world communicator: all of them
+  // before the transport's Finalize (an MPI communicator freed after MPI_Finalize aborts).
+  void ReleaseCommunicators();
   // Gathers this rank's encoded request list `mine` at `set`'s rank 0, per host when set up so,
   // and there adds every rank's requests to the coordinator.
   absl::Status GatherAtCoordinator(SetState& set, const std::string& mine);

@@ -1,0 +1,200 @@
+// Engines gathering requests per host, over the in-process transport wrapped so that a test can
+// see when each communicator is freed and can corrupt what a rank gathers: the split communicators
+// go before the transport's Finalize, and a request list no one can read fails every rank at once
+// with its cause.
+#include <algorithm>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "hvx/common/status.h"
+#include "hvx/core/engine.h"
+#include "hvx/core/fake_transport.h"
+#include "hvx/core/in_process_ranks.h"
+#include "hvx/core/message.h"
+
+namespace hvx {
+namespace {
+
+const std::vector<std::string> kUnevenHosts = {"a", "a", "a", "b", "c", "c", "c"};
+
+// What happened to one rank's communicators and transport, in order.
+class EventLog {
+ public:
+  void Add(std::string event) {
+    std::lock_guard<std::mutex> lock(mu_);
+    events_.push_back(std::move(event));
+  }
+  std::vector<std::string> events() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return events_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<std::string> events_;
+};
+
+// Rewrites what rank `rank` gathers through communicator `comm` ("world", "world.split0" for
+// its host, "world.split1" for the hosts' first ranks).
+using GatherHook = std::function<void(const std::string& comm, int rank, std::string* mine)>;
+
+// A communicator that forwards to another, logs "free <name>" when destroyed, passes its Gathers
+// through a hook, and optionally fails Subset.
+class WrappedCommunicator : public Communicator {
+ public:
+  WrappedCommunicator(std::unique_ptr<Communicator> inner, std::string name,
+                      std::shared_ptr<EventLog> log, int world_rank, GatherHook hook,
+                      bool fail_subset)
+      : inner_(std::move(inner)),
+        name_(std::move(name)),
+        log_(std::move(log)),
+        world_rank_(world_rank),
+        hook_(std::move(hook)),
+        fail_subset_(fail_subset) {}
+  ~WrappedCommunicator() override { log_->Add(absl::StrCat("free ", name_)); }
+
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  absl::Status Gather(const std::string& mine, std::vector<std::string>* all) override {
+    std::string sent = mine;
+    if (hook_) hook_(name_, world_rank_, &sent);
+    return inner_->Gather(sent, all);
+  }
+  absl::Status Broadcast(std::string* message) override { return inner_->Broadcast(message); }
+  absl::Status Allgather(const std::string& mine, std::vector<std::string>* all) override {
+    return inner_->Allgather(mine, all);
+  }
+  absl::Status BitwiseAnd(std::vector<uint64_t>* bits) override { return inner_->BitwiseAnd(bits); }
+  absl::Status Barrier() override { return inner_->Barrier(); }
+  DataPlane& cpu() override { return inner_->cpu(); }
+  absl::StatusOr<std::unique_ptr<Communicator>> Subset(const std::vector<int>& ranks) override {
+    if (fail_subset_) return absl::InternalError("this transport makes no subsets");
+    return Wrap(inner_->Subset(ranks), absl::StrCat(name_, ".subset", children_++));
+  }
+  absl::StatusOr<std::unique_ptr<Communicator>> Split(int color, int key) override {
+    return Wrap(inner_->Split(color, key), absl::StrCat(name_, ".split", children_++));
+  }
+
+ private:
+  absl::StatusOr<std::unique_ptr<Communicator>> Wrap(
+      absl::StatusOr<std::unique_ptr<Communicator>> made, std::string name) {
+    if (!made.ok() || *made == nullptr) return made;
+    return std::unique_ptr<Communicator>(new WrappedCommunicator(
+        std::move(*made), std::move(name), log_, world_rank_, hook_, fail_subset_));
+  }
+
+  std::unique_ptr<Communicator> inner_;
+  const std::string name_;
+  std::shared_ptr<EventLog> log_;
+  const int world_rank_;
+  GatherHook hook_;
+  const bool fail_subset_;
+  int children_ = 0;
+};
+
+class WrappedTransport : public Transport {
+ public:
+  WrappedTransport(std::shared_ptr<FakeHub> hub, int rank, std::shared_ptr<EventLog> log,
+                   GatherHook hook, bool fail_subset)
+      : inner_(std::move(hub), rank),
+        rank_(rank),
+        log_(std::move(log)),
+        hook_(std::move(hook)),
+        fail_subset_(fail_subset) {}
+  absl::StatusOr<std::unique_ptr<Communicator>> Start(const InitOptions& options) override {
+    HVX_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> world, inner_.Start(options));
+    return std::unique_ptr<Communicator>(
+        new WrappedCommunicator(std::move(world), "world", log_, rank_, hook_, fail_subset_));
+  }
+  absl::Status Finalize(absl::Time deadline) override {
+    log_->Add("finalize");
+    return inner_.Finalize(deadline);
+  }
+  std::string Describe() const override { return inner_.Describe(); }
+
+ private:
+  FakeTransport inner_;
+  const int rank_;
+  std::shared_ptr<EventLog> log_;
+  GatherHook hook_;
+  const bool fail_subset_;
+};
+
+struct WrappedRun {
+  GatherHook hook;
+  bool fail_subset = false;
+  // Called with each rank's engine once it started; not called when Start fails.
+  std::function<void(Engine&, int)> fn;
+};
+
+// Runs n engines on hosts `hosts` over wrapped transports; returns each rank's Start status and
+// event log (after the engine was destroyed).
+std::vector<std::pair<absl::Status, std::vector<std::string>>> RunWrapped(
+    int n, const std::vector<std::string>& hosts, InitOptions options, const WrappedRun& run) {
+  auto hub = std::make_shared<FakeHub>(n);
+  std::vector<std::pair<absl::Status, std::vector<std::string>>> out(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      auto log = std::make_shared<EventLog>();
+      EngineOptions eo;
+      eo.hostname = hosts[r];
+      eo.command_line = "prog";
+      eo.exit_on_finalize_timeout = false;
+      {
+        auto engine = Engine::Start(
+            options, std::make_unique<WrappedTransport>(hub, r, log, run.hook, run.fail_subset),
+            eo);
+        out[r].first = engine.status();
+        if (engine.ok()) {
+          if (run.fn) run.fn(**engine, r);
+          (*engine)->Shutdown().IgnoreError();
+        }
+      }
+      out[r].second = log->events();
+    });
+  }
+  for (auto& t : threads) t.join();
+  return out;
+}
+
+// Whether every communicator in `events` was freed before "finalize".
+void ExpectFreedBeforeFinalize(const std::vector<std::string>& events, int rank) {
+  const auto finalize = std::find(events.begin(), events.end(), "finalize");
+  ASSERT_NE(finalize, events.end()) << "rank " << rank;
+  EXPECT_EQ(finalize + 1, events.end())
+      << "rank " << rank << " freed a communicator after Finalize: " << absl::StrJoin(events, ", ");
+  EXPECT_NE(std::find(events.begin(), finalize, "free world.split0"), finalize)
+      << "rank " << rank << ": " << absl::StrJoin(events, ", ");
+}
+
+TEST(HostGatherTest, SplitCommunicatorsAreFreedBeforeFinalize) {
+  InitOptions options = InProcessOptions();
+  const auto ranks = RunWrapped(7, kUnevenHosts, options, {nullptr, false, nullptr});
+  for (int r = 0; r < 7; ++r) {
+    ASSERT_TRUE(ranks[r].first.ok()) << ranks[r].first;
+    ExpectFreedBeforeFinalize(ranks[r].second, r);
+  }
+}
+
+TEST(HostGatherTest, AStartThatFailsAfterSplittingFreesTheSplitsBeforeFinalize) {
+  InitOptions options = InProcessOptions();
+  options.process_sets = {{0, 3, 4}};  // AddSet's Subset fails, after the world set split
+  const auto ranks = RunWrapped(7, kUnevenHosts, options, {nullptr, true, nullptr});
+  for (int r = 0; r < 7; ++r) {
+    EXPECT_TRUE(absl::StrContains(ranks[r].first.message(), "makes no subsets")) << ranks[r].first;
+    ExpectFreedBeforeFinalize(ranks[r].second, r);
+  }
+}
+
+}  // namespace
+}  // namespace hvx
