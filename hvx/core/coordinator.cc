@@ -77,7 +77,7 @@ absl::Status Coordinator::Add(int rank, const RequestList& list, absl::Time now)
       AddJoin(rank, now - absl::Seconds(std::max(0.0, req.waited_s)));
       continue;
     }
-    HVX_RETURN_IF_ERROR(AddRequest(req, members, mask, now));
+    HVX_RETURN_IF_ERROR(AddRequest(req, members, mask, /*from_host=*/false, now));
   }
   return absl::OkStatus();
 }
@@ -92,7 +92,28 @@ absl::Status Coordinator::Add(const HostRequestList& host, absl::Time now) {
   for (uint64_t word : host.shutdown) {
     if (word != 0) shutdown_ = true;
   }
+  // The members each entry's name has had so far: a rank makes one request per name.
+  std::unordered_map<std::string, std::vector<uint64_t>> members_of_name;
   for (const HostRequestList::Entry& e : host.entries) {
+    if (e.mask.size() != (host.ranks.size() + 63) / 64) {
+      return absl::DataLossError(
+          "a host's request list has an entry whose rank mask does not fit "
+          "the host's members");
+    }
+    const std::string* name = &e.request.name;
+    if (auto known = ids_.find(e.request.id); e.request.id != 0 && known != ids_.end()) {
+      name = &known->second.name;
+    }
+    std::vector<uint64_t>& seen = members_of_name[*name];
+    seen.resize(e.mask.size());
+    for (size_t w = 0; w < e.mask.size(); ++w) {
+      if (const uint64_t twice = seen[w] & e.mask[w]; twice != 0) {
+        return absl::DataLossError(absl::StrCat("a host's request list names set rank ",
+                                                host.ranks[w * 64 + __builtin_ctzll(twice)],
+                                                " twice for tensor '", *name, "'"));
+      }
+      seen[w] |= e.mask[w];
+    }
     if (e.request.id == 0 && e.request.type == OpType::kJoin) {
       for (size_t i = 0; i < host.ranks.size(); ++i) {
         if ((e.mask[i / 64] >> (i % 64)) & 1) {
@@ -101,7 +122,7 @@ absl::Status Coordinator::Add(const HostRequestList& host, absl::Time now) {
       }
       continue;
     }
-    HVX_RETURN_IF_ERROR(AddRequest(e.request, host.ranks, e.mask, now));
+    HVX_RETURN_IF_ERROR(AddRequest(e.request, host.ranks, e.mask, /*from_host=*/true, now));
   }
   return absl::OkStatus();
 }
@@ -115,14 +136,17 @@ void Coordinator::AddJoin(int rank, absl::Time submitted) {
 }
 
 absl::Status Coordinator::AddRequest(const Request& request, const std::vector<int32_t>& members,
-                                     const std::vector<uint64_t>& mask, absl::Time now) {
+                                     const std::vector<uint64_t>& mask, bool from_host,
+                                     absl::Time now) {
   const Request* content = &request;
   if (request.id != 0) {
     auto known = ids_.find(request.id);
     if (known == ids_.end()) {
-      return absl::DataLossError(absl::StrCat("set rank ", members.empty() ? -1 : members[0],
-                                              "'s host sent tensor id ", request.id,
-                                              ", which the coordinator has not announced"));
+      const int sender = members.empty() ? -1 : members[0];
+      return absl::DataLossError(absl::StrCat(
+          from_host ? absl::StrCat("the host whose first rank is set rank ", sender)
+                    : absl::StrCat("set rank ", sender),
+          " sent tensor id ", request.id, ", which the coordinator has not announced"));
     }
     known->second.last_used = builds_;
     content = &known->second.request;

@@ -68,7 +68,7 @@ class Coordinator {
   // not announced or has retired; the requests before it are added.
   absl::Status Add(int rank, const RequestList& list, absl::Time now);
   // The merged requests of one host's ranks this cycle. Fails (DataLoss) on a member rank outside
-  // the set and on an unknown tensor id.
+  // the set, on a rank named twice for one tensor and on an unknown tensor id.
   absl::Status Add(const HostRequestList& host, absl::Time now);
 
   // The responses for every name that became ready (in the order names first arrived), error
@@ -112,9 +112,10 @@ class Coordinator {
     int64_t last_used = 0;
   };
 
-  // Adds `request` for the ranks `members[i]` with bit i of `mask` (members ascending).
+  // Adds `request` for the ranks `members[i]` with bit i of `mask` (members ascending), sent by
+  // members[0] itself or, `from_host`, by its host's first rank.
   absl::Status AddRequest(const Request& request, const std::vector<int32_t>& members,
-                          const std::vector<uint64_t>& mask, absl::Time now);
+                          const std::vector<uint64_t>& mask, bool from_host, absl::Time now);
   void AddJoin(int rank, absl::Time submitted);
   bool Has(const RankBits& bits, int rank) const { return (bits[rank / 64] >> (rank % 64)) & 1; }
   // The submission of `rank`, or null.

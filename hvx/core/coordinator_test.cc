@@ -109,7 +109,7 @@ TEST(MessageTest, HostListMergesEqualRequestsAndKeepsDifferentOnes) {
                                     List({Allreduce(9, "x", {3}), y_by_id})};
   lists[2].shutdown = true;
   lists[2].requests[1].waited_s = 1.5;
-  const HostRequestList merged = MergeHostRequests({4, 6, 9}, lists);
+  const HostRequestList merged = MergeHostRequests({4, 6, 9}, lists).value();
   ASSERT_EQ(merged.entries.size(), 3u);
   EXPECT_EQ(merged.entries[0].request.dtype, DataType::kFloat32);
   EXPECT_EQ(merged.entries[0].mask, (std::vector<uint64_t>{0b101}));
@@ -136,6 +136,60 @@ TEST(MessageTest, HostListMergesEqualRequestsAndKeepsDifferentOnes) {
   EXPECT_FALSE(DecodeHostRequestList(EncodeHostRequestList(bad)).ok());
 }
 
+TEST(MessageTest, RejectsListsThatNameNoRankTheSameRankTwiceOrIdZero) {
+  EXPECT_EQ(MergeHostRequests({4, 6}, {List({Allreduce(4, "x", {3})})}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  HostRequestList host =
+      MergeHostRequests({4, 6}, {List({Allreduce(4, "x", {3})}), List({Allreduce(6, "x", {3})})})
+          .value();
+  HostRequestList bad = host;
+  bad.entries[0].mask = {0};
+  EXPECT_EQ(DecodeHostRequestList(EncodeHostRequestList(bad)).status().code(),
+            absl::StatusCode::kDataLoss);
+  bad = host;
+  bad.ranks.clear();
+  bad.shutdown.clear();
+  bad.entries[0].mask.clear();
+  EXPECT_EQ(DecodeHostRequestList(EncodeHostRequestList(bad)).status().code(),
+            absl::StatusCode::kDataLoss);
+  bad = HostRequestList{};
+  bad.error = "cannot read";
+  EXPECT_EQ(DecodeHostRequestList(EncodeHostRequestList(bad)).value().error, "cannot read");
+
+  ResponseList out;
+  out.assigned = {{0, "x"}};
+  EXPECT_EQ(DecodeResponseList(EncodeResponseList(out)).status().code(),
+            absl::StatusCode::kDataLoss);
+  out.assigned = {{3, "x"}, {3, "y"}};
+  EXPECT_EQ(DecodeResponseList(EncodeResponseList(out)).status().code(),
+            absl::StatusCode::kDataLoss);
+  out.assigned = {{3, "x"}, {4, "y"}};
+  out.error = "stop";
+  EXPECT_EQ(DecodeResponseList(EncodeResponseList(out)).value().error, "stop");
+
+  // Rank 6 in two entries for x: which request is its?
+  Coordinator c(8, CoordinatorOptions{});
+  bad = host;
+  bad.entries.push_back(bad.entries[0]);
+  bad.entries[1].request.shape = {5};
+  bad.entries[1].mask = {0b10};
+  const absl::Status twice = c.Add(bad, absl::Now());
+  EXPECT_EQ(twice.code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(twice.message(), "a host's request list names set rank 6 twice for tensor 'x'");
+}
+
+TEST(CoordinatorTest, AnUnknownTensorIdNamesWhoSentIt) {
+  Coordinator c(8, CoordinatorOptions{});
+  Request by_id;
+  by_id.id = 99;
+  EXPECT_EQ(c.Add(1, List({by_id}), absl::Now()).message(),
+            "set rank 1 sent tensor id 99, which the coordinator has not announced");
+  const HostRequestList host = MergeHostRequests({3, 5}, {List({by_id}), List({by_id})}).value();
+  EXPECT_EQ(c.Add(host, absl::Now()).message(),
+            "the host whose first rank is set rank 3 sent tensor id 99, which the coordinator has "
+            "not announced");
+}
+
 // The lists of `ranks` ranks on hosts of the given sizes, merged per host.
 std::vector<HostRequestList> PerHost(const std::vector<RequestList>& lists,
                                      const std::vector<int>& host_sizes) {
@@ -149,7 +203,8 @@ std::vector<HostRequestList> PerHost(const std::vector<RequestList>& lists,
       mine.push_back(lists[next]);
     }
     hosts.push_back(
-        DecodeHostRequestList(EncodeHostRequestList(MergeHostRequests(members, mine))).value());
+        DecodeHostRequestList(EncodeHostRequestList(MergeHostRequests(members, mine).value()))
+            .value());
   }
   return hosts;
 }

@@ -781,40 +781,81 @@ absl::StatusOr<ResponseList> Engine::GatherPlanBroadcast(SetState& set,
   }
   mine.joined = joined || joined_;
   Failpoint("negotiation");
-  HVX_RETURN_IF_ERROR(GatherAtCoordinator(set, EncodeRequestList(mine)));
+  absl::Status unreadable;
+  HVX_RETURN_IF_ERROR(GatherAtCoordinator(set, EncodeRequestList(mine), &unreadable));
   std::string out;
-  if (set.comm->rank() == 0) out = EncodeResponseList(set.coordinator->Build(MonotonicNow()));
+  if (set.comm->rank() == 0) {
+    ResponseList plan;
+    if (unreadable.ok()) {
+      plan = set.coordinator->Build(MonotonicNow());
+    } else {
+      // Every rank stops now with the cause, instead of waiting for a broadcast until its
+      // collective timeout.
+      plan.error = absl::StrCat("the coordinator could not read this cycle's requests: ",
+                                unreadable.message());
+      plan.shutdown = true;
+    }
+    out = EncodeResponseList(plan);
+  }
   HVX_RETURN_IF_ERROR(set.comm->Broadcast(&out));
   HVX_ASSIGN_OR_RETURN(ResponseList list, DecodeResponseList(out));
+  if (!list.error.empty()) return absl::DataLossError(list.error);
   LearnIds(set, list);
   return list;
 }
 
-absl::Status Engine::GatherAtCoordinator(SetState& set, const std::string& mine) {
+absl::Status Engine::GatherAtCoordinator(SetState& set, const std::string& mine,
+                                         absl::Status* unreadable) {
   std::vector<std::string> all;
   if (set.host_comm == nullptr) {
     HVX_RETURN_IF_ERROR(set.comm->Gather(mine, &all));
     const absl::Time now = MonotonicNow();  // after the gather, which waited for every rank
-    for (int r = 0; r < static_cast<int>(all.size()); ++r) {
-      HVX_ASSIGN_OR_RETURN(RequestList list, DecodeRequestList(all[r]));
-      HVX_RETURN_IF_ERROR(set.coordinator->Add(r, list, now));
+    for (int r = 0; r < static_cast<int>(all.size()) && unreadable->ok(); ++r) {
+      absl::StatusOr<RequestList> list = DecodeRequestList(all[r]);
+      if (!list.ok()) {
+        *unreadable = Annotate(list.status(), absl::StrCat("set rank ", r));
+      } else {
+        *unreadable = set.coordinator->Add(r, *list, now);
+      }
     }
     return absl::OkStatus();
   }
   HVX_RETURN_IF_ERROR(set.host_comm->Gather(mine, &all));
   if (set.leaders_comm == nullptr) return absl::OkStatus();
+  // A host's first rank that cannot read its members' lists still takes part in the gather
+  // across hosts, with the error for the coordinator to stop every rank with.
+  HostRequestList merged;
   std::vector<RequestList> lists;
-  for (const std::string& bytes : all) {
-    HVX_ASSIGN_OR_RETURN(RequestList list, DecodeRequestList(bytes));
-    lists.push_back(std::move(list));
+  for (size_t i = 0; i < all.size() && merged.error.empty(); ++i) {
+    absl::StatusOr<RequestList> list = DecodeRequestList(all[i]);
+    if (!list.ok()) {
+      merged.error =
+          absl::StrCat("set rank ", set.host_members[i], ", read by its host's first rank ",
+                       set.host_members[0], ": ", list.status().message());
+    } else {
+      lists.push_back(*std::move(list));
+    }
+  }
+  if (merged.error.empty()) {
+    absl::StatusOr<HostRequestList> m = MergeHostRequests(set.host_members, lists);
+    if (m.ok()) {
+      merged = *std::move(m);
+    } else {
+      merged.error = absl::StrCat("set rank ", set.host_members[0], ": ", m.status().message());
+    }
   }
   std::vector<std::string> hosts;
-  HVX_RETURN_IF_ERROR(set.leaders_comm->Gather(
-      EncodeHostRequestList(MergeHostRequests(set.host_members, lists)), &hosts));
+  HVX_RETURN_IF_ERROR(set.leaders_comm->Gather(EncodeHostRequestList(merged), &hosts));
   const absl::Time now = MonotonicNow();
-  for (const std::string& bytes : hosts) {
-    HVX_ASSIGN_OR_RETURN(HostRequestList host, DecodeHostRequestList(bytes));
-    HVX_RETURN_IF_ERROR(set.coordinator->Add(host, now));
+  for (size_t h = 0; h < hosts.size() && unreadable->ok(); ++h) {
+    absl::StatusOr<HostRequestList> host = DecodeHostRequestList(hosts[h]);
+    if (!host.ok()) {
+      *unreadable = Annotate(host.status(), absl::StrCat("the merged list of host ", h));
+    } else if (!host->error.empty()) {
+      *unreadable = absl::DataLossError(host->error);
+    } else {
+      *unreadable = set.coordinator->Add(*host, now);
+    }
   }
   return absl::OkStatus();
 }

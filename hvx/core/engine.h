@@ -161,8 +161,11 @@ class Engine {
   // before the transport's Finalize (an MPI communicator freed after MPI_Finalize aborts).
   void ReleaseCommunicators();
   // Gathers this rank's encoded request list `mine` at `set`'s rank 0, per host when set up so,
-  // and there adds every rank's requests to the coordinator.
-  absl::Status GatherAtCoordinator(SetState& set, const std::string& mine);
+  // and there adds every rank's requests to the coordinator. Returns the transport's failures;
+  // a list that rank 0 or a host's first rank cannot read, or the coordinator refuses, is
+  // *unreadable on rank 0, which then stops every rank with it.
+  absl::Status GatherAtCoordinator(SetState& set, const std::string& mine,
+                                   absl::Status* unreadable);
   // Records the tensor ids `list` announces and forgets those it retires.
   static void LearnIds(SetState& set, const ResponseList& list);
   // One negotiation+execution cycle of one set. Returns false when the job shuts down.

@@ -196,5 +196,63 @@ TEST(HostGatherTest, AStartThatFailsAfterSplittingFreesTheSplitsBeforeFinalize) 
   }
 }
 
+// Runs one allreduce on 7 ranks whose gathers `hook` rewrites; expects every rank to fail at
+// once with the same DataLoss message, which contains `cause`.
+void ExpectEveryRankFailsWith(const std::vector<std::string>& hosts, GatherHook hook,
+                              const std::string& cause) {
+  InitOptions options = InProcessOptions();
+  options.collective_timeout_s = 60;
+  std::vector<absl::Status> got(7);
+  const absl::Time start = absl::Now();
+  const auto ranks =
+      RunWrapped(7, hosts, options, {std::move(hook), false, [&](Engine& e, int rank) {
+                                       std::vector<float> x(4, 1);
+                                       TensorRef t(DataType::kFloat32, {4}, x.data());
+                                       got[rank] = Wait(e.Allreduce("g", t, t, {}));
+                                     }});
+  EXPECT_LT(absl::Now() - start, absl::Seconds(20));
+  for (int r = 0; r < 7; ++r) {
+    ASSERT_TRUE(ranks[r].first.ok()) << ranks[r].first;
+    EXPECT_EQ(got[r].code(), absl::StatusCode::kDataLoss) << "rank " << r << ": " << got[r];
+    EXPECT_EQ(got[r].message(), got[0].message()) << "rank " << r;
+  }
+  EXPECT_TRUE(absl::StrContains(got[0].message(), cause)) << got[0];
+}
+
+// Replaces what world rank `who` sends through communicator `comm` with `bytes`.
+GatherHook Send(const std::string& comm, int who, std::string bytes) {
+  return [=](const std::string& c, int rank, std::string* mine) {
+    if (c == comm && rank == who) *mine = bytes;
+  };
+}
+
+std::string UnknownId() {
+  RequestList list;
+  Request by_id;
+  by_id.id = 4242;
+  list.requests = {by_id};
+  return EncodeRequestList(list);
+}
+
+TEST(HostGatherTest, AListTheCoordinatorCannotReadFailsEveryRankAtOnce) {
+  // Flat: rank 0 cannot decode rank 2's list.
+  ExpectEveryRankFailsWith(std::vector<std::string>(7, "h"), Send("world", 2, "bad"),
+                           "the coordinator could not read this cycle's requests: set rank 2: "
+                           "corrupt request list of 3 bytes from a peer rank");
+  ExpectEveryRankFailsWith(std::vector<std::string>(7, "h"), Send("world", 2, UnknownId()),
+                           "set rank 2 sent tensor id 4242, which the coordinator has not "
+                           "announced");
+  // Per host: host c's first rank (4) cannot decode rank 5's list.
+  ExpectEveryRankFailsWith(kUnevenHosts, Send("world.split0", 5, "bad"),
+                           "the coordinator could not read this cycle's requests: set rank 5, "
+                           "read by its host's first rank 4: corrupt request list of 3 bytes");
+  // Rank 0 cannot decode host c's merged list.
+  ExpectEveryRankFailsWith(kUnevenHosts, Send("world.split1", 4, "bad"),
+                           "the merged list of host 2: corrupt host request list of 3 bytes");
+  // The coordinator refuses an id it never announced, from host b.
+  ExpectEveryRankFailsWith(kUnevenHosts, Send("world.split0", 3, UnknownId()),
+                           "the host whose first rank is set rank 3 sent tensor id 4242");
+}
+
 }  // namespace
 }  // namespace hvx

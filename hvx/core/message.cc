@@ -4,6 +4,7 @@
 #include <cstring>
 #include <type_traits>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -248,19 +249,22 @@ absl::StatusOr<RequestList> DecodeRequestList(absl::string_view bytes) {
   return list;
 }
 
-HostRequestList MergeHostRequests(const std::vector<int32_t>& ranks,
-                                  const std::vector<RequestList>& lists) {
+absl::StatusOr<HostRequestList> MergeHostRequests(const std::vector<int32_t>& ranks,
+                                                  const std::vector<RequestList>& lists) {
+  if (lists.size() != ranks.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("merging ", lists.size(),
+                                                   " request lists for a host of ", ranks.size(),
+                                                   " ranks; each rank sends one"));
+  }
   HostRequestList out;
   out.ranks = ranks;
   const size_t words = MaskWords(ranks.size());
   out.shutdown.assign(words, 0);
-  out.joined.assign(words, 0);
   // Entries by id, and by name (a name may have several differing entries).
   std::unordered_map<uint32_t, size_t> by_id;
   std::unordered_map<std::string, std::vector<size_t>> by_name;
-  for (size_t i = 0; i < lists.size() && i < ranks.size(); ++i) {
+  for (size_t i = 0; i < lists.size(); ++i) {
     if (lists[i].shutdown) SetBit(&out.shutdown, i);
-    if (lists[i].joined) SetBit(&out.joined, i);
     for (const Request& r : lists[i].requests) {
       size_t at = out.entries.size();
       if (r.id != 0) {
@@ -292,7 +296,7 @@ std::string EncodeHostRequestList(const HostRequestList& list) {
   w.Put<uint64_t>(list.ranks.size());
   for (int32_t r : list.ranks) w.Put(r);
   PutMask(w, list.shutdown);
-  PutMask(w, list.joined);
+  w.PutString(list.error);
   w.Put<uint64_t>(list.entries.size());
   for (const HostRequestList::Entry& e : list.entries) {
     PutRequest(w, e.request);
@@ -314,13 +318,17 @@ absl::StatusOr<HostRequestList> DecodeHostRequestList(absl::string_view bytes) {
       return Corrupt("host request list", bytes.size());
     }
   }
-  if (!GetMask(rd, n, &list.shutdown) || !GetMask(rd, n, &list.joined) || !rd.Get(&n)) {
+  if (!GetMask(rd, n, &list.shutdown) || !rd.GetString(&list.error) || !rd.Get(&n)) {
     return Corrupt("host request list", bytes.size());
   }
   for (uint64_t i = 0; i < n && rd.ok(); ++i) {
     HostRequestList::Entry e;
     if (absl::Status s = GetRequest(rd, "host request list", i, &e.request); !s.ok()) return s;
-    if (!GetMask(rd, list.ranks.size(), &e.mask)) break;
+    // An entry stands for at least one member; one naming none would be a request of no rank.
+    if (!GetMask(rd, list.ranks.size(), &e.mask) ||
+        std::all_of(e.mask.begin(), e.mask.end(), [](uint64_t w) { return w == 0; })) {
+      break;
+    }
     list.entries.push_back(std::move(e));
   }
   if (!rd.ok() || !rd.done() || list.entries.size() != n) {
@@ -357,6 +365,7 @@ std::string EncodeResponseList(const ResponseList& list) {
   }
   w.Put<uint64_t>(list.retired.size());
   for (uint32_t id : list.retired) w.Put(id);
+  w.PutString(list.error);
   return w.Take();
 }
 
@@ -404,18 +413,25 @@ absl::StatusOr<ResponseList> DecodeResponseList(absl::string_view bytes) {
     list.responses.push_back(std::move(r));
   }
   rd.Get(&n);
+  std::unordered_set<uint32_t> assigned;
   for (uint64_t i = 0; i < n && rd.ok(); ++i) {
     TensorId t;
     rd.Get(&t.id);
     rd.GetString(&t.name);
+    // 0 means "by name", and one id stands for one name.
+    if (rd.ok() && (t.id == 0 || !assigned.insert(t.id).second)) {
+      return Corrupt("response list", bytes.size());
+    }
     list.assigned.push_back(std::move(t));
   }
   rd.Get(&n);
   for (uint64_t i = 0; i < n && rd.ok(); ++i) {
     uint32_t id = 0;
     rd.Get(&id);
+    if (rd.ok() && id == 0) return Corrupt("response list", bytes.size());
     list.retired.push_back(id);
   }
+  rd.GetString(&list.error);
   if (!rd.ok() || !rd.done()) return Corrupt("response list", bytes.size());
   return list;
 }

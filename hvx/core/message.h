@@ -25,7 +25,7 @@
 namespace hvx {
 
 // Raised whenever the encoding below changes.
-inline constexpr int kWireFormatVersion = 4;
+inline constexpr int kWireFormatVersion = 5;
 
 enum class OpType : uint8_t {
   kAllreduce = 0,
@@ -87,13 +87,16 @@ struct HostRequestList {
   };
   std::vector<Entry> entries;
   std::vector<uint64_t> shutdown;  // members that asked for shutdown
-  std::vector<uint64_t> joined;    // members that have joined
+  // Nonempty when the host's first rank could not read its members' lists (then nothing else is
+  // set): the coordinator fails every rank of the set with it.
+  std::string error;
 };
 
 // Merges the lists of a host's members (lists[i] from set rank ranks[i]): requests that are the
-// same (SameRequest, or the same id) become one entry, in order of first appearance.
-HostRequestList MergeHostRequests(const std::vector<int32_t>& ranks,
-                                  const std::vector<RequestList>& lists);
+// same (SameRequest, or the same id) become one entry, in order of first appearance. Fails
+// (InvalidArgument) unless there is one list per member.
+absl::StatusOr<HostRequestList> MergeHostRequests(const std::vector<int32_t>& ranks,
+                                                  const std::vector<RequestList>& lists);
 
 // What every rank executes, identical on all ranks.
 struct Response {
@@ -134,15 +137,20 @@ struct ResponseList {
   // name, and ids no rank may send any more. Ranks apply `retired` first.
   std::vector<TensorId> assigned;
   std::vector<uint32_t> retired;
+  // Nonempty when the coordinator could not read this cycle's requests (then only shutdown is
+  // set besides it): every rank stops with it.
+  std::string error;
 };
 
 std::string EncodeRequestList(const RequestList& list);
 absl::StatusOr<RequestList> DecodeRequestList(absl::string_view bytes);
 std::string EncodeHostRequestList(const HostRequestList& list);
 // Fails (DataLoss) on bytes that are not an encoding, on member ranks that are negative or not
-// ascending, and on masks naming ranks beyond the members.
+// ascending, on masks naming ranks beyond the members and on an entry naming none.
 absl::StatusOr<HostRequestList> DecodeHostRequestList(absl::string_view bytes);
 std::string EncodeResponseList(const ResponseList& list);
+// Fails (DataLoss) on bytes that are not an encoding, and on a tensor id that is 0 or assigned
+// twice.
 absl::StatusOr<ResponseList> DecodeResponseList(absl::string_view bytes);
 
 int64_t NumElements(const std::vector<int64_t>& shape);

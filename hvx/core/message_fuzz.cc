@@ -1,7 +1,9 @@
 // Fuzz target: the negotiation wire format (message.h) as a peer rank's bytes. The first byte
 // picks request list, response list or host request list (its value modulo 3). Whatever decodes
-// must hold only known op types, data types, reduce ops and device types, and must encode back to
-// bytes that decode to the same encoding.
+// must hold only known op types, data types, reduce ops and device types, host entries that name
+// at least one member, tensor ids that are nonzero and assigned once, and must encode back to bytes
+// that decode to the same encoding.
+#include <set>
 #include <string>
 #include <vector>
 
@@ -42,6 +44,9 @@ void CheckHostRequests(absl::string_view bytes) {
                    "a decoded host request holds an unknown enum value");
     HVX_FUZZ_CHECK(e.mask.size() == (list->ranks.size() + 63) / 64,
                    "a decoded host entry's rank mask does not fit the host's members");
+    bool any = false;
+    for (uint64_t w : e.mask) any = any || w != 0;
+    HVX_FUZZ_CHECK(any, "a decoded host entry names no member");
   }
   for (size_t i = 1; i < list->ranks.size(); ++i) {
     HVX_FUZZ_CHECK(list->ranks[i - 1] < list->ranks[i], "decoded host members are not ascending");
@@ -58,6 +63,14 @@ void CheckResponses(absl::string_view bytes) {
   for (const Response& r : list->responses) {
     HVX_FUZZ_CHECK(Known(r.type) && Known(r.dtype) && Known(r.reduce_op) && Known(r.device_type),
                    "a decoded response holds an unknown enum value");
+  }
+  std::set<uint32_t> ids;
+  for (const TensorId& t : list->assigned) {
+    HVX_FUZZ_CHECK(t.id != 0, "a decoded response list assigns tensor id 0");
+    HVX_FUZZ_CHECK(ids.insert(t.id).second, "a decoded response list assigns an id twice");
+  }
+  for (uint32_t id : list->retired) {
+    HVX_FUZZ_CHECK(id != 0, "a decoded response list retires tensor id 0");
   }
   const std::string again = EncodeResponseList(*list);
   const absl::StatusOr<ResponseList> back = DecodeResponseList(again);
@@ -110,7 +123,7 @@ std::vector<std::string> HvxFuzzSeeds() {
   RequestList other;
   other.requests = {b, c};
   other.shutdown = true;
-  const HostRequestList host = MergeHostRequests({3, 5}, {requests, other});
+  const HostRequestList host = MergeHostRequests({3, 5}, {requests, other}).value();
   ResponseList responses;
   Response r;
   r.names = {"grad/conv1.weight", "grad/fc.bias"};

@@ -133,7 +133,7 @@ size_t PerHostCycle(Coordinator& coordinator, const std::vector<int32_t>& member
                     const std::vector<std::string>& local0, const std::vector<std::string>& hosts) {
   std::vector<RequestList> lists;
   for (const std::string& bytes : local0) lists.push_back(*DecodeRequestList(bytes));
-  const std::string mine = EncodeHostRequestList(MergeHostRequests(members0, lists));
+  const std::string mine = EncodeHostRequestList(*MergeHostRequests(members0, lists));
   const absl::Time now = MonotonicNow();
   if (!coordinator.Add(*DecodeHostRequestList(mine), now).ok()) std::abort();
   for (size_t h = 1; h < hosts.size(); ++h) {
@@ -157,7 +157,7 @@ std::vector<std::string> HostLists(int ranks, const std::function<RequestList(in
       if (first == 0) local0->push_back(EncodeRequestList(lists.back()));
     }
     if (first == 0) *members0 = members;
-    hosts.push_back(EncodeHostRequestList(MergeHostRequests(members, lists)));
+    hosts.push_back(EncodeHostRequestList(*MergeHostRequests(members, lists)));
   }
   return hosts;
 }
