@@ -16,17 +16,21 @@
 // rank) for small R, to check that the coordinator's share is what the engine spends per cycle.
 //
 //   init  Init's agreement exchange: every rank's verdict and settings (EncodeSettings),
-//   allgathered;
-//         each rank decodes all R and compares them (CompareSettings). Per rank: its CPU time and
-//         the bytes it receives; then whole engines started over the in-process transport.
+//         allgathered; each rank decodes all R and compares them (CompareSettings). Per rank: its
+//         CPU time and the bytes it receives; then whole engines started over the in-process
+//         transport.
 //
 //   host  the miss path as the engine runs it when ranks share hosts (8 per host): rank 0 merges
 //         its host's lists, then decodes the hosts' merged lists. "names": a name's first miss,
 //         every request by name; "ids": later misses, every request as the id rank 0 announced.
 //         Bytes: what arrives at rank 0 (its host's other ranks' lists, the other hosts' lists).
 //
-// Arguments name the sections to run (miss host hit engines init); none runs them all. A miss row
-// whose R x T exceeds kMaxFlatRequests is not run: the coordinator would hold that many requests.
+//   allgather  the host section's first miss for 10 allgathers whose first dimension differs on
+//         every rank: every rank's request is a distinct submission.
+//
+// Arguments name the sections to run (miss host allgather hit engines init); none runs them all. A
+// miss row whose R x T exceeds kMaxFlatRequests is not run: the coordinator would hold that many
+// requests.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -215,6 +219,44 @@ void MissPerHost(int ranks, int tensors) {
       ranks, tensors, names_us, names_gathered, broadcast, ids_us, ids_gathered, ids_broadcast);
 }
 
+// T allgathers per rank whose first dimension differs on every rank (rank + 1 rows), as a
+// gather of per-rank batches does: each rank's request is its own submission at the coordinator.
+RequestList Allgathers(int rank, int tensors) {
+  RequestList list;
+  for (int i = 0; i < tensors; ++i) {
+    Request r;
+    r.rank = rank;
+    r.type = OpType::kAllgather;
+    r.name = absl::StrCat("batch.feature", i);
+    r.shape = {rank + 1, 16};
+    list.requests.push_back(std::move(r));
+  }
+  return list;
+}
+
+// The per-host miss path (as MissPerHost's first miss) for Allgathers.
+void AllgatherPerHost(int ranks, int tensors) {
+  CoordinatorOptions options;
+  options.stall_check_time_s = 0;
+  for (int r = 0; r < ranks; ++r) {
+    options.global_ranks.push_back(r);
+    options.hosts.push_back(absl::StrCat("host", r / kRanksPerHost));
+  }
+  std::vector<int32_t> members0;
+  std::vector<std::string> local0;
+  const std::vector<std::string> hosts = HostLists(
+      ranks, [&](int r) { return Allgathers(r, tensors); }, &members0, &local0);
+  size_t broadcast = 0;
+  const double us = MicrosPerCall([&] {
+    Coordinator coordinator(ranks, options);
+    broadcast = PerHostCycle(coordinator, members0, local0, hosts);
+  });
+  std::printf(
+      "allgather  ranks %5d  tensors %5d  rank 0: %10.1f us/cycle  gathered %9zu B  "
+      "broadcast %7zu B\n",
+      ranks, tensors, us, GatheredPerHost(local0, hosts), broadcast);
+}
+
 void Hit(int ranks, int tensors) {
   const int64_t capacity = std::max<int64_t>(1024, tensors);
   ResponseCache cache(capacity);
@@ -287,7 +329,7 @@ void Engines(int ranks, int tensors, int64_t cache_capacity) {
 // What Init exchanges, in the shape Engine::SettingsThatMustAgree gives it.
 std::string InitMessage() {
   const Settings settings = {
-      {"hvx build", "wire format 3, compiler 12.2.0, GPU data plane not linked"},
+      {"hvx build", "wire format 5, compiler 12.2.0, GPU data plane not linked"},
       {"transport", "mpi (MPICH Version: 4.0.2)"},
       {"HVX_FUSION_THRESHOLD", "128MiB"},
       {"HVX_CACHE_CAPACITY", "1024"},
@@ -366,6 +408,9 @@ int main(int argc, char** argv) {
     for (int tensors : {10, 100, 1000}) {
       for (int ranks : {8, 64, 256, 1024, 4096, 16384}) hvx::MissPerHost(ranks, tensors);
     }
+  }
+  if (wanted("allgather")) {
+    for (int ranks : {64, 256, 1024, 4096}) hvx::AllgatherPerHost(ranks, 10);
   }
   if (wanted("hit")) {
     for (int tensors : {10, 100, 1000}) {
