@@ -1,6 +1,7 @@
 #include "hvx/core/coordinator.h"
 
 #include <algorithm>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -19,6 +20,34 @@ bool Fusible(const Response& a, const Response& b) {
 
 std::vector<int64_t> Tail(const std::vector<int64_t>& shape) {
   return std::vector<int64_t>(shape.begin() + (shape.empty() ? 0 : 1), shape.end());
+}
+
+uint64_t Mix(uint64_t h, uint64_t v) {
+  return h ^ (v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2));
+}
+
+uint64_t Mix(uint64_t h, double v) {
+  uint64_t bits;
+  std::memcpy(&bits, &v, sizeof(bits));
+  return Mix(h, bits);
+}
+
+// Where a Pending looks a request up: its id, or (high bit set, so never an id) a hash of what
+// SameRequest compares but the name, which a Pending's requests share.
+uint64_t SubmissionKey(const Request& r) {
+  if (r.id != 0) return r.id;
+  uint64_t h = static_cast<uint64_t>(r.type);
+  h = Mix(h, static_cast<uint64_t>(r.dtype));
+  h = Mix(h, static_cast<uint64_t>(r.device.type));
+  h = Mix(h, static_cast<uint64_t>(r.device.is_cpu() ? 0 : r.device.index));
+  h = Mix(h, static_cast<uint64_t>(r.root));
+  h = Mix(h, static_cast<uint64_t>(r.reduce_op));
+  h = Mix(h, r.prescale);
+  h = Mix(h, r.postscale);
+  for (int64_t d : r.shape) h = Mix(h, static_cast<uint64_t>(d));
+  h = Mix(h, uint64_t{0x5b});  // between shape and splits
+  for (int64_t d : r.splits) h = Mix(h, static_cast<uint64_t>(d));
+  return h | (uint64_t{1} << 63);
 }
 
 }  // namespace
@@ -163,7 +192,9 @@ absl::Status Coordinator::AddRequest(const Request& request, const std::vector<i
   p.first_seen = std::min(p.first_seen, submitted);
   if (request.id == 0) p.by_name = true;
   Submission* s = nullptr;
-  for (Submission& candidate : p.submissions) {
+  std::vector<int32_t>& candidates = p.by_key[SubmissionKey(request)];
+  for (int32_t i : candidates) {
+    Submission& candidate = p.submissions[i];
     if (candidate.id == request.id &&
         (request.id != 0 || SameRequest(candidate.request, request))) {
       s = &candidate;
@@ -171,14 +202,16 @@ absl::Status Coordinator::AddRequest(const Request& request, const std::vector<i
     }
   }
   if (s == nullptr) {
-    p.submissions.push_back({*content, RankBits(p.submitted.size(), 0), size_, request.id});
+    candidates.push_back(static_cast<int32_t>(p.submissions.size()));
+    p.submissions.push_back({*content, RankSet(), size_, request.id});
     s = &p.submissions.back();
   }
   const bool record_device = request.id == 0 && !request.device.is_cpu();
   for (size_t i = 0; i < members.size(); ++i) {
     if (((mask[i / 64] >> (i % 64)) & 1) == 0) continue;
     const int r = members[i];
-    s->ranks[r / 64] |= uint64_t{1} << (r % 64);
+    if (Has(p.submitted, r)) continue;  // a rank's first request for a name stands
+    s->ranks.Add(r, size_);
     p.submitted[r / 64] |= uint64_t{1} << (r % 64);
     s->lowest = std::min(s->lowest, r);
     if (options_.observer) options_.observer->RankReady(content->name, r);
@@ -187,11 +220,35 @@ absl::Status Coordinator::AddRequest(const Request& request, const std::vector<i
   return absl::OkStatus();
 }
 
-const Coordinator::Submission* Coordinator::Of(const Pending& p, int rank) const {
-  for (const Submission& s : p.submissions) {
-    if (Has(s.ranks, rank)) return &s;
+void Coordinator::RankSet::Add(int rank, int size) {
+  if (bits_.empty()) {
+    const size_t words = (static_cast<size_t>(size) + 63) / 64;
+    if (list_.size() < 2 * words) {  // 2 ranks of 4 bytes take a word's 8
+      list_.push_back(rank);
+      return;
+    }
+    bits_.assign(words, 0);
+    for (int32_t r : list_) bits_[r / 64] |= uint64_t{1} << (r % 64);
+    list_.clear();
+    list_.shrink_to_fit();
   }
-  return nullptr;
+  bits_[rank / 64] |= uint64_t{1} << (rank % 64);
+}
+
+const Coordinator::Submission& Coordinator::LowestSubmission(const Pending& p) {
+  const Submission* lowest = &p.submissions[0];
+  for (const Submission& s : p.submissions) {
+    if (s.lowest < lowest->lowest) lowest = &s;
+  }
+  return *lowest;
+}
+
+std::vector<int32_t> Coordinator::SubmissionOfEachRank(const Pending& p) const {
+  std::vector<int32_t> of(size_, -1);
+  for (size_t i = 0; i < p.submissions.size(); ++i) {
+    p.submissions[i].ranks.ForEach([&](int r) { of[r] = static_cast<int32_t>(i); });
+  }
+  return of;
 }
 
 Device Coordinator::DeviceOf(const Submission& s, int rank) const {
@@ -199,8 +256,6 @@ Device Coordinator::DeviceOf(const Submission& s, int rank) const {
   auto it = device_of_rank_[rank].find(s.request.device.type);
   return it == device_of_rank_[rank].end() ? s.request.device : it->second;
 }
-
-void Coordinator::Erase(const std::string& name) { table_.erase(name); }
 
 bool Coordinator::IsReady(const Pending& p) const {
   for (size_t w = 0; w < p.submitted.size(); ++w) {
@@ -213,11 +268,7 @@ bool Coordinator::IsReady(const Pending& p) const {
 
 bool Coordinator::FailsForJoin(const Pending& p) const {
   if (joined_.empty() || p.submissions.empty()) return false;
-  const Submission* first = &p.submissions[0];
-  for (const Submission& s : p.submissions) {
-    if (s.lowest < first->lowest) first = &s;
-  }
-  return first->request.type != OpType::kAllreduce;
+  return LowestSubmission(p).request.type != OpType::kAllreduce;
 }
 
 Response Coordinator::ErrorResponse(const std::string& name, std::string message,
@@ -239,8 +290,9 @@ std::string Coordinator::DeviceProblem(const Pending& p) const {
   for (const Submission& s : p.submissions) {
     const Device& d = s.request.device;
     if (s.id != 0 || d.is_cpu()) continue;
-    for (int r = s.lowest; r < worst; ++r) {
-      if (!Has(s.ranks, r)) continue;
+    if (s.lowest >= worst) continue;
+    s.ranks.ForEach([&](int r) {
+      if (r >= worst) return;
       const Device& own = device_of_rank_[r].at(d.type);
       if (d != own) {
         worst = r;
@@ -248,7 +300,7 @@ std::string Coordinator::DeviceProblem(const Pending& p) const {
                                " but its earlier tensors on ", own.ToString(),
                                "; each rank keeps all its GPU tensors on one device, its own");
       }
-    }
+    });
   }
   return problem;
 }
@@ -315,8 +367,9 @@ std::string Coordinator::JoinProblem(const Request& a) const {
 
 std::string Coordinator::AlltoallRows(const Pending& p, std::vector<int64_t>* rows) const {
   rows->assign(static_cast<size_t>(size_) * size_, 0);
+  const std::vector<int32_t> of = SubmissionOfEachRank(p);
   for (int r = 0; r < size_; ++r) {
-    const Request& q = Of(p, r)->request;
+    const Request& q = p.submissions[of[r]].request;
     const int64_t dim0 = q.shape[0];
     if (q.splits.empty()) {
       if (dim0 % size_ != 0) {
@@ -373,7 +426,9 @@ std::string Coordinator::OpProblem(const Pending& p, const Request& a, Response*
     case OpType::kAllgather:
       if (a.shape.empty())
         return "ALLGATHER of a rank-0 (scalar) tensor; give it a first dimension";
-      for (int r = 0; r < size_; ++r) resp->rows.push_back(Of(p, r)->request.shape[0]);
+      for (int32_t i : SubmissionOfEachRank(p)) {
+        resp->rows.push_back(p.submissions[i].request.shape[0]);
+      }
       return "";
     case OpType::kAlltoall:
       if (a.shape.empty()) return "ALLTOALL of a rank-0 (scalar) tensor; give it a first dimension";
@@ -387,10 +442,7 @@ std::string Coordinator::OpProblem(const Pending& p, const Request& a, Response*
 }
 
 Response Coordinator::Validate(const std::string& name, const Pending& p) const {
-  const Submission* fs = &p.submissions[0];
-  for (const Submission& s : p.submissions) {
-    if (s.lowest < fs->lowest) fs = &s;
-  }
+  const Submission* fs = &LowestSubmission(p);
   const int first = fs->lowest;
   Request a = fs->request;
   a.device = DeviceOf(*fs, first);
@@ -475,7 +527,7 @@ void Coordinator::MaybeWarnStall(absl::Time now, std::vector<Response>* errors) 
         absl::StrCat("tensor '", name, "' stalled for more than ", options_.stall_shutdown_time_s,
                      " s (HVX_STALL_SHUTDOWN_TIME_S) waiting for other ranks. ", report),
         absl::StatusCode::kDeadlineExceeded));
-    Erase(name);
+    table_.erase(name);
   }
   HVX_LOG(ERROR) << "Failing " << stalled.size() << " stalled tensor(s) after "
                  << options_.stall_shutdown_time_s << " s. " << report;
@@ -531,10 +583,9 @@ void Coordinator::FailTimedOut(absl::Time now, std::vector<Response>* errors) {
   for (const std::string& name : timed_out) {
     const Pending& p = table_.at(name);
     std::vector<std::string> came, missing;
-    OpType type = OpType::kAllreduce;
+    const OpType type = LowestSubmission(p).request.type;
     for (int r = 0; r < size_; ++r) {
       if (Has(p.submitted, r)) {
-        type = Of(p, r)->request.type;
         came.push_back(Who(r));
       } else if (joined_.count(r) == 0) {
         missing.push_back(WhoOnHost(r));
@@ -548,7 +599,7 @@ void Coordinator::FailTimedOut(absl::Time now, std::vector<Response>* errors) {
         "before it or runs different names leaves the others waiting.");
     HVX_LOG(ERROR) << message;
     errors->push_back(ErrorResponse(name, std::move(message), absl::StatusCode::kDeadlineExceeded));
-    Erase(name);
+    table_.erase(name);
   }
 }
 
@@ -559,6 +610,7 @@ ResponseList Coordinator::Build(absl::Time now) {
   }
   std::sort(ready.begin(), ready.end());
   std::vector<Response> responses;
+  std::vector<Request> agreed;
   for (const auto& [arrival, name] : ready) {
     responses.push_back(Validate(name, table_.at(name)));
     // The joined ranks take part in every allreduce: while they run, the join is not stalled.
@@ -566,19 +618,15 @@ ResponseList Coordinator::Build(absl::Time now) {
     if (options_.observer) options_.observer->NegotiationEnd(name);
     const Pending& p = table_.at(name);
     if (responses.back().type != OpType::kError && p.by_name) {
-      // Validated: the first submission stands for every rank's request.
-      const Submission* fs = &p.submissions[0];
-      for (const Submission& s : p.submissions) {
-        if (s.lowest < fs->lowest) fs = &s;
-      }
-      agreed_.push_back(fs->request);
+      // Validated: the lowest rank's request stands for every rank's.
+      agreed.push_back(LowestSubmission(p).request);
     }
-    Erase(name);
+    table_.erase(name);
   }
   MaybeWarnStall(now, &responses);
   FailTimedOut(now, &responses);
   ResponseList out;
-  AssignIds(&out);
+  AssignIds(std::move(agreed), &out);
   out.responses = FuseResponses(std::move(responses), options_.fusion_threshold_bytes);
   if (static_cast<int>(joined_.size()) == size_ && size_ > 0) {
     Response join;
@@ -593,8 +641,8 @@ ResponseList Coordinator::Build(absl::Time now) {
   return out;
 }
 
-void Coordinator::AssignIds(ResponseList* out) {
-  for (Request& agreed : agreed_) {
+void Coordinator::AssignIds(std::vector<Request> agreed_requests, ResponseList* out) {
+  for (Request& agreed : agreed_requests) {
     if (!TakesTensorId(agreed.type)) continue;
     auto [it, inserted] = id_of_name_.try_emplace(agreed.name, 0);
     if (inserted) it->second = NewTensorId();
@@ -607,7 +655,6 @@ void Coordinator::AssignIds(ResponseList* out) {
     entry.request.id = 0;
     entry.last_used = builds_;
   }
-  agreed_.clear();
   if (ids_.size() > options_.max_tensor_ids) {
     // Retire down to three quarters, oldest first, so that a job with new names every step sorts
     // once per quarter of the table; never an id this cycle used or announced.

@@ -90,10 +90,33 @@ class Coordinator {
  private:
   // A set of ranks of the set, one bit each.
   using RankBits = std::vector<uint64_t>;
+  // The ranks of one submission: a list while that is smaller than a bitset of the set (an
+  // allgather whose first dimension differs per rank is one submission per rank), then a bitset.
+  class RankSet {
+   public:
+    // Adds `rank` of a set of `size`; a rank is added at most once.
+    void Add(int rank, int size);
+    template <typename Fn>
+    void ForEach(Fn fn) const {
+      if (bits_.empty()) {
+        for (int32_t r : list_) fn(r);
+        return;
+      }
+      for (size_t w = 0; w < bits_.size(); ++w) {
+        for (uint64_t word = bits_[w]; word != 0; word &= word - 1) {
+          fn(static_cast<int>(w * 64) + __builtin_ctzll(word));
+        }
+      }
+    }
+
+   private:
+    std::vector<int32_t> list_;
+    RankBits bits_;  // empty while list_ holds the ranks
+  };
   // One distinct request for a name, and the ranks that made it.
   struct Submission {
     Request request;
-    RankBits ranks;
+    RankSet ranks;
     int lowest = 0;  // the lowest rank in `ranks`
     // Nonzero when it came as this tensor id: each rank's device is then its own
     // (device_of_rank_), whatever request.device says.
@@ -101,6 +124,8 @@ class Coordinator {
   };
   struct Pending {
     std::vector<Submission> submissions;
+    // Indexes into submissions by SubmissionKey; a key's candidates are compared in full.
+    std::unordered_map<uint64_t, std::vector<int32_t>> by_key;
     RankBits submitted;
     absl::Time first_seen;
     int64_t arrival = 0;
@@ -118,15 +143,15 @@ class Coordinator {
                           const std::vector<uint64_t>& mask, bool from_host, absl::Time now);
   void AddJoin(int rank, absl::Time submitted);
   bool Has(const RankBits& bits, int rank) const { return (bits[rank / 64] >> (rank % 64)) & 1; }
-  // The submission of `rank`, or null.
-  const Submission* Of(const Pending& p, int rank) const;
+  // The submission p's lowest rank made (p has at least one).
+  static const Submission& LowestSubmission(const Pending& p);
+  // For each rank, the index of its submission in p.submissions (-1: none yet).
+  std::vector<int32_t> SubmissionOfEachRank(const Pending& p) const;
   // `rank`'s device for submission s.
   Device DeviceOf(const Submission& s, int rank) const;
-  // Forgets name (ready, failed or stalled).
-  void Erase(const std::string& name);
-  // Gives ids to agreed_ (names that succeeded this cycle and that some rank sent by name), and
-  // retires the least recently used past max_tensor_ids, in *out.
-  void AssignIds(ResponseList* out);
+  // Gives ids to `agreed` (the requests of names that succeeded this cycle and that some rank
+  // sent by name), and retires the least recently used past max_tensor_ids, in *out.
+  void AssignIds(std::vector<Request> agreed, ResponseList* out);
   // An id no name holds, not 0: a retired one when there is one.
   uint32_t NewTensorId();
 
@@ -167,7 +192,6 @@ class Coordinator {
   std::unordered_map<std::string, Pending> table_;
   std::unordered_map<uint32_t, IdEntry> ids_;
   std::unordered_map<std::string, uint32_t> id_of_name_;
-  std::vector<Request> agreed_;
   // Retired ids, handed out again before next_id_ moves on. Every rank forgets a retired id
   // before it sends again (ResponseList::retired), so one can stand for a new name next cycle.
   std::vector<uint32_t> free_ids_;

@@ -178,6 +178,25 @@ TEST(MessageTest, RejectsListsThatNameNoRankTheSameRankTwiceOrIdZero) {
   EXPECT_EQ(twice.message(), "a host's request list names set rank 6 twice for tensor 'x'");
 }
 
+TEST(CoordinatorTest, AllgatherRowsFromManySubmissionsAndOneLargeOne) {
+  // 130 ranks, added from the highest down: ranks 0..69 share one request (more ranks than its
+  // list keeps before it becomes a bitset), the others each send their own first dimension.
+  constexpr int kRanks = 130;
+  Coordinator c(kRanks, CoordinatorOptions{});
+  const absl::Time now = absl::Now();
+  for (int r = kRanks - 1; r >= 0; --r) {
+    Request q = Allreduce(r, "g", {r < 70 ? 2 : r, 3});
+    q.type = OpType::kAllgather;
+    ASSERT_TRUE(c.Add(r, List({q}), now).ok());
+  }
+  const ResponseList out = c.Build(now);
+  ASSERT_EQ(out.responses.size(), 1u);
+  ASSERT_EQ(out.responses[0].type, OpType::kAllgather) << out.responses[0].error;
+  std::vector<int64_t> rows;
+  for (int r = 0; r < kRanks; ++r) rows.push_back(r < 70 ? 2 : r);
+  EXPECT_EQ(out.responses[0].rows, rows);
+}
+
 TEST(CoordinatorTest, AnUnknownTensorIdNamesWhoSentIt) {
   Coordinator c(8, CoordinatorOptions{});
   Request by_id;
