@@ -186,7 +186,8 @@ absl::Status Engine::Setup() {
           topology_.size,
           CoordinatorOptions{options_.fusion_threshold_bytes, options_.stall_check_time_s,
                              options_.stall_shutdown_time_s, world->global_ranks, timeline_.get(),
-                             hosts_, options_.collective_timeout_s});
+                             hosts_, options_.collective_timeout_s,
+                             engine_options_.max_tensor_ids});
     }
     HVX_RETURN_IF_ERROR(SetUpHostGather(*world));
     std::lock_guard<std::mutex> lock(mu_);
@@ -252,7 +253,7 @@ absl::Status Engine::AddSet(std::vector<int> ranks, int* id) {
         set->size(),
         CoordinatorOptions{options_.fusion_threshold_bytes, options_.stall_check_time_s,
                            options_.stall_shutdown_time_s, ranks, nullptr, HostsOf(ranks),
-                           options_.collective_timeout_s});
+                           options_.collective_timeout_s, engine_options_.max_tensor_ids});
   }
   if (set->comm != nullptr) HVX_RETURN_IF_ERROR(SetUpHostGather(*set));
   std::lock_guard<std::mutex> lock(mu_);

@@ -89,6 +89,9 @@ struct EngineOptions {
   // Exit the process when the transport's finalization does not return within shutdown_timeout_s
   // (true in production; tests of several in-process engines turn it off).
   bool exit_on_finalize_timeout = true;
+  // Most tensor ids a set's coordinator holds (CoordinatorOptions::max_tensor_ids); tests make it
+  // small to see ids retired and reused.
+  size_t max_tensor_ids = 65536;
 };
 
 class Engine {

@@ -254,5 +254,104 @@ TEST(HostGatherTest, AListTheCoordinatorCannotReadFailsEveryRankAtOnce) {
                            "the host whose first rank is set rank 3 sent tensor id 4242");
 }
 
+// Plain in-process engines on kUnevenHosts with the cache off, so that every cycle is a miss.
+void RunUneven(const std::function<void(Engine&, int)>& fn, size_t max_tensor_ids = 65536) {
+  InitOptions options = InProcessOptions();
+  options.cache_capacity = 0;
+  auto hub = std::make_shared<FakeHub>(7);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 7; ++r) {
+    threads.emplace_back([&, r] {
+      EngineOptions eo;
+      eo.hostname = kUnevenHosts[r];
+      eo.command_line = "prog";
+      eo.exit_on_finalize_timeout = false;
+      eo.max_tensor_ids = max_tensor_ids;
+      auto engine = Engine::Start(options, std::make_unique<FakeTransport>(hub, r), eo);
+      ASSERT_TRUE(engine.ok()) << engine.status();
+      fn(**engine, r);
+      EXPECT_TRUE((*engine)->Shutdown().ok());
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+// Sum-allreduces `name` of n floats holding `value` and returns the result's first element.
+float SumOf(Engine& e, const std::string& name, float value, int64_t n = 3,
+            ProcessSet set = Engine::MakeProcessSet(0)) {
+  std::vector<float> x(n, value);
+  TensorRef t(DataType::kFloat32, {n}, x.data());
+  AllreduceOptions o;
+  o.op = ReduceOp::kSum;
+  o.process_set = set;
+  absl::Status s = Wait(e.Allreduce(name, t, t, o));
+  EXPECT_TRUE(s.ok()) << name << ": " << s;
+  return x[0];
+}
+
+TEST(HostGatherTest, JoinOnARankThatIsNotItsHostsFirst) {
+  RunUneven([](Engine& e, int rank) {
+    // Rank 5 (host c, whose first rank is 4) joins at once; the others allreduce twice.
+    if (rank != 5) {
+      for (int step = 0; step < 2; ++step) {
+        EXPECT_EQ(SumOf(e, absl::StrCat("j", step), 1), 6.0f) << "step " << step;
+      }
+    }
+    Handle j = e.Join();
+    ASSERT_TRUE(Wait(j).ok());
+  });
+}
+
+TEST(HostGatherTest, ProcessSetOverTwoHosts) {
+  RunUneven([](Engine& e, int rank) {
+    // Ranks 1 and 2 on host a, 5 and 6 on host c.
+    auto set = e.AddProcessSet({1, 2, 5, 6});
+    ASSERT_TRUE(set.ok()) << set.status();
+    if (rank == 1 || rank == 2 || rank == 5 || rank == 6) {
+      for (int step = 0; step < 3; ++step) {
+        EXPECT_EQ(SumOf(e, "ps", static_cast<float>(rank), 3, *set), 14.0f) << "step " << step;
+      }
+    }
+    ASSERT_TRUE(Wait(e.Barrier({})).ok());
+  });
+}
+
+TEST(HostGatherTest, MoreNamesThanTensorIdsKeepTheirValues) {
+  // 4 ids at most: 12 names per step retire and reuse ids every step.
+  RunUneven(
+      [](Engine& e, int rank) {
+        for (int step = 0; step < 4; ++step) {
+          std::vector<std::vector<float>> x(12, std::vector<float>(2));
+          std::vector<Handle> hs;
+          for (int i = 0; i < 12; ++i) {
+            std::fill(x[i].begin(), x[i].end(), static_cast<float>(rank + i));
+            TensorRef t(DataType::kFloat32, {2}, x[i].data());
+            AllreduceOptions o;
+            o.op = ReduceOp::kSum;
+            hs.push_back(e.Allreduce(absl::StrCat("n", (i + step * 5) % 16), t, t, o));
+          }
+          ASSERT_TRUE(WaitAll(hs).ok()) << "step " << step;
+          for (int i = 0; i < 12; ++i) {
+            EXPECT_EQ(x[i][1], 21.0f + 7 * i) << "step " << step << " tensor " << i;
+          }
+        }
+      },
+      /*max_tensor_ids=*/4);
+}
+
+TEST(HostGatherTest, OneRankChangingShapeWhileOthersSendIdsFailsEveryRankAlike) {
+  RunUneven([](Engine& e, int rank) {
+    for (int step = 0; step < 2; ++step) EXPECT_EQ(SumOf(e, "w", 1), 7.0f);
+    // Rank 5 sends w by name with another shape; the others send its id.
+    std::vector<float> x(rank == 5 ? 4 : 3, 1);
+    TensorRef t(DataType::kFloat32, {static_cast<int64_t>(x.size())}, x.data());
+    absl::Status s = Wait(e.Allreduce("w", t, t, {}));
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(s.message(),
+              "tensor 'w': mismatched ALLREDUCE shapes: rank 0 sent [3], rank 5 sent [4]");
+    EXPECT_EQ(SumOf(e, "w", 1), 7.0f);  // unchanged again: by name, then by id
+  });
+}
+
 }  // namespace
 }  // namespace hvx
