@@ -3,14 +3,17 @@
 
     python3 ddp_bench.py [--procs 2] [--rounds 3] [--steps N]   # the driver
 
-The driver starts each measurement as its own job, alternating the two in every round so both
-see the same machine: hvx under hvxrun, DDP as PROCS processes joined over gloo on loopback.
+The driver starts each measurement as its own job, alternating them in every round so all see the
+same machine: hvx under hvxrun (which binds each rank to its block of the CPUs) and again with
+--bind-to none, DDP as PROCS processes joined over gloo on loopback as torchrun starts them
+(unbound), and DDP again with each process bound to the block hvxrun would give it.
 Each job runs, per process:
   grads: the ResNet-50 gradient set (torchvision's resnet50 parameters: 161 tensors, 102 MB) made
          by one trivial backward and averaged over the ranks, per step;
   cnn:   training steps of the trainer's built-in CNN (hvx/train/models.cc) on batches of 64
          Fashion-MNIST-shaped images, samples/s over all ranks;
-  single: (one process) the CNN plain, then wrapped by hvx.torch.DistributedOptimizer at size 1.
+  single: (one process) the CNN plain, then wrapped by hvx.torch.DistributedOptimizer at size 1;
+  bare:   (one process, hvx never imported) the CNN plain.
 It prints medians and the ratios hvx / DDP (higher is better) and hvx / plain.
 """
 import argparse
@@ -32,7 +35,7 @@ parser.add_argument("--rounds", type=int, default=3)
 parser.add_argument("--grad-steps", type=int, default=10)
 parser.add_argument("--cnn-steps", type=int, default=40)
 parser.add_argument("--hvxrun", default="hvxrun")
-parser.add_argument("--worker", choices=["hvx", "ddp", "single"], help=argparse.SUPPRESS)
+parser.add_argument("--worker", choices=["hvx", "ddp", "single", "bare"], help=argparse.SUPPRESS)
 parser.add_argument("--rank", type=int, default=0, help=argparse.SUPPRESS)
 parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
 
@@ -73,10 +76,33 @@ def idle_cpu_share(seconds=2.0):
     return (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) / seconds
 
 
+def cpu_block(rank, procs):
+    """The CPUs hvxrun's --bind-to core gives local rank `rank` of `procs` (hvx/launch's
+    CpuBlock): consecutive equal blocks of the allowed CPUs, the first ones one CPU more."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if procs > len(cpus):
+        return cpus
+    base, extra = divmod(len(cpus), procs)
+    first = rank * base + min(rank, extra)
+    return cpus[first:first + base + (1 if rank < extra else 0)]
+
+
 def worker(args):
     torch.set_num_threads(1)
     torch.manual_seed(0)
     result = {}
+    if args.worker == "bare":
+        model = cnn()
+        x, y = torch.randn(64, 1, 28, 28), torch.randint(0, 10, (64,))
+        plain = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+        def bare_step():
+            plain.zero_grad()
+            nn.functional.cross_entropy(model(x), y).backward()
+            plain.step()
+        times = [timed_steps(bare_step, args.cnn_steps) for _ in range(3)]
+        print("RESULT " + json.dumps({"plain": 64 / statistics.median(times)}), flush=True)
+        return
     if args.worker == "single":
         model = cnn()
         x, y = torch.randn(64, 1, 28, 28), torch.randint(0, 10, (64,))
@@ -155,19 +181,26 @@ def worker(args):
 def run_job(args, kind):
     me = os.path.abspath(__file__)
     common = ["--grad-steps", str(args.grad_steps), "--cnn-steps", str(args.cnn_steps)]
-    if kind == "hvx":
-        cmd = [args.hvxrun, "-np", str(args.procs), "--", sys.executable, me, "--worker", "hvx"]
+    if kind in ("hvx", "hvx_unbound"):
+        cmd = [args.hvxrun, "-np", str(args.procs), "--bind-to",
+               "core" if kind == "hvx" else "none", "--", sys.executable, me, "--worker", "hvx"]
         outs = [subprocess.run(cmd + common, capture_output=True, text=True, timeout=900)]
-    elif kind == "single":
-        outs = [subprocess.run([sys.executable, me, "--worker", "single"] + common,
+    elif kind in ("single", "bare"):
+        outs = [subprocess.run([sys.executable, me, "--worker", kind] + common,
                                capture_output=True, text=True, timeout=900)]
     else:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
+        def bind(r):
+            if kind == "ddp_bound":
+                block = cpu_block(r, args.procs)
+                return lambda: os.sched_setaffinity(0, block)
+            return None
         procs = [subprocess.Popen([sys.executable, me, "--worker", "ddp", "--rank", str(r),
                                    "--port", str(port), "--procs", str(args.procs)] + common,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  preexec_fn=bind(r))
                  for r in range(args.procs)]
         outs = []
         for p in procs:
@@ -187,27 +220,36 @@ def main():
     args = parser.parse_args()
     if args.worker:
         return worker(args)
-    runs = {"hvx": [], "ddp": [], "single": []}
+    runs = {"hvx": [], "hvx_unbound": [], "ddp": [], "ddp_bound": [], "single": [], "bare": []}
     for _ in range(args.rounds):
-        for kind in ["hvx", "ddp", "single"]:
+        for kind in runs:
             runs[kind].append(run_job(args, kind))
 
     def med(kind, key):
         return statistics.median(r[key] for r in runs[kind])
     mb = 4 * sum(p.numel() for p in GradientSet().parameters()) / 1e6
-    print("%d processes, %d rounds (medians; each round runs hvx, DDP, single in turn)"
-          % (args.procs, args.rounds))
+    print("%d processes, %d rounds (medians; each round runs hvx, hvx unbound, DDP, DDP bound, "
+          "single, bare in turn)" % (args.procs, args.rounds))
     print("ResNet-50 gradient set (161 tensors, %.0f MB) per step: hvx %.1f ms, DDP/gloo %.1f ms"
           " -> hvx %.2fx" % (mb, 1e3 * med("hvx", "grads_s"), 1e3 * med("ddp", "grads_s"),
                               med("ddp", "grads_s") / med("hvx", "grads_s")))
+    cnn = {kind: med(kind, "cnn_samples_per_s") for kind in ("hvx", "hvx_unbound", "ddp",
+                                                             "ddp_bound")}
     print("CNN training, samples/s over all ranks: hvx %.0f, DDP/gloo %.0f -> hvx %.2fx"
-          % (med("hvx", "cnn_samples_per_s"), med("ddp", "cnn_samples_per_s"),
-             med("hvx", "cnn_samples_per_s") / med("ddp", "cnn_samples_per_s")))
+          % (cnn["hvx"], cnn["ddp"], cnn["hvx"] / cnn["ddp"]))
+    print("  unbound (hvxrun --bind-to none): hvx %.0f -> %.2fx DDP; DDP/gloo bound as hvxrun "
+          "binds: %.0f -> hvx %.2fx" % (cnn["hvx_unbound"], cnn["hvx_unbound"] / cnn["ddp"],
+                                       cnn["ddp_bound"], cnn["hvx"] / cnn["ddp_bound"]))
+    print("  per round, hvx / DDP: %s" % ", ".join(
+        "%.2f" % (h["cnn_samples_per_s"] / d["cnn_samples_per_s"])
+        for h, d in zip(runs["hvx"], runs["ddp"])))
     print("an initialized rank asleep for 2 s, the busiest rank's share of a core: hvx %.1f%%, "
           "DDP/gloo %.1f%%" % (100 * med("hvx", "idle_cpu"), 100 * med("ddp", "idle_cpu")))
     print("one process, CNN samples/s: plain PyTorch %.0f, hvx DistributedOptimizer %.0f -> "
-          "%.3fx" % (med("single", "plain"), med("single", "hvx"),
-                     med("single", "hvx") / med("single", "plain")))
+          "%.3fx; a bare process (hvx never imported) %.0f -> hvx %.3fx"
+          % (med("single", "plain"), med("single", "hvx"),
+             med("single", "hvx") / med("single", "plain"), med("bare", "plain"),
+             med("single", "hvx") / med("bare", "plain")))
 
 
 if __name__ == "__main__":
