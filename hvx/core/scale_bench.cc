@@ -176,13 +176,19 @@ size_t GatheredPerHost(const std::vector<std::string>& local0,
   return n;
 }
 
-void MissPerHost(int ranks, int tensors) {
+// A coordinator's options for `ranks` ranks, kRanksPerHost on each host, stall checks off.
+CoordinatorOptions PerHostOptions(int ranks) {
   CoordinatorOptions options;
   options.stall_check_time_s = 0;
   for (int r = 0; r < ranks; ++r) {
     options.global_ranks.push_back(r);
     options.hosts.push_back(absl::StrCat("host", r / kRanksPerHost));
   }
+  return options;
+}
+
+void MissPerHost(int ranks, int tensors) {
+  const CoordinatorOptions options = PerHostOptions(ranks);
   // The first miss of a name: every request by name.
   std::vector<int32_t> members0;
   std::vector<std::string> local0;
@@ -236,12 +242,7 @@ RequestList Allgathers(int rank, int tensors) {
 
 // The per-host miss path (as MissPerHost's first miss) for Allgathers.
 void AllgatherPerHost(int ranks, int tensors) {
-  CoordinatorOptions options;
-  options.stall_check_time_s = 0;
-  for (int r = 0; r < ranks; ++r) {
-    options.global_ranks.push_back(r);
-    options.hosts.push_back(absl::StrCat("host", r / kRanksPerHost));
-  }
+  const CoordinatorOptions options = PerHostOptions(ranks);
   std::vector<int32_t> members0;
   std::vector<std::string> local0;
   const std::vector<std::string> hosts = HostLists(

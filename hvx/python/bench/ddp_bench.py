@@ -87,31 +87,30 @@ def cpu_block(rank, procs):
     return cpus[first:first + base + (1 if rank < extra else 0)]
 
 
+def plain_cnn():
+    """The CNN, a batch, and one plain SGD step of it: (model, x, y, step)."""
+    model = cnn()
+    x, y = torch.randn(64, 1, 28, 28), torch.randint(0, 10, (64,))
+    plain = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+    def step():
+        plain.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        plain.step()
+    return model, x, y, step
+
+
 def worker(args):
     torch.set_num_threads(1)
     torch.manual_seed(0)
     result = {}
     if args.worker == "bare":
-        model = cnn()
-        x, y = torch.randn(64, 1, 28, 28), torch.randint(0, 10, (64,))
-        plain = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-
-        def bare_step():
-            plain.zero_grad()
-            nn.functional.cross_entropy(model(x), y).backward()
-            plain.step()
+        _, _, _, bare_step = plain_cnn()
         times = [timed_steps(bare_step, args.cnn_steps) for _ in range(3)]
         print("RESULT " + json.dumps({"plain": 64 / statistics.median(times)}), flush=True)
         return
     if args.worker == "single":
-        model = cnn()
-        x, y = torch.randn(64, 1, 28, 28), torch.randint(0, 10, (64,))
-        plain = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-
-        def plain_step():
-            plain.zero_grad()
-            nn.functional.cross_entropy(model(x), y).backward()
-            plain.step()
+        model, x, y, plain_step = plain_cnn()
         import hvx.torch as hvd
         hvd.init()
         wrapped = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01,
