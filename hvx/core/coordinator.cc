@@ -34,6 +34,10 @@ uint64_t Mix(uint64_t h, double v) {
 
 // Where a Pending looks a request up: its id, or (high bit set, so never an id) a hash of what
 // SameRequest compares but the name, which a Pending's requests share.
+// A name's submissions are compared in turn up to this many, then found through Pending::by_key
+// (allgathers and alltoalls whose every rank sends its own sizes).
+constexpr int32_t kSubmissionsScanned = 8;
+
 uint64_t SubmissionKey(const Request& r) {
   if (r.id != 0) return r.id;
   uint64_t h = static_cast<uint64_t>(r.type);
@@ -121,27 +125,12 @@ absl::Status Coordinator::Add(const HostRequestList& host, absl::Time now) {
   for (uint64_t word : host.shutdown) {
     if (word != 0) shutdown_ = true;
   }
-  // The members each entry's name has had so far: a rank makes one request per name.
-  std::unordered_map<std::string, std::vector<uint64_t>> members_of_name;
+  ++host_lists_added_;
   for (const HostRequestList::Entry& e : host.entries) {
     if (e.mask.size() != (host.ranks.size() + 63) / 64) {
       return absl::DataLossError(
           "a host's request list has an entry whose rank mask does not fit "
           "the host's members");
-    }
-    const std::string* name = &e.request.name;
-    if (auto known = ids_.find(e.request.id); e.request.id != 0 && known != ids_.end()) {
-      name = &known->second.name;
-    }
-    std::vector<uint64_t>& seen = members_of_name[*name];
-    seen.resize(e.mask.size());
-    for (size_t w = 0; w < e.mask.size(); ++w) {
-      if (const uint64_t twice = seen[w] & e.mask[w]; twice != 0) {
-        return absl::DataLossError(absl::StrCat("a host's request list names set rank ",
-                                                host.ranks[w * 64 + __builtin_ctzll(twice)],
-                                                " twice for tensor '", *name, "'"));
-      }
-      seen[w] |= e.mask[w];
     }
     if (e.request.id == 0 && e.request.type == OpType::kJoin) {
       for (size_t i = 0; i < host.ranks.size(); ++i) {
@@ -192,19 +181,49 @@ absl::Status Coordinator::AddRequest(const Request& request, const std::vector<i
   p.first_seen = std::min(p.first_seen, submitted);
   if (request.id == 0) p.by_name = true;
   Submission* s = nullptr;
-  std::vector<int32_t>& candidates = p.by_key[SubmissionKey(request)];
-  for (int32_t i : candidates) {
-    Submission& candidate = p.submissions[i];
-    if (candidate.id == request.id &&
-        (request.id != 0 || SameRequest(candidate.request, request))) {
-      s = &candidate;
-      break;
+  const uint64_t key = SubmissionKey(request);
+  const auto matches = [&](int32_t i) {
+    const Submission& candidate = p.submissions[i];
+    return candidate.key == key && candidate.id == request.id &&
+           (request.id != 0 || SameRequest(candidate.request, request));
+  };
+  if (p.by_key.empty()) {
+    // Few submissions (usually one): compared in turn, no map to build for every name.
+    for (int32_t i = 0; i < static_cast<int32_t>(p.submissions.size()) && s == nullptr; ++i) {
+      if (matches(i)) s = &p.submissions[i];
+    }
+  } else {
+    for (int32_t i : p.by_key[key]) {
+      if (matches(i)) {
+        s = &p.submissions[i];
+        break;
+      }
     }
   }
   if (s == nullptr) {
-    candidates.push_back(static_cast<int32_t>(p.submissions.size()));
-    p.submissions.push_back({*content, RankSet(), size_, request.id});
+    const int32_t index = static_cast<int32_t>(p.submissions.size());
+    p.submissions.push_back({*content, RankSet(), size_, request.id, key});
     s = &p.submissions.back();
+    if (!p.by_key.empty()) {
+      p.by_key[key].push_back(index);
+    } else if (index + 1 > kSubmissionsScanned) {
+      for (int32_t i = 0; i <= index; ++i) p.by_key[p.submissions[i].key].push_back(i);
+    }
+  }
+  if (from_host) {
+    // A rank makes one request per name: in one host list, its bit in at most one entry.
+    if (p.host_list != host_lists_added_) {
+      p.host_list = host_lists_added_;
+      p.host_members.assign(mask.size(), 0);
+    }
+    for (size_t w = 0; w < mask.size(); ++w) {
+      if (const uint64_t twice = p.host_members[w] & mask[w]; twice != 0) {
+        return absl::DataLossError(absl::StrCat("a host's request list names set rank ",
+                                                members[w * 64 + __builtin_ctzll(twice)],
+                                                " twice for tensor '", content->name, "'"));
+      }
+      p.host_members[w] |= mask[w];
+    }
   }
   const bool record_device = request.id == 0 && !request.device.is_cpu();
   for (size_t i = 0; i < members.size(); ++i) {

@@ -121,15 +121,20 @@ class Coordinator {
     // Nonzero when it came as this tensor id: each rank's device is then its own
     // (device_of_rank_), whatever request.device says.
     uint32_t id = 0;
+    uint64_t key = 0;  // SubmissionKey of the request as it came (its id, or a hash)
   };
   struct Pending {
     std::vector<Submission> submissions;
-    // Indexes into submissions by SubmissionKey; a key's candidates are compared in full.
+    // Indexes into submissions by SubmissionKey, once there are more than a few (empty until
+    // then); a key's candidates are compared in full.
     std::unordered_map<uint64_t, std::vector<int32_t>> by_key;
     RankBits submitted;
     absl::Time first_seen;
     int64_t arrival = 0;
     bool by_name = false;  // some rank sent it by name, not by id
+    // The members of the host list last added (host_list: its number) that named it.
+    int64_t host_list = -1;
+    std::vector<uint64_t> host_members;
   };
   struct IdEntry {
     std::string name;
@@ -199,6 +204,7 @@ class Coordinator {
   int64_t builds_ = 0;
   RankBits joined_bits_;
   int64_t next_arrival_ = 0;
+  int64_t host_lists_added_ = 0;  // Add(HostRequestList) calls so far
   // Each rank's device of each non-CPU type: the first one its requests named.
   std::vector<std::map<DeviceType, Device>> device_of_rank_;
   std::set<int> joined_;

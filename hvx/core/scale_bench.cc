@@ -28,9 +28,10 @@
 //   allgather  the host section's first miss for 10 allgathers whose first dimension differs on
 //         every rank: every rank's request is a distinct submission.
 //
-// Arguments name the sections to run (miss host allgather hit engines init); none runs them all. A
-// miss row whose R x T exceeds kMaxFlatRequests is not run: the coordinator would hold that many
-// requests.
+// Arguments name the sections to run (miss host allgather hit engines init); none runs them all.
+// --ranks=R and --tensors=T keep only the rows of that size (e.g. host --ranks=4096
+// --tensors=1000). A miss row whose R x T exceeds kMaxFlatRequests is not run: the coordinator
+// would hold that many requests.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -40,8 +41,11 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "hvx/common/clock.h"
@@ -393,42 +397,70 @@ void InitEngines(int ranks) {
 }  // namespace hvx
 
 int main(int argc, char** argv) {
-  const auto wanted = [&](absl::string_view section) {
-    if (argc == 1) return true;
-    for (int i = 1; i < argc; ++i) {
-      if (section == argv[i]) return true;
+  std::vector<absl::string_view> sections;
+  int only_ranks = 0, only_tensors = 0;
+  for (int i = 1; i < argc; ++i) {
+    absl::string_view arg = argv[i];
+    int* number = absl::ConsumePrefix(&arg, "--ranks=")     ? &only_ranks
+                  : absl::ConsumePrefix(&arg, "--tensors=") ? &only_tensors
+                                                            : nullptr;
+    if (number != nullptr ? !absl::SimpleAtoi(arg, number) : absl::StartsWith(arg, "-")) {
+      std::fprintf(stderr, "scale_bench: bad argument %s\n", argv[i]);
+      return 2;
     }
-    return false;
+    if (number == nullptr) sections.push_back(arg);
+  }
+  const auto wanted = [&](absl::string_view section) {
+    return sections.empty() ||
+           std::find(sections.begin(), sections.end(), section) != sections.end();
+  };
+  // Whether the row of `ranks` and `tensors` (0: the section has no such column) is run.
+  const auto row = [&](int ranks, int tensors) {
+    return (only_ranks == 0 || ranks == only_ranks) &&
+           (only_tensors == 0 || tensors == 0 || tensors == only_tensors);
   };
   if (wanted("miss")) {
     for (int tensors : {10, 100, 1000}) {
-      for (int ranks : {8, 64, 256, 1024, 4096, 16384}) hvx::Miss(ranks, tensors);
+      for (int ranks : {8, 64, 256, 1024, 4096, 16384}) {
+        if (row(ranks, tensors)) hvx::Miss(ranks, tensors);
+      }
     }
   }
   if (wanted("host")) {
     for (int tensors : {10, 100, 1000}) {
-      for (int ranks : {8, 64, 256, 1024, 4096, 16384}) hvx::MissPerHost(ranks, tensors);
+      for (int ranks : {8, 64, 256, 1024, 4096, 16384}) {
+        if (row(ranks, tensors)) hvx::MissPerHost(ranks, tensors);
+      }
     }
   }
   if (wanted("allgather")) {
-    for (int ranks : {64, 256, 1024, 4096}) hvx::AllgatherPerHost(ranks, 10);
+    for (int ranks : {64, 256, 1024, 4096}) {
+      if (row(ranks, 10)) hvx::AllgatherPerHost(ranks, 10);
+    }
   }
   if (wanted("hit")) {
     for (int tensors : {10, 100, 1000}) {
-      for (int ranks : {8, 64, 256, 1024, 4096, 16384}) hvx::Hit(ranks, tensors);
+      for (int ranks : {8, 64, 256, 1024, 4096, 16384}) {
+        if (row(ranks, tensors)) hvx::Hit(ranks, tensors);
+      }
     }
   }
   if (wanted("engines")) {
     for (int tensors : {10, 100}) {
       for (int ranks : {2, 8}) {
+        if (!row(ranks, tensors)) continue;
         hvx::Engines(ranks, tensors, 0);
         hvx::Engines(ranks, tensors, 1024);
       }
     }
   }
   if (wanted("init")) {
-    for (int ranks : {64, 256, 1024, 4096, 16384}) hvx::InitAgreement(ranks);
-    for (int ranks : {64, 256, 1024}) hvx::InitEngines(ranks);
+    for (int ranks : {64, 256, 1024, 4096, 16384}) {
+      if (row(ranks, 0)) hvx::InitAgreement(ranks);
+    }
+    for (int ranks : {64, 256, 1024}) {
+      if (row(ranks, 0)) hvx::InitEngines(ranks);
+    }
   }
   return 0;
 }
