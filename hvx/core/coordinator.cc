@@ -32,12 +32,12 @@ uint64_t Mix(uint64_t h, double v) {
   return Mix(h, bits);
 }
 
-// Where a Pending looks a request up: its id, or (high bit set, so never an id) a hash of what
-// SameRequest compares but the name, which a Pending's requests share.
 // A name's submissions are compared in turn up to this many, then found through Pending::by_key
 // (allgathers and alltoalls whose every rank sends its own sizes).
 constexpr int32_t kSubmissionsScanned = 8;
 
+// Where a Pending looks a request up: its id, or (high bit set, so never an id) a hash of what
+// SameRequest compares but the name, which a Pending's requests share.
 uint64_t SubmissionKey(const Request& r) {
   if (r.id != 0) return r.id;
   uint64_t h = static_cast<uint64_t>(r.type);
@@ -134,7 +134,7 @@ absl::Status Coordinator::Add(const HostRequestList& host, absl::Time now) {
     }
     if (e.request.id == 0 && e.request.type == OpType::kJoin) {
       for (size_t i = 0; i < host.ranks.size(); ++i) {
-        if ((e.mask[i / 64] >> (i % 64)) & 1) {
+        if (MaskBit(e.mask, i)) {
           AddJoin(host.ranks[i], now - absl::Seconds(std::max(0.0, e.request.waited_s)));
         }
       }
@@ -145,11 +145,16 @@ absl::Status Coordinator::Add(const HostRequestList& host, absl::Time now) {
   return absl::OkStatus();
 }
 
+void Coordinator::ClearJoined() {
+  joined_.clear();
+  std::fill(joined_bits_.begin(), joined_bits_.end(), 0);
+}
+
 void Coordinator::AddJoin(int rank, absl::Time submitted) {
   if (joined_.empty()) join_progress_ = submitted;
   if (joined_.insert(rank).second) {
     last_joined_ = options_.global_ranks.empty() ? rank : options_.global_ranks[rank];
-    joined_bits_[rank / 64] |= uint64_t{1} << (rank % 64);
+    SetMaskBit(&joined_bits_, rank);
   }
 }
 
@@ -227,11 +232,11 @@ absl::Status Coordinator::AddRequest(const Request& request, const std::vector<i
   }
   const bool record_device = request.id == 0 && !request.device.is_cpu();
   for (size_t i = 0; i < members.size(); ++i) {
-    if (((mask[i / 64] >> (i % 64)) & 1) == 0) continue;
+    if (!MaskBit(mask, i)) continue;
     const int r = members[i];
-    if (Has(p.submitted, r)) continue;  // a rank's first request for a name stands
+    if (MaskBit(p.submitted, r)) continue;  // a rank's first request for a name stands
     s->ranks.Add(r, size_);
-    p.submitted[r / 64] |= uint64_t{1} << (r % 64);
+    SetMaskBit(&p.submitted, r);
     s->lowest = std::min(s->lowest, r);
     if (options_.observer) options_.observer->RankReady(content->name, r);
     if (record_device) device_of_rank_[r].emplace(request.device.type, request.device);
@@ -247,11 +252,11 @@ void Coordinator::RankSet::Add(int rank, int size) {
       return;
     }
     bits_.assign(words, 0);
-    for (int32_t r : list_) bits_[r / 64] |= uint64_t{1} << (r % 64);
+    for (int32_t r : list_) SetMaskBit(&bits_, r);
     list_.clear();
     list_.shrink_to_fit();
   }
-  bits_[rank / 64] |= uint64_t{1} << (rank % 64);
+  SetMaskBit(&bits_, rank);
 }
 
 const Coordinator::Submission& Coordinator::LowestSubmission(const Pending& p) {
@@ -502,7 +507,7 @@ std::string Coordinator::StallReport(absl::Time now, absl::Duration older_than) 
   for (const auto& [name, p] : table_) {
     if (now - p.first_seen < older_than) continue;
     for (int r = 0; r < size_; ++r) {
-      if (!Has(p.submitted, r) && !Has(joined_bits_, r)) missing[r].push_back(name);
+      if (!MaskBit(p.submitted, r) && !MaskBit(joined_bits_, r)) missing[r].push_back(name);
     }
   }
   if (missing.empty()) return "";
@@ -590,8 +595,7 @@ void Coordinator::FailTimedOut(absl::Time now, std::vector<Response>* errors) {
     HVX_LOG(ERROR) << message;
     errors->push_back(
         ErrorResponse("join", std::move(message), absl::StatusCode::kDeadlineExceeded));
-    joined_.clear();
-    std::fill(joined_bits_.begin(), joined_bits_.end(), 0);
+    ClearJoined();
   }
   const absl::Duration limit = absl::Seconds(options_.collective_timeout_s);
   std::vector<std::string> timed_out;
@@ -604,7 +608,7 @@ void Coordinator::FailTimedOut(absl::Time now, std::vector<Response>* errors) {
     std::vector<std::string> came, missing;
     const OpType type = LowestSubmission(p).request.type;
     for (int r = 0; r < size_; ++r) {
-      if (Has(p.submitted, r)) {
+      if (MaskBit(p.submitted, r)) {
         came.push_back(Who(r));
       } else if (joined_.count(r) == 0) {
         missing.push_back(WhoOnHost(r));
@@ -653,8 +657,7 @@ ResponseList Coordinator::Build(absl::Time now) {
     join.names = {"join"};
     join.last_joined_rank = last_joined_;
     out.responses.push_back(std::move(join));
-    joined_.clear();
-    std::fill(joined_bits_.begin(), joined_bits_.end(), 0);
+    ClearJoined();
   }
   out.shutdown = shutdown_;
   return out;

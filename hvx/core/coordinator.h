@@ -147,7 +147,8 @@ class Coordinator {
   absl::Status AddRequest(const Request& request, const std::vector<int32_t>& members,
                           const std::vector<uint64_t>& mask, bool from_host, absl::Time now);
   void AddJoin(int rank, absl::Time submitted);
-  bool Has(const RankBits& bits, int rank) const { return (bits[rank / 64] >> (rank % 64)) & 1; }
+  // Forgets every joined rank (joined_ and joined_bits_ together).
+  void ClearJoined();
   // The submission p's lowest rank made (p has at least one).
   static const Submission& LowestSubmission(const Pending& p);
   // For each rank, the index of its submission in p.submissions (-1: none yet).

@@ -207,8 +207,6 @@ bool GetMask(Reader& rd, size_t members, std::vector<uint64_t>* mask) {
   return tail == 0 || mask->empty() || (mask->back() >> tail) == 0;
 }
 
-void SetBit(std::vector<uint64_t>* mask, size_t i) { (*mask)[i / 64] |= uint64_t{1} << (i % 64); }
-
 }  // namespace
 
 bool SameRequest(const Request& a, const Request& b) {
@@ -264,7 +262,7 @@ absl::StatusOr<HostRequestList> MergeHostRequests(const std::vector<int32_t>& ra
   std::unordered_map<uint32_t, size_t> by_id;
   std::unordered_map<std::string, std::vector<size_t>> by_name;
   for (size_t i = 0; i < lists.size(); ++i) {
-    if (lists[i].shutdown) SetBit(&out.shutdown, i);
+    if (lists[i].shutdown) SetMaskBit(&out.shutdown, i);
     for (const Request& r : lists[i].requests) {
       size_t at = out.entries.size();
       if (r.id != 0) {
@@ -285,7 +283,7 @@ absl::StatusOr<HostRequestList> MergeHostRequests(const std::vector<int32_t>& ra
       }
       HostRequestList::Entry& e = out.entries[at];
       e.request.waited_s = std::max(e.request.waited_s, r.waited_s);
-      SetBit(&e.mask, i);
+      SetMaskBit(&e.mask, i);
     }
   }
   return out;

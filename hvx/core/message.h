@@ -76,6 +76,14 @@ struct RequestList {
   bool joined = false;
 };
 
+// Rank masks, as HostRequestList's entries and the coordinator keep them: bit i of word i / 64.
+inline bool MaskBit(const std::vector<uint64_t>& mask, size_t i) {
+  return (mask[i / 64] >> (i % 64)) & 1;
+}
+inline void SetMaskBit(std::vector<uint64_t>* mask, size_t i) {
+  (*mask)[i / 64] |= uint64_t{1} << (i % 64);
+}
+
 // The requests of one host's ranks in a set, merged by the host's first rank: each distinct
 // request once, with the ranks that made it.
 struct HostRequestList {
