@@ -153,7 +153,7 @@ class NvJpegDecoder final : public ImageNetDecoder {
 
   absl::Status DecodeImage(absl::string_view jpeg, const SampleContext& context,
                            void* out) const override {
-    HVX_RETURN_IF_ERROR(CheckImageNetDtype(options()));
+    // The dtype was checked when the decoder was made.
     HVX_ASSIGN_OR_RETURN(const JpegInfo info, ReadJpegHeader(jpeg));
     HVX_RETURN_IF_ERROR(CheckJpegSize(info, jpeg.size(), options().limits));
     const ImageNetSamplePlan plan = PlanImageNetSample(options(), info, context);

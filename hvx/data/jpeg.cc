@@ -439,13 +439,12 @@ absl::Status ImageNetDecoder::DecodeImage(absl::string_view jpeg, const SampleCo
   if (p.to_uint8) {
     auto* dst = static_cast<uint8_t*>(out);
     ResampleWindow(image, p, [&](int k, int y, int x, float v) {
-      const float r = v + 0.5f;
-      dst[SampleOffset(p, k, y, x)] = static_cast<uint8_t>(std::min(255.0f, std::max(0.0f, r)));
+      dst[SampleOffset(p, k, y, x)] = RoundToByte(v);
     });
   } else {
     auto* dst = static_cast<float*>(out);
     ResampleWindow(image, p, [&](int k, int y, int x, float v) {
-      dst[SampleOffset(p, k, y, x)] = v * p.scale[k] + p.shift[k];
+      dst[SampleOffset(p, k, y, x)] = Normalised(p, k, v);
     });
   }
   return absl::OkStatus();

@@ -71,14 +71,23 @@ HVX_HOST_DEVICE inline int64_t SampleOffset(const ResampleParams& p, int k, int 
   return p.channels_last ? pixel * 3 + k : k * static_cast<int64_t>(p.out) * p.out + pixel;
 }
 
+// Resampled value v as a uint8 sample: rounded, clamped to [0, 255].
+HVX_HOST_DEVICE inline uint8_t RoundToByte(float v) {
+  const float r = v + 0.5f;
+  return static_cast<uint8_t>(r < 0.0f ? 0.0f : (r > 255.0f ? 255.0f : r));
+}
+
+// Resampled value v of channel k as a float32 sample: normalised.
+HVX_HOST_DEVICE inline float Normalised(const ResampleParams& p, int k, float v) {
+  return v * p.scale[k] + p.shift[k];
+}
+
 // Stores resampled value v of channel k as the sample's type.
 HVX_HOST_DEVICE inline void StoreSample(const ResampleParams& p, int64_t offset, int k, float v) {
   if (p.to_uint8) {
-    const float r = v + 0.5f;
-    static_cast<uint8_t*>(p.dst)[offset] =
-        static_cast<uint8_t>(r < 0.0f ? 0.0f : (r > 255.0f ? 255.0f : r));
+    static_cast<uint8_t*>(p.dst)[offset] = RoundToByte(v);
   } else {
-    static_cast<float*>(p.dst)[offset] = v * p.scale[k] + p.shift[k];
+    static_cast<float*>(p.dst)[offset] = Normalised(p, k, v);
   }
 }
 
