@@ -431,6 +431,13 @@ class MpiCommunicator : public Communicator {
   }
 
   absl::Status BitwiseAnd(std::vector<uint64_t>* bits) override {
+    if (!vote_set_up_) {
+      // Collective: every rank votes at the same points, the first vote included.
+      vote_set_up_ = true;
+      HVX_ASSIGN_OR_RETURN(vote_, MakeHostVote(comm_, mode_));
+    }
+    // Every rank passes the same number of words, so all take the same path.
+    if (vote_ != nullptr && bits->size() <= vote_->MaxWords()) return vote_->And(bits);
     return Politely("MPI_Iallreduce(BAND)", [&](MPI_Request* q) {
       return MPI_Iallreduce(MPI_IN_PLACE, bits->data(), static_cast<int>(bits->size()),
                             MPI_UINT64_T, MPI_BAND, comm_, q);
@@ -477,6 +484,8 @@ class MpiCommunicator : public Communicator {
   int rank_ = 0;
   int size_ = 1;
   std::unique_ptr<DataPlane> plane_;
+  bool vote_set_up_ = false;
+  std::unique_ptr<HostVote> vote_;  // null: votes over MPI
 };
 
 }  // namespace

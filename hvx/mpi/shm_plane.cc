@@ -11,9 +11,54 @@
 #include "hvx/mpi/mpi_collectives.h"
 #include "hvx/shm/shm_allreduce.h"
 #include "hvx/shm/shm_group.h"
+#include "hvx/shm/shm_vote.h"
 
 namespace hvx {
 namespace {
+
+// Every rank's host in `comm`, in rank order (collective).
+absl::StatusOr<std::vector<std::string>> HostsOf(MPI_Comm comm) {
+  std::vector<std::string> identities;
+  HVX_RETURN_IF_ERROR(AllgatherStrings(comm, HostIdentity(HostName()), &identities));
+  return HostNamesOf(identities);
+}
+
+// Collective over `local` (this host's ranks of `comm`): their shared-memory group with regions
+// of `bytes`, its errors naming each rank by global rank and host, its waits bounded by `comm`'s
+// collective timeout.
+absl::StatusOr<std::unique_ptr<shm::ShmGroup>> CreateHostGroup(
+    MPI_Comm comm, MPI_Comm local, const std::vector<std::string>& hosts, const HostLayout& layout,
+    size_t bytes) {
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  const int host = layout.host_of[rank];
+  std::vector<std::string> names;
+  for (int r = 0; r < static_cast<int>(hosts.size()); ++r) {
+    if (layout.host_of[r] == host) {
+      names.push_back(absl::StrCat(GlobalRank(comm, r), " (host ", hosts[r], ")"));
+    }
+  }
+  return shm::ShmGroup::Create(
+      layout.local_of[rank], layout.per_host[host], bytes,
+      [local](const std::string& mine, std::vector<std::string>* all) {
+        return AllgatherStrings(local, mine, all);
+      },
+      std::move(names), CollectiveTimeout(comm));
+}
+
+class ShmHostVote : public HostVote {
+ public:
+  explicit ShmHostVote(std::unique_ptr<shm::ShmGroup> group)
+      : group_(std::move(group)), vote_(group_.get()) {}
+  absl::Status And(std::vector<uint64_t>* bits) override {
+    return vote_.And(bits, "the negotiation vote");
+  }
+  size_t MaxWords() const override { return shm::ShmBitwiseAnd::kMaxWords; }
+
+ private:
+  std::unique_ptr<shm::ShmGroup> group_;
+  shm::ShmBitwiseAnd vote_;
+};
 
 // The same local rank on every host, over MPI: partial results travel host to host.
 class MpiCrossHostLink : public shm::CrossHostLink {
@@ -129,9 +174,7 @@ class ShmCpuPlane : public DataPlane {
     int rank = 0, size = 1;
     MPI_Comm_rank(comm_, &rank);
     MPI_Comm_size(comm_, &size);
-    std::vector<std::string> identities;
-    HVX_RETURN_IF_ERROR(AllgatherStrings(comm_, HostIdentity(HostName()), &identities));
-    const std::vector<std::string> hosts = HostNamesOf(identities);
+    HVX_ASSIGN_OR_RETURN(const std::vector<std::string> hosts, HostsOf(comm_));
     const HostLayout layout = LayoutOf(hosts);
     const int host = layout.host_of[rank];
     const int local_rank = layout.local_of[rank];
@@ -159,19 +202,9 @@ class ShmCpuPlane : public DataPlane {
       SetCollectiveTimeout(cross, CollectiveTimeout(comm_));
       cross_ = std::make_unique<MpiCrossHostLink>(cross);
     }
-    std::vector<std::string> names;
-    for (int r = 0; r < size; ++r) {
-      if (layout.host_of[r] == host) {
-        names.push_back(absl::StrCat(GlobalRank(comm_, r), " (host ", hosts[r], ")"));
-      }
-    }
     const shm::ShmAllreducer::Options options;
-    absl::StatusOr<std::unique_ptr<shm::ShmGroup>> group = shm::ShmGroup::Create(
-        local_rank, local_size, shm::ShmAllreducer::RegionBytes(options),
-        [this](const std::string& mine, std::vector<std::string>* all) {
-          return AllgatherStrings(local_, mine, all);
-        },
-        std::move(names), CollectiveTimeout(comm_));
+    absl::StatusOr<std::unique_ptr<shm::ShmGroup>> group =
+        CreateHostGroup(comm_, local_, hosts, layout, shm::ShmAllreducer::RegionBytes(options));
     // Hosts decide apart: every rank of the set must take the same path.
     const absl::Status agreed = AgreeOnEveryRank(comm_, group.status());
     if (!agreed.ok()) {
@@ -236,6 +269,24 @@ HostLayout LayoutOf(const std::vector<std::string>& hosts) {
 std::unique_ptr<DataPlane> MakeShmCpuPlane(MPI_Comm comm, std::unique_ptr<DataPlane> mpi_plane,
                                            CpuPlaneMode mode) {
   return std::make_unique<ShmCpuPlane>(comm, std::move(mpi_plane), mode);
+}
+
+absl::StatusOr<std::unique_ptr<HostVote>> MakeHostVote(MPI_Comm comm, CpuPlaneMode mode) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  if (mode == CpuPlaneMode::kMpi || size == 1) return nullptr;
+  HVX_ASSIGN_OR_RETURN(const std::vector<std::string> hosts, HostsOf(comm));
+  const HostLayout layout = LayoutOf(hosts);
+  if (layout.per_host.size() != 1) return nullptr;
+  absl::StatusOr<std::unique_ptr<shm::ShmGroup>> group =
+      CreateHostGroup(comm, comm, hosts, layout, shm::ShmBitwiseAnd::RegionBytes());
+  // ShmGroup::Create fails on every rank when it fails on one.
+  if (!group.ok()) {
+    if (rank == 0) HVX_LOG(WARNING) << "negotiation votes over MPI: " << group.status();
+    return nullptr;
+  }
+  return std::unique_ptr<HostVote>(new ShmHostVote(std::move(*group)));
 }
 
 }  // namespace hvx

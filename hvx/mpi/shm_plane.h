@@ -45,6 +45,22 @@ HostLayout LayoutOf(const std::vector<std::string>& hosts);
 std::unique_ptr<DataPlane> MakeShmCpuPlane(MPI_Comm comm, std::unique_ptr<DataPlane> mpi_plane,
                                            CpuPlaneMode mode);
 
+// The negotiation vote (Communicator::BitwiseAnd) of a communicator whose ranks all run on one
+// host, through shared memory (hvx/shm/shm_vote.h): a rank waiting for its peers blocks instead
+// of polling MPI.
+class HostVote {
+ public:
+  virtual ~HostVote() = default;
+  // At most kMaxWords words; errors name the peer.
+  virtual absl::Status And(std::vector<uint64_t>* bits) = 0;
+  virtual size_t MaxWords() const = 0;
+};
+
+// Collective over `comm`: the shared-memory vote, or nullptr where it does not apply (mode kMpi,
+// one rank, ranks on several hosts) or could not be made (rank 0 logs why; every rank agrees).
+// Errors: MPI's, finding the ranks' hosts. `comm` must outlive the vote.
+absl::StatusOr<std::unique_ptr<HostVote>> MakeHostVote(MPI_Comm comm, CpuPlaneMode mode);
+
 }  // namespace hvx
 
 #endif  // HVX_MPI_SHM_PLANE_H_

@@ -31,6 +31,7 @@
 #include "hvx/common/half.h"
 #include "hvx/core/cpu_ops.h"
 #include "hvx/shm/names.h"
+#include "hvx/shm/shm_vote.h"
 
 namespace hvx {
 namespace shm {
@@ -797,6 +798,161 @@ TEST(ShmNamesTest, RemoveRegionsTaggedRemovesOnlyThatTag) {
   EXPECT_EQ(RegionsTagged(b).size(), 1u);
   EXPECT_EQ(RemoveRegionsTagged(b), 1);
   EXPECT_EQ(RemoveRegionsTagged("../etc"), 0);  // not a tag: nothing outside hvx's names
+}
+
+// `size` groups of `bytes` a rank, made by threads.
+std::vector<std::unique_ptr<ShmGroup>> MakeGroups(int size, size_t bytes, absl::Duration timeout) {
+  ThreadExchange exchange(size);
+  std::vector<std::unique_ptr<ShmGroup>> groups(size);
+  std::vector<std::thread> t;
+  for (int r = 0; r < size; ++r) {
+    t.emplace_back([&, r] {
+      auto g = ShmGroup::Create(
+          r, size, bytes,
+          [&, r](const std::string& m, std::vector<std::string>* all) {
+            return exchange.Exchange(r, m, all);
+          },
+          Names(size), timeout);
+      ASSERT_TRUE(g.ok()) << g.status();
+      groups[r] = std::move(*g);
+    });
+  }
+  for (auto& th : t) th.join();
+  return groups;
+}
+
+// This thread's voluntary context switches so far: each is a wake-up after a sleep or a block.
+int64_t VoluntarySwitches() {
+  FILE* f = fopen("/proc/thread-self/status", "r");
+  if (f == nullptr) return -1;
+  char line[256];
+  int64_t n = -1;
+  while (fgets(line, sizeof(line), f) != nullptr) {
+    if (std::sscanf(line, "voluntary_ctxt_switches: %ld", &n) == 1) break;
+  }
+  fclose(f);
+  return n;
+}
+
+// Every vote is the AND of every rank's words, whatever the word count and however the ranks
+// interleave (some race ahead into the next vote, reusing a slot their peers may still read).
+TEST(ShmVoteTest, EveryVoteIsTheAndOfEveryRanksWords) {
+  constexpr int kRanks = 3, kVotes = 300;
+  auto groups = MakeGroups(kRanks, ShmBitwiseAnd::RegionBytes(), absl::Seconds(30));
+  ASSERT_TRUE(groups[0] && groups[1] && groups[2]);
+  // Rank r's words of vote v: random, the same seed on every thread for the expected AND.
+  auto words = [](int r, int v) {
+    std::mt19937_64 gen(static_cast<uint64_t>(v) * 131 + static_cast<uint64_t>(r));
+    const size_t n = v % 7 == 0 ? ShmBitwiseAnd::kMaxWords : 1 + v % 40;
+    std::vector<uint64_t> w(n);
+    for (uint64_t& x : w) x = gen() | gen();  // mostly ones: the AND keeps some
+    return w;
+  };
+  std::vector<std::thread> t;
+  std::vector<int> wrong(kRanks, 0);
+  std::vector<absl::Status> status(kRanks);
+  for (int r = 0; r < kRanks; ++r) {
+    t.emplace_back([&, r] {
+      ShmBitwiseAnd vote(groups[r].get());
+      std::mt19937 jitter(r);
+      for (int v = 0; v < kVotes && status[r].ok(); ++v) {
+        if (jitter() % 4 == 0) absl::SleepFor(absl::Microseconds(jitter() % 300));
+        std::vector<uint64_t> bits = words(r, v);
+        status[r] = vote.And(&bits, "vote");
+        std::vector<uint64_t> want = words(0, v);
+        for (int q = 1; q < kRanks; ++q) {
+          const std::vector<uint64_t> theirs = words(q, v);
+          for (size_t i = 0; i < want.size(); ++i) want[i] &= theirs[i];
+        }
+        if (bits != want) ++wrong[r];
+      }
+    });
+  }
+  for (auto& th : t) th.join();
+  for (int r = 0; r < kRanks; ++r) {
+    EXPECT_TRUE(status[r].ok()) << "rank " << r << ": " << status[r];
+    EXPECT_EQ(wrong[r], 0) << "rank " << r;
+  }
+  std::vector<uint64_t> too_many(ShmBitwiseAnd::kMaxWords + 1);
+  const absl::Status s = ShmBitwiseAnd(groups[0].get()).And(&too_many, "vote");
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+}
+
+// A rank whose peer comes 600 ms late (still in its backward pass) blocks until it comes: only
+// the liveness checks wake it (every 20 ms), where the polling wait of the data plane wakes at
+// every one of its sleeps. It returns as soon as the peer votes.
+TEST(ShmVoteTest, ARankWaitingForALatePeerBlocks) {
+  auto groups = MakeGroups(2, ShmBitwiseAnd::RegionBytes(), absl::Seconds(30));
+  ASSERT_TRUE(groups[0] && groups[1]);
+  absl::Time voted_at;
+  std::thread peer([&] {
+    absl::SleepFor(absl::Milliseconds(600));
+    std::vector<uint64_t> bits = {6};
+    voted_at = MonotonicNow();
+    EXPECT_TRUE(ShmBitwiseAnd(groups[1].get()).And(&bits, "vote").ok());
+    EXPECT_EQ(bits[0], 2u);
+  });
+  std::vector<uint64_t> bits = {3};
+  const int64_t switches = VoluntarySwitches();
+  const double cpu = ThreadCpuSeconds();
+  const absl::Time start = MonotonicNow();
+  const absl::Status s = ShmBitwiseAnd(groups[0].get()).And(&bits, "vote");
+  const absl::Time returned = MonotonicNow();
+  const int64_t woke = VoluntarySwitches() - switches;
+  const double used = ThreadCpuSeconds() - cpu;
+  peer.join();
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(bits[0], 2u);
+  EXPECT_GE(returned - start, absl::Milliseconds(500));
+  EXPECT_LT(returned - voted_at, absl::Milliseconds(100));
+  // 30 liveness checks and the peer's vote; sleeping waits of 50 us to 2 ms take several hundred.
+  EXPECT_LT(woke, 100) << "wake-ups in a 600 ms wait";
+  EXPECT_LT(used, 0.05) << "s of CPU in a 600 ms wait";
+}
+
+// A peer whose process exits instead of voting fails the vote at once, naming it, and every vote
+// after it.
+TEST(ShmVoteTest, APeerThatExitsFailsTheVote) {
+  int fds[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+  const std::vector<std::string> names = {"global rank 0 (host a)", "global rank 1 (host a)"};
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto g = ShmGroup::Create(
+        1, 2, ShmBitwiseAnd::RegionBytes(),
+        [&](const std::string& m, std::vector<std::string>* all) {
+          return SocketExchange(fds[1], 1, m, all);
+        },
+        names, absl::Seconds(30));
+    if (!g.ok()) _exit(1);
+    std::vector<uint64_t> bits = {1};
+    _exit(ShmBitwiseAnd(g->get()).And(&bits, "vote").ok() ? 0 : 1);  // then never again
+  }
+  auto g = ShmGroup::Create(
+      0, 2, ShmBitwiseAnd::RegionBytes(),
+      [&](const std::string& m, std::vector<std::string>* all) {
+        return SocketExchange(fds[0], 0, m, all);
+      },
+      names, absl::Seconds(30));
+  ASSERT_TRUE(g.ok()) << g.status();
+  ShmBitwiseAnd vote(g->get());
+  std::vector<uint64_t> bits = {1};
+  ASSERT_TRUE(vote.And(&bits, "the negotiation vote").ok());
+  const absl::Time start = MonotonicNow();
+  absl::Status s = vote.And(&bits, "the negotiation vote");
+  EXPECT_TRUE(absl::IsUnavailable(s)) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "the negotiation vote: global rank 1 (host a) (pid " +
+                                                 std::to_string(child) +
+                                                 ") exited during the collective"))
+      << s;
+  EXPECT_LT(MonotonicNow() - start, absl::Seconds(2));
+  EXPECT_EQ(vote.And(&bits, "the negotiation vote"), s);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  close(fds[0]);
+  close(fds[1]);
 }
 
 }  // namespace

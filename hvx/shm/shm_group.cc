@@ -1,10 +1,12 @@
 #include "hvx/shm/shm_group.h"
 
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -27,7 +29,7 @@ namespace hvx {
 namespace shm {
 namespace {
 
-constexpr uint64_t kMagic = 0x68767873686d3032;  // "hvxshm02"
+constexpr uint64_t kMagic = 0x68767873686d3033;  // "hvxshm03"
 
 // A peer's progress usually arrives within microseconds of this rank's own: spinning that long
 // costs nothing. Past it the waiter yields its core between checks, which lets a descheduled
@@ -41,6 +43,8 @@ constexpr absl::Duration kMinSleep = absl::Microseconds(50);
 constexpr absl::Duration kMaxSleep = absl::Milliseconds(2);
 // How often a long wait checks that the peer's process still exists.
 constexpr absl::Duration kLivenessInterval = absl::Milliseconds(20);
+// A blocking wait's spin: a peer already on its way arrives within it without a system call.
+constexpr absl::Duration kBlockSpin = absl::Microseconds(20);
 
 inline void CpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -107,6 +111,13 @@ struct ShmGroup::Header {
   char name[128];  // the region's own name, as the owner announced it
   Line counters[kNumCounters];
   Line failed;
+  // Futex words (shared between processes: FUTEX_WAIT without FUTEX_PRIVATE_FLAG): `generation`
+  // grows at every Set of the owner; `sleepers` counts the peers blocked on it, so that a Set
+  // makes the wake-up system call only when someone sleeps.
+  struct alignas(64) Doorbell {
+    std::atomic<uint32_t> generation;
+    std::atomic<uint32_t> sleepers;
+  } doorbell;
 };
 
 ShmGroup::ShmGroup(int rank, int size, size_t bytes, std::vector<std::string> names,
@@ -260,7 +271,14 @@ uint64_t ShmGroup::Get(int r, Counter c) const {
 }
 
 void ShmGroup::Set(Counter c, uint64_t value) {
-  regions_[rank_].header->counters[c].value.store(value, std::memory_order_release);
+  Header* h = regions_[rank_].header;
+  // Sequentially consistent, with the waiter's (WaitFor, kBlock): either this Set sees its
+  // `sleepers` and wakes it, or the waiter's check that follows its increment sees `value`.
+  h->counters[c].value.store(value, std::memory_order_seq_cst);
+  h->doorbell.generation.fetch_add(1, std::memory_order_seq_cst);
+  if (h->doorbell.sleepers.load(std::memory_order_seq_cst) != 0) {
+    syscall(SYS_futex, &h->doorbell.generation, FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+  }
 }
 
 void ShmGroup::MarkFailed() {
@@ -291,15 +309,27 @@ bool ShmGroup::PeerExited(int r) const {
   return peer.same_pid_ns && kill(static_cast<pid_t>(peer.header->pid), 0) != 0 && errno == ESRCH;
 }
 
-absl::Status ShmGroup::WaitFor(int r, Counter c, uint64_t target, absl::string_view what) {
+absl::Status ShmGroup::WaitFor(int r, Counter c, uint64_t target, absl::string_view what,
+                               Waiting waiting) {
   const std::atomic<uint64_t>& value = regions_[r].header->counters[c].value;
   if (value.load(std::memory_order_acquire) >= target) return absl::OkStatus();
   const absl::Time start = MonotonicNow();
   absl::Time next_check = start + kLivenessInterval;
-  enum { kSpinning, kYielding, kSleeping } phase = kSpinning;
+  enum { kSpinning, kYielding, kSleeping, kBlocking } phase = kSpinning;
   for (uint64_t polls = 1;; ++polls) {
     if (value.load(std::memory_order_acquire) >= target) return absl::OkStatus();
-    if (phase == kSpinning) {
+    if (phase == kBlocking) {
+      Header::Doorbell& bell = regions_[r].header->doorbell;
+      bell.sleepers.fetch_add(1, std::memory_order_seq_cst);
+      const uint32_t seen = bell.generation.load(std::memory_order_seq_cst);
+      if (value.load(std::memory_order_seq_cst) < target) {
+        // Until the owner's next Set, or the next liveness check.
+        const absl::Duration left = std::max(absl::ZeroDuration(), next_check - MonotonicNow());
+        const timespec timeout = absl::ToTimespec(left);
+        syscall(SYS_futex, &bell.generation, FUTEX_WAIT, seen, &timeout, nullptr, 0);
+      }
+      bell.sleepers.fetch_sub(1, std::memory_order_seq_cst);
+    } else if (phase == kSpinning) {
       CpuRelax();
       if (polls % 64 != 0) continue;
     } else if (phase == kYielding) {
@@ -308,7 +338,11 @@ absl::Status ShmGroup::WaitFor(int r, Counter c, uint64_t target, absl::string_v
     }
     const absl::Time now = MonotonicNow();
     const absl::Duration waited = now - start;
-    phase = waited < kSpin ? kSpinning : waited < kYield ? kYielding : kSleeping;
+    if (waiting == Waiting::kBlock) {
+      phase = waited < kBlockSpin ? kSpinning : kBlocking;
+    } else {
+      phase = waited < kSpin ? kSpinning : waited < kYield ? kYielding : kSleeping;
+    }
     if (phase == kSleeping) {
       absl::SleepFor(std::clamp(waited / 10, kMinSleep, kMaxSleep));
     }

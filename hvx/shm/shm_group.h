@@ -72,13 +72,25 @@ class ShmGroup {
   // Local rank r's counter, read with acquire ordering.
   uint64_t Get(int r, Counter c) const;
   // Sets this rank's counter `c` with release ordering: writes to this rank's region before it
-  // are visible to a peer that reads the new value.
+  // are visible to a peer that reads the new value. Wakes the peers blocked on this rank.
   void Set(Counter c, uint64_t value);
 
-  // Returns once local rank r's counter `c` is at least `target`. Spins briefly, then yields the
-  // core between checks. Errors (naming `what` and the peer): the peer's process has exited, the
-  // peer called MarkFailed, or the wait lasted longer than the group's timeout (DeadlineExceeded).
-  absl::Status WaitFor(int r, Counter c, uint64_t target, absl::string_view what);
+  // How a wait passes the time once a short spin has not seen the peer's progress.
+  enum class Waiting {
+    // Yields the core between checks, then sleeps for growing intervals (a data transfer whose
+    // peer is usually a few microseconds behind, and which advances only while this rank polls).
+    kPoll,
+    // Blocks in the kernel (a futex on the peer's header) until the peer's next Set: no wake-ups
+    // while the peer is away, one when it arrives (a negotiation vote, whose peers may be a whole
+    // backward pass late).
+    kBlock,
+  };
+
+  // Returns once local rank r's counter `c` is at least `target`. Errors (naming `what` and the
+  // peer): the peer's process has exited, the peer called MarkFailed, or the wait lasted longer
+  // than the group's timeout (DeadlineExceeded).
+  absl::Status WaitFor(int r, Counter c, uint64_t target, absl::string_view what,
+                       Waiting waiting = Waiting::kPoll);
 
   // Tells the peers that this rank will not continue (an error ended its collective), so that
   // their waits on it fail at once instead of at the timeout.
