@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -17,10 +18,10 @@
 namespace hvx {
 namespace {
 
-std::unique_ptr<Communicator> World() {
+std::unique_ptr<Communicator> World(CpuPlaneMode mode = CpuPlaneMode::kAuto) {
   MPI_Comm comm;
   EXPECT_EQ(MPI_Comm_dup(MPI_COMM_WORLD, &comm), MPI_SUCCESS);
-  return MakeMpiCommunicator(comm);
+  return MakeMpiCommunicator(comm, mode);
 }
 
 double ThreadCpuSeconds() {
@@ -95,6 +96,34 @@ TEST(ControlPlaneTest, EveryCollectiveSleepsWhileAPeerIsLate) {
     EXPECT_LT(gather, kMaxCpuShare) << "Gather";
     EXPECT_LT(bcast, kMaxCpuShare) << "Broadcast";
     EXPECT_LT(allgather, kMaxCpuShare) << "Allgather";
+  }
+}
+
+// The vote (BitwiseAnd) ANDs every rank's words whichever way it goes: through shared memory on
+// one host (up to 1024 words), over MPI beyond that, and over MPI with HVX_CPU_PLANE=mpi; the
+// ranks interleave their votes unevenly, and the two communicators' votes do not mix.
+TEST(ControlPlaneTest, EveryVoteIsTheAndOfBothRanksWords) {
+  auto shm = World(CpuPlaneMode::kAuto);
+  auto mpi = World(CpuPlaneMode::kMpi);
+  const int rank = shm->rank();
+  auto words = [](int r, int vote, size_t n) {
+    std::mt19937_64 gen(static_cast<uint64_t>(vote) * 7 + static_cast<uint64_t>(r));
+    std::vector<uint64_t> w(n);
+    for (uint64_t& x : w) x = gen() | gen();
+    return w;
+  };
+  std::mt19937 jitter(rank);
+  const size_t sizes[] = {1, 33, 1024, 1025, 4000};
+  for (int vote = 0; vote < 60; ++vote) {
+    const size_t n = sizes[vote % 5];
+    Communicator& comm = vote % 3 == 2 ? *mpi : *shm;
+    if (jitter() % 3 == 0) std::this_thread::sleep_for(std::chrono::microseconds(jitter() % 500));
+    std::vector<uint64_t> bits = words(rank, vote, n);
+    ASSERT_TRUE(comm.BitwiseAnd(&bits).ok()) << "vote " << vote;
+    std::vector<uint64_t> want = words(0, vote, n);
+    const std::vector<uint64_t> theirs = words(1, vote, n);
+    for (size_t i = 0; i < n; ++i) want[i] &= theirs[i];
+    ASSERT_EQ(bits, want) << "vote " << vote << " of " << n << " words";
   }
 }
 
