@@ -19,10 +19,13 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "hvx/common/env.h"
+#include "hvx/common/logging.h"
 #include "hvx/core/api.h"
 #include "hvx/data/dataset.h"
 #include "hvx/data/example.h"
 #include "hvx/data/shard_plan.h"
+#include "hvx/torch/host_allocator.h"
 #include "hvx/torch/tensor.h"
 
 namespace hvx {
@@ -158,7 +161,12 @@ AllreduceOptions ReduceOptions(int op, double prescale, double postscale, int pr
 void InitHvx(const std::vector<std::vector<int>>& process_sets) {
   {
     py::gil_scoped_release release;
+    // As the trainer does (hvx/torch/host_allocator.h): host memory a step frees is kept for the
+    // next step, whose first touches of fresh pages otherwise cost more than the exchange.
+    absl::StatusOr<std::string> memory = KeepHostMemoryForReuse(Environment::Process());
+    Raise(memory.status());
     Raise(Init());
+    HVX_LOG_RANK0(DEBUG) << *memory;
   }
   for (const std::vector<int>& ranks : process_sets) {
     py::gil_scoped_release release;
@@ -304,6 +312,19 @@ void DefineModule(py::module_& m) {
   m.def("cross_rank", &CrossRank);
   m.def("cross_size", &CrossSize);
   m.def("is_homogeneous", &IsHomogeneous);
+  // The host tensor cache's counters (None when HVX_HOST_ALLOCATOR=0 left LibTorch's own).
+  m.def("host_allocator_stats", []() -> py::object {
+    const CachingHostAllocator* a = InstalledHostAllocator();
+    if (a == nullptr) return py::none();
+    const HostAllocatorStats s = a->stats();
+    py::dict d;
+    d["hits"] = s.hits;
+    d["maps"] = s.maps;
+    d["unmaps"] = s.unmaps;
+    d["cached_bytes"] = s.cached_bytes;
+    d["live_bytes"] = s.live_bytes;
+    return d;
+  });
 
   m.def("add_process_set", &AddSet);
   m.def("remove_process_set", [](int id) { Sets().Remove(id); });
