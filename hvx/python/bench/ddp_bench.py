@@ -6,15 +6,20 @@
 The driver starts each measurement as its own job, alternating them in every round so all see the
 same machine: hvx under hvxrun (which binds each rank to its block of the CPUs) and again with
 --bind-to none, DDP as PROCS processes joined over gloo on loopback as torchrun starts them
-(unbound), and DDP again with each process bound to the block hvxrun would give it.
+(unbound), DDP again with each process bound to the block hvxrun would give it, and PROCS bare
+processes at once that never communicate. hvx.torch keeps the host memory a step frees for the
+next step (glibc's heap settings and LibTorch's CPU allocator, hvx/torch/host_allocator.h), which
+DDP and the bare processes do not; DDP runs once more with the same glibc settings given through
+the environment (DDP, kept memory), so that the part of the difference that comes from memory shows.
 Each job runs, per process:
-  grads: the ResNet-50 gradient set (torchvision's resnet50 parameters: 161 tensors, 102 MB) made
-         by one trivial backward and averaged over the ranks, per step;
   cnn:   training steps of the trainer's built-in CNN (hvx/train/models.cc) on batches of 64
          Fashion-MNIST-shaped images, samples/s over all ranks;
+  grads: then the ResNet-50 gradient set (torchvision's resnet50 parameters: 161 tensors, 102 MB)
+         made by one trivial backward and averaged over the ranks, per step;
   single: (one process) the CNN plain, then wrapped by hvx.torch.DistributedOptimizer at size 1;
   bare:   (one process, hvx never imported) the CNN plain.
-It prints medians and the ratios hvx / DDP (higher is better) and hvx / plain.
+It prints medians and the ratios hvx / DDP (higher is better), hvx and DDP / the bare processes,
+and hvx / plain.
 """
 import argparse
 import json
@@ -153,6 +158,19 @@ def worker(args):
         idle = share.item()
     result["idle_cpu"] = idle
 
+    # The CNN's training steps, first, as a training script runs them: after the gradient set,
+    # glibc's heap has grown and raised its mmap threshold on the 102 MB it freed, so that a DDP
+    # process measured then no longer paid the page faults a fresh one pays every step.
+    torch.manual_seed(rank)
+    x, y = torch.randn(64, 1, 28, 28), torch.randint(0, 10, (64,))
+    model, opt = wrap(cnn())
+
+    def cnn_step():
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    result["cnn_samples_per_s"] = 64 * size / timed_steps(cnn_step, args.cnn_steps)
+
     # The gradient set: backward + the exchange, per step (lr 0: the parameters stay put).
     model, opt = wrap(GradientSet())
     for g in opt.param_groups:
@@ -163,16 +181,6 @@ def worker(args):
         model().backward()
         opt.step()
     result["grads_s"] = timed_steps(grad_step, args.grad_steps)
-    # The CNN's training steps.
-    torch.manual_seed(rank)
-    x, y = torch.randn(64, 1, 28, 28), torch.randint(0, 10, (64,))
-    model, opt = wrap(cnn())
-
-    def cnn_step():
-        opt.zero_grad()
-        nn.functional.cross_entropy(model(x), y).backward()
-        opt.step()
-    result["cnn_samples_per_s"] = 64 * size / timed_steps(cnn_step, args.cnn_steps)
     if rank == 0:
         print("RESULT " + json.dumps(result), flush=True)
 
@@ -187,6 +195,22 @@ def run_job(args, kind):
     elif kind in ("single", "bare"):
         outs = [subprocess.run([sys.executable, me, "--worker", kind] + common,
                                capture_output=True, text=True, timeout=900)]
+    elif kind == "bare_procs":
+        # PROCS bare processes at once, unbound as torchrun starts them: their samples/s summed.
+        procs = [subprocess.Popen([sys.executable, me, "--worker", "bare"] + common,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for _ in range(args.procs)]
+        rates = []
+        for p in procs:
+            out, err = p.communicate(timeout=900)
+            if p.returncode != 0:
+                sys.exit("bare_procs job failed (%d):\n%s%s" % (p.returncode, out[-2000:],
+                                                                err[-2000:]))
+            rates += [json.loads(l.split("RESULT ", 1)[1])["plain"] for l in out.splitlines()
+                      if "RESULT " in l]
+        if len(rates) != args.procs:
+            sys.exit("bare_procs job: %d results from %d processes" % (len(rates), args.procs))
+        return {"cnn_samples_per_s": sum(rates)}
     else:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
@@ -196,10 +220,14 @@ def run_job(args, kind):
                 block = cpu_block(r, args.procs)
                 return lambda: os.sched_setaffinity(0, block)
             return None
+        env = dict(os.environ)
+        if kind == "ddp_kept":
+            # What hvx's RetainFreedHeapMemory sets with mallopt (hvx/common/memory.cc).
+            env.update(MALLOC_TRIM_THRESHOLD_=str(1 << 30), MALLOC_MMAP_THRESHOLD_=str(32 << 20))
         procs = [subprocess.Popen([sys.executable, me, "--worker", "ddp", "--rank", str(r),
                                    "--port", str(port), "--procs", str(args.procs)] + common,
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                  preexec_fn=bind(r))
+                                  preexec_fn=bind(r), env=env)
                  for r in range(args.procs)]
         outs = []
         for p in procs:
@@ -219,7 +247,8 @@ def main():
     args = parser.parse_args()
     if args.worker:
         return worker(args)
-    runs = {"hvx": [], "hvx_unbound": [], "ddp": [], "ddp_bound": [], "single": [], "bare": []}
+    runs = {"hvx": [], "hvx_unbound": [], "ddp": [], "ddp_bound": [], "ddp_kept": [],
+            "bare_procs": [], "single": [], "bare": []}
     for _ in range(args.rounds):
         for kind in runs:
             runs[kind].append(run_job(args, kind))
@@ -228,17 +257,25 @@ def main():
         return statistics.median(r[key] for r in runs[kind])
     mb = 4 * sum(p.numel() for p in GradientSet().parameters()) / 1e6
     print("%d processes, %d rounds (medians; each round runs hvx, hvx unbound, DDP, DDP bound, "
-          "single, bare in turn)" % (args.procs, args.rounds))
+          "DDP with kept memory, %d bare processes, single, bare in turn)"
+          % (args.procs, args.rounds, args.procs))
     print("ResNet-50 gradient set (161 tensors, %.0f MB) per step: hvx %.1f ms, DDP/gloo %.1f ms"
           " -> hvx %.2fx" % (mb, 1e3 * med("hvx", "grads_s"), 1e3 * med("ddp", "grads_s"),
                               med("ddp", "grads_s") / med("hvx", "grads_s")))
     cnn = {kind: med(kind, "cnn_samples_per_s") for kind in ("hvx", "hvx_unbound", "ddp",
-                                                             "ddp_bound")}
+                                                             "ddp_bound", "ddp_kept",
+                                                             "bare_procs")}
     print("CNN training, samples/s over all ranks: hvx %.0f, DDP/gloo %.0f -> hvx %.2fx"
           % (cnn["hvx"], cnn["ddp"], cnn["hvx"] / cnn["ddp"]))
     print("  unbound (hvxrun --bind-to none): hvx %.0f -> %.2fx DDP; DDP/gloo bound as hvxrun "
           "binds: %.0f -> hvx %.2fx" % (cnn["hvx_unbound"], cnn["hvx_unbound"] / cnn["ddp"],
                                        cnn["ddp_bound"], cnn["hvx"] / cnn["ddp_bound"]))
+    print("  DDP/gloo with glibc keeping freed memory (MALLOC_TRIM_THRESHOLD_, "
+          "MALLOC_MMAP_THRESHOLD_ as hvx sets them): %.0f -> hvx %.2fx"
+          % (cnn["ddp_kept"], cnn["hvx"] / cnn["ddp_kept"]))
+    print("  %d bare processes at once (no exchange, default memory settings): %.0f -> hvx %.2fx, "
+          "DDP/gloo %.2fx of it" % (args.procs, cnn["bare_procs"], cnn["hvx"] / cnn["bare_procs"],
+                                    cnn["ddp"] / cnn["bare_procs"]))
     print("  per round, hvx / DDP: %s" % ", ".join(
         "%.2f" % (h["cnn_samples_per_s"] / d["cnn_samples_per_s"])
         for h, d in zip(runs["hvx"], runs["ddp"])))
