@@ -9,11 +9,13 @@
 // Raw MPI runs before hvx::Init so that no background thread competes with it. Rank 0 prints
 // medians and ratios (raw / hvx: > 1 means hvx is faster).
 #include <mpi.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <string>
@@ -208,6 +210,76 @@ MachineSpeed MeasureMachine(int reps) {
   return speed;
 }
 
+// The bracketed choice of a transparent-huge-page setting ("madvise"), or "?" where unreadable.
+std::string ThpSetting(const std::string& file) {
+  std::ifstream in("/sys/kernel/mm/transparent_hugepage/" + file);
+  std::string line;
+  std::getline(in, line);
+  const size_t open = line.find('['), close = line.find(']');
+  return open == std::string::npos || close == std::string::npos
+             ? "?"
+             : line.substr(open + 1, close - open - 1);
+}
+
+// What makes a VM's copies slow or fast, measured on every rank at once: the first touch of fresh
+// 4 KiB pages (what a fresh buffer per call pays; raw MPI_Allreduce does), and a pre-touched
+// 64 MiB copy on 4 KiB pages against one on huge pages (what TLB reach costs the plane's copies).
+std::string MemoryLine(int reps) {
+  const size_t bytes = size_t{64} << 20;
+  const size_t pages = bytes / 4096;
+  const double first_touch = MedianMs(reps, [&] {
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return;
+    std::memset(p, 1, bytes);
+    munmap(p, bytes);
+  });
+  std::vector<char> small_src(bytes, 1), small_dst(bytes, 2);
+  const double small =
+      MedianMs(reps, [&] { std::memcpy(small_dst.data(), small_src.data(), bytes); });
+  char* huge_src = hvx::MapHugePages(bytes);
+  char* huge_dst = hvx::MapHugePages(bytes);
+  double huge = -1;
+  if (huge_src != nullptr && huge_dst != nullptr) {
+    std::memset(huge_src, 1, bytes);
+    std::memset(huge_dst, 2, bytes);
+    huge = MedianMs(reps, [&] { std::memcpy(huge_dst, huge_src, bytes); });
+  }
+  if (huge_src != nullptr) munmap(huge_src, hvx::RoundUpToHugePages(bytes));
+  if (huge_dst != nullptr) munmap(huge_dst, hvx::RoundUpToHugePages(bytes));
+  return absl::StrFormat(
+      "memory: first touch %.2f us per 4 KiB page (64 MiB fresh: %.3f ms); memcpy 64 MiB on 4 KiB "
+      "pages %.3f ms, on huge pages %.3f ms; THP enabled [%s], shmem_enabled [%s]",
+      1e3 * first_touch / pages, first_touch, small, huge, ThpSetting("enabled"),
+      ThpSetting("shmem_enabled"));
+}
+
+// The shm plane's regions in this process (its own and its peers' mappings of /dev/shm/hvx.*):
+// MiB mapped and MiB of it on huge pages, from /proc/self/smaps.
+std::string RegionPagesLine() {
+  std::ifstream in("/proc/self/smaps");
+  std::string line;
+  bool region = false;
+  int64_t rss_kb = 0, huge_kb = 0;
+  while (std::getline(in, line)) {
+    // A mapping's first line starts with its address range ("7f..-7f.. rw-s ..."); its fields'
+    // lines with a name and a colon ("Rss: 4 kB").
+    const std::string first = line.substr(0, line.find(' '));
+    if (first.find('-') != std::string::npos &&
+        first.find_first_not_of("0123456789abcdef-") == std::string::npos) {
+      region = line.find("/dev/shm/hvx.") != std::string::npos;
+      continue;
+    }
+    if (!region) continue;
+    long kb = 0;
+    if (std::sscanf(line.c_str(), "Rss: %ld kB", &kb) == 1) rss_kb += kb;
+    if (std::sscanf(line.c_str(), "ShmemPmdMapped: %ld kB", &kb) == 1) huge_kb += kb;
+    if (std::sscanf(line.c_str(), "FilePmdMapped: %ld kB", &kb) == 1) huge_kb += kb;
+  }
+  return absl::StrFormat(
+      "shm plane regions in rank 0: %lld MiB resident, %lld MiB of it on huge pages",
+      static_cast<long long>(rss_kb >> 10), static_cast<long long>(huge_kb >> 10));
+}
+
 class NoActivity : public hvx::ActivityRecorder {
  public:
   void Start(absl::string_view) override {}
@@ -331,8 +403,13 @@ void ComparePlanes(Buffers& b, const MachineSpeed& speed, int size, const Settin
                      },
                      false}},
                    tiny_ops});
+  bool regions_reported = false;
   for (Case& k : cases) {
     for (Variant& v : k.variants) v.fn();  // warm-up: the shm plane maps its regions here
+    if (!regions_reported) {
+      g_lines.push_back(RegionPagesLine());
+      regions_reported = true;
+    }
     RunInterleaved(k.name, k.variants, s.reps);
     const double raw = k.variants[0].ms[k.variants[0].ms.size() / 2] / k.ops;
     const double mpi_ms = k.variants[1].ms[k.variants[1].ms.size() / 2] / k.ops;
@@ -566,6 +643,7 @@ int main(int argc, char** argv) {
   g_lines.push_back(absl::StrFormat(
       "machine, every rank at once: memcpy 64 MiB %.3f ms (%.1f GB/s), y += x 64 MiB %.3f ms",
       speed.copy_ms, speed.bytes / speed.copy_ms / 1e6, speed.add_ms));
+  g_lines.push_back(MemoryLine(settings.reps));
   ComparePlanes(buffers, speed, size, settings);
   const Result raw = MeasureRawMpi(buffers, settings);
   if (!settings.quick) Diagnose(buffers, settings);
