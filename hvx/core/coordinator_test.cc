@@ -70,12 +70,40 @@ TEST(MessageTest, RoundTripsAndRejectsTruncation) {
   EXPECT_FALSE(DecodeRequestList(bytes.substr(0, bytes.size() - 1)).ok());
   // Found by message_fuzz_test: a peer's unknown data type (or op, reduce op, device) decoded.
   std::string unknown_dtype = bytes;
-  const size_t dtype_at = 1 + 1 + 8 + 4 + 4 + 8 + 1 + 8 + r.name.size();
+  // shutdown, joined, count; id 0 and rank 3 as one-byte varints; waited_s; type; name.
+  const size_t dtype_at = 1 + 1 + 8 + 1 + 1 + 8 + 1 + 1 + r.name.size();
   ASSERT_EQ(unknown_dtype[dtype_at], static_cast<char>(r.dtype));
   unknown_dtype[dtype_at] = 57;
   EXPECT_TRUE(absl::StrContains(DecodeRequestList(unknown_dtype).status().message(),
                                 "entry 0 has op type 3, data type 57"))
       << DecodeRequestList(unknown_dtype).status();
+
+  // Varints: ids past 32 bits, ranks past int32, a varint of 11 bytes, and unknown scale bits are
+  // refused; scales of 1 take no bytes and come back as 1.
+  {
+    RequestList one;
+    Request plain = Allreduce(3, "grad.w", {2, 3}, DataType::kFloat32);
+    one.requests.push_back(plain);
+    const std::string b = EncodeRequestList(one);
+    // The fixed 10-byte list header, then a request of 28 bytes (the fixed-width layout took 90).
+    EXPECT_EQ(b.size(), 10u + 28u);
+    auto back = DecodeRequestList(b);
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(back->requests[0].prescale, 1.0);
+    EXPECT_EQ(back->requests[0].postscale, 1.0);
+    EXPECT_TRUE(SameRequest(back->requests[0], plain));
+    const std::string header = b.substr(0, 10);
+    const std::string rest = b.substr(11);                                         // after the id
+    EXPECT_FALSE(DecodeRequestList(header + "\x80\x80\x80\x80\x10" + rest).ok());  // 2^32
+    EXPECT_FALSE(DecodeRequestList(header + std::string(10, '\xff') + "\x01" + rest).ok());
+    std::string rank_too_big = header + "\x00" + "\x80\x80\x80\x80\x10" + b.substr(12);
+    EXPECT_FALSE(DecodeRequestList(rank_too_big).ok());
+    std::string bad_scales = b;
+    const size_t scales_at = b.size() - 2;  // the scale bits, then splits' count
+    ASSERT_EQ(bad_scales[scales_at], 0);
+    bad_scales[scales_at] = 4;
+    EXPECT_FALSE(DecodeRequestList(bad_scales).ok());
+  }
 
   ResponseList rl;
   Response resp;

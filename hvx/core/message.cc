@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 #include <unordered_map>
 #include <unordered_set>
@@ -20,17 +21,29 @@ class Writer {
     static_assert(std::is_trivially_copyable<T>::value, "plain values only");
     out_.append(reinterpret_cast<const char*>(&v), sizeof(v));
   }
+  // LEB128: 7 bits a byte, low bits first; small counts, ids and dimensions take one or two.
+  void PutVarint(uint64_t v) {
+    while (v >= 0x80) {
+      out_.push_back(static_cast<char>(v | 0x80));
+      v >>= 7;
+    }
+    out_.push_back(static_cast<char>(v));
+  }
+  // Zigzag: small magnitudes of either sign stay short.
+  void PutSigned(int64_t v) {
+    PutVarint((static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63));
+  }
   void PutString(absl::string_view s) {
-    Put<uint64_t>(s.size());
+    PutVarint(s.size());
     out_.append(s.data(), s.size());
   }
   void PutInts(const std::vector<int64_t>& v) {
-    Put<uint64_t>(v.size());
-    for (int64_t x : v) Put(x);
+    PutVarint(v.size());
+    for (int64_t x : v) PutSigned(x);
   }
   void PutDevice(const Device& d) {
     Put(static_cast<uint8_t>(d.type));
-    Put<int32_t>(d.index);
+    PutSigned(d.index);
   }
   std::string Take() { return std::move(out_); }
 
@@ -48,30 +61,66 @@ class Reader {
     in_.remove_prefix(sizeof(T));
     return true;
   }
+  bool GetVarint(uint64_t* v) {
+    uint64_t x = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      if (in_.empty()) return Fail();
+      const uint8_t b = static_cast<uint8_t>(in_[0]);
+      in_.remove_prefix(1);
+      x |= static_cast<uint64_t>(b & 0x7f) << shift;
+      if ((b & 0x80) == 0) {
+        // The tenth byte holds bit 63 only.
+        if (shift == 63 && b > 1) return Fail();
+        *v = x;
+        return true;
+      }
+    }
+    return Fail();
+  }
+  bool GetSigned(int64_t* v) {
+    uint64_t u;
+    if (!GetVarint(&u)) return false;
+    *v = static_cast<int64_t>(u >> 1) ^ -static_cast<int64_t>(u & 1);
+    return true;
+  }
+  // A varint that must fit T (an id, a rank).
+  template <typename T>
+  bool GetSmall(T* v) {
+    int64_t x;
+    if (!GetSigned(&x) || x < std::numeric_limits<T>::min() || x > std::numeric_limits<T>::max())
+      return Fail();
+    *v = static_cast<T>(x);
+    return true;
+  }
   bool GetString(std::string* s) {
     uint64_t n;
-    if (!Get(&n) || n > in_.size()) return Fail();
+    if (!GetVarint(&n) || n > in_.size()) return Fail();
     s->assign(in_.data(), n);
     in_.remove_prefix(n);
     return true;
   }
   bool GetInts(std::vector<int64_t>* v) {
     uint64_t n;
-    if (!Get(&n) || n > in_.size() / sizeof(int64_t)) return Fail();
+    // Each element takes at least a byte.
+    if (!GetVarint(&n) || n > in_.size()) return Fail();
     v->resize(n);
-    for (auto& x : *v) Get(&x);
+    for (auto& x : *v) {
+      if (!GetSigned(&x)) return false;
+    }
     return true;
   }
   bool GetDevice(Device* d) {
     uint8_t t;
     int32_t i;
-    if (!Get(&t) || !Get(&i)) return false;
+    if (!Get(&t) || !GetSmall(&i)) return false;
     d->type = static_cast<DeviceType>(t);
     d->index = i;
     return true;
   }
   bool ok() const { return ok_; }
   bool done() const { return in_.empty(); }
+  // Marks what was read as corrupt (a value out of its field's range).
+  void Reject() { ok_ = false; }
 
  private:
   bool Fail() {
@@ -147,9 +196,12 @@ int64_t Response::TotalBytes() const {
 
 namespace {
 
+// Which of a request's scales differ from 1 and follow it.
+enum ScaleBits : uint8_t { kPrescale = 1, kPostscale = 2 };
+
 void PutRequest(Writer& w, const Request& r) {
-  w.Put(r.id);
-  w.Put(r.rank);
+  w.PutVarint(r.id);
+  w.PutSigned(r.rank);
   w.Put(r.waited_s);
   if (r.id != 0) return;
   w.Put(static_cast<uint8_t>(r.type));
@@ -157,29 +209,37 @@ void PutRequest(Writer& w, const Request& r) {
   w.Put(static_cast<uint8_t>(r.dtype));
   w.PutInts(r.shape);
   w.PutDevice(r.device);
-  w.Put(r.root);
+  w.PutSigned(r.root);
   w.Put(static_cast<uint8_t>(r.reduce_op));
-  w.Put(r.prescale);
-  w.Put(r.postscale);
+  const uint8_t scales =
+      (r.prescale != 1.0 ? kPrescale : 0) | (r.postscale != 1.0 ? kPostscale : 0);
+  w.Put(scales);
+  if (scales & kPrescale) w.Put(r.prescale);
+  if (scales & kPostscale) w.Put(r.postscale);
   w.PutInts(r.splits);
 }
 
 // Reads one request into *r; an unknown enum value fails with what, naming entry `index`.
 absl::Status GetRequest(Reader& rd, absl::string_view what, size_t index, Request* r) {
-  rd.Get(&r->id);
-  rd.Get(&r->rank);
+  uint64_t id = 0;
+  if (rd.GetVarint(&id) && id > std::numeric_limits<uint32_t>::max()) rd.Reject();
+  r->id = static_cast<uint32_t>(id);
+  rd.GetSmall(&r->rank);
   rd.Get(&r->waited_s);
   if (r->id != 0) return absl::OkStatus();
-  uint8_t type = 0, dtype = 0, op = 0;
+  uint8_t type = 0, dtype = 0, op = 0, scales = 0;
   rd.Get(&type);
   rd.GetString(&r->name);
   rd.Get(&dtype);
   rd.GetInts(&r->shape);
   rd.GetDevice(&r->device);
-  rd.Get(&r->root);
+  rd.GetSmall(&r->root);
   rd.Get(&op);
-  rd.Get(&r->prescale);
-  rd.Get(&r->postscale);
+  rd.Get(&scales);
+  if ((scales & ~(kPrescale | kPostscale)) != 0) rd.Reject();
+  r->prescale = r->postscale = 1.0;
+  if (scales & kPrescale) rd.Get(&r->prescale);
+  if (scales & kPostscale) rd.Get(&r->postscale);
   rd.GetInts(&r->splits);
   const uint8_t device_type = static_cast<uint8_t>(r->device.type);
   if (rd.ok() && !KnownEnums(type, dtype, op, device_type)) {

@@ -7,9 +7,10 @@
 // first rank of its host, which merges them (MergeHostRequests) into one HostRequestList for the
 // set's rank 0. A request the coordinator has seen before travels as its tensor id alone.
 //
-// The encoding is private to one job: little-endian fixed-width integers, length-prefixed strings
-// and vectors. Init checks that every rank has the same kWireFormatVersion (in the build identity
-// it compares), so a job never mixes builds that encode differently.
+// The encoding is private to one job: counts, ids, ranks, dimensions and string lengths as
+// varints (LEB128, signed ones zigzagged), other values little-endian fixed-width, a request's
+// scales only when they differ from 1. Init checks that every rank has the same kWireFormatVersion
+// (in the build identity it compares), so a job never mixes builds that encode differently.
 #ifndef HVX_CORE_MESSAGE_H_
 #define HVX_CORE_MESSAGE_H_
 
@@ -25,7 +26,7 @@
 namespace hvx {
 
 // Raised whenever the encoding below changes.
-inline constexpr int kWireFormatVersion = 5;
+inline constexpr int kWireFormatVersion = 6;
 
 enum class OpType : uint8_t {
   kAllreduce = 0,

@@ -20,8 +20,8 @@ absl::Status ShmBitwiseAnd::And(std::vector<uint64_t>* bits, absl::string_view w
   group_->Set(ShmGroup::kPublished, votes_ + 1);
   for (int peer = 0; peer < group_->size(); ++peer) {
     if (peer == group_->rank()) continue;
-    absl::Status s = group_->WaitFor(peer, ShmGroup::kPublished, votes_ + 1, what,
-                                     ShmGroup::Waiting::kBlock);
+    absl::Status s =
+        group_->WaitFor(peer, ShmGroup::kPublished, votes_ + 1, what, ShmGroup::Waiting::kBlock);
     if (!s.ok()) {
       group_->MarkFailed();
       broken_ = s;
