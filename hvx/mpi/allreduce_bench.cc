@@ -12,12 +12,14 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -429,6 +431,67 @@ void ComparePlanes(Buffers& b, const MachineSpeed& speed, int size, const Settin
   }
 }
 
+// What a 4 B allreduce through the engine is made of, each part measured alone on every rank at
+// once, in us: the caller's Enqueue wakes the engine thread and the completion wakes the caller
+// (both a std::condition_variable), the engine's cache vote among the ranks, and the 4 B
+// allreduce on the CPU plane. What the engine's (c) takes beyond their sum is its own work.
+struct LatencyParts {
+  double handoffs = 0;  // one round trip between two threads
+  double vote = 0;      // Communicator::BitwiseAnd of a default cache's 33 words
+  double allreduce = 0;
+};
+
+LatencyParts MeasureLatencyParts(const Settings& s) {
+  LatencyParts parts;
+  const int ops = std::max(1, s.tiny_reps);
+  std::mutex mu;
+  std::condition_variable cv;
+  int turn = 0;  // 1: the peer thread's turn; 2: stop
+  std::thread peer([&] {
+    std::unique_lock<std::mutex> lock(mu);
+    for (;;) {
+      cv.wait(lock, [&] { return turn != 0; });
+      if (turn == 2) return;
+      turn = 0;
+      cv.notify_all();
+    }
+  });
+  parts.handoffs = 1e3 *
+                   MedianMs(std::min(s.reps, 5),
+                            [&] {
+                              for (int i = 0; i < ops; ++i) {
+                                std::unique_lock<std::mutex> lock(mu);
+                                turn = 1;
+                                cv.notify_all();
+                                cv.wait(lock, [&] { return turn == 0; });
+                              }
+                            }) /
+                   ops;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    turn = 2;
+    cv.notify_all();
+  }
+  peer.join();
+  Plane plane = MakePlane(hvx::CpuPlaneMode::kAuto);
+  std::vector<uint64_t> words(33, ~uint64_t{0});
+  parts.vote = 1e3 *
+               MedianMs(std::min(s.reps, 5),
+                        [&] {
+                          for (int i = 0; i < ops; ++i) (void)plane.comm->BitwiseAnd(&words);
+                        }) /
+               ops;
+  float tiny = 1.0f;
+  std::vector<hvx::TensorRef> tiny_ref = {hvx::TensorRef(hvx::DataType::kFloat32, {1}, &tiny)};
+  parts.allreduce = 1e3 *
+                    MedianMs(std::min(s.reps, 5),
+                             [&] {
+                               for (int i = 0; i < ops; ++i) (void)plane.Allreduce(tiny_ref, 1.0);
+                             }) /
+                    ops;
+  return parts;
+}
+
 // Median ms of (a), (b) and (c), measured one way: raw MPI or hvx.
 struct Result {
   double big = 0;
@@ -645,6 +708,7 @@ int main(int argc, char** argv) {
       speed.copy_ms, speed.bytes / speed.copy_ms / 1e6, speed.add_ms));
   g_lines.push_back(MemoryLine(settings.reps));
   ComparePlanes(buffers, speed, size, settings);
+  const LatencyParts parts = MeasureLatencyParts(settings);
   const Result raw = MeasureRawMpi(buffers, settings);
   if (!settings.quick) Diagnose(buffers, settings);
   if (settings.compare) CompareSetStrategies(buffers, settings);
@@ -654,6 +718,13 @@ int main(int argc, char** argv) {
   Ratio("(b) per-tensor MPI / hvx", raw.set, hvx.set);
   Ratio("(b) pre-packed MPI / hvx", raw.set_packed, hvx.set);
   Ratio("(c) raw MPI / hvx", raw.tiny, hvx.tiny);
+  const double engine_us = 1e3 * hvx.tiny;
+  g_lines.push_back(absl::StrFormat(
+      "(c) through the engine %.1f us: thread wake-ups (a round trip) %.1f us + the vote %.1f us + "
+      "the CPU plane's 4 B allreduce %.1f us = %.1f us; the engine's own work the other %.1f us",
+      engine_us, parts.handoffs, parts.vote, parts.allreduce,
+      parts.handoffs + parts.vote + parts.allreduce,
+      engine_us - parts.handoffs - parts.vote - parts.allreduce));
   if (g_rank == 0) {
     std::printf(
         "ranks %d; ResNet-50 set: %zu tensors, %lld elements; medians of the slowest rank\n", size,
