@@ -116,6 +116,14 @@ absl::Status Coordinator::Add(int rank, const RequestList& list, absl::Time now)
 }
 
 absl::Status Coordinator::Add(const HostRequestList& host, absl::Time now) {
+  HVX_RETURN_IF_ERROR(AddHostHeader(host));
+  for (const HostRequestList::Entry& e : host.entries) {
+    HVX_RETURN_IF_ERROR(AddHostEntry(host, e.request, e.mask, now));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Coordinator::AddHostHeader(const HostRequestList& host) {
   for (int32_t r : host.ranks) {
     if (r < 0 || r >= size_) {
       return absl::DataLossError(absl::StrCat("a host's request list names set rank ", r,
@@ -126,23 +134,25 @@ absl::Status Coordinator::Add(const HostRequestList& host, absl::Time now) {
     if (word != 0) shutdown_ = true;
   }
   ++host_lists_added_;
-  for (const HostRequestList::Entry& e : host.entries) {
-    if (e.mask.size() != (host.ranks.size() + 63) / 64) {
-      return absl::DataLossError(
-          "a host's request list has an entry whose rank mask does not fit "
-          "the host's members");
-    }
-    if (e.request.id == 0 && e.request.type == OpType::kJoin) {
-      for (size_t i = 0; i < host.ranks.size(); ++i) {
-        if (MaskBit(e.mask, i)) {
-          AddJoin(host.ranks[i], now - absl::Seconds(std::max(0.0, e.request.waited_s)));
-        }
-      }
-      continue;
-    }
-    HVX_RETURN_IF_ERROR(AddRequest(e.request, host.ranks, e.mask, /*from_host=*/true, now));
-  }
   return absl::OkStatus();
+}
+
+absl::Status Coordinator::AddHostEntry(const HostRequestList& host, const Request& request,
+                                       const std::vector<uint64_t>& mask, absl::Time now) {
+  if (mask.size() != (host.ranks.size() + 63) / 64) {
+    return absl::DataLossError(
+        "a host's request list has an entry whose rank mask does not fit "
+        "the host's members");
+  }
+  if (request.id == 0 && request.type == OpType::kJoin) {
+    for (size_t i = 0; i < host.ranks.size(); ++i) {
+      if (MaskBit(mask, i)) {
+        AddJoin(host.ranks[i], now - absl::Seconds(std::max(0.0, request.waited_s)));
+      }
+    }
+    return absl::OkStatus();
+  }
+  return AddRequest(request, host.ranks, mask, /*from_host=*/true, now);
 }
 
 void Coordinator::ClearJoined() {

@@ -70,6 +70,11 @@ class Coordinator {
   // The merged requests of one host's ranks this cycle. Fails (DataLoss) on a member rank outside
   // the set, on a rank named twice for one tensor and on an unknown tensor id.
   absl::Status Add(const HostRequestList& host, absl::Time now);
+  // The same in steps, as VisitHostRequestList reads a list: its header (members and shutdown
+  // mask; entries ignored), then each entry with that header.
+  absl::Status AddHostHeader(const HostRequestList& host);
+  absl::Status AddHostEntry(const HostRequestList& host, const Request& request,
+                            const std::vector<uint64_t>& mask, absl::Time now);
 
   // The responses for every name that became ready (in the order names first arrived), error
   // responses for disagreements and for stalls past the shutdown time, and a Join response when

@@ -127,6 +127,67 @@ TEST(MessageTest, RoundTripsAndRejectsTruncation) {
   EXPECT_EQ(back->responses[0].last_joined_rank, 1);
 }
 
+// Rank 0 reads each host's list entry by entry, reusing one request: an entry by id after one by
+// name must not keep the named one's fields, a callback's error ends the visit unchanged, and a
+// corrupt entry fails it after the entries before it.
+TEST(MessageTest, VisitingAHostListGivesEachEntryAsDecoded) {
+  Request by_id;
+  by_id.id = 9;
+  by_id.waited_s = 0.25;
+  const std::vector<RequestList> lists = {
+      List({Allreduce(2, "grad.a", {4, 5}, DataType::kInt32), by_id}),
+      List({Allreduce(3, "grad.b", {6}), by_id})};
+  const HostRequestList merged = MergeHostRequests({2, 3}, lists).value();
+  const std::string bytes = EncodeHostRequestList(merged);
+  std::vector<HostRequestList::Entry> seen;
+  std::vector<int32_t> ranks;
+  ASSERT_TRUE(VisitHostRequestList(
+                  bytes,
+                  [&](const HostRequestList& header) {
+                    ranks = header.ranks;
+                    EXPECT_TRUE(header.entries.empty());
+                    return absl::OkStatus();
+                  },
+                  [&](const HostRequestList&, const Request& r, const std::vector<uint64_t>& m) {
+                    seen.push_back({r, m});
+                    return absl::OkStatus();
+                  })
+                  .ok());
+  EXPECT_EQ(ranks, (std::vector<int32_t>{2, 3}));
+  const HostRequestList decoded = DecodeHostRequestList(bytes).value();
+  ASSERT_EQ(seen.size(), 3u);
+  for (size_t i = 0; i < seen.size(); ++i) {
+    EXPECT_TRUE(SameRequest(seen[i].request, decoded.entries[i].request)) << i;
+    EXPECT_EQ(seen[i].request.id, decoded.entries[i].request.id) << i;
+    EXPECT_EQ(seen[i].mask, decoded.entries[i].mask) << i;
+  }
+  // The id entry follows "grad.a" by name (rank 2's list merged first), and carries none of its
+  // fields.
+  EXPECT_EQ(seen[1].request.id, 9u);
+  EXPECT_TRUE(seen[1].request.name.empty());
+  EXPECT_TRUE(seen[1].request.shape.empty());
+  EXPECT_EQ(seen[1].request.dtype, DataType::kFloat32);
+
+  int visited = 0;
+  const absl::Status stop = absl::DataLossError("the coordinator refused it");
+  EXPECT_EQ(VisitHostRequestList(
+                bytes, [](const HostRequestList&) { return absl::OkStatus(); },
+                [&](const HostRequestList&, const Request&, const std::vector<uint64_t>&) {
+                  return ++visited == 2 ? stop : absl::OkStatus();
+                }),
+            stop);
+  EXPECT_EQ(visited, 2);
+  visited = 0;
+  const absl::Status cut = VisitHostRequestList(
+      bytes.substr(0, bytes.size() - 1), [](const HostRequestList&) { return absl::OkStatus(); },
+      [&](const HostRequestList&, const Request&, const std::vector<uint64_t>&) {
+        ++visited;
+        return absl::OkStatus();
+      });
+  EXPECT_EQ(cut.code(), absl::StatusCode::kDataLoss) << cut;
+  EXPECT_EQ(visited, 2);
+}
+
 TEST(MessageTest, HostListMergesEqualRequestsAndKeepsDifferentOnes) {
   // Host of set ranks 4, 6, 9: rank 6 sends x as int32, and y by id.
   Request y_by_id;

@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "hvx/common/status.h"
 
 namespace hvx {
 namespace {
@@ -251,6 +252,19 @@ absl::Status GetRequest(Reader& rd, absl::string_view what, size_t index, Reques
   return absl::OkStatus();
 }
 
+// *r as a new Request, its string and vectors keeping their capacity.
+void ResetKeepingCapacity(Request* r) {
+  std::string name = std::move(r->name);
+  std::vector<int64_t> shape = std::move(r->shape), splits = std::move(r->splits);
+  *r = Request();
+  name.clear();
+  shape.clear();
+  splits.clear();
+  r->name = std::move(name);
+  r->shape = std::move(shape);
+  r->splits = std::move(splits);
+}
+
 size_t MaskWords(size_t members) { return (members + 63) / 64; }
 
 void PutMask(Writer& w, const std::vector<uint64_t>& mask) {
@@ -363,7 +377,11 @@ std::string EncodeHostRequestList(const HostRequestList& list) {
   return w.Take();
 }
 
-absl::StatusOr<HostRequestList> DecodeHostRequestList(absl::string_view bytes) {
+absl::Status VisitHostRequestList(
+    absl::string_view bytes, absl::FunctionRef<absl::Status(const HostRequestList&)> header,
+    absl::FunctionRef<absl::Status(const HostRequestList&, const Request&,
+                                   const std::vector<uint64_t>&)>
+        entry) {
   Reader rd(bytes);
   HostRequestList list;
   uint64_t n = 0;
@@ -379,20 +397,37 @@ absl::StatusOr<HostRequestList> DecodeHostRequestList(absl::string_view bytes) {
   if (!GetMask(rd, n, &list.shutdown) || !rd.GetString(&list.error) || !rd.Get(&n)) {
     return Corrupt("host request list", bytes.size());
   }
-  for (uint64_t i = 0; i < n && rd.ok(); ++i) {
-    HostRequestList::Entry e;
-    if (absl::Status s = GetRequest(rd, "host request list", i, &e.request); !s.ok()) return s;
+  HVX_RETURN_IF_ERROR(header(list));
+  Request r;
+  std::vector<uint64_t> mask;
+  uint64_t i = 0;
+  for (; i < n && rd.ok(); ++i) {
+    ResetKeepingCapacity(&r);
+    if (absl::Status s = GetRequest(rd, "host request list", i, &r); !s.ok()) return s;
     // An entry stands for at least one member; one naming none would be a request of no rank.
-    if (!GetMask(rd, list.ranks.size(), &e.mask) ||
-        std::all_of(e.mask.begin(), e.mask.end(), [](uint64_t w) { return w == 0; })) {
+    if (!GetMask(rd, list.ranks.size(), &mask) ||
+        std::all_of(mask.begin(), mask.end(), [](uint64_t w) { return w == 0; })) {
       break;
     }
-    list.entries.push_back(std::move(e));
+    HVX_RETURN_IF_ERROR(entry(list, r, mask));
   }
-  if (!rd.ok() || !rd.done() || list.entries.size() != n) {
-    return Corrupt("host request list", bytes.size());
-  }
-  return list;
+  if (!rd.ok() || !rd.done() || i != n) return Corrupt("host request list", bytes.size());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<HostRequestList> DecodeHostRequestList(absl::string_view bytes) {
+  HostRequestList out;
+  HVX_RETURN_IF_ERROR(VisitHostRequestList(
+      bytes,
+      [&](const HostRequestList& header) {
+        out = header;
+        return absl::OkStatus();
+      },
+      [&](const HostRequestList&, const Request& r, const std::vector<uint64_t>& mask) {
+        out.entries.push_back({r, mask});
+        return absl::OkStatus();
+      }));
+  return out;
 }
 
 std::string EncodeResponseList(const ResponseList& list) {

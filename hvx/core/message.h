@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "hvx/common/types.h"
@@ -157,6 +158,16 @@ std::string EncodeHostRequestList(const HostRequestList& list);
 // Fails (DataLoss) on bytes that are not an encoding, on member ranks that are negative or not
 // ascending, on masks naming ranks beyond the members and on an entry naming none.
 absl::StatusOr<HostRequestList> DecodeHostRequestList(absl::string_view bytes);
+// The same list read entry by entry, without keeping the entries (rank 0 reads one per host, every
+// cycle): `header` gets the list with its ranks, shutdown mask and error and no entries, then
+// `entry` gets each entry in order, with the header and a request and mask that the next call
+// overwrites, so that a long list costs no allocation per entry. Returns DecodeHostRequestList's
+// error (the entries before the corrupt one have been visited) or the first error of a callback.
+absl::Status VisitHostRequestList(
+    absl::string_view bytes, absl::FunctionRef<absl::Status(const HostRequestList&)> header,
+    absl::FunctionRef<absl::Status(const HostRequestList&, const Request&,
+                                   const std::vector<uint64_t>&)>
+        entry);
 std::string EncodeResponseList(const ResponseList& list);
 // Fails (DataLoss) on bytes that are not an encoding, and on a tensor id that is 0 or assigned
 // twice.

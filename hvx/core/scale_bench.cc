@@ -143,9 +143,16 @@ size_t PerHostCycle(Coordinator& coordinator, const std::vector<int32_t>& member
   for (const std::string& bytes : local0) lists.push_back(*DecodeRequestList(bytes));
   const std::string mine = EncodeHostRequestList(*MergeHostRequests(members0, lists));
   const absl::Time now = MonotonicNow();
-  if (!coordinator.Add(*DecodeHostRequestList(mine), now).ok()) std::abort();
-  for (size_t h = 1; h < hosts.size(); ++h) {
-    if (!coordinator.Add(*DecodeHostRequestList(hosts[h]), now).ok()) std::abort();
+  for (size_t h = 0; h < hosts.size(); ++h) {
+    // As the engine reads them (GatherAtCoordinator): entry by entry into the coordinator.
+    const absl::Status read = VisitHostRequestList(
+        h == 0 ? mine : hosts[h],
+        [&](const HostRequestList& host) { return coordinator.AddHostHeader(host); },
+        [&](const HostRequestList& host, const Request& request,
+            const std::vector<uint64_t>& mask) {
+          return coordinator.AddHostEntry(host, request, mask, now);
+        });
+    if (!read.ok()) std::abort();
   }
   return EncodeResponseList(coordinator.Build(now)).size();
 }
