@@ -113,6 +113,27 @@ std::vector<std::string> Names(int size) {
   return names;
 }
 
+// `size` groups of `bytes` a rank, made by threads.
+std::vector<std::unique_ptr<ShmGroup>> MakeGroups(int size, size_t bytes, absl::Duration timeout) {
+  ThreadExchange exchange(size);
+  std::vector<std::unique_ptr<ShmGroup>> groups(size);
+  std::vector<std::thread> t;
+  for (int r = 0; r < size; ++r) {
+    t.emplace_back([&, r] {
+      auto g = ShmGroup::Create(
+          r, size, bytes,
+          [&, r](const std::string& m, std::vector<std::string>* all) {
+            return exchange.Exchange(r, m, all);
+          },
+          Names(size), timeout);
+      ASSERT_TRUE(g.ok()) << g.status();
+      groups[r] = std::move(*g);
+    });
+  }
+  for (auto& th : t) th.join();
+  return groups;
+}
+
 ShmAllreducer::Options SmallRounds() {
   ShmAllreducer::Options o;
   o.round_bytes = 64 << 10;  // many rounds, so both halves of the double buffer are reused
@@ -426,21 +447,8 @@ TEST(ShmAllreduceTest, APeerThatFailsOrNeverComesEndsTheWait) {
   }
   for (auto& th : t) th.join();
 
-  ThreadExchange exchange2(2);
-  std::unique_ptr<ShmGroup> groups[2];
-  for (int r = 0; r < 2; ++r) {
-    t[r] = std::thread([&, r] {
-      auto g = ShmGroup::Create(
-          r, 2, 1 << 20,
-          [&, r](const std::string& m, std::vector<std::string>* all) {
-            return exchange2.Exchange(r, m, all);
-          },
-          Names(2), absl::Milliseconds(200));
-      ASSERT_TRUE(g.ok()) << g.status();
-      groups[r] = std::move(*g);
-    });
-  }
-  for (auto& th : t) th.join();
+  auto groups = MakeGroups(2, 1 << 20, absl::Milliseconds(200));
+  ASSERT_TRUE(groups[0] && groups[1]);
   const absl::Time start = MonotonicNow();
   const absl::Status late = groups[0]->WaitFor(1, ShmGroup::kReduced, 5, "allreduce 'late'");
   EXPECT_TRUE(absl::IsDeadlineExceeded(late)) << late;
@@ -499,27 +507,27 @@ absl::Status SocketExchange(int fd, int rank, const std::string& mine,
   return absl::OkStatus();
 }
 
+// Local rank `rank` of two whose exchange runs over the socket `fd`, the other being another
+// process: "global rank 0 (host a)" and "global rank 1 (host a)".
+absl::StatusOr<std::unique_ptr<ShmGroup>> SocketGroup(int fd, int rank, size_t bytes) {
+  return ShmGroup::Create(
+      rank, 2, bytes,
+      [fd, rank](const std::string& m, std::vector<std::string>* all) {
+        return SocketExchange(fd, rank, m, all);
+      },
+      {"global rank 0 (host a)", "global rank 1 (host a)"}, absl::Seconds(30));
+}
+
 TEST(ShmGroupTest, APeerProcessThatDiesEndsTheWait) {
   int fds[2];
   ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
-  const std::vector<std::string> names = {"global rank 0 (host a)", "global rank 1 (host a)"};
   const pid_t child = fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
-    auto g = ShmGroup::Create(
-        1, 2, 1 << 20,
-        [&](const std::string& m, std::vector<std::string>* all) {
-          return SocketExchange(fds[1], 1, m, all);
-        },
-        names, absl::Seconds(30));
+    auto g = SocketGroup(fds[1], 1, 1 << 20);
     _exit(g.ok() ? 0 : 1);  // dies without ever publishing
   }
-  auto g = ShmGroup::Create(
-      0, 2, 1 << 20,
-      [&](const std::string& m, std::vector<std::string>* all) {
-        return SocketExchange(fds[0], 0, m, all);
-      },
-      names, absl::Seconds(30));
+  auto g = SocketGroup(fds[0], 0, 1 << 20);
   ASSERT_TRUE(g.ok()) << g.status();
   int status = 0;
   ASSERT_EQ(waitpid(child, &status, 0), child);
@@ -638,22 +646,7 @@ double ThreadCpuSeconds() {
 // spinning and yielding; with two ranks on two cores that core was training's. Past a short spin
 // the wait sleeps, and still returns soon after the peer's progress.
 TEST(ShmGroupTest, ALongWaitSleepsAndWakesSoonAfterThePeer) {
-  ThreadExchange exchange(2);
-  std::unique_ptr<ShmGroup> groups[2];
-  std::thread t[2];
-  for (int r = 0; r < 2; ++r) {
-    t[r] = std::thread([&, r] {
-      auto g = ShmGroup::Create(
-          r, 2, 1 << 16,
-          [&, r](const std::string& m, std::vector<std::string>* all) {
-            return exchange.Exchange(r, m, all);
-          },
-          {"global rank 0 (host a)", "global rank 1 (host a)"}, absl::Seconds(30));
-      ASSERT_TRUE(g.ok()) << g.status();
-      groups[r] = std::move(*g);
-    });
-  }
-  for (auto& th : t) th.join();
+  auto groups = MakeGroups(2, 1 << 16, absl::Seconds(30));
   ASSERT_TRUE(groups[0] && groups[1]);
   absl::Time set_at;
   std::thread peer([&] {
@@ -800,27 +793,6 @@ TEST(ShmNamesTest, RemoveRegionsTaggedRemovesOnlyThatTag) {
   EXPECT_EQ(RemoveRegionsTagged("../etc"), 0);  // not a tag: nothing outside hvx's names
 }
 
-// `size` groups of `bytes` a rank, made by threads.
-std::vector<std::unique_ptr<ShmGroup>> MakeGroups(int size, size_t bytes, absl::Duration timeout) {
-  ThreadExchange exchange(size);
-  std::vector<std::unique_ptr<ShmGroup>> groups(size);
-  std::vector<std::thread> t;
-  for (int r = 0; r < size; ++r) {
-    t.emplace_back([&, r] {
-      auto g = ShmGroup::Create(
-          r, size, bytes,
-          [&, r](const std::string& m, std::vector<std::string>* all) {
-            return exchange.Exchange(r, m, all);
-          },
-          Names(size), timeout);
-      ASSERT_TRUE(g.ok()) << g.status();
-      groups[r] = std::move(*g);
-    });
-  }
-  for (auto& th : t) th.join();
-  return groups;
-}
-
 // This thread's voluntary context switches so far: each is a wake-up after a sleep or a block.
 int64_t VoluntarySwitches() {
   FILE* f = fopen("/proc/thread-self/status", "r");
@@ -915,26 +887,15 @@ TEST(ShmVoteTest, ARankWaitingForALatePeerBlocks) {
 TEST(ShmVoteTest, APeerThatExitsFailsTheVote) {
   int fds[2];
   ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
-  const std::vector<std::string> names = {"global rank 0 (host a)", "global rank 1 (host a)"};
   const pid_t child = fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
-    auto g = ShmGroup::Create(
-        1, 2, ShmBitwiseAnd::RegionBytes(),
-        [&](const std::string& m, std::vector<std::string>* all) {
-          return SocketExchange(fds[1], 1, m, all);
-        },
-        names, absl::Seconds(30));
+    auto g = SocketGroup(fds[1], 1, ShmBitwiseAnd::RegionBytes());
     if (!g.ok()) _exit(1);
     std::vector<uint64_t> bits = {1};
     _exit(ShmBitwiseAnd(g->get()).And(&bits, "vote").ok() ? 0 : 1);  // then never again
   }
-  auto g = ShmGroup::Create(
-      0, 2, ShmBitwiseAnd::RegionBytes(),
-      [&](const std::string& m, std::vector<std::string>* all) {
-        return SocketExchange(fds[0], 0, m, all);
-      },
-      names, absl::Seconds(30));
+  auto g = SocketGroup(fds[0], 0, ShmBitwiseAnd::RegionBytes());
   ASSERT_TRUE(g.ok()) << g.status();
   ShmBitwiseAnd vote(g->get());
   std::vector<uint64_t> bits = {1};
