@@ -939,9 +939,10 @@ def test_error_reducescatter_shape_and_op(rank, size):
 
 
 def test_error_duplicate_async_name(rank, size):
-    # Each rank checks the duplicate while its first submission cannot have completed: rank 0's
-    # "dup.a" waits for the others, who submit it only after their own check on "dup.b"; "dup.b"
-    # waits for rank 0, who submits it only once "dup.a" is done.
+    # Each rank checks the duplicate while its first submission cannot have completed: rank 0
+    # submits "dup.a", the others "dup.b", and no rank submits the other name before every rank
+    # is past its check ("dup.checked"). Before, the others submitted "dup.a" right after their
+    # own check, so a rank 0 descheduled between its two calls saw "dup.a" complete first.
     if size < 2:
         pytest.skip("needs another rank to hold the first submission in flight")
     t = torch.ones(17)
@@ -949,13 +950,10 @@ def test_error_duplicate_async_name(rank, size):
     first = hvd.allreduce_async(t, name=mine)
     with pytest.raises(ValueError, match="still in flight"):
         hvd.allreduce_async(t, name=mine)
-    if rank == 0:
-        hvd.synchronize(first)
-        hvd.synchronize(hvd.allreduce_async(t, name=theirs))
-    else:
-        other = hvd.allreduce_async(t, name=theirs)
-        hvd.synchronize(other)
-        hvd.synchronize(first)
+    hvd.allreduce(torch.ones(1), name="dup.checked")
+    other = hvd.allreduce_async(t, name=theirs)
+    hvd.synchronize(first)
+    hvd.synchronize(other)
 
 
 def test_error_unsupported_dtype(rank, size):
