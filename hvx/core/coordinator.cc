@@ -123,6 +123,24 @@ absl::Status Coordinator::Add(const HostRequestList& host, absl::Time now) {
   return absl::OkStatus();
 }
 
+absl::Status Coordinator::AddEncodedHostList(absl::string_view bytes, size_t host, absl::Time now) {
+  // The coordinator's own errors and the list's are passed on as they are; the bytes' corruption
+  // is named with the host.
+  absl::Status refused;
+  const absl::Status read = VisitHostRequestList(
+      bytes,
+      [&](const HostRequestList& list) {
+        refused = list.error.empty() ? AddHostHeader(list) : absl::DataLossError(list.error);
+        return refused;
+      },
+      [&](const HostRequestList& list, const Request& request, const std::vector<uint64_t>& mask) {
+        refused = AddHostEntry(list, request, mask, now);
+        return refused;
+      });
+  if (!refused.ok() || read.ok()) return refused;
+  return Annotate(read, absl::StrCat("the merged list of host ", host));
+}
+
 absl::Status Coordinator::AddHostHeader(const HostRequestList& host) {
   for (int32_t r : host.ranks) {
     if (r < 0 || r >= size_) {

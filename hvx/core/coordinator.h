@@ -70,11 +70,12 @@ class Coordinator {
   // The merged requests of one host's ranks this cycle. Fails (DataLoss) on a member rank outside
   // the set, on a rank named twice for one tensor and on an unknown tensor id.
   absl::Status Add(const HostRequestList& host, absl::Time now);
-  // The same in steps, as VisitHostRequestList reads a list: its header (members and shutdown
-  // mask; entries ignored), then each entry with that header.
-  absl::Status AddHostHeader(const HostRequestList& host);
-  absl::Status AddHostEntry(const HostRequestList& host, const Request& request,
-                            const std::vector<uint64_t>& mask, absl::Time now);
+  // The same list as it arrived, encoded (EncodeHostRequestList), read entry by entry into the
+  // coordinator without decoding it whole (VisitHostRequestList). Fails as Add does, with the
+  // list's own error when its first rank could not read its members, and with DataLoss naming
+  // "the merged list of host <host>" when the bytes are corrupt (the entries before the corrupt
+  // one are added).
+  absl::Status AddEncodedHostList(absl::string_view bytes, size_t host, absl::Time now);
 
   // The responses for every name that became ready (in the order names first arrived), error
   // responses for disagreements and for stalls past the shutdown time, and a Join response when
@@ -149,6 +150,11 @@ class Coordinator {
 
   // Adds `request` for the ranks `members[i]` with bit i of `mask` (members ascending), sent by
   // members[0] itself or, `from_host`, by its host's first rank.
+  // Add's steps: a host list's header (members and shutdown mask; entries ignored), then each
+  // entry with that header.
+  absl::Status AddHostHeader(const HostRequestList& host);
+  absl::Status AddHostEntry(const HostRequestList& host, const Request& request,
+                            const std::vector<uint64_t>& mask, absl::Time now);
   absl::Status AddRequest(const Request& request, const std::vector<int32_t>& members,
                           const std::vector<uint64_t>& mask, bool from_host, absl::Time now);
   void AddJoin(int rank, absl::Time submitted);

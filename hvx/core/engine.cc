@@ -849,26 +849,7 @@ absl::Status Engine::GatherAtCoordinator(SetState& set, const std::string& mine,
   HVX_RETURN_IF_ERROR(set.leaders_comm->Gather(EncodeHostRequestList(merged), &hosts));
   const absl::Time now = MonotonicNow();
   for (size_t h = 0; h < hosts.size() && unreadable->ok(); ++h) {
-    // Read entry by entry into the coordinator; its own errors and a host's are passed on as
-    // they are, the list's corruption named with the host.
-    absl::Status refused;
-    const absl::Status read = VisitHostRequestList(
-        hosts[h],
-        [&](const HostRequestList& host) {
-          refused = host.error.empty() ? set.coordinator->AddHostHeader(host)
-                                       : absl::DataLossError(host.error);
-          return refused;
-        },
-        [&](const HostRequestList& host, const Request& request,
-            const std::vector<uint64_t>& mask) {
-          refused = set.coordinator->AddHostEntry(host, request, mask, now);
-          return refused;
-        });
-    if (!refused.ok()) {
-      *unreadable = refused;
-    } else if (!read.ok()) {
-      *unreadable = Annotate(read, absl::StrCat("the merged list of host ", h));
-    }
+    *unreadable = set.coordinator->AddEncodedHostList(hosts[h], h, now);
   }
   return absl::OkStatus();
 }

@@ -144,15 +144,8 @@ size_t PerHostCycle(Coordinator& coordinator, const std::vector<int32_t>& member
   const std::string mine = EncodeHostRequestList(*MergeHostRequests(members0, lists));
   const absl::Time now = MonotonicNow();
   for (size_t h = 0; h < hosts.size(); ++h) {
-    // As the engine reads them (GatherAtCoordinator): entry by entry into the coordinator.
-    const absl::Status read = VisitHostRequestList(
-        h == 0 ? mine : hosts[h],
-        [&](const HostRequestList& host) { return coordinator.AddHostHeader(host); },
-        [&](const HostRequestList& host, const Request& request,
-            const std::vector<uint64_t>& mask) {
-          return coordinator.AddHostEntry(host, request, mask, now);
-        });
-    if (!read.ok()) std::abort();
+    // As the engine reads them (GatherAtCoordinator).
+    if (!coordinator.AddEncodedHostList(h == 0 ? mine : hosts[h], h, now).ok()) std::abort();
   }
   return EncodeResponseList(coordinator.Build(now)).size();
 }
@@ -218,7 +211,8 @@ void MissPerHost(int ranks, int tensors) {
     std::vector<RequestList> lists;
     for (const std::string& bytes : local0) lists.push_back(*DecodeRequestList(bytes));
     const absl::Time now = MonotonicNow();
-    for (const std::string& h : hosts) (void)coordinator.Add(*DecodeHostRequestList(h), now);
+    for (size_t h = 0; h < hosts.size(); ++h)
+      (void)coordinator.AddEncodedHostList(hosts[h], h, now);
     const ResponseList first = coordinator.Build(now);
     if (static_cast<int>(first.assigned.size()) != tensors) std::abort();
     for (int i = 0; i < tensors; ++i) ids[i] = first.assigned[i].id;
