@@ -187,16 +187,20 @@ absl::Status PiecewiseAllreduce(MPI_Comm comm, const std::vector<hvx::Span>& spa
 
 // The machine's own speed, measured on every rank at once (as the ranks of an allreduce run):
 // median ms for one pre-touched `bytes` memcpy and for y += x over `bytes` of float32.
+// The work a staged shared-memory allreduce of `b` bytes over `n` ranks of one host cannot avoid:
+// each rank copies its (n-1)/n share in and the others' results out, and folds n-1 peers' values
+// into its 1/n.
+double BoundCopiedBytes(int64_t b, int n) { return (n - 1.0) / n * 2.0 * static_cast<double>(b); }
+double BoundAddedBytes(int64_t b, int n) { return (n - 1.0) / n * static_cast<double>(b); }
+
 struct MachineSpeed {
   double copy_ms;
   double add_ms;
   int64_t bytes;
-  // The least time a staged shared-memory allreduce of `b` bytes over `n` ranks of one host can
-  // take: each rank copies its (n-1)/n share in and the others' results out, and folds n-1 peers'
-  // values into its 1/n.
+  // The least time that work can take at these speeds.
   double BoundMs(int64_t b, int n) const {
-    const double share = static_cast<double>(b) / static_cast<double>(bytes);
-    return share * ((n - 1.0) / n * 2.0 * copy_ms + (n - 1.0) / n * add_ms);
+    return (BoundCopiedBytes(b, n) * copy_ms + BoundAddedBytes(b, n) * add_ms) /
+           static_cast<double>(bytes);
   }
 };
 
@@ -363,14 +367,15 @@ void ComparePlanes(Buffers& b, const MachineSpeed& speed, int size, const Settin
   std::vector<hvx::TensorRef> tiny_ref = {hvx::TensorRef(hvx::DataType::kFloat32, {1}, &b.tiny)};
   const int64_t big_bytes = static_cast<int64_t>(b.big.size()) * 4, set_bytes = b.total * 4;
   // The bound's own work, timed in the same rounds as the planes (a VM's copy speed drifts within
-  // a run): what BoundMs counts, copied and added over pre-touched 64 MiB buffers.
+  // a run): BoundCopiedBytes copied and BoundAddedBytes added over pre-touched 64 MiB buffers.
   std::vector<float> bound_x(int64_t{16} << 20, 1.0f), bound_y(int64_t{16} << 20, 2.0f);
   const auto bound_work = [&](int64_t bytes) {
-    const double share = (size - 1.0) / size;
     const int64_t limit = static_cast<int64_t>(bound_x.size()) * 4;
-    for (int64_t left = static_cast<int64_t>(2 * share * bytes); left > 0; left -= limit)
+    for (int64_t left = static_cast<int64_t>(BoundCopiedBytes(bytes, size)); left > 0;
+         left -= limit)
       std::memcpy(bound_y.data(), bound_x.data(), std::min(left, limit));
-    for (int64_t left = static_cast<int64_t>(share * bytes) / 4; left > 0; left -= limit / 4)
+    for (int64_t left = static_cast<int64_t>(BoundAddedBytes(bytes, size)) / 4; left > 0;
+         left -= limit / 4)
       hvx::ReduceInto(hvx::DataType::kFloat32, hvx::ReduceOp::kSum, bound_y.data(), bound_x.data(),
                       std::min(left, limit / 4));
   };
@@ -458,8 +463,17 @@ struct LatencyParts {
 };
 
 LatencyParts MeasureLatencyParts(const Settings& s) {
-  LatencyParts parts;
   const int ops = std::max(1, s.tiny_reps);
+  // Median us per call of `op`, run `ops` times a rep.
+  const auto per_op_us = [&](const std::function<void()>& op) {
+    return 1e3 *
+           MedianMs(std::min(s.reps, 5),
+                    [&] {
+                      for (int i = 0; i < ops; ++i) op();
+                    }) /
+           ops;
+  };
+  LatencyParts parts;
   std::mutex mu;
   std::condition_variable cv;
   int turn = 0;  // 1: the peer thread's turn; 2: stop
@@ -472,17 +486,12 @@ LatencyParts MeasureLatencyParts(const Settings& s) {
       cv.notify_all();
     }
   });
-  parts.handoffs = 1e3 *
-                   MedianMs(std::min(s.reps, 5),
-                            [&] {
-                              for (int i = 0; i < ops; ++i) {
-                                std::unique_lock<std::mutex> lock(mu);
-                                turn = 1;
-                                cv.notify_all();
-                                cv.wait(lock, [&] { return turn == 0; });
-                              }
-                            }) /
-                   ops;
+  parts.handoffs = per_op_us([&] {
+    std::unique_lock<std::mutex> lock(mu);
+    turn = 1;
+    cv.notify_all();
+    cv.wait(lock, [&] { return turn == 0; });
+  });
   {
     std::lock_guard<std::mutex> lock(mu);
     turn = 2;
@@ -491,20 +500,10 @@ LatencyParts MeasureLatencyParts(const Settings& s) {
   peer.join();
   Plane plane = MakePlane(hvx::CpuPlaneMode::kAuto);
   std::vector<uint64_t> words(33, ~uint64_t{0});
-  parts.vote = 1e3 *
-               MedianMs(std::min(s.reps, 5),
-                        [&] {
-                          for (int i = 0; i < ops; ++i) (void)plane.comm->BitwiseAnd(&words);
-                        }) /
-               ops;
+  parts.vote = per_op_us([&] { (void)plane.comm->BitwiseAnd(&words); });
   float tiny = 1.0f;
   std::vector<hvx::TensorRef> tiny_ref = {hvx::TensorRef(hvx::DataType::kFloat32, {1}, &tiny)};
-  parts.allreduce = 1e3 *
-                    MedianMs(std::min(s.reps, 5),
-                             [&] {
-                               for (int i = 0; i < ops; ++i) (void)plane.Allreduce(tiny_ref, 1.0);
-                             }) /
-                    ops;
+  parts.allreduce = per_op_us([&] { (void)plane.Allreduce(tiny_ref, 1.0); });
   return parts;
 }
 

@@ -171,9 +171,8 @@ class ShmCpuPlane : public DataPlane {
   // Collective over comm_: the layout, then (where shared memory applies) the local and cross-host
   // communicators and the regions, agreed by every rank.
   absl::Status SetUp() {
-    int rank = 0, size = 1;
+    int rank = 0;
     MPI_Comm_rank(comm_, &rank);
-    MPI_Comm_size(comm_, &size);
     HVX_ASSIGN_OR_RETURN(const std::vector<std::string> hosts, HostsOf(comm_));
     const HostLayout layout = LayoutOf(hosts);
     const int host = layout.host_of[rank];
