@@ -10,53 +10,118 @@
 namespace hvx {
 namespace {
 
+// One element of op (kSum, kMin, kMax, kProduct) on T: widened to float for float16/bfloat16 and
+// rounded back once; bool's Sum and Max are OR, Min and Product AND.
 template <typename T>
-void ReduceTyped(ReduceOp op, T* acc, const T* in, int64_t n) {
-  switch (op) {
-    case ReduceOp::kMin:
-      for (int64_t i = 0; i < n; ++i) acc[i] = std::min(acc[i], in[i]);
-      break;
-    case ReduceOp::kMax:
-      for (int64_t i = 0; i < n; ++i) acc[i] = std::max(acc[i], in[i]);
-      break;
-    case ReduceOp::kProduct:
-      for (int64_t i = 0; i < n; ++i) acc[i] = static_cast<T>(acc[i] * in[i]);
-      break;
-    default:
-      for (int64_t i = 0; i < n; ++i) acc[i] = static_cast<T>(acc[i] + in[i]);
-      break;
-  }
-}
-
-template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float)>
-void ReduceHalf(ReduceOp op, uint16_t* acc, const uint16_t* in, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float a = ToFloat(acc[i]), b = ToFloat(in[i]);
-    float r;
+struct Plain {
+  static T Apply(ReduceOp op, T a, T b) {
     switch (op) {
       case ReduceOp::kMin:
-        r = std::min(a, b);
-        break;
+        return std::min(a, b);
       case ReduceOp::kMax:
-        r = std::max(a, b);
-        break;
+        return std::max(a, b);
       case ReduceOp::kProduct:
-        r = a * b;
-        break;
+        return static_cast<T>(a * b);
       default:
-        r = a + b;
-        break;
+        return static_cast<T>(a + b);
     }
-    acc[i] = FromFloat(r);
+  }
+};
+
+template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float)>
+struct Half {
+  static uint16_t Apply(ReduceOp op, uint16_t a, uint16_t b) {
+    return FromFloat(Plain<float>::Apply(op, ToFloat(a), ToFloat(b)));
+  }
+};
+
+struct Bool {
+  static uint8_t Apply(ReduceOp op, uint8_t a, uint8_t b) {
+    return op == ReduceOp::kMin || op == ReduceOp::kProduct ? (a && b) : (a || b);
+  }
+};
+
+// acc[i] = acc[i] op in[i]. The switch stays outside the loops, so each loop vectorizes.
+template <typename T, typename E>
+void Reduce(ReduceOp op, T* acc, const T* in, int64_t n) {
+  switch (op) {
+    case ReduceOp::kMin:
+      for (int64_t i = 0; i < n; ++i) acc[i] = E::Apply(ReduceOp::kMin, acc[i], in[i]);
+      break;
+    case ReduceOp::kMax:
+      for (int64_t i = 0; i < n; ++i) acc[i] = E::Apply(ReduceOp::kMax, acc[i], in[i]);
+      break;
+    case ReduceOp::kProduct:
+      for (int64_t i = 0; i < n; ++i) acc[i] = E::Apply(ReduceOp::kProduct, acc[i], in[i]);
+      break;
+    default:
+      for (int64_t i = 0; i < n; ++i) acc[i] = E::Apply(ReduceOp::kSum, acc[i], in[i]);
+      break;
   }
 }
 
-void ReduceBool(ReduceOp op, uint8_t* acc, const uint8_t* in, int64_t n) {
-  const bool use_and = op == ReduceOp::kMin || op == ReduceOp::kProduct;
-  for (int64_t i = 0; i < n; ++i) {
-    acc[i] = use_and ? (acc[i] && in[i]) : (acc[i] || in[i]);
+// out[i] = a[i] op b[i], out overlapping neither.
+template <typename T, typename E>
+void ReduceTwo(ReduceOp op, T* __restrict out, const T* __restrict a, const T* __restrict b,
+               int64_t n) {
+  switch (op) {
+    case ReduceOp::kMin:
+      for (int64_t i = 0; i < n; ++i) out[i] = E::Apply(ReduceOp::kMin, a[i], b[i]);
+      break;
+    case ReduceOp::kMax:
+      for (int64_t i = 0; i < n; ++i) out[i] = E::Apply(ReduceOp::kMax, a[i], b[i]);
+      break;
+    case ReduceOp::kProduct:
+      for (int64_t i = 0; i < n; ++i) out[i] = E::Apply(ReduceOp::kProduct, a[i], b[i]);
+      break;
+    default:
+      for (int64_t i = 0; i < n; ++i) out[i] = E::Apply(ReduceOp::kSum, a[i], b[i]);
+      break;
   }
 }
+
+// Calls Fn<T, E>::Run(args...) with the element type and element operation of `dtype`, the
+// buffers cast to T*.
+template <template <typename, typename> class Fn, typename... Args>
+void Dispatch(DataType dtype, Args... args) {
+  switch (dtype) {
+    case DataType::kUint8:
+      return Fn<uint8_t, Plain<uint8_t>>::Run(args...);
+    case DataType::kInt8:
+      return Fn<int8_t, Plain<int8_t>>::Run(args...);
+    case DataType::kInt16:
+      return Fn<int16_t, Plain<int16_t>>::Run(args...);
+    case DataType::kInt32:
+      return Fn<int32_t, Plain<int32_t>>::Run(args...);
+    case DataType::kInt64:
+      return Fn<int64_t, Plain<int64_t>>::Run(args...);
+    case DataType::kFloat32:
+      return Fn<float, Plain<float>>::Run(args...);
+    case DataType::kFloat64:
+      return Fn<double, Plain<double>>::Run(args...);
+    case DataType::kFloat16:
+      return Fn<uint16_t, Half<HalfToFloat, FloatToHalf>>::Run(args...);
+    case DataType::kBfloat16:
+      return Fn<uint16_t, Half<Bfloat16ToFloat, FloatToBfloat16>>::Run(args...);
+    case DataType::kBool:
+      return Fn<uint8_t, Bool>::Run(args...);
+  }
+}
+
+template <typename T, typename E>
+struct ReduceIntoFn {
+  static void Run(ReduceOp op, void* acc, const void* in, int64_t n) {
+    Reduce<T, E>(op, static_cast<T*>(acc), static_cast<const T*>(in), n);
+  }
+};
+
+template <typename T, typename E>
+struct ReduceToFn {
+  static void Run(ReduceOp op, void* out, const void* a, const void* b, int64_t n) {
+    ReduceTwo<T, E>(op, static_cast<T*>(out), static_cast<const T*>(a), static_cast<const T*>(b),
+                    n);
+  }
+};
 
 template <typename T>
 void ScaleInt(T* data, int64_t n, Scale s) {
@@ -108,30 +173,11 @@ void Adasum(T* a, const T* b, int64_t n, Load load, Store store) {
 }  // namespace
 
 void ReduceInto(DataType dtype, ReduceOp op, void* acc, const void* in, int64_t n) {
-  switch (dtype) {
-    case DataType::kUint8:
-      return ReduceTyped(op, static_cast<uint8_t*>(acc), static_cast<const uint8_t*>(in), n);
-    case DataType::kInt8:
-      return ReduceTyped(op, static_cast<int8_t*>(acc), static_cast<const int8_t*>(in), n);
-    case DataType::kInt16:
-      return ReduceTyped(op, static_cast<int16_t*>(acc), static_cast<const int16_t*>(in), n);
-    case DataType::kInt32:
-      return ReduceTyped(op, static_cast<int32_t*>(acc), static_cast<const int32_t*>(in), n);
-    case DataType::kInt64:
-      return ReduceTyped(op, static_cast<int64_t*>(acc), static_cast<const int64_t*>(in), n);
-    case DataType::kFloat32:
-      return ReduceTyped(op, static_cast<float*>(acc), static_cast<const float*>(in), n);
-    case DataType::kFloat64:
-      return ReduceTyped(op, static_cast<double*>(acc), static_cast<const double*>(in), n);
-    case DataType::kFloat16:
-      return ReduceHalf<HalfToFloat, FloatToHalf>(op, static_cast<uint16_t*>(acc),
-                                                  static_cast<const uint16_t*>(in), n);
-    case DataType::kBfloat16:
-      return ReduceHalf<Bfloat16ToFloat, FloatToBfloat16>(op, static_cast<uint16_t*>(acc),
-                                                          static_cast<const uint16_t*>(in), n);
-    case DataType::kBool:
-      return ReduceBool(op, static_cast<uint8_t*>(acc), static_cast<const uint8_t*>(in), n);
-  }
+  Dispatch<ReduceIntoFn>(dtype, op, acc, in, n);
+}
+
+void ReduceTo(DataType dtype, ReduceOp op, void* out, const void* a, const void* b, int64_t n) {
+  Dispatch<ReduceToFn>(dtype, op, out, a, b, n);
 }
 
 void ScaleInPlace(DataType dtype, void* data, int64_t n, Scale scale) {

@@ -1,6 +1,7 @@
 // Element-wise arithmetic on host buffers of any DataType, shared by CPU data planes.
 //
 //   ReduceInto(DataType::kFloat16, ReduceOp::kSum, acc, incoming, n);  // acc[i] += incoming[i]
+//   ReduceTo(DataType::kFloat32, ReduceOp::kMax, out, a, b, n);         // out[i] = max(a[i], b[i])
 //   ScaleInPlace(DataType::kInt32, acc, n, 0.5);                        // truncated toward zero
 //
 // float16/bfloat16 are widened to float32 for each operation and rounded back once. Integers are
@@ -22,6 +23,10 @@ namespace hvx {
 
 // acc[i] = acc[i] (op) in[i] for i < count. op is kSum, kMin, kMax or kProduct.
 void ReduceInto(DataType dtype, ReduceOp op, void* acc, const void* in, int64_t count);
+
+// out[i] = a[i] (op) b[i] for i < count: the bits of copying a to out, then ReduceInto(out, b), in
+// one pass. out overlaps neither input.
+void ReduceTo(DataType dtype, ReduceOp op, void* out, const void* a, const void* b, int64_t count);
 
 // data[i] = data[i] * scale.factor / scale.divisor. No-op for the identity. bool data is left
 // alone.

@@ -1,6 +1,8 @@
 #include "hvx/core/cpu_ops.h"
 
 #include <cstdint>
+#include <cstring>
+#include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -8,6 +10,60 @@
 
 namespace hvx {
 namespace {
+
+constexpr ReduceOp kFoldOps[] = {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax,
+                                 ReduceOp::kProduct};
+
+TEST(ReduceIntoTest, KnownValues) {
+  const std::vector<float> a = {1, -2, 3.5f}, b = {4, 5, -0.5f};
+  const std::vector<std::vector<float>> want = {
+      {5, 3, 3}, {1, -2, -0.5f}, {4, 5, 3.5f}, {4, -10, -1.75f}};
+  for (int o = 0; o < 4; ++o) {
+    std::vector<float> acc = a;
+    ReduceInto(DataType::kFloat32, kFoldOps[o], acc.data(), b.data(), 3);
+    EXPECT_EQ(acc, want[o]) << "op " << o;
+  }
+  std::vector<int8_t> i8 = {100, -100};
+  const std::vector<int8_t> i8_in = {100, 1};
+  ReduceInto(DataType::kInt8, ReduceOp::kSum, i8.data(), i8_in.data(), 2);
+  EXPECT_EQ(i8, (std::vector<int8_t>{-56, -99}));  // wraps as int8 arithmetic does
+  const std::vector<uint8_t> p = {0, 1, 1, 0}, q = {0, 0, 1, 1};
+  std::vector<uint8_t> any = p, all = p;
+  ReduceInto(DataType::kBool, ReduceOp::kSum, any.data(), q.data(), 4);
+  ReduceInto(DataType::kBool, ReduceOp::kProduct, all.data(), q.data(), 4);
+  EXPECT_EQ(any, (std::vector<uint8_t>{0, 1, 1, 1}));
+  EXPECT_EQ(all, (std::vector<uint8_t>{0, 0, 1, 0}));
+  uint16_t h = FloatToHalf(1.5f), bh = FloatToBfloat16(1.5f);
+  const uint16_t h_in = FloatToHalf(2.25f), bh_in = FloatToBfloat16(2.25f);
+  ReduceInto(DataType::kFloat16, ReduceOp::kSum, &h, &h_in, 1);
+  ReduceInto(DataType::kBfloat16, ReduceOp::kMax, &bh, &bh_in, 1);
+  EXPECT_EQ(HalfToFloat(h), 3.75f);
+  EXPECT_EQ(Bfloat16ToFloat(bh), 2.25f);
+}
+
+// ReduceTo is the shared-memory plane's first fold step: its bits must be those of copying a, then
+// ReduceInto(b), for every type and operation, on every bit pattern (NaNs included).
+TEST(ReduceToTest, EqualsCopyThenReduceIntoForEveryTypeAndOp) {
+  std::mt19937 rng(7);
+  const int64_t n = 1031;  // past every vector width, with a tail
+  for (DataType dtype : kAllDataTypes) {
+    const size_t bytes = n * DataTypeSize(dtype);
+    std::vector<uint8_t> a(bytes), b(bytes);
+    for (auto& x : a) x = static_cast<uint8_t>(rng());
+    for (auto& x : b) x = static_cast<uint8_t>(rng());
+    if (dtype == DataType::kBool) {
+      for (auto& x : a) x &= 1;
+      for (auto& x : b) x &= 1;
+    }
+    for (ReduceOp op : kFoldOps) {
+      std::vector<uint8_t> want = a, got(bytes, 0xAB);
+      ReduceInto(dtype, op, want.data(), b.data(), n);
+      ReduceTo(dtype, op, got.data(), a.data(), b.data(), n);
+      EXPECT_EQ(0, std::memcmp(want.data(), got.data(), bytes))
+          << DataTypeName(dtype) << " op " << static_cast<int>(op);
+    }
+  }
+}
 
 // Every float32 of a wide range divided by each set size an Average meets: the quotient must be
 // x / n rounded once, as torch's `sum / size` is (multiplying by float(1/3) is one ulp off for a
