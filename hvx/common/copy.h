@@ -21,6 +21,9 @@ void CopyBytes(void* dst, const void* src, size_t n);
 // so a later release store (a flag telling another process the data is there) is ordered after.
 void StreamBytes(void* dst, const void* src, size_t n);
 
+// StreamBytes into dst and, unless `also` is null, into `also` too, reading src once.
+void StreamBytes(void* dst, void* also, const void* src, size_t n);
+
 }  // namespace hvx
 
 #endif  // HVX_COMMON_COPY_H_
