@@ -75,18 +75,30 @@ void GatherInputs(const SpanIndex& index, int64_t begin, int64_t count, size_t e
   });
 }
 
+// Copies src, elements [begin, begin + count), to the outputs and, unless `slot` is null, to
+// slot[0, count) too, reading src once.
 void ScatterOutputs(const SpanIndex& index, int64_t begin, int64_t count, size_t esize,
-                    const char* src) {
+                    const char* src, char* slot = nullptr) {
   index.ForEach(begin, count, [&](const ReduceSpan& s, int64_t first, int64_t n) {
-    if (s.out != nullptr) StreamBytes(s.out + first * static_cast<int64_t>(esize), src, n * esize);
+    char* out = s.out != nullptr ? s.out + first * static_cast<int64_t>(esize) : nullptr;
+    if (out != nullptr) {
+      StreamBytes(out, slot, src, n * esize);
+    } else if (slot != nullptr) {
+      StreamBytes(slot, src, n * esize);
+    }
     src += n * esize;
+    if (slot != nullptr) slot += n * esize;
   });
 }
 
 }  // namespace
 
 ShmAllreducer::ShmAllreducer(ShmGroup* group, CrossHostLink* cross, const Options& options)
-    : group_(group), cross_(cross), options_(options), scratch_(options.chunk_bytes) {}
+    : group_(group),
+      cross_(cross),
+      options_(options),
+      scratch_(options.chunk_bytes),
+      fold_(options.chunk_bytes) {}
 
 void ShmAllreducer::Begin(DataType dtype, ReduceOp op, double prescale, Scale postscale,
                           absl::string_view what) {
@@ -191,32 +203,37 @@ const char* ShmAllreducer::ValueOf(int k, const SpanIndex& index, int64_t begin,
 }
 
 absl::Status ShmAllreducer::ReduceChunk(const SpanIndex& index, int64_t begin, int64_t count,
-                                        uint64_t chunk_id, char* slot) {
+                                        uint64_t chunk_id, size_t offset, char* acc) {
   const int size = group_->size();
   const size_t bytes = static_cast<size_t>(count) * esize_;
-  const size_t offset = static_cast<size_t>(slot - group_->data(group_->rank()));
   const bool first_host = cross_ == nullptr || cross_->host() == 0;
   const bool last_host = cross_ == nullptr || cross_->host() == cross_->hosts() - 1;
+  const auto published = [&](int k) {
+    return k == group_->rank() ? absl::OkStatus()
+                               : group_->WaitFor(k, ShmGroup::kPublished, chunk_id + 1, what_);
+  };
   int k = 0;
   if (!first_host) {
-    HVX_RETURN_IF_ERROR(Cross([&] { return cross_->Recv(cross_->host() - 1, slot, bytes); }));
-  } else {
-    if (group_->rank() != 0) {
-      HVX_RETURN_IF_ERROR(group_->WaitFor(0, ShmGroup::kPublished, chunk_id + 1, what_));
-    }
-    CopyBytes(slot, ValueOf(0, index, begin, count, offset), bytes);
+    HVX_RETURN_IF_ERROR(Cross([&] { return cross_->Recv(cross_->host() - 1, acc, bytes); }));
+  } else if (size == 1) {
+    CopyBytes(acc, ValueOf(0, index, begin, count, offset), bytes);
     k = 1;
+  } else {
+    // The first two values in one pass (ValueOf returns at most one pointer into scratch_).
+    HVX_RETURN_IF_ERROR(published(0));
+    HVX_RETURN_IF_ERROR(published(1));
+    ReduceTo(dtype_, op_, acc, ValueOf(0, index, begin, count, offset),
+             ValueOf(1, index, begin, count, offset), count);
+    k = 2;
   }
   for (; k < size; ++k) {
-    if (k != group_->rank()) {
-      HVX_RETURN_IF_ERROR(group_->WaitFor(k, ShmGroup::kPublished, chunk_id + 1, what_));
-    }
-    ReduceInto(dtype_, op_, slot, ValueOf(k, index, begin, count, offset), count);
+    HVX_RETURN_IF_ERROR(published(k));
+    ReduceInto(dtype_, op_, acc, ValueOf(k, index, begin, count, offset), count);
   }
   if (last_host) {
-    ScaleInPlace(dtype_, slot, count, postscale_);
+    ScaleInPlace(dtype_, acc, count, postscale_);
   } else {
-    HVX_RETURN_IF_ERROR(Cross([&] { return cross_->Send(cross_->host() + 1, slot, bytes); }));
+    HVX_RETURN_IF_ERROR(Cross([&] { return cross_->Send(cross_->host() + 1, acc, bytes); }));
   }
   return absl::OkStatus();
 }
@@ -255,15 +272,22 @@ absl::Status ShmAllreducer::Round(const SpanIndex& index, int64_t begin,
     group_->Set(ShmGroup::kPublished, base + j + 1);
   }
   Failpoint("allreduce");
-  // 2. Reduce this rank's chunks.
+  // 2. Reduce this rank's chunks. On one host the fold runs in fold_, which stays in this core's
+  // cache, and the result streams to the region: a peer then reads it from memory rather than
+  // from this core's cache, which is slower where the two cores share no cache (BENCHMARKS.md).
   for (int64_t j = 0; j < chunks; ++j) {
     if (owner(j) != me) continue;
     char* slot = mine + offset(j);
-    HVX_RETURN_IF_ERROR(ReduceChunk(index, begin + first(j), length(j), base + j, slot));
-    if (cross_ == nullptr) {
-      ScatterOutputs(index, begin + first(j), length(j), esize_, slot);
-      group_->Set(ShmGroup::kReduced, base + j + 1);
+    if (cross_ != nullptr) {
+      HVX_RETURN_IF_ERROR(
+          ReduceChunk(index, begin + first(j), length(j), base + j, offset(j), slot));
+      continue;
     }
+    HVX_RETURN_IF_ERROR(
+        ReduceChunk(index, begin + first(j), length(j), base + j, offset(j), fold_.data()));
+    ScatterOutputs(index, begin + first(j), length(j), esize_, fold_.data(),
+                   fetch ? slot : nullptr);
+    group_->Set(ShmGroup::kReduced, base + j + 1);
   }
   if (cross_ != nullptr) {
     // The last host has the results; every other host receives them.

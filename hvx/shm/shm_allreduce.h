@@ -7,8 +7,11 @@
 // The data is cut into chunks, chunk j owned by local rank j mod L. Per round (of at most
 // Options::round_bytes, double-buffered in each rank's region):
 //   1. publish: each rank copies its inputs of the chunks it does not own into its region;
-//   2. reduce: each owner folds every local rank's value of its chunks into its region, reading
-//      the peers' published copies in place and its own input where it lies;
+//   2. reduce: each owner folds every local rank's value of its chunks, reading the peers'
+//      published copies in place and its own input where it lies. On one host it folds in a
+//      chunk-sized buffer of its own that stays in its cache, then writes the result to its
+//      outputs and, with non-temporal stores, to its region (so that a peer on a core that shares
+//      no cache with it reads the result from memory); across hosts it folds in its region;
 //   3. fetch: each rank copies the finished chunks of the other owners into its outputs.
 // Counters in each rank's header (ShmGroup) order the phases chunk by chunk, so an owner starts
 // on a chunk as soon as its peers have published it.
@@ -135,9 +138,11 @@ class ShmAllreducer {
     stats_.cross += MonotonicNow() - start;
     return s;
   }
-  // Folds every rank's value of elements [begin, begin + count) (chunk `chunk_id`) into `slot`.
+  // Folds every rank's value of elements [begin, begin + count) (chunk `chunk_id`, published at
+  // `offset` in each peer's region) into `acc`: this rank's region slot there when the result
+  // crosses hosts, fold_ on one host.
   absl::Status ReduceChunk(const SpanIndex& index, int64_t begin, int64_t count, uint64_t chunk_id,
-                           char* slot);
+                           size_t offset, char* acc);
   // Local rank k's value of elements [begin, begin + count): this rank's own input (scaled,
   // through scratch_ when needed) or k's published copy in its region at `offset`.
   const char* ValueOf(int k, const SpanIndex& index, int64_t begin, int64_t count, size_t offset);
@@ -155,9 +160,10 @@ class ShmAllreducer {
   size_t esize_ = 4;
   int64_t chunk_ = 1;  // elements per chunk
 
-  uint64_t rounds_ = 0;  // rounds completed by this rank, over all calls
-  uint64_t chunks_ = 0;  // chunks of those rounds
-  std::vector<char> scratch_;
+  uint64_t rounds_ = 0;        // rounds completed by this rank, over all calls
+  uint64_t chunks_ = 0;        // chunks of those rounds
+  std::vector<char> scratch_;  // this rank's own value, when it must be gathered or scaled
+  std::vector<char> fold_;     // a chunk's fold on one host
   absl::Status broken_;
   Stats stats_;
 };
