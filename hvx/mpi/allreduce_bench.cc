@@ -87,13 +87,19 @@ void Ratio(const std::string& what, double raw, double hvx) {
 struct Variant {
   std::string name;
   std::function<void()> fn;
-  bool second_thread = true;  // as hvx's background thread would run it
-  std::vector<double> ms;
+  bool second_thread = true;     // as hvx's background thread would run it
+  std::vector<double> ms;        // sorted after the run
+  std::vector<double> by_round;  // the same, in round order
   long faults = 0;
 };
 
-void RunInterleaved(const std::string& label, std::vector<Variant>& variants, int reps) {
+// Runs every variant once per round, `reps` rounds, and adds each one's median line. With `probe`,
+// calls it before each round and keeps what it returns in `probed`.
+void RunInterleaved(const std::string& label, std::vector<Variant>& variants, int reps,
+                    const std::function<double()>& probe = nullptr,
+                    std::vector<double>* probed = nullptr) {
   for (int round = 0; round < reps; ++round) {
+    if (probe) probed->push_back(probe());
     for (Variant& v : variants) {
       MPI_Barrier(MPI_COMM_WORLD);
       const absl::Time start = hvx::MonotonicNow();
@@ -108,6 +114,7 @@ void RunInterleaved(const std::string& label, std::vector<Variant>& variants, in
       double ms = absl::ToDoubleMilliseconds(hvx::MonotonicNow() - start);
       MPI_Allreduce(MPI_IN_PLACE, &ms, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
       v.ms.push_back(ms);
+      v.by_round.push_back(ms);
     }
   }
   for (Variant& v : variants) {
@@ -257,6 +264,93 @@ std::string MemoryLine(int reps) {
       "pages %.3f ms, on huge pages %.3f ms; THP enabled [%s], shmem_enabled [%s]",
       1e3 * first_touch / pages, first_touch, small, huge, ThpSetting("enabled"),
       ThpSetting("shmem_enabled"));
+}
+
+// How far apart the cores of ranks 0 and 1 are: the round trip of one cache line between them
+// (each rank writes a word the other spins on), in ns. Where they share a cache it is ~100 ns; on
+// cores that share none, several times that, and so is every line one reads that the other just
+// wrote. A VM's vCPUs can move between the two within a run, so the planes' cases measure it
+// before every round (ByCoreDistance). -1 with fewer than two ranks on rank 0's host.
+class LineRoundTrip {
+ public:
+  LineRoundTrip() {
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node_);
+    MPI_Comm_rank(node_, &local_);
+    MPI_Comm_size(node_, &local_size_);
+    MPI_Win_allocate_shared(local_ == 0 ? 2 * kLine : 0, 1, MPI_INFO_NULL, node_, &base_, &win_);
+    MPI_Aint bytes = 0;
+    int unit = 1;
+    MPI_Win_shared_query(win_, 0, &bytes, &unit, &base_);
+    if (local_ == 0) std::memset(base_, 0, 2 * kLine);
+    MPI_Barrier(node_);
+  }
+  ~LineRoundTrip() {
+    MPI_Win_free(&win_);
+    MPI_Comm_free(&node_);
+  }
+
+  // Collective over MPI_COMM_WORLD; every rank returns rank 0's figure.
+  double Ns(int trips = 5000) {
+    double ns = -1;
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (local_size_ >= 2 && local_ < 2) {
+      int64_t* mine = reinterpret_cast<int64_t*>(base_ + local_ * kLine);
+      int64_t* theirs = reinterpret_cast<int64_t*>(base_ + (1 - local_) * kLine);
+      const absl::Time start = hvx::MonotonicNow();
+      for (int i = 1; i <= trips; ++i) {
+        const int64_t want = next_ + i;
+        // Rank 0 serves, rank 1 answers.
+        if (local_ == 0) __atomic_store_n(mine, want, __ATOMIC_RELEASE);
+        while (__atomic_load_n(theirs, __ATOMIC_ACQUIRE) != want) {
+        }
+        if (local_ == 1) __atomic_store_n(mine, want, __ATOMIC_RELEASE);
+      }
+      ns = absl::ToDoubleNanoseconds(hvx::MonotonicNow() - start) / trips;
+    }
+    next_ += trips;
+    MPI_Bcast(&ns, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    return ns;
+  }
+
+ private:
+  static constexpr MPI_Aint kLine = 128;  // apart by more than a line and its prefetched pair
+  MPI_Comm node_;
+  MPI_Win win_;
+  char* base_ = nullptr;
+  int local_ = 0;
+  int local_size_ = 1;
+  int64_t next_ = 0;
+};
+
+// The plane's time over the bound's, round by round, in two groups by the cache line's round
+// trip measured before the round: ranks on cores that share a cache (under 250 ns) and on cores
+// that share none. Each group: its rounds, their round trips, the median ratio and the medians of
+// the plane's and the bound's times.
+std::string ByCoreDistance(const std::string& name, const std::vector<double>& line_ns,
+                           const Variant& plane, const Variant& bound) {
+  std::string out = absl::StrFormat("%s, shm plane / bound by where the ranks ran:", name);
+  if (line_ns.empty() || line_ns[0] < 0) return out + " one rank on rank 0's host";
+  for (const bool near : {true, false}) {
+    std::vector<double> ratios, ns, plane_ms, bound_ms;
+    for (size_t r = 0; r < line_ns.size(); ++r) {
+      if ((line_ns[r] < 250) != near) continue;
+      ratios.push_back(plane.by_round[r] / bound.by_round[r]);
+      ns.push_back(line_ns[r]);
+      plane_ms.push_back(plane.by_round[r]);
+      bound_ms.push_back(bound.by_round[r]);
+    }
+    out += near ? " cores sharing a cache: " : "; cores sharing none: ";
+    if (ratios.empty()) {
+      out += "no round";
+      continue;
+    }
+    for (auto* v : {&ratios, &ns, &plane_ms, &bound_ms}) std::sort(v->begin(), v->end());
+    const size_t mid = ratios.size() / 2;
+    out += absl::StrFormat(
+        "%zu rounds (line round trip %.0f-%.0f ns), median %.2fx (plane %.3f ms, bound %.3f ms)",
+        ratios.size(), ns.front(), ns.back(), ratios[mid], plane_ms[mid], bound_ms[mid]);
+  }
+  return out;
 }
 
 // The shm plane's regions in this process (its own and its peers' mappings of /dev/shm/hvx.*):
@@ -425,13 +519,16 @@ void ComparePlanes(Buffers& b, const MachineSpeed& speed, int size, const Settin
                      false}},
                    tiny_ops});
   bool regions_reported = false;
+  LineRoundTrip line;
   for (Case& k : cases) {
     for (Variant& v : k.variants) v.fn();  // warm-up: the shm plane maps its regions here
     if (!regions_reported) {
       g_lines.push_back(RegionPagesLine());
       regions_reported = true;
     }
-    RunInterleaved(k.name, k.variants, s.reps);
+    std::vector<double> line_ns;
+    RunInterleaved(
+        k.name, k.variants, s.reps, [&] { return line.Ns(); }, &line_ns);
     const double raw = k.variants[0].ms[k.variants[0].ms.size() / 2] / k.ops;
     const double mpi_ms = k.variants[1].ms[k.variants[1].ms.size() / 2] / k.ops;
     const double shm_ms = k.variants[2].ms[k.variants[2].ms.size() / 2] / k.ops;
@@ -444,6 +541,7 @@ void ComparePlanes(Buffers& b, const MachineSpeed& speed, int size, const Settin
           "plane %.2fx; shm %.2fx faster than %s, %.2fx faster than the MPI plane",
           k.name, bound, speed.BoundMs(k.bytes, size), shm_ms / bound, mpi_ms / bound, raw / shm_ms,
           k.variants[0].name, mpi_ms / shm_ms));
+      g_lines.push_back(ByCoreDistance(k.name, line_ns, k.variants[2], k.variants[3]));
     } else {
       g_lines.push_back(
           absl::StrFormat("%s per op: raw MPI %.4f ms, MPI plane %.4f ms, shm plane %.4f ms",
