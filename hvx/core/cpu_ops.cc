@@ -41,29 +41,10 @@ struct Bool {
   }
 };
 
-// acc[i] = acc[i] op in[i]. The switch stays outside the loops, so each loop vectorizes.
+// out[i] = a[i] op b[i]; out may be a (ReduceInto), which GCC's vectorized loop allows for. The
+// switch stays outside the loops, so each loop vectorizes.
 template <typename T, typename E>
-void Reduce(ReduceOp op, T* acc, const T* in, int64_t n) {
-  switch (op) {
-    case ReduceOp::kMin:
-      for (int64_t i = 0; i < n; ++i) acc[i] = E::Apply(ReduceOp::kMin, acc[i], in[i]);
-      break;
-    case ReduceOp::kMax:
-      for (int64_t i = 0; i < n; ++i) acc[i] = E::Apply(ReduceOp::kMax, acc[i], in[i]);
-      break;
-    case ReduceOp::kProduct:
-      for (int64_t i = 0; i < n; ++i) acc[i] = E::Apply(ReduceOp::kProduct, acc[i], in[i]);
-      break;
-    default:
-      for (int64_t i = 0; i < n; ++i) acc[i] = E::Apply(ReduceOp::kSum, acc[i], in[i]);
-      break;
-  }
-}
-
-// out[i] = a[i] op b[i], out overlapping neither.
-template <typename T, typename E>
-void ReduceTwo(ReduceOp op, T* __restrict out, const T* __restrict a, const T* __restrict b,
-               int64_t n) {
+void Fold(ReduceOp op, T* out, const T* a, const T* b, int64_t n) {
   switch (op) {
     case ReduceOp::kMin:
       for (int64_t i = 0; i < n; ++i) out[i] = E::Apply(ReduceOp::kMin, a[i], b[i]);
@@ -109,17 +90,9 @@ void Dispatch(DataType dtype, Args... args) {
 }
 
 template <typename T, typename E>
-struct ReduceIntoFn {
-  static void Run(ReduceOp op, void* acc, const void* in, int64_t n) {
-    Reduce<T, E>(op, static_cast<T*>(acc), static_cast<const T*>(in), n);
-  }
-};
-
-template <typename T, typename E>
-struct ReduceToFn {
+struct FoldFn {
   static void Run(ReduceOp op, void* out, const void* a, const void* b, int64_t n) {
-    ReduceTwo<T, E>(op, static_cast<T*>(out), static_cast<const T*>(a), static_cast<const T*>(b),
-                    n);
+    Fold<T, E>(op, static_cast<T*>(out), static_cast<const T*>(a), static_cast<const T*>(b), n);
   }
 };
 
@@ -173,11 +146,11 @@ void Adasum(T* a, const T* b, int64_t n, Load load, Store store) {
 }  // namespace
 
 void ReduceInto(DataType dtype, ReduceOp op, void* acc, const void* in, int64_t n) {
-  Dispatch<ReduceIntoFn>(dtype, op, acc, in, n);
+  Dispatch<FoldFn>(dtype, op, acc, static_cast<const void*>(acc), in, n);
 }
 
 void ReduceTo(DataType dtype, ReduceOp op, void* out, const void* a, const void* b, int64_t n) {
-  Dispatch<ReduceToFn>(dtype, op, out, a, b, n);
+  Dispatch<FoldFn>(dtype, op, out, a, b, n);
 }
 
 void ScaleInPlace(DataType dtype, void* data, int64_t n, Scale scale) {
