@@ -44,7 +44,10 @@ struct Bool {
 // out[i] = a[i] op b[i]; out may be a (ReduceInto), which GCC's vectorized loop allows for. The
 // switch stays outside the loops, so each loop vectorizes.
 template <typename T, typename E>
-void Fold(ReduceOp op, T* out, const T* a, const T* b, int64_t n) {
+void Fold(ReduceOp op, void* out_bytes, const void* a_bytes, const void* b_bytes, int64_t n) {
+  T* out = static_cast<T*>(out_bytes);
+  const T* a = static_cast<const T*>(a_bytes);
+  const T* b = static_cast<const T*>(b_bytes);
   switch (op) {
     case ReduceOp::kMin:
       for (int64_t i = 0; i < n; ++i) out[i] = E::Apply(ReduceOp::kMin, a[i], b[i]);
@@ -61,40 +64,33 @@ void Fold(ReduceOp op, T* out, const T* a, const T* b, int64_t n) {
   }
 }
 
-// Calls Fn<T, E>::Run(args...) with the element type and element operation of `dtype`, the
-// buffers cast to T*.
-template <template <typename, typename> class Fn, typename... Args>
-void Dispatch(DataType dtype, Args... args) {
+// Fold on the element type and element operation of `dtype`.
+void FoldAny(DataType dtype, ReduceOp op, void* out, const void* a, const void* b, int64_t n) {
+  using HalfOp = Half<HalfToFloat, FloatToHalf>;
+  using Bfloat16Op = Half<Bfloat16ToFloat, FloatToBfloat16>;
   switch (dtype) {
     case DataType::kUint8:
-      return Fn<uint8_t, Plain<uint8_t>>::Run(args...);
+      return Fold<uint8_t, Plain<uint8_t>>(op, out, a, b, n);
     case DataType::kInt8:
-      return Fn<int8_t, Plain<int8_t>>::Run(args...);
+      return Fold<int8_t, Plain<int8_t>>(op, out, a, b, n);
     case DataType::kInt16:
-      return Fn<int16_t, Plain<int16_t>>::Run(args...);
+      return Fold<int16_t, Plain<int16_t>>(op, out, a, b, n);
     case DataType::kInt32:
-      return Fn<int32_t, Plain<int32_t>>::Run(args...);
+      return Fold<int32_t, Plain<int32_t>>(op, out, a, b, n);
     case DataType::kInt64:
-      return Fn<int64_t, Plain<int64_t>>::Run(args...);
+      return Fold<int64_t, Plain<int64_t>>(op, out, a, b, n);
     case DataType::kFloat32:
-      return Fn<float, Plain<float>>::Run(args...);
+      return Fold<float, Plain<float>>(op, out, a, b, n);
     case DataType::kFloat64:
-      return Fn<double, Plain<double>>::Run(args...);
+      return Fold<double, Plain<double>>(op, out, a, b, n);
     case DataType::kFloat16:
-      return Fn<uint16_t, Half<HalfToFloat, FloatToHalf>>::Run(args...);
+      return Fold<uint16_t, HalfOp>(op, out, a, b, n);
     case DataType::kBfloat16:
-      return Fn<uint16_t, Half<Bfloat16ToFloat, FloatToBfloat16>>::Run(args...);
+      return Fold<uint16_t, Bfloat16Op>(op, out, a, b, n);
     case DataType::kBool:
-      return Fn<uint8_t, Bool>::Run(args...);
+      return Fold<uint8_t, Bool>(op, out, a, b, n);
   }
 }
-
-template <typename T, typename E>
-struct FoldFn {
-  static void Run(ReduceOp op, void* out, const void* a, const void* b, int64_t n) {
-    Fold<T, E>(op, static_cast<T*>(out), static_cast<const T*>(a), static_cast<const T*>(b), n);
-  }
-};
 
 template <typename T>
 void ScaleInt(T* data, int64_t n, Scale s) {
@@ -146,11 +142,11 @@ void Adasum(T* a, const T* b, int64_t n, Load load, Store store) {
 }  // namespace
 
 void ReduceInto(DataType dtype, ReduceOp op, void* acc, const void* in, int64_t n) {
-  Dispatch<FoldFn>(dtype, op, acc, static_cast<const void*>(acc), in, n);
+  FoldAny(dtype, op, acc, acc, in, n);
 }
 
 void ReduceTo(DataType dtype, ReduceOp op, void* out, const void* a, const void* b, int64_t n) {
-  Dispatch<FoldFn>(dtype, op, out, a, b, n);
+  FoldAny(dtype, op, out, a, b, n);
 }
 
 void ScaleInPlace(DataType dtype, void* data, int64_t n, Scale scale) {
