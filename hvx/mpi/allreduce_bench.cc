@@ -49,6 +49,12 @@ double g_faults = 0;
 
 long MinorFaults() { return hvx::MinorPageFaults(hvx::FaultScope::kThisProcess); }
 
+// The middle element of `v` sorted (the upper one of an even count).
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
 double MedianMs(int reps, const std::function<void()>& fn) {
   fn();
   std::vector<double> t;
@@ -60,8 +66,7 @@ double MedianMs(int reps, const std::function<void()>& fn) {
     t.push_back(absl::ToDoubleMilliseconds(hvx::MonotonicNow() - start));
   }
   g_faults = static_cast<double>(MinorFaults() - faults) / reps;
-  std::sort(t.begin(), t.end());
-  double med = t[t.size() / 2];
+  double med = Median(t);
   // Report the slowest rank's median: the job waits for it.
   MPI_Allreduce(MPI_IN_PLACE, &med, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   return med;
@@ -87,10 +92,10 @@ void Ratio(const std::string& what, double raw, double hvx) {
 struct Variant {
   std::string name;
   std::function<void()> fn;
-  bool second_thread = true;     // as hvx's background thread would run it
-  std::vector<double> ms;        // sorted after the run
-  std::vector<double> by_round;  // the same, in round order
+  bool second_thread = true;  // as hvx's background thread would run it
+  std::vector<double> ms;     // one per round, in round order
   long faults = 0;
+  double median() const { return Median(ms); }
 };
 
 // Runs every variant once per round, `reps` rounds, and adds each one's median line. With `probe`,
@@ -114,13 +119,12 @@ void RunInterleaved(const std::string& label, std::vector<Variant>& variants, in
       double ms = absl::ToDoubleMilliseconds(hvx::MonotonicNow() - start);
       MPI_Allreduce(MPI_IN_PLACE, &ms, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
       v.ms.push_back(ms);
-      v.by_round.push_back(ms);
     }
   }
-  for (Variant& v : variants) {
-    std::sort(v.ms.begin(), v.ms.end());
-    g_lines.push_back(absl::StrFormat("    %s: %-40s %9.3f ms (min %.3f) %6ld faults", label,
-                                      v.name, v.ms[v.ms.size() / 2], v.ms[0], v.faults / reps));
+  for (const Variant& v : variants) {
+    g_lines.push_back(
+        absl::StrFormat("    %s: %-40s %9.3f ms (min %.3f) %6ld faults", label, v.name, v.median(),
+                        *std::min_element(v.ms.begin(), v.ms.end()), v.faults / reps));
   }
 }
 
@@ -334,21 +338,21 @@ std::string ByCoreDistance(const std::string& name, const std::vector<double>& l
     std::vector<double> ratios, ns, plane_ms, bound_ms;
     for (size_t r = 0; r < line_ns.size(); ++r) {
       if ((line_ns[r] < 250) != near) continue;
-      ratios.push_back(plane.by_round[r] / bound.by_round[r]);
+      ratios.push_back(plane.ms[r] / bound.ms[r]);
       ns.push_back(line_ns[r]);
-      plane_ms.push_back(plane.by_round[r]);
-      bound_ms.push_back(bound.by_round[r]);
+      plane_ms.push_back(plane.ms[r]);
+      bound_ms.push_back(bound.ms[r]);
     }
     out += near ? " cores sharing a cache: " : "; cores sharing none: ";
     if (ratios.empty()) {
       out += "no round";
       continue;
     }
-    for (auto* v : {&ratios, &ns, &plane_ms, &bound_ms}) std::sort(v->begin(), v->end());
-    const size_t mid = ratios.size() / 2;
     out += absl::StrFormat(
         "%zu rounds (line round trip %.0f-%.0f ns), median %.2fx (plane %.3f ms, bound %.3f ms)",
-        ratios.size(), ns.front(), ns.back(), ratios[mid], plane_ms[mid], bound_ms[mid]);
+        ratios.size(), *std::min_element(ns.begin(), ns.end()),
+        *std::max_element(ns.begin(), ns.end()), Median(ratios), Median(plane_ms),
+        Median(bound_ms));
   }
   return out;
 }
@@ -529,13 +533,13 @@ void ComparePlanes(Buffers& b, const MachineSpeed& speed, int size, const Settin
     std::vector<double> line_ns;
     RunInterleaved(
         k.name, k.variants, s.reps, [&] { return line.Ns(); }, &line_ns);
-    const double raw = k.variants[0].ms[k.variants[0].ms.size() / 2] / k.ops;
-    const double mpi_ms = k.variants[1].ms[k.variants[1].ms.size() / 2] / k.ops;
-    const double shm_ms = k.variants[2].ms[k.variants[2].ms.size() / 2] / k.ops;
+    const double raw = k.variants[0].median() / k.ops;
+    const double mpi_ms = k.variants[1].median() / k.ops;
+    const double shm_ms = k.variants[2].median() / k.ops;
     if (k.bytes > 4) {
       // Measured in these rounds; the machine line's speed gives the same figure when the VM
       // holds still.
-      const double bound = k.variants[3].ms[k.variants[3].ms.size() / 2];
+      const double bound = k.variants[3].median();
       g_lines.push_back(absl::StrFormat(
           "%s: bound %.3f ms (%.3f ms from the machine line); shm plane %.2fx the bound, MPI "
           "plane %.2fx; shm %.2fx faster than %s, %.2fx faster than the MPI plane",
