@@ -64,34 +64,6 @@ void Fold(ReduceOp op, void* out_bytes, const void* a_bytes, const void* b_bytes
   }
 }
 
-// Fold on the element type and element operation of `dtype`.
-void FoldAny(DataType dtype, ReduceOp op, void* out, const void* a, const void* b, int64_t n) {
-  using HalfOp = Half<HalfToFloat, FloatToHalf>;
-  using Bfloat16Op = Half<Bfloat16ToFloat, FloatToBfloat16>;
-  switch (dtype) {
-    case DataType::kUint8:
-      return Fold<uint8_t, Plain<uint8_t>>(op, out, a, b, n);
-    case DataType::kInt8:
-      return Fold<int8_t, Plain<int8_t>>(op, out, a, b, n);
-    case DataType::kInt16:
-      return Fold<int16_t, Plain<int16_t>>(op, out, a, b, n);
-    case DataType::kInt32:
-      return Fold<int32_t, Plain<int32_t>>(op, out, a, b, n);
-    case DataType::kInt64:
-      return Fold<int64_t, Plain<int64_t>>(op, out, a, b, n);
-    case DataType::kFloat32:
-      return Fold<float, Plain<float>>(op, out, a, b, n);
-    case DataType::kFloat64:
-      return Fold<double, Plain<double>>(op, out, a, b, n);
-    case DataType::kFloat16:
-      return Fold<uint16_t, HalfOp>(op, out, a, b, n);
-    case DataType::kBfloat16:
-      return Fold<uint16_t, Bfloat16Op>(op, out, a, b, n);
-    case DataType::kBool:
-      return Fold<uint8_t, Bool>(op, out, a, b, n);
-  }
-}
-
 template <typename T>
 void ScaleInt(T* data, int64_t n, Scale s) {
   const double f = s.factor, d = s.divisor;
@@ -142,11 +114,34 @@ void Adasum(T* a, const T* b, int64_t n, Load load, Store store) {
 }  // namespace
 
 void ReduceInto(DataType dtype, ReduceOp op, void* acc, const void* in, int64_t n) {
-  FoldAny(dtype, op, acc, acc, in, n);
+  ReduceTo(dtype, op, acc, acc, in, n);
 }
 
 void ReduceTo(DataType dtype, ReduceOp op, void* out, const void* a, const void* b, int64_t n) {
-  FoldAny(dtype, op, out, a, b, n);
+  using HalfOp = Half<HalfToFloat, FloatToHalf>;
+  using Bfloat16Op = Half<Bfloat16ToFloat, FloatToBfloat16>;
+  switch (dtype) {
+    case DataType::kUint8:
+      return Fold<uint8_t, Plain<uint8_t>>(op, out, a, b, n);
+    case DataType::kInt8:
+      return Fold<int8_t, Plain<int8_t>>(op, out, a, b, n);
+    case DataType::kInt16:
+      return Fold<int16_t, Plain<int16_t>>(op, out, a, b, n);
+    case DataType::kInt32:
+      return Fold<int32_t, Plain<int32_t>>(op, out, a, b, n);
+    case DataType::kInt64:
+      return Fold<int64_t, Plain<int64_t>>(op, out, a, b, n);
+    case DataType::kFloat32:
+      return Fold<float, Plain<float>>(op, out, a, b, n);
+    case DataType::kFloat64:
+      return Fold<double, Plain<double>>(op, out, a, b, n);
+    case DataType::kFloat16:
+      return Fold<uint16_t, HalfOp>(op, out, a, b, n);
+    case DataType::kBfloat16:
+      return Fold<uint16_t, Bfloat16Op>(op, out, a, b, n);
+    case DataType::kBool:
+      return Fold<uint8_t, Bool>(op, out, a, b, n);
+  }
 }
 
 void ScaleInPlace(DataType dtype, void* data, int64_t n, Scale scale) {

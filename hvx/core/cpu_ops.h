@@ -25,7 +25,7 @@ namespace hvx {
 void ReduceInto(DataType dtype, ReduceOp op, void* acc, const void* in, int64_t count);
 
 // out[i] = a[i] (op) b[i] for i < count: the bits of copying a to out, then ReduceInto(out, b), in
-// one pass. out overlaps neither input.
+// one pass. out is a (ReduceInto) or overlaps neither input.
 void ReduceTo(DataType dtype, ReduceOp op, void* out, const void* a, const void* b, int64_t count);
 
 // data[i] = data[i] * scale.factor / scale.divisor. No-op for the identity. bool data is left
