@@ -253,6 +253,24 @@ absl::Status ShmAllreducer::Round(const SpanIndex& index, int64_t begin,
     return buffer + static_cast<size_t>(plan[j].first) * esize_;
   };
   char* const mine = group_->data(me);
+  // Step 3, fetching the other owners' results into the outputs, in chunk order from `fetched`
+  // on: with `wait`, all that are left; without, those already reduced.
+  int64_t fetched = 0;
+  const auto fetch_results = [&](bool wait) -> absl::Status {
+    for (; fetch && fetched < chunks; ++fetched) {
+      const int o = owner(fetched);
+      if (o == me) continue;
+      const uint64_t reduced = base + static_cast<uint64_t>(fetched) + 1;
+      if (wait) {
+        HVX_RETURN_IF_ERROR(group_->WaitFor(o, ShmGroup::kReduced, reduced, what_));
+      } else if (group_->Get(o, ShmGroup::kReduced) < reduced) {
+        break;
+      }
+      ScatterOutputs(index, begin + first(fetched), length(fetched), esize_,
+                     group_->data(o) + offset(fetched));
+    }
+    return absl::OkStatus();
+  };
 
   // This rank's half of the double buffer was last used two rounds ago: every peer must be done
   // reading it.
@@ -275,6 +293,8 @@ absl::Status ShmAllreducer::Round(const SpanIndex& index, int64_t begin,
   // 2. Reduce this rank's chunks. On one host the fold runs in fold_, which stays in this core's
   // cache, and the result streams to the region: a peer then reads it from memory rather than
   // from this core's cache, which is slower where the two cores share no cache (BENCHMARKS.md).
+  // After each, the peers' results that are ready are fetched, so that the reads of the folds
+  // and the copies of the fetches share the round instead of each having a phase of its own.
   for (int64_t j = 0; j < chunks; ++j) {
     if (owner(j) != me) continue;
     char* slot = mine + offset(j);
@@ -288,6 +308,7 @@ absl::Status ShmAllreducer::Round(const SpanIndex& index, int64_t begin,
     ScatterOutputs(index, begin + first(j), length(j), esize_, fold_.data(),
                    fetch ? slot : nullptr);
     group_->Set(ShmGroup::kReduced, base + j + 1);
+    HVX_RETURN_IF_ERROR(fetch_results(/*wait=*/false));
   }
   if (cross_ != nullptr) {
     // The last host has the results; every other host receives them.
@@ -308,13 +329,8 @@ absl::Status ShmAllreducer::Round(const SpanIndex& index, int64_t begin,
       group_->Set(ShmGroup::kReduced, base + j + 1);
     }
   }
-  // 3. Fetch the other owners' results.
-  for (int64_t j = 0; j < chunks && fetch; ++j) {
-    const int o = owner(j);
-    if (o == me) continue;
-    HVX_RETURN_IF_ERROR(group_->WaitFor(o, ShmGroup::kReduced, base + j + 1, what_));
-    ScatterOutputs(index, begin + first(j), length(j), esize_, group_->data(o) + offset(j));
-  }
+  // 3. Fetch the other owners' results not fetched yet.
+  HVX_RETURN_IF_ERROR(fetch_results(/*wait=*/true));
   if (cross_ != nullptr) HVX_RETURN_IF_ERROR(Cross([&] { return cross_->Flush(); }));
   group_->Set(ShmGroup::kConsumed, round + 1);
   rounds_ = round + 1;
