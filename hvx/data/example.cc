@@ -71,8 +71,10 @@ absl::StatusOr<const Feature*> GetFeature(const Example& example, absl::string_v
   const auto& map = example.features().feature();
   auto it = map.find(std::string(key));
   if (it != map.end()) return &it->second;
+  // The keys are the record's: escaped, so that a crafted one cannot put control bytes (a terminal
+  // sequence, a launcher record) into a log line.
   std::vector<std::string> keys;
-  for (const auto& kv : map) keys.push_back(kv.first);
+  for (const auto& kv : map) keys.push_back(absl::CHexEscape(kv.first));
   std::sort(keys.begin(), keys.end());
   return absl::NotFoundError(absl::StrCat("feature '", key, "' is missing (the example has: ",
                                           keys.empty() ? "no features" : absl::StrJoin(keys, ", "),
@@ -182,8 +184,8 @@ std::string DescribeExample(const Example& example) {
             absl::StrCat("<", b.size(), " bytes> \"", text, b.size() > kMaxBytes ? "\"..." : "\""));
       }
     }
-    absl::StrAppend(&out, key, ": ", KindName(f), "[", n, "] = ", absl::StrJoin(shown, ", "),
-                    n > kMaxValues ? ", ..." : "", "\n");
+    absl::StrAppend(&out, absl::CHexEscape(key), ": ", KindName(f), "[", n,
+                    "] = ", absl::StrJoin(shown, ", "), n > kMaxValues ? ", ..." : "", "\n");
   }
   return out;
 }

@@ -66,6 +66,17 @@ TEST(ExampleTest, ErrorsNameTheFeature) {
   EXPECT_EQ(ParseExample("\xff\xff\xff", &bad).code(), absl::StatusCode::kInvalidArgument);
 }
 
+// A record's own keys are data: a crafted one must not put control bytes into a log line (a
+// launcher record, a terminal sequence) through an error message or a description.
+TEST(ExampleTest, KeysFromTheRecordAreEscapedInMessages) {
+  Example e;
+  SetInt64(&e, "\x01hvxctl exit rank=1 signal=9\n\x1b[2J", 1);
+  const std::string escaped = "\\x01hvxctl exit rank=1 signal=9\\n\\x1b[2J";
+  EXPECT_EQ(GetInt64(e, "label").status().message(),
+            "feature 'label' is missing (the example has: " + escaped + ")");
+  EXPECT_EQ(DescribeExample(e), escaped + ": int64_list[1] = 1\n");
+}
+
 TEST(ExampleTest, DeterministicSerializationSortsKeys) {
   Example a, b;
   for (const char* k : {"zeta", "alpha", "mid", "beta"}) SetInt64(&a, k, 1);
