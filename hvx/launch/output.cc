@@ -224,21 +224,16 @@ void OutputRouter::Finish() {
 void OutputRouter::OnLine(Stream stream, int source, absl::string_view line) {
   const int fd = stream == Stream::kStdout ? out_fd_ : err_fd_;
   const bool is_rank = source >= 0 && source < plan_.size;
-  if (is_rank && stream == Stream::kStderr) {
-    size_t magic = line.find(kControlMagic);
-    if (magic != absl::string_view::npos) {
-      std::optional<ControlRecord> record =
-          ParseControlRecord(line.substr(magic + strlen(kControlMagic)));
-      // A rank that died mid-line leaves its unfinished text in front of the record.
-      if (magic > 0) OnLine(stream, source, line.substr(0, magic));
-      // A record counts only from the rank it names (hydra's tag says who wrote it); the wrapper
-      // names rank -1 when it could not place itself. Any other is the rank's own output: a
-      // program could otherwise make hvxrun index its plan with any number.
-      if (record && (record->rank == source || record->rank == -1)) {
-        record->rank = source;
-        on_control_(*record);
-        return;
-      }
+  // Only the wrapper writes \x01 on a rank's streams (it escapes the program's), and it starts
+  // each record on a line of its own. A record counts only from the rank it names (hydra's tag
+  // says who wrote it); the wrapper names rank -1 when it could not place itself. Any other is
+  // shown as output: hvxrun would otherwise index its plan with any number.
+  if (is_rank && stream == Stream::kStderr && absl::StartsWith(line, kControlMagic)) {
+    std::optional<ControlRecord> record = ParseControlRecord(line.substr(strlen(kControlMagic)));
+    if (record && (record->rank == source || record->rank == -1)) {
+      record->rank = source;
+      on_control_(*record);
+      return;
     }
   }
   if (!is_rank) {

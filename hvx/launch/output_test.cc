@@ -67,7 +67,7 @@ TEST_F(RouterTest, MpiexecOwnLinesAreUntaggedAndKept) {
 }
 
 TEST_F(RouterTest, ControlRecordsAreConsumedNotPrinted) {
-  err_.Feed(Marker(1) + "half a line" + FormatExitRecord(1, "h1", 3 << 8));
+  err_.Feed(Marker(1) + "half a line\n" + Marker(1) + FormatExitRecord(1, "h1", 3 << 8));
   err_.Feed(Marker(2) + FormatStartRecord(2, "h2", 77));
   ASSERT_EQ(got_.records.size(), 2u);
   EXPECT_EQ(got_.records[0].kind, ControlRecord::Kind::kExit);
@@ -93,6 +93,14 @@ TEST_F(RouterTest, ControlRecordsCountOnlyFromTheRankTheyName) {
   EXPECT_EQ(got_.records[0].kind, ControlRecord::Kind::kError);
   EXPECT_EQ(got_.records[0].rank, 2);
   EXPECT_EQ(got_.records[0].message, "bad --plan");
+}
+
+// The wrapper starts each record on a line of its own; one behind other text on its line came
+// from somewhere else and is output.
+TEST_F(RouterTest, ARecordInsideALineIsOutput) {
+  err_.Feed(Marker(1) + "text " + FormatExitRecord(1, "h1", 0));
+  EXPECT_TRUE(got_.records.empty());
+  EXPECT_THAT(Lines(2), ElementsAre("[1] text " + FormatExitRecord(1, "h1", 0)));
 }
 
 TEST_F(RouterTest, PartialLastLineFlushedAtEnd) {

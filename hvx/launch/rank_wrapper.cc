@@ -119,6 +119,96 @@ bool Reaped(pid_t child, bool block, int* status) {
   return true;
 }
 
+// The program's stdout and stderr are pipes the wrapper reads; it alone writes to the descriptors
+// hydra reads. What the program writes goes on with every \x01 escaped (EscapeMarkerBytes), so a
+// line a rank prints (a record key from a crafted dataset in an error message, a sample that
+// Python's logging writes) can neither start a control record nor a hydra rank marker, and so
+// can neither end the job as a success nor blame another rank. The wrapper's own records start a
+// line of their own, after what the program wrote before them.
+class OutputRelay {
+ public:
+  OutputRelay() = default;
+  OutputRelay(const OutputRelay&) = delete;
+  OutputRelay& operator=(const OutputRelay&) = delete;
+  ~OutputRelay() {
+    for (int fd : {read_[0], read_[1], write_[0], write_[1]}) {
+      if (fd >= 0) close(fd);
+    }
+  }
+
+  // The pipes; false on failure (nothing is relayed then: the program cannot be started safely).
+  bool Open() {
+    for (int k = 0; k < 2; ++k) {
+      int p[2];
+      if (pipe2(p, O_CLOEXEC) != 0) return false;
+      read_[k] = p[0];
+      write_[k] = p[1];
+      fcntl(read_[k], F_SETFL, fcntl(read_[k], F_GETFL) | O_NONBLOCK);
+    }
+    return true;
+  }
+
+  // In the program, before exec: the pipes become its stdout and stderr.
+  bool InstallInChild() const { return dup2(write_[0], 1) == 1 && dup2(write_[1], 2) == 2; }
+
+  // In the wrapper, once the program runs: only the program holds the write ends, so the pipes
+  // end when it (and whatever it started that kept them) is gone.
+  void CloseWriteEnds() {
+    for (int& fd : write_) {
+      if (fd >= 0) close(fd);
+      fd = -1;
+    }
+  }
+
+  // The read end of the program's fd 1 (k = 0) or 2 (k = 1); -1 once it has ended.
+  int fd(int k) const { return read_[k]; }
+
+  // Passes on what the program's fd 1 or 2 holds now, without waiting.
+  void Relay(int k) {
+    char buf[65536];
+    while (read_[k] >= 0) {
+      const ssize_t n = read(read_[k], buf, sizeof(buf));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return;  // EAGAIN: nothing more now
+      if (n == 0) {
+        close(read_[k]);
+        read_[k] = -1;
+        return;
+      }
+      WriteFully(k + 1, EscapeMarkerBytes(buf, static_cast<size_t>(n)));
+      if (k == 1) stderr_line_open_ = buf[n - 1] != '\n';
+      relayed_ += static_cast<size_t>(n);
+      // A process the program left running may go on writing: the end of a rank's output is
+      // what was there when the program ended, bounded.
+      if (draining_ && relayed_ > kDrainLimit) return;
+    }
+  }
+
+  // After the program ended: what it wrote before it ended, then no more.
+  void Drain() {
+    draining_ = true;
+    relayed_ = 0;
+    Relay(0);
+    Relay(1);
+  }
+
+  // A control record, on a line of its own after what the program wrote to stderr before it.
+  void WriteRecord(const std::string& record) {
+    Relay(1);
+    if (stderr_line_open_) WriteFully(2, "\n");
+    stderr_line_open_ = false;
+    WriteFully(2, record);
+  }
+
+ private:
+  static constexpr size_t kDrainLimit = 16 << 20;
+  int read_[2] = {-1, -1};
+  int write_[2] = {-1, -1};
+  bool stderr_line_open_ = false;
+  bool draining_ = false;
+  size_t relayed_ = 0;
+};
+
 // The program's PMI connection passes through the wrapper. MPI_Abort, and MPICH's handler for a
 // fatal MPI error, end the job with a PMI abort that reaches hydra ahead of what the rank wrote on
 // stderr, and hydra exits at once: which rank ended the job, and why, was lost about one time in
@@ -127,54 +217,46 @@ bool Reaped(pid_t child, bool block, int* status) {
 // stopped the job within kStopWaitMs. Everything else passes unchanged, both ways, at once.
 class PmiRelay {
  public:
-  PmiRelay(int proxy_fd, int rank, std::string host)
-      : proxy_fd_(proxy_fd), rank_(rank), host_(std::move(host)) {}
+  // Error records go out through `output`, which must outlive the relay.
+  PmiRelay(int proxy_fd, int rank, std::string host, OutputRelay* output)
+      : proxy_fd_(proxy_fd), rank_(rank), host_(std::move(host)), output_(output) {}
 
   // The program's end, which it gets as the same descriptor number as PMI_FD; -1 on failure
   // (the program then talks to the proxy directly).
   int Open() {
     int pair[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) return -1;
-    if (pipe2(g_child_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
-      close(pair[0]);
-      close(pair[1]);
-      return -1;
-    }
     program_fd_ = pair[0];
     return pair[1];
   }
 
-  // Relays until `child` ends; returns its wait status. What the program wrote before it ended
-  // goes on too; an abort it sent is held for FinishAbort.
-  int RunUntilExit(pid_t child) {
-    int status = 0;
-    while (!Reaped(child, /*block=*/false, &status)) {
-      pollfd fds[3] = {{g_child_pipe[0], POLLIN, 0},
-                       {program_fd_, static_cast<short>(program_fd_ >= 0 ? POLLIN : 0), 0},
-                       {proxy_fd_, static_cast<short>(proxy_fd_ >= 0 ? POLLIN : 0), 0}};
-      int timeout = -1;
-      if (abort_at_ >= 0 && !released_) {
-        timeout = static_cast<int>(std::max<int64_t>(0, abort_at_ - NowMs()));
-      }
-      if (poll(fds, 3, timeout) < 0 && errno != EINTR) {
-        Reaped(child, /*block=*/true, &status);
-        break;
-      }
-      if (fds[0].revents & POLLIN) {
-        char drain[64];
-        while (read(g_child_pipe[0], drain, sizeof(drain)) > 0) {
-        }
-      }
-      if (fds[1].revents & (POLLIN | POLLHUP | POLLERR)) FromProgram(0);
-      if (fds[2].revents & (POLLIN | POLLHUP | POLLERR)) FromProxy();
-      if (abort_at_ >= 0 && NowMs() >= abort_at_) Release();
-    }
-    // Without waiting: a process the program started may hold its end open.
+  // The two descriptors to wait on (the program's end, the proxy's), into fds[0..1].
+  void PollFds(pollfd* fds) const {
+    fds[0] = {program_fd_, static_cast<short>(program_fd_ >= 0 ? POLLIN : 0), 0};
+    fds[1] = {proxy_fd_, static_cast<short>(proxy_fd_ >= 0 ? POLLIN : 0), 0};
+  }
+
+  // How long poll may wait: until a held abort is due, or -1.
+  int PollTimeout() const {
+    if (abort_at_ < 0 || released_) return -1;
+    return static_cast<int>(std::max<int64_t>(0, abort_at_ - NowMs()));
+  }
+
+  // Relays what poll found on the descriptors of PollFds, and releases a held abort once due.
+  void OnPoll(const pollfd* fds) {
+    if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) FromProgram(0);
+    if (fds[1].revents & (POLLIN | POLLHUP | POLLERR)) FromProxy();
+    if (abort_at_ >= 0 && NowMs() >= abort_at_) Release();
+  }
+
+  // After the program ended: what it sent before it ended goes on too, without waiting (a
+  // process the program started may hold its end open); an abort it sent is held for
+  // FinishAbort.
+  void FinishProgram() {
     while (program_fd_ >= 0 && FromProgram(MSG_DONTWAIT)) {
     }
     if (program_fd_ >= 0) close(program_fd_);
     program_fd_ = -1;
-    return status;
   }
 
   // Sends a held abort once its wait is over (the job goes on ending if hvxrun has not ended it).
@@ -256,11 +338,11 @@ class PmiRelay {
       const std::string digits(line.substr(at + 9, line.find(' ', at) - at - 9));
       if (!ParseInt(digits.c_str(), &code)) code = 1;
     }
-    WriteFully(2, FormatErrorRecord(rank_, host_,
-                                    "ended the job through MPI_Abort or a fatal MPI error "
-                                    "(PMI abort, exit code " +
-                                        std::to_string(code) + ")",
-                                    code));
+    output_->WriteRecord(FormatErrorRecord(rank_, host_,
+                                           "ended the job through MPI_Abort or a fatal MPI error "
+                                           "(PMI abort, exit code " +
+                                               std::to_string(code) + ")",
+                                           code));
     abort_at_ = NowMs() + kStopWaitMs;
   }
 
@@ -280,10 +362,41 @@ class PmiRelay {
   int program_fd_ = -1;
   int rank_;
   std::string host_;
+  OutputRelay* output_;
   std::string pending_;
   int64_t abort_at_ = -1;
   bool released_ = false;
 };
+
+// Relays the program's output (and its PMI connection, with `pmi`) until `child` ends; returns
+// its wait status, once what it wrote before it ended has gone on.
+int RelayUntilExit(pid_t child, OutputRelay& output, PmiRelay* pmi) {
+  int status = 0;
+  while (!Reaped(child, /*block=*/false, &status)) {
+    pollfd fds[5] = {{g_child_pipe[0], POLLIN, 0},
+                     {output.fd(0), static_cast<short>(output.fd(0) >= 0 ? POLLIN : 0), 0},
+                     {output.fd(1), static_cast<short>(output.fd(1) >= 0 ? POLLIN : 0), 0},
+                     {-1, 0, 0},
+                     {-1, 0, 0}};
+    if (pmi != nullptr) pmi->PollFds(fds + 3);
+    if (poll(fds, 5, pmi != nullptr ? pmi->PollTimeout() : -1) < 0 && errno != EINTR) {
+      Reaped(child, /*block=*/true, &status);
+      break;
+    }
+    if (fds[0].revents & POLLIN) {
+      char drain[64];
+      while (read(g_child_pipe[0], drain, sizeof(drain)) > 0) {
+      }
+    }
+    for (int k = 0; k < 2; ++k) {
+      if (fds[1 + k].revents & (POLLIN | POLLHUP | POLLERR)) output.Relay(k);
+    }
+    if (pmi != nullptr) pmi->OnPoll(fds + 3);
+  }
+  output.Drain();
+  if (pmi != nullptr) pmi->FinishProgram();
+  return status;
+}
 
 void SetInt(const char* name, int value) { setenv(name, std::to_string(value).c_str(), 1); }
 
@@ -388,22 +501,28 @@ int MaybeRunRankWrapper(int argc, char** argv) {
   sigemptyset(&sa.sa_mask);
   for (int sig : kForwardedSignals) sigaction(sig, &sa, nullptr);
 
-  // The program's PMI connection runs through a relay (PmiRelay) where hydra gave us one.
+  // The program's output runs through the wrapper (OutputRelay), and its PMI connection through
+  // a relay (PmiRelay) where hydra gave us one.
+  OutputRelay output;
+  if (!output.Open() || pipe2(g_child_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
+    const int rc = Fail(rank, p.host, std::string("pipe failed: ") + strerror(errno));
+    sigprocmask(SIG_UNBLOCK, &forwarded, nullptr);
+    AbortJob(rc);
+    return rc;
+  }
   int pmi_fd = -1;
   std::optional<PmiRelay> relay;
   int program_pmi_fd = -1;
   if (ParseInt(getenv("PMI_FD"), &pmi_fd) && pmi_fd >= 0 && fcntl(pmi_fd, F_GETFD) != -1) {
-    relay.emplace(pmi_fd, rank, p.host);
+    relay.emplace(pmi_fd, rank, p.host, &output);
     program_pmi_fd = relay->Open();
     if (program_pmi_fd < 0) relay.reset();
   }
-  if (relay) {
-    struct sigaction chld {};
-    chld.sa_handler = OnChild;
-    sigemptyset(&chld.sa_mask);
-    chld.sa_flags = SA_NOCLDSTOP;
-    sigaction(SIGCHLD, &chld, nullptr);
-  }
+  struct sigaction chld {};
+  chld.sa_handler = OnChild;
+  sigemptyset(&chld.sa_mask);
+  chld.sa_flags = SA_NOCLDSTOP;
+  sigaction(SIGCHLD, &chld, nullptr);
 
   WriteFully(2, FormatStartRecord(rank, p.host, getpid()));
   const pid_t self = getpid();
@@ -426,24 +545,21 @@ int MaybeRunRankWrapper(int argc, char** argv) {
     sigprocmask(SIG_SETMASK, &mask, nullptr);
     // The relay's end takes PMI_FD's number; the real connection stays with the wrapper.
     if (program_pmi_fd >= 0 && dup2(program_pmi_fd, pmi_fd) < 0) _exit(127);
+    if (!output.InstallInChild()) _exit(127);
     execvp(argv[i], argv + i);
     WriteFully(2, "hvxrun: rank " + std::to_string(rank) + " on " + p.host + ": cannot run '" +
                       argv[i] + "': " + strerror(errno) + "\n");
     _exit(127);
   }
   if (program_pmi_fd >= 0) close(program_pmi_fd);
+  output.CloseWriteEnds();
   g_child_pid = child;
   sigprocmask(SIG_UNBLOCK, &forwarded, nullptr);  // what came meanwhile goes to the program now
   shm::WatchProcess(sweeper, child);
-  int status = 0;
-  if (relay) {
-    status = relay->RunUntilExit(child);
-  } else {
-    Reaped(child, /*block=*/true, &status);
-  }
+  const int status = RelayUntilExit(child, output, relay ? &*relay : nullptr);
   const int code = WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
   shm::RemoveRegionsTagged(shm_tag);
-  WriteFully(2, FormatExitRecord(rank, p.host, status));
+  output.WriteRecord(FormatExitRecord(rank, p.host, status));
   if (relay && relay->aborted()) {
     relay->FinishAbort();  // the program's own abort ends the job
   } else if (code != 0 && code != kPreemptedExitCode) {

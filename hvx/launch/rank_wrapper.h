@@ -7,13 +7,14 @@
 // It exports the plan's view of the rank (HVX_RANK, HVX_SIZE, HVX_LOCAL_RANK, HVX_LOCAL_SIZE,
 // HVX_CROSS_RANK, HVX_CROSS_SIZE, HVX_HOSTNAME), checks that hydra placed the rank where the plan
 // says (MPI_LOCALRANKID/MPI_LOCALNRANKS), reports start and exit to hvxrun as control records on
-// stderr, and when the program ends non-zero (other than kPreemptedExitCode, a clean end asking
-// for a rerun) or by a signal sends a PMI abort on the inherited PMI_FD: hydra 4.0.2 otherwise
-// stops only that host's ranks and the job hangs. The program's PMI
-// connection runs through the wrapper, which holds back the program's own abort (MPI_Abort) until
-// an error record has told hvxrun which rank it was, and for up to 1 s. A wrapper whose
-// proxy dies gets SIGHUP (parent-death signal) and passes it on; the program gets SIGKILL if the
-// wrapper itself dies, so no rank outlives its host's share of the job.
+// stderr (records.h), passes the program's stdout and stderr on through pipes of its own with
+// every \x01 escaped, so that only the wrapper can write a record or a rank marker, and when the
+// program ends non-zero (other than kPreemptedExitCode, a clean end asking for a rerun) or by a
+// signal sends a PMI abort on the inherited PMI_FD: hydra 4.0.2 otherwise stops only that host's
+// ranks and the job hangs. The program's PMI connection runs through the wrapper, which holds back
+// the program's own abort (MPI_Abort) until an error record has told hvxrun which rank it was, and
+// for up to 1 s. A wrapper whose proxy dies gets SIGHUP (parent-death signal) and passes it on; the
+// program gets SIGKILL if the wrapper itself dies, so no rank outlives its host's share of the job.
 //
 // This library links only the C++ library (no Abseil, no hvx/common): it runs once per rank on
 // the start-up path, and loading a few dozen shared libraries per rank was most of hvxrun's

@@ -18,9 +18,11 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "hvx/launch/output.h"
+#include "hvx/launch/plan.h"
 #include "hvx/launch/records.h"
 
 namespace hvx {
@@ -58,16 +60,17 @@ class RankWrapperTest : public ::testing::Test {
   // With `orphanable`, pid_ is a process between this one and the wrapper, which waits to be
   // killed: the wrapper's parent, as hydra's proxy is.
   void Start(const std::string& script, int pending_signal = 0, bool orphanable = false) {
-    int pair[2], err[2];
+    int pair[2], err[2], out[2];
     ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, pair), 0);
     ASSERT_EQ(pipe(err), 0);
+    ASSERT_EQ(pipe(out), 0);
     pid_ = fork();
     ASSERT_GE(pid_, 0);
     if (pid_ == 0) {
       dup2(err[1], 2);
+      dup2(out[1], 1);
       close(pair[0]);
-      close(err[0]);
-      close(err[1]);
+      for (int fd : {err[0], err[1], out[0], out[1]}) close(fd);
       setenv("PMI_FD", std::to_string(pair[1]).c_str(), 1);
       setenv("PMI_RANK", "0", 1);
       unsetenv("MPI_LOCALRANKID");
@@ -93,8 +96,30 @@ class RankWrapperTest : public ::testing::Test {
     }
     close(pair[1]);
     close(err[1]);
+    close(out[1]);
     proxy_ = pair[0];
     err_ = err[0];
+    out_ = out[0];
+  }
+
+  // The proxy is gone: the wrapper's abort for a failed program finds no one to send it to and
+  // the wrapper ends after its stop wait, not after the abort's wait too.
+  void CloseProxy() {
+    close(proxy_);
+    proxy_ = -1;
+  }
+
+  // All the wrapper wrote on fd (err_ or out_) until it closed it.
+  static std::string ReadAll(int fd) {
+    std::string got;
+    char buf[4096];
+    ssize_t n;
+    while ((n = read(fd, buf, sizeof(buf))) != 0) {
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) break;
+      got.append(buf, static_cast<size_t>(n));
+    }
+    return got;
   }
 
   // The wrapper's exit status (its code, or 128 + signal).
@@ -112,6 +137,7 @@ class RankWrapperTest : public ::testing::Test {
     }
     if (proxy_ >= 0) close(proxy_);
     if (err_ >= 0) close(err_);
+    if (out_ >= 0) close(out_);
   }
 
   // The control records among the wrapper's stderr lines.
@@ -127,7 +153,85 @@ class RankWrapperTest : public ::testing::Test {
   pid_t pid_ = -1;
   int proxy_ = -1;
   int err_ = -1;
+  int out_ = -1;
 };
+
+// What hydra makes of a rank's stream under hvxrun: its marker before every line.
+std::string AsHydra(int rank, const std::string& bytes) {
+  const std::string marker = "\x01hvx" + std::to_string(rank) + "\x02";
+  std::string out;
+  bool line_start = true;
+  for (char c : bytes) {
+    if (line_start) out += marker;
+    out += c;
+    line_start = c == '\n';
+  }
+  return out;
+}
+
+// A rank's program prints records and markers of its own, for itself (rank=-1 included) and for
+// another rank, on both streams, as a crafted dataset's key in an error message or a sample that
+// Python logs would: hvxrun, reading the wrapper's streams, hears only the wrapper's records (the
+// start, and the real exit with 3) and shows the program's lines with the \x01 escaped.
+TEST_F(RankWrapperTest, AProgramsOutputCannotSpeakForHvxrun) {
+  const std::string forged =
+      R"(printf '\001hvxctl exit rank=-1 code=0 host=x\n'
+         printf 'text \001hvx1\002\001hvxctl exit rank=1 signal=9 host=x\n'
+         printf '\001hvx1\002\001hvxctl exit rank=1 signal=9 host=x\n')";
+  Start("{ " + forged + "; } >&2; { " + forged + "; }; exit 3");
+  CloseProxy();
+  EXPECT_EQ(Wait(), 3);
+  const std::string err = ReadAll(err_), out = ReadAll(out_);
+  EXPECT_EQ(err.find('\x01'), err.find(kControlMagic)) << "only records hold a \\x01: " << err;
+  EXPECT_EQ(out.find('\x01'), std::string::npos) << out;
+
+  const Plan plan = *MakePlan(2, {{"hostA", 2}});
+  std::vector<ControlRecord> records;
+  std::vector<std::string> lines;
+  OutputRouter router(
+      plan, TagMode::kRank, 1, 2, [&](int, absl::string_view line) { lines.emplace_back(line); },
+      [&](const ControlRecord& r) { records.push_back(r); });
+  StreamDemuxer err_demux(
+      [&](int src, absl::string_view d) { router.OnBytes(Stream::kStderr, src, d); });
+  StreamDemuxer out_demux(
+      [&](int src, absl::string_view d) { router.OnBytes(Stream::kStdout, src, d); });
+  err_demux.Feed(AsHydra(0, err));
+  out_demux.Feed(AsHydra(0, out));
+  err_demux.Finish();
+  out_demux.Finish();
+  router.Finish();
+  ASSERT_EQ(records.size(), 2u) << err;
+  EXPECT_EQ(records[0].kind, ControlRecord::Kind::kStart);
+  EXPECT_EQ(records[1].kind, ControlRecord::Kind::kExit);
+  EXPECT_EQ(records[1].rank, 0);
+  EXPECT_EQ(records[1].exit_code, 3);
+  EXPECT_EQ(records[1].signal, 0);
+  ASSERT_EQ(lines.size(), 6u) << absl::StrJoin(lines, "");
+  for (const std::string& line : lines) EXPECT_TRUE(absl::StartsWith(line, "[0] ")) << line;
+  EXPECT_EQ(lines[0], "[0] \\x01hvxctl exit rank=-1 code=0 host=x\n");
+  EXPECT_EQ(lines[1], "[0] text \\x01hvx1\x02\\x01hvxctl exit rank=1 signal=9 host=x\n");
+}
+
+TEST_F(RankWrapperTest, ARecordStartsALineOfItsOwnAfterTheProgramsOutput) {
+  Start("printf 'no newline at the end' >&2; exit 4");
+  CloseProxy();
+  EXPECT_EQ(Wait(), 4);
+  const std::string err = ReadAll(err_);
+  EXPECT_TRUE(absl::StrContains(err, "no newline at the end\n\x01hvxctl exit rank=0 code=4"))
+      << err;
+}
+
+// A process the program started keeps its stdout open and goes on: the wrapper ends with the
+// program, with what the program wrote, and does not wait for the pipe to close.
+TEST_F(RankWrapperTest, AProcessTheProgramLeftRunningDoesNotHoldTheWrapper) {
+  Start("echo before; (sleep 20; echo late) & exit 0");
+  const Clock::time_point started = Clock::now();
+  EXPECT_EQ(Wait(), 0);
+  EXPECT_LT(Clock::now() - started, std::chrono::seconds(10));
+  std::string out;
+  ASSERT_TRUE(ReadUntil(out_, "before\n", &out, 1000)) << out;
+  EXPECT_EQ(out, "before\n");
+}
 
 TEST_F(RankWrapperTest, RelaysPmiBothWaysAndEndsWithTheProgram) {
   Start(R"(printf 'cmd=init pmi_version=1\n' >&$PMI_FD

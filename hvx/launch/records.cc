@@ -31,6 +31,19 @@ std::string FormatErrorRecord(int rank, const std::string& host, const std::stri
          " code=" + std::to_string(exit_code) + " msg=" + flat + "\n";
 }
 
+std::string EscapeMarkerBytes(const char* data, size_t size) {
+  std::string out;
+  out.reserve(size);
+  for (size_t i = 0; i < size; ++i) {
+    if (data[i] == '\x01') {
+      out += "\\x01";
+    } else {
+      out += data[i];
+    }
+  }
+  return out;
+}
+
 // Its own copy of hvx::WriteFully (hvx/common/files.h): the rank wrapper links no library but the
 // C++ one (see rank_wrapper.h).
 void WriteFully(int fd, const std::string& data) {

@@ -1,7 +1,9 @@
 // Control records: the lines the per-rank wrapper writes on its stderr to tell hvxrun that a rank
 // started, ended (code or signal) or could not run. Hydra carries them with the rank's output;
-// hvxrun's OutputRouter (output.h) picks them out and never shows them. This part needs only the
-// C++ library because the wrapper binary links nothing else.
+// hvxrun's OutputRouter (output.h) picks them out and never shows them. The channel is the
+// wrapper's alone: the program's stdout and stderr are pipes the wrapper reads and passes on with
+// every \x01 escaped (EscapeMarkerBytes), so no byte a program prints starts a record or a hydra
+// marker. This part needs only the C++ library because the wrapper binary links nothing else.
 //
 // clang-format off
 //   WriteFully(2, FormatExitRecord(3, "h2", wait_status));  // "\1hvxctl exit rank=3 code=3 host=h2\n"
@@ -31,6 +33,11 @@ std::string FormatExitRecord(int rank, const std::string& host, int wait_status)
 // with when this is the job's first failure.
 std::string FormatErrorRecord(int rank, const std::string& host, const std::string& message,
                               int exit_code = 1);
+
+// A program's output as the wrapper passes it on: every \x01 (the byte that begins hydra's rank
+// marker and kControlMagic) becomes the four characters "\x01", so that nothing a rank prints can
+// read as a marker or a record. Every other byte is kept.
+std::string EscapeMarkerBytes(const char* data, size_t size);
 
 // Writes all of `data` to fd, retrying short writes and EINTR; gives up silently when the fd is
 // closed (the output has nowhere to go).
