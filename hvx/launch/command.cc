@@ -32,9 +32,6 @@ std::vector<std::string> MpiexecCommand(const LaunchOptions& options, const JobS
   if (!setup.this_host.empty()) argv.insert(argv.end(), {"-localhost", setup.this_host});
   argv.insert(argv.end(), {"-hosts", hosts, "-n", absl::StrCat(setup.plan.size), "-prepend-pattern",
                            kHydraMarkerPattern});
-  for (const auto& [name, value] : JobEnvironment(options, setup.plan)) {
-    argv.insert(argv.end(), {"-genv", name, value});
-  }
   argv.insert(argv.end(), {wrapper, kRankWrapperFlag, "--plan", hosts, "--"});
   argv.insert(argv.end(), options.program.begin(), options.program.end());
   return argv;

@@ -6,8 +6,11 @@
 // Hydra is told everything explicitly, because its defaults change with the environment: the
 // resource manager (`-rmk user`: the host list is ours, stray SLURM/PBS variables are ignored),
 // the launcher (`-launcher ssh|slurm`, `-launcher-exec`), the hosts with the number of ranks each
-// gets (so hydra's fill order reproduces the plan), one `-genv` per variable (hydra 4.0.2's
-// `-genvlist` drops variables), and the output marker that lets hvxrun tag lines itself.
+// gets (so hydra's fill order reproduces the plan), and the output marker that lets hvxrun tag
+// lines itself. The job's variables (JobEnvironment: hvxrun's and every -x) are not on the command
+// line, where every local user reads them (`ps`, /proc/PID/cmdline): they go in mpiexec's own
+// environment, which only its owner can read and which hydra hands to every rank on every host
+// (its default, -genvall; hydra 4.0.2's `-genvlist` drops variables).
 #ifndef HVX_LAUNCH_COMMAND_H_
 #define HVX_LAUNCH_COMMAND_H_
 
@@ -20,7 +23,8 @@
 namespace hvx {
 namespace launch {
 
-// Variables set for every rank through -genv (besides the per-rank ones the wrapper sets).
+// Variables set for every rank (besides the per-rank ones the wrapper sets), to be set in
+// mpiexec's environment (Spawn's `env`).
 std::vector<std::pair<std::string, std::string>> JobEnvironment(const LaunchOptions& options,
                                                                 const Plan& plan);
 

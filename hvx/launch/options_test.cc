@@ -253,8 +253,11 @@ TEST(CommandTest, ExactMpiexecCommand) {
   ASSERT_TRUE(s.ok());
   EXPECT_EQ(ShellJoin(MpiexecCommand(*o, *s, "/bin/hvxrun")),
             "/usr/bin/mpiexec -rmk user -launcher ssh -launcher-exec /x/fakessh -hosts h1:2,h2:1 "
-            "-n 3 -prepend-pattern $'\\001hvx%r\\002' -genv HVX_SIZE 3 -genv HVX_TAGGED_OUTPUT 1 "
-            "-genv A 1 /bin/hvxrun --hvx-rank-wrapper --plan h1:2,h2:1 -- prog 'it'\\''s'");
+            "-n 3 -prepend-pattern $'\\001hvx%r\\002' /bin/hvxrun --hvx-rank-wrapper --plan "
+            "h1:2,h2:1 -- prog 'it'\\''s'");
+  // The variables go in mpiexec's environment, never on its command line.
+  EXPECT_THAT(JobEnvironment(*o, s->plan),
+              ElementsAre(Pair("HVX_SIZE", "3"), Pair("HVX_TAGGED_OUTPUT", "1"), Pair("A", "1")));
 }
 
 // hvxrun's own probes never wait at a password prompt: ssh runs in batch mode; a --launcher-exec

@@ -44,7 +44,8 @@ std::vector<char*> CArgv(std::vector<std::string>& argv) {
 
 }  // namespace
 
-absl::StatusOr<Child> Spawn(std::vector<std::string> argv) {
+absl::StatusOr<Child> Spawn(std::vector<std::string> argv,
+                            const std::vector<std::pair<std::string, std::string>>& env) {
   int out[2], err[2];
   if (pipe2(out, O_CLOEXEC) != 0) return ErrnoToStatus(errno, "pipe");
   if (pipe2(err, O_CLOEXEC) != 0) return ErrnoToStatus(errno, "pipe");
@@ -64,6 +65,7 @@ absl::StatusOr<Child> Spawn(std::vector<std::string> argv) {
                           "HYDRA_LAUNCHER_EXEC", "HYDRA_BOOTSTRAP_EXEC", "MPIEXEC_TIMEOUT"}) {
       unsetenv(v);
     }
+    for (const auto& [name, value] : env) setenv(name.c_str(), value.c_str(), 1);
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -32,8 +33,10 @@ struct Child {
 // Starts argv in a session of its own (its pid is the session's and the process group's id; no
 // controlling terminal, so an ssh it runs cannot stop at a password prompt) with stdout/stderr on
 // pipes. Variables that would make hydra pick other hosts or another launcher behind our back are
-// removed from its environment. The child gets SIGTERM when this process dies, however it dies.
-absl::StatusOr<Child> Spawn(std::vector<std::string> argv);
+// removed from its environment, and `env` is set in it. The child gets SIGTERM when this process
+// dies, however it dies.
+absl::StatusOr<Child> Spawn(std::vector<std::string> argv,
+                            const std::vector<std::pair<std::string, std::string>>& env = {});
 
 // Ends every child this process has (but none it is still waiting for elsewhere: call it when it
 // has none of its own): SIGTERM, then SIGKILL to what is left after `grace_s`, reaping each, until

@@ -446,11 +446,17 @@ absl::StatusOr<int> RunAttempt(const LaunchOptions& options, const JobSetup& set
                                AttemptOutcome* outcome, std::function<std::string()> more_slots) {
   const std::string wrapper = options.wrapper.empty() ? DefaultWrapper() : options.wrapper;
   const std::vector<std::string> argv = MpiexecCommand(options, setup, wrapper);
+  const std::vector<std::pair<std::string, std::string>> env =
+      JobEnvironment(options, setup.plan);
   if (options.dry_run || options.verbose) {
+    // Names only: a value passed with -x may be a secret (a token, a key).
+    std::vector<std::string> names;
+    for (const auto& [name, value] : env) names.push_back(name);
     std::string text =
         absl::StrCat("hvxrun: plan from ", setup.source, ": ", setup.plan.size, " processes on ",
                      setup.plan.used_hosts.size(), " hosts\n", FormatPlan(setup.plan),
-                     "hvxrun: command: ", ShellJoin(argv), "\n");
+                     "hvxrun: environment (values not shown): ", absl::StrJoin(names, " "),
+                     "\nhvxrun: command: ", ShellJoin(argv), "\n");
     WriteAll(options.dry_run ? options.out_fd : options.err_fd, text);
     if (options.dry_run) return 0;
   }
@@ -472,7 +478,7 @@ absl::StatusOr<int> RunAttempt(const LaunchOptions& options, const JobSetup& set
   ignore.sa_handler = SIG_IGN;
   sigaction(SIGPIPE, &ignore, &old_pipe);
 
-  absl::StatusOr<Child> child = Spawn(argv);
+  absl::StatusOr<Child> child = Spawn(argv, env);
   int rc = child.ok() ? supervisor.Run(*child) : 0;
   if (child.ok() && outcome != nullptr) *outcome = supervisor.outcome();
   // Nothing mpiexec started outlives the attempt (an ssh to a host whose link was cut waits on a
