@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -381,13 +382,18 @@ absl::Status LoadCheckpoint(const std::string& path, const torch::Device& device
   return absl::OkStatus();
 }
 
-// Moves the checkpoints in `dir` into a new subfolder "replaced-<unix seconds>" (which
-// ListCheckpoints does not look into) and returns its path, or "" when there were none.
+// Moves the checkpoints in `dir` into a new subfolder "replaced-<unix seconds>", or
+// "replaced-<unix seconds>-N" when that exists (two moves within a second must not mix), which
+// ListCheckpoints does not look into, and returns its path, or "" when there were none.
 absl::StatusOr<std::string> MoveCheckpointsAside(const std::string& dir) {
   const auto all = ListCheckpoints(dir);
   if (all.empty()) return std::string();
-  const std::string aside = absl::StrCat(dir, "/replaced-", static_cast<int64_t>(time(nullptr)));
-  HVX_RETURN_IF_ERROR(MakeDirs(aside));
+  const std::string base = absl::StrCat(dir, "/replaced-", static_cast<int64_t>(time(nullptr)));
+  std::string aside = base;
+  for (int n = 1; mkdir(aside.c_str(), 0755) != 0; ++n) {
+    if (errno != EEXIST || n > 1000) return ErrnoToStatus(errno, absl::StrCat("mkdir ", aside));
+    aside = absl::StrCat(base, "-", n);
+  }
   for (const auto& [step, path] : all) {
     const std::string to = absl::StrCat(aside, "/", path.substr(path.rfind('/') + 1));
     if (rename(path.c_str(), to.c_str()) != 0)
@@ -436,19 +442,43 @@ absl::StatusOr<ResumeNotice> DecodeNotice(const EncodedNotice& encoded) {
   return notice;
 }
 
-// Rank 0's part of ResumeFromNewestCheckpoint: moves the checkpoints aside when `fresh`, then loads
-// the newest one, if any, into `model` and `optimizer`, and *rank_buffers.
-ResumeNotice LoadNewestOnRank0(const CheckpointConfig& c, bool fresh, const torch::Device& device,
+// The file that says --fresh was applied to `dir` in job `job_id` (FreshJobId); "" without one.
+std::string FreshMarkerPath(const std::string& dir, const std::string& job_id) {
+  if (job_id.empty()) return "";
+  std::string name = job_id;
+  for (char& ch : name) {
+    if (!absl::ascii_isalnum(ch) && ch != '-' && ch != '_' && ch != '.') ch = '_';
+  }
+  return absl::StrCat(dir, "/fresh-applied.", name);
+}
+
+// --fresh on rank 0: the checkpoints in c.dir() set aside, unless this job did that already (a
+// restart of it: what it wrote since is its progress).
+absl::Status ApplyFresh(const CheckpointConfig& c, const std::string& job_id) {
+  const std::string marker = FreshMarkerPath(c.dir(), job_id);
+  struct stat st;
+  if (!marker.empty() && lstat(marker.c_str(), &st) == 0) {
+    HVX_LOG(INFO) << "--fresh was applied when job " << job_id << " first started (" << marker
+                  << "); this start of it resumes";
+    return absl::OkStatus();
+  }
+  HVX_RETURN_IF_ERROR(MakeDirs(c.dir()));
+  HVX_ASSIGN_OR_RETURN(const std::string aside, MoveCheckpointsAside(c.dir()));
+  if (!aside.empty()) HVX_LOG(INFO) << "--fresh: moved the previous checkpoints to " << aside;
+  if (marker.empty()) return absl::OkStatus();
+  return WriteFileAtomically(marker, absl::StrCat(job_id, "\n"), "--fresh marker",
+                             /*durable=*/true);
+}
+
+// Rank 0's part of ResumeFromNewestCheckpoint: moves the checkpoints aside when `fresh` (once per
+// job), then loads the newest one, if any, into `model` and `optimizer`, and *rank_buffers.
+ResumeNotice LoadNewestOnRank0(const CheckpointConfig& c, bool fresh,
+                               const std::string& fresh_job_id, const torch::Device& device,
                                Classifier& model, torch::optim::Optimizer& optimizer,
                                std::vector<torch::Tensor>* rank_buffers,
                                const CheckpointExtras& extras, absl::Status* status) {
   ResumeNotice notice;
-  if (fresh) {
-    auto aside = MoveCheckpointsAside(c.dir());
-    *status = aside.status();
-    if (aside.ok() && !aside->empty())
-      HVX_LOG(INFO) << "--fresh: moved the previous checkpoints to " << *aside;
-  }
+  if (fresh) *status = ApplyFresh(c, fresh_job_id);
   if (status->ok()) RemoveStaleTemporaries(c.dir());
   auto all = ListCheckpoints(c.dir());
   // Newest first. A file that does not load (truncated, corrupt) is moved aside as
@@ -558,17 +588,25 @@ absl::Status SaveCheckpoint(const CheckpointConfig& checkpoint, Classifier& mode
   return absl::OkStatus();
 }
 
+std::string FreshJobId(const Environment& env) {
+  for (const char* name : {"TRAINING_JOB_NAME", "SLURM_JOB_ID", "HVX_RUN_ID"}) {
+    if (auto id = env.GetNonEmpty(name)) return *id;
+  }
+  return "";
+}
+
 absl::StatusOr<bool> ResumeFromNewestCheckpoint(const CheckpointConfig& checkpoint, bool fresh,
                                                 const torch::Device& device, Classifier& model,
                                                 torch::optim::Optimizer& optimizer,
                                                 TrainingPosition* position,
-                                                const CheckpointExtras& extras) {
+                                                const CheckpointExtras& extras,
+                                                const std::string& fresh_job_id) {
   absl::Status rank0_status;
   std::vector<torch::Tensor> rank_buffers;
   ResumeNotice found;
   if (Rank() == 0) {
-    found = LoadNewestOnRank0(checkpoint, fresh, device, model, optimizer, &rank_buffers, extras,
-                              &rank0_status);
+    found = LoadNewestOnRank0(checkpoint, fresh, fresh_job_id, device, model, optimizer,
+                              &rank_buffers, extras, &rank0_status);
   }
   EncodedNotice encoded = EncodeNotice(found);
   TensorRef ref(DataType::kInt64, TensorShape({static_cast<int64_t>(encoded.size())}),

@@ -35,6 +35,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "hvx/common/env.h"
 #include "hvx/train/epoch_position.h"
 #include "hvx/train/models.h"
 #include "hvx/train/train_config.pb.h"
@@ -68,7 +69,8 @@ absl::Status SaveCheckpoint(const CheckpointConfig& checkpoint, Classifier& mode
                             const CheckpointExtras& extras = {});
 
 // Every rank calls it. Rank 0 loads the newest checkpoint in checkpoint.dir onto `device` (after
-// moving the existing ones into "<dir>/replaced-<unix seconds>/" when `fresh`), and every rank
+// moving the existing ones into "<dir>/replaced-<unix seconds>[-N]/" when `fresh`, once per job:
+// see FreshJobId), and every rank
 // takes its model, optimizer state and position into `model`, `optimizer` and *position; when the
 // world size is the checkpoint's, each rank also takes its own BatchNorm statistics. Returns false,
 // changing nothing, when there is no checkpoint; every rank returns rank 0's error when it fails.
@@ -78,7 +80,18 @@ absl::StatusOr<bool> ResumeFromNewestCheckpoint(const CheckpointConfig& checkpoi
                                                 const torch::Device& device, Classifier& model,
                                                 torch::optim::Optimizer& optimizer,
                                                 TrainingPosition* position,
-                                                const CheckpointExtras& extras = {});
+                                                const CheckpointExtras& extras = {},
+                                                const std::string& fresh_job_id = "");
+
+// What names this job across its restarts, for --fresh: a job that is started again (hvxrun
+// --max-restarts, a Slurm requeue, a SageMaker spot restart) runs the same command, --fresh
+// included, and must resume what its first start wrote instead of setting it aside again. Rank 0
+// leaves "<dir>/fresh-applied.<id>" when it applies --fresh, and a start of the same job that
+// finds it resumes. The id is SageMaker's TRAINING_JOB_NAME, else Slurm's SLURM_JOB_ID, else
+// hvxrun's HVX_RUN_ID (the same in every attempt of one hvxrun), else "" (a process started by
+// hand: --fresh applies every time). So within one Slurm job, --fresh sets a directory's
+// checkpoints aside once.
+std::string FreshJobId(const Environment& env);
 
 // Writes `model`'s parameters and buffers by name (on the CPU) as a file that Python's
 // torch.load reads as a dict name -> tensor: `model.load_state_dict(torch.load(path))` for the

@@ -285,6 +285,52 @@ TEST(CheckpointTest, FreshMovesTheCheckpointsAsideAndResumesNothing) {
   }
 }
 
+// A restarted job runs the same command, --fresh included: its first start sets the old
+// checkpoints aside, its later starts resume what it wrote since. Another job sets them aside
+// again; without a job id (started by hand) every start does.
+TEST(CheckpointTest, FreshAppliesOncePerJob) {
+  TinyNet net;
+  auto optimizer = MakeSgd(net);
+  const CheckpointConfig c = InDir(TestDir("fresh_once"), 2);
+  ASSERT_TRUE(SaveCheckpoint(c, net, *optimizer, SomePosition(6)).ok());
+  TrainingPosition position;
+  auto first =
+      ResumeFromNewestCheckpoint(c, true, torch::kCPU, net, *optimizer, &position, {}, "job-1");
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_FALSE(*first);
+  ASSERT_TRUE(SaveCheckpoint(c, net, *optimizer, SomePosition(8)).ok());
+  auto restart =
+      ResumeFromNewestCheckpoint(c, true, torch::kCPU, net, *optimizer, &position, {}, "job-1");
+  ASSERT_TRUE(restart.ok()) << restart.status();
+  EXPECT_TRUE(*restart);
+  EXPECT_EQ(EncodePosition(position), EncodePosition(SomePosition(8)));
+  auto other =
+      ResumeFromNewestCheckpoint(c, true, torch::kCPU, net, *optimizer, &position, {}, "job-2");
+  ASSERT_TRUE(other.ok()) << other.status();
+  EXPECT_FALSE(*other);
+  ASSERT_TRUE(SaveCheckpoint(c, net, *optimizer, SomePosition(9)).ok());
+  auto by_hand = ResumeFromNewestCheckpoint(c, true, torch::kCPU, net, *optimizer, &position);
+  ASSERT_TRUE(by_hand.ok()) << by_hand.status();
+  EXPECT_FALSE(*by_hand);
+  if (Rank() == 0) {
+    // Three moves within seconds, each into a directory of its own: nothing replaced another.
+    int moved = 0;
+    std::vector<std::string> dirs;
+    DIR* d = opendir(c.dir().c_str());
+    ASSERT_NE(d, nullptr);
+    while (dirent* e = readdir(d)) {
+      const std::string name = e->d_name;
+      if (name.rfind("replaced-", 0) == 0) dirs.push_back(c.dir() + "/" + name);
+    }
+    closedir(d);
+    EXPECT_EQ(dirs.size(), 3u);
+    for (const std::string& dir : dirs) {
+      for (int step : {6, 8, 9}) moved += Exists(dir + "/ckpt-" + std::to_string(step) + ".pt");
+    }
+    EXPECT_EQ(moved, 3);
+  }
+}
+
 TEST(CheckpointTest, ADamagedOnlyCheckpointFailsEveryRankAndIsKept) {
   TinyNet net;
   auto optimizer = MakeSgd(net);

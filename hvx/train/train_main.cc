@@ -23,6 +23,7 @@
 #include "hvx/launch/rank_wrapper.h"
 #include "hvx/launch/records.h"
 #include "hvx/torch/host_allocator.h"
+#include "hvx/train/checkpoint.h"
 #include "hvx/train/config.h"
 #include "hvx/train/trainer.h"
 
@@ -47,7 +48,9 @@ constexpr char kUsage[] =
     "  --fresh       (or --fresh=true; --fresh=false: resume as without it)\n"
     "                start over instead of resuming: the checkpoints already in checkpoint.dir "
     "are\n"
-    "                moved into checkpoint.dir/replaced-<unix seconds>/\n"
+    "                moved into checkpoint.dir/replaced-<unix seconds>/, once per job: a restart\n"
+    "                of the same job (hvxrun --max-restarts, a Slurm requeue, a SageMaker spot\n"
+    "                restart) resumes what it wrote since\n"
     "  --export      at the end (also of a run already complete), write the weights as a file\n"
     "                Python's torch.load reads as a state dict (name -> tensor)\n"
     "  --export_from with --export: export this checkpoint file's model instead of training\n";
@@ -141,6 +144,7 @@ absl::StatusOr<int> Main(int argc, char** argv) {
   }
   options.max_steps = flags.max_steps;
   options.fresh = flags.fresh;
+  options.fresh_job_id = FreshJobId(env);
   for (auto [flag, in, out] :
        {std::make_tuple("--export", &flags.export_path, &options.export_path),
         std::make_tuple("--export_from", &flags.export_from, &options.export_from)}) {

@@ -449,8 +449,9 @@ absl::StatusOr<TrainingPosition> StartingPosition(Run& run, int64_t* resumed_fro
   if (CheckpointsOn(config) && (config.checkpoint().resume() || run.options.fresh)) {
     torch::optim::Optimizer& optimizer = run.sharded ? *run.replicated : *run.optimizer;
     HVX_ASSIGN_OR_RETURN(
-        bool resumed, ResumeFromNewestCheckpoint(config.checkpoint(), run.options.fresh, run.device,
-                                                 *run.model, optimizer, &pos, Extras(run)));
+        bool resumed,
+        ResumeFromNewestCheckpoint(config.checkpoint(), run.options.fresh, run.device, *run.model,
+                                   optimizer, &pos, Extras(run), run.options.fresh_job_id));
     if (resumed) *resumed_from_step = pos.global_step;
     if (resumed && run.sharded) {
       HVX_RETURN_IF_ERROR(run.sharded->ScatterState(*run.replicated));

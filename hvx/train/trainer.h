@@ -38,8 +38,10 @@ struct RunOptions {
   // epoch), writing a checkpoint first when checkpoints are on: what a preempted job leaves behind.
   int64_t max_steps = 0;
   // Start over even when checkpoint.dir holds checkpoints: rank 0 first moves them into
-  // "<dir>/replaced-<unix seconds>/".
+  // "<dir>/replaced-<unix seconds>/", once per job: a restart of job `fresh_job_id` (FreshJobId in
+  // checkpoint.h; "" for none) resumes what the job wrote since.
   bool fresh = false;
+  std::string fresh_job_id;
   // Rank 0 writes the final weights (BatchNorm statistics averaged over ranks; the moving average
   // of the parameters when TrainConfig.ema_decay is set) here as a file
   // Python's torch.load reads as a state dict (ExportStateDict), after the last epoch or, for a

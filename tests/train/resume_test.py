@@ -4,7 +4,8 @@ evaluation at the end (each rank's BatchNorm statistics survive the checkpoint).
 (self-launched), the CNN (BatchNorm, dropout), SGD with momentum, cosine schedule; then the same
 with four processes, whose float sums depend on the reduction order. Then: re-running the
 finished config says the run is complete and trains nothing; --fresh moves the old checkpoints
-aside and starts over from step 1.
+aside and starts over from step 1, once per job: hvxrun's restart of a job started with --fresh
+resumes what its first attempt wrote.
 """
 import glob
 import os
@@ -12,7 +13,7 @@ import re
 
 import pytest
 
-from trainer_harness import Trainer, steps_of
+from trainer_harness import Trainer, steps_of, tool
 
 SCHEDULE = "optimizer { schedule: COSINE warmup_epochs: 0.5 lr_scaling: BY_WORLD_SIZE }"
 TWO = 'launch { num_processes: "2" }'
@@ -113,6 +114,32 @@ def test_fresh_moves_the_old_checkpoints_aside_and_starts_at_step_1(trainer, ful
 def test_a_run_stopped_in_its_first_epoch_reports_its_throughput(fresh):
     assert re.search(r"^\[0\] done: 3 steps in [0-9.]+ s, [1-9][0-9]* samples/s$", fresh.out, re.M)
     assert fresh.end["samples_per_s"] > 0
+
+
+def test_a_restarted_job_applies_fresh_once_and_resumes(trainer, full):
+    # An earlier run left ckpt-5. The job is started with --fresh under hvxrun --max-restarts 1;
+    # its first attempt sets ckpt-5 aside, writes ckpt-6 and fails writing its second checkpoint
+    # (step 9, max_steps). hvxrun starts the same command again: that attempt must resume from
+    # ckpt-6, not set it aside and start over (whose second checkpoint would fail again).
+    train(trainer, "earlier", "ck_restart", "--max_steps=5")
+    launcher = [tool("HVX_HVXRUN"), "-np", "2", "--slots-per-host", "2", "--max-restarts", "1",
+                "--host-failure-limit", "2", "-x", "HVX_ALLOW_FAILPOINTS=1",
+                "-x", "HVX_FAILPOINT=checkpoint:0:exit:2", "--"]
+    run = trainer.run("restarted", "--config=" + trainer.config, "--fresh", "--max_steps=9",
+                      launcher=launcher,
+                      overrides=[SCHEDULE, 'checkpoint { dir: "%s" every_steps: 6 }'
+                                 % trainer.path("ck_restart")]).check()
+    assert "hvx failpoint checkpoint: rank 0 exit" in run.output
+    assert "hvxrun: restart 1 of 1: rank 0 on host" in run.output
+    # Rank 0's lines (hvxrun repeats a failed rank's last lines untagged).
+    assert len(re.findall(r"^\[0\] .*--fresh: moved the previous checkpoints to", run.output,
+                          re.M)) == 1, run.tail(40)
+    assert glob.glob(trainer.path("ck_restart", "replaced-*", "ckpt-5.pt"))
+    assert "this start of it resumes" in run.output
+    assert "resuming from %s (epoch 1, step 6)" % trainer.path("ck_restart", "ckpt-6.pt") in run.output
+    assert [r["global_step"] for r in run.checkpoints][-1] == 9
+    # The second attempt trained steps 7 to 9 as the uninterrupted run did.
+    assert run.steps()[-3:] == full.steps()[6:9]
 
 
 def test_four_processes_resume_to_the_same_losses(trainer):

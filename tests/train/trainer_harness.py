@@ -168,14 +168,15 @@ threads: 1
 """.format(shards=shards, batch=batch, idx=idx, epochs=epochs))
         return config
 
-    def start(self, name, *args, overrides=(), metrics=None):
+    def start(self, name, *args, overrides=(), metrics=None, launcher=()):
         """Starts the trainer with `args` and each of `overrides` as --override, its metrics file
-        `metrics` (default <dir>/<name>.jsonl, new), stdout and stderr in <name>.out and .err.
+        `metrics` (default <dir>/<name>.jsonl, new), stdout and stderr in <name>.out and .err,
+        behind the command `launcher` when given (["hvxrun", "-np", "2", "--"]).
         Returns (Run, Popen); wait with finish()."""
         metrics = metrics or self.path(name + ".jsonl")
         if metrics == self.path(name + ".jsonl") and os.path.exists(metrics):
             os.unlink(metrics)
-        argv = [self.train] + list(args)
+        argv = list(launcher) + [self.train] + list(args)
         argv += ["--override=" + o for o in overrides]
         argv.append('--override=logging { metrics_file: "%s" }' % metrics)
         run = Run(name, argv, self.path(name + ".out"), self.path(name + ".err"), metrics)
@@ -196,9 +197,9 @@ threads: 1
             run.rc = "timeout after %d s" % timeout
         return run
 
-    def run(self, name, *args, overrides=(), metrics=None, timeout=200):
+    def run(self, name, *args, overrides=(), metrics=None, timeout=200, launcher=()):
         """The trainer to its end (at most `timeout` seconds); see start()."""
-        run, proc = self.start(name, *args, overrides=overrides, metrics=metrics)
+        run, proc = self.start(name, *args, overrides=overrides, metrics=metrics, launcher=launcher)
         return self.finish(run, proc, timeout)
 
 
