@@ -7,6 +7,7 @@ import itertools
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -954,6 +955,37 @@ def test_error_duplicate_async_name(rank, size):
     other = hvd.allreduce_async(t, name=theirs)
     hvd.synchronize(first)
     hvd.synchronize(other)
+
+
+_DUPLICATE_SUBMITS = {
+    "allreduce": lambda t, name: hvd.allreduce_async(t, name=name),
+    "allgather": lambda t, name: hvd.allgather_async(t, name=name),
+    "broadcast": lambda t, name: hvd.broadcast_async(t, 0, name=name),
+    "alltoall": lambda t, name: hvd.alltoall_async(t, name=name),
+    "reducescatter": lambda t, name: hvd.reducescatter_async(t, name=name),
+    "grouped_allreduce": lambda t, name: hvd.grouped_allreduce_async([t], name=name),
+}
+
+
+@pytest.mark.parametrize("op", sorted(_DUPLICATE_SUBMITS))
+def test_a_name_stays_taken_until_its_handle_is_synchronized(rank, size, op):
+    # The first op has completed on every rank (poll) but is not synchronized: a second op of its
+    # kind under its name is refused, on every rank, however fast the others were. Once
+    # synchronized, the name is free again. Before, the engine freed the name on completion and
+    # the second submission went through, on every rank here and on a fast rank only in Horovod's
+    # duplicate-name tests.
+    submit = _DUPLICATE_SUBMITS[op]
+    t = torch.ones(size * 2)
+    name = "taken.%s" % op
+    first = submit(t, name)
+    deadline = time.monotonic() + 30
+    while not hvd.poll(first):
+        assert time.monotonic() < deadline, "the first %s did not complete" % op
+        time.sleep(0.001)
+    with pytest.raises(ValueError, match="not synchronized yet"):
+        submit(t, name)
+    hvd.synchronize(first)
+    hvd.synchronize(submit(t, name))
 
 
 def test_error_unsupported_dtype(rank, size):

@@ -237,6 +237,45 @@ def _forget_names(set_id):
         del _noname[key]
 
 
+# A name stays taken from its op's submission until synchronize() collects the op's handle, per
+# process set and kind of op: a second op of that kind with that name on this rank is refused
+# with a ValueError. The engine itself frees a name when the op completes, which, for a second
+# submission right after the first, depended on how fast the other ranks were: when they had
+# already submitted, the first op could complete in between, and the duplicate went through on one
+# rank only (Horovod's duplicate-name tests passed or failed with the machine's speed). A handle
+# that is never synchronized keeps its name, as it keeps its tensors.
+_taken = {}     # (set id, op, name) -> handle, or None while the op is being submitted
+_taken_by = {}  # handle -> its (set id, op, name)
+
+
+def _submit(op, name, process_set, start, result):
+    """Starts op `op` under `name` (or its unnamed count) with start(resolved name) -> native
+    handle, the name taken until synchronize; returns the handle, whose synchronize returns
+    result(native)."""
+    name = _name(op, name, process_set)
+    key = (getattr(process_set, "process_set_id", None) or 0, op, name)
+    with _handles_lock:
+        holder = _taken.get(key, False)
+        if holder is False:
+            _taken[key] = None
+    if holder is not False:
+        raise ValueError(
+            "tensor '%s': another %s with this name is still in flight on this rank: it is "
+            "not synchronized yet (handle %s); a name stays taken until synchronize() returns "
+            "its result (synchronize the first, or choose another name)" % (name, op, holder))
+    try:
+        native = start(name)
+    except BaseException:
+        with _handles_lock:
+            del _taken[key]
+        raise
+    h = _register(native, result)
+    with _handles_lock:
+        _taken[key] = h
+        _taken_by[h] = key
+    return h
+
+
 def _register(native, result):
     """Keeps `native` (hvx._C.Handle) until synchronize, which returns result(native)."""
     h = next(_next_handle)
@@ -262,6 +301,7 @@ def synchronize(handle):
         handle = handle.handle
     with _handles_lock:
         entry = _handles.pop(handle, None)
+        _taken.pop(_taken_by.pop(handle, None), None)
     if entry is None:
         raise ValueError("unknown handle %r (already synchronized?)" % (handle,))
     native, result = entry
@@ -314,10 +354,11 @@ def _contiguous_target(tensor):
 def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor, process_set,
                      done):
     _check_initialized("allreduce")
-    native = _C.allreduce_async(tensor, output, _name("allreduce", name, process_set), op,
-                                float(prescale_factor), float(postscale_factor),
-                                _process_set_id(process_set))
-    return _register(native, lambda _: done())
+    return _submit("allreduce", name, process_set,
+                   lambda n: _C.allreduce_async(tensor, output, n, op, float(prescale_factor),
+                                                float(postscale_factor),
+                                                _process_set_id(process_set)),
+                   lambda _: done())
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
@@ -362,11 +403,12 @@ def _grouped_async(inputs, outputs, name, op, prescale_factor, postscale_factor,
     _check_initialized("grouped_allreduce")
     if not inputs:
         raise ValueError("grouped_allreduce: no tensors")
-    native = _C.grouped_allreduce_async(list(inputs), list(outputs),
-                                        _name("grouped_allreduce", name, process_set), op,
-                                        float(prescale_factor), float(postscale_factor),
-                                        _process_set_id(process_set))
-    return _register(native, lambda _: done())
+    return _submit("grouped_allreduce", name, process_set,
+                   lambda n: _C.grouped_allreduce_async(list(inputs), list(outputs), n, op,
+                                                        float(prescale_factor),
+                                                        float(postscale_factor),
+                                                        _process_set_id(process_set)),
+                   lambda _: done())
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
@@ -411,9 +453,10 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
     """Starts an allgather: every rank's tensor concatenated along dim 0 in rank order (first
     dimensions may differ)."""
     _check_initialized("allgather")
-    native = _C.allgather_async(tensor.contiguous(), _name("allgather", name, process_set),
-                                _process_set_id(process_set))
-    return _register(native, lambda n: n.output)
+    return _submit("allgather", name, process_set,
+                   lambda n: _C.allgather_async(tensor.contiguous(), n,
+                                                _process_set_id(process_set)),
+                   lambda n: n.output)
 
 
 def allgather(tensor, name=None, process_set=global_process_set):
@@ -425,9 +468,10 @@ def _grouped(op, tensors, name, process_set, submit):
     """Submits submit(tensor, name_i) for each tensor under one base name; one handle for all."""
     if not tensors:
         raise ValueError("%s: no tensors" % op)
-    base = _name(op, name, process_set)
-    natives = [submit(t, "%s.%d" % (base, i)) for i, t in enumerate(tensors)]
-    return _register(_GroupWait(natives), lambda g: g.results())
+    return _submit(op, name, process_set,
+                   lambda base: _GroupWait([submit(t, "%s.%d" % (base, i))
+                                            for i, t in enumerate(tensors)]),
+                   lambda g: g.results())
 
 
 class _GroupWait:
@@ -472,10 +516,10 @@ def grouped_allgather(tensors, name=None, process_set=global_process_set):
 
 def _broadcast_async(tensor, root_rank, name, process_set, done):
     _check_initialized("broadcast")
-    native = _C.broadcast_async(tensor, _root_in_set(root_rank, process_set),
-                                _name("broadcast", name, process_set),
-                                _process_set_id(process_set))
-    return _register(native, lambda _: done())
+    root = _root_in_set(root_rank, process_set)
+    return _submit("broadcast", name, process_set,
+                   lambda n: _C.broadcast_async(tensor, root, n, _process_set_id(process_set)),
+                   lambda _: done())
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
@@ -515,12 +559,17 @@ def _splits_list(splits):
 
 def _alltoall_async(tensor, splits, name, process_set, with_received_splits):
     _check_initialized("alltoall")
-    native = _C.alltoall_async(tensor.contiguous(), _splits_list(splits),
-                               _name("alltoall", name, process_set), _process_set_id(process_set))
-    if not with_received_splits:
-        return _register(native, lambda n: n.output)
-    return _register(native, lambda n: (n.output,
-                                        torch.tensor(n.received_splits, dtype=torch.int32)))
+    splits = _splits_list(splits)
+    if with_received_splits:
+        def result(n):
+            return n.output, torch.tensor(n.received_splits, dtype=torch.int32)
+    else:
+        def result(n):
+            return n.output
+    return _submit("alltoall", name, process_set,
+                   lambda n: _C.alltoall_async(tensor.contiguous(), splits, n,
+                                               _process_set_id(process_set)),
+                   result)
 
 
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
@@ -542,11 +591,12 @@ def reducescatter_async(tensor, name=None, op=Average, prescale_factor=1.0,
     """Starts a reduce-scatter: the reduction of `tensor` over the set, of which rank r keeps
     its block of rows (rows divide as evenly as possible, the first ranks get one more)."""
     _check_reducescatter_op(op)
-    native = _C.reducescatter_async(tensor.contiguous(),
-                                    _name("reducescatter", name, process_set), op,
-                                    float(prescale_factor), float(postscale_factor),
-                                    _process_set_id(process_set))
-    return _register(native, lambda n: n.output)
+    return _submit("reducescatter", name, process_set,
+                   lambda n: _C.reducescatter_async(tensor.contiguous(), n, op,
+                                                    float(prescale_factor),
+                                                    float(postscale_factor),
+                                                    _process_set_id(process_set)),
+                   lambda n: n.output)
 
 
 def _check_reducescatter_op(op):
@@ -622,10 +672,12 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
             values = values / process_set.size()
         # Gathered along dim 0, so the indices travelled as [nnz, sparse_dim].
         return torch.sparse_coo_tensor(indices.t(), values, size, dtype=values.dtype)
-    name = _name("sparse_allreduce", name, process_set)
-    natives = [_C.allgather_async(tensor._indices().t().contiguous(), name + ".indices", ps),
-               _C.allgather_async(tensor._values().contiguous(), name + ".values", ps)]
-    return _SparseHandle(_register(_GroupWait(natives), result))
+    return _SparseHandle(_submit(
+        "sparse_allreduce", name, process_set,
+        lambda n: _GroupWait([
+            _C.allgather_async(tensor._indices().t().contiguous(), n + ".indices", ps),
+            _C.allgather_async(tensor._values().contiguous(), n + ".values", ps)]),
+        result))
 
 
 # ---------------------------------------------------------------------------------- barrier, join
