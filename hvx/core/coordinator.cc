@@ -438,7 +438,10 @@ std::string Coordinator::AlltoallRows(const Pending& p, std::vector<int64_t>* ro
     int64_t sum = 0;
     for (int64_t s : q.splits) {
       if (s < 0) return absl::StrCat(Who(r), " gave a negative ALLTOALL split ", s);
-      sum += s;
+      if (__builtin_add_overflow(sum, s, &sum)) {
+        return absl::StrCat(Who(r), "'s ALLTOALL splits (", absl::StrJoin(q.splits, ", "),
+                            ") sum past 2^63");
+      }
     }
     if (sum != dim0) {
       return absl::StrCat(Who(r), "'s ALLTOALL splits sum to ", sum, " but its first dimension is ",

@@ -554,6 +554,26 @@ TEST(CoordinatorTest, DisagreementsBecomeErrorsNamingRanks) {
   EXPECT_TRUE(absl::StrContains(c.Build(absl::Now()).responses[0].error, "prescale/postscale"));
 }
 
+// Splits whose sum wraps around to the rank's first dimension: 2 * (2^63 - 1) + 4 = 2 (mod 2^64).
+// Before, the coordinator accepted them, and the receivers' output sizes overflowed.
+TEST(CoordinatorTest, AlltoallSplitsThatSumPastTheLimitAreRefused) {
+  Coordinator c(3, CoordinatorOptions{});
+  for (int r = 0; r < 3; ++r) {
+    Request q = Allreduce(r, "a2a", {r == 0 ? 2 : 3});
+    q.type = OpType::kAlltoall;
+    q.splits =
+        r == 0 ? std::vector<int64_t>{INT64_MAX, INT64_MAX, 4} : std::vector<int64_t>{1, 1, 1};
+    ASSERT_TRUE(c.Add(r, List({q}), absl::Now()).ok());
+  }
+  auto out = c.Build(absl::Now());
+  ASSERT_EQ(out.responses.size(), 1u);
+  EXPECT_EQ(out.responses[0].type, OpType::kError);
+  EXPECT_TRUE(absl::StrContains(out.responses[0].error,
+                                "rank 0's ALLTOALL splits (9223372036854775807, "
+                                "9223372036854775807, 4) sum past 2^63"))
+      << out.responses[0].error;
+}
+
 TEST(CoordinatorTest, AdasumNeedsPowerOfTwo) {
   Coordinator c(3, CoordinatorOptions{});
   for (int r = 0; r < 3; ++r) {

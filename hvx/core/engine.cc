@@ -324,7 +324,7 @@ void Engine::ThreadMain() {
       const absl::Time cycle_start = MonotonicNow();
       bool idle = true;
       for (SetState* set : sets) {
-        if (!RunCycle(*set)) {
+        if (!RunCycleOrStop(*set)) {
           running = false;
           break;
         }
@@ -736,6 +736,18 @@ absl::StatusOr<Engine::CacheOutcome> Engine::VoteOnCache(SetState& set, bool joi
                       outcome.any_joined || vote.AnyRank(CacheVote::kShutdown) ||
                       vote.AnyRank(CacheVote::kCheckDue);
   return outcome;
+}
+
+bool Engine::RunCycleOrStop(SetState& set) {
+  // The last line of defence: an exception thrown on this thread (a library's, or hvx's own) must
+  // not end the process through std::terminate with nothing said; the engine stops with it, and
+  // every pending op fails with it on this rank (the others' ops then end at their deadline).
+  try {
+    return RunCycle(set);
+  } catch (const std::exception& e) {
+    return Stop(absl::InternalError(absl::StrCat(
+        "an exception on hvx's background thread (process set ", set.id, "): ", e.what())));
+  }
 }
 
 bool Engine::Stop(absl::Status cause) {

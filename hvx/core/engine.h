@@ -173,6 +173,8 @@ class Engine {
   static void LearnIds(SetState& set, const ResponseList& list);
   // One negotiation+execution cycle of one set. Returns false when the job shuts down.
   bool RunCycle(SetState& set);
+  // RunCycle, with an exception that escapes it turned into a Stop naming it.
+  bool RunCycleOrStop(SetState& set);
   // What the cache vote decided this cycle: the cached responses every rank has ready, whether
   // the coordinator must run too, and whether any rank has joined.
   struct CacheOutcome {
@@ -240,7 +242,12 @@ class Engine {
   // The device this rank runs response `r` on: its own tensors', whatever other ranks use.
   Device LocalDevice(const SetState& set, const Response& r,
                      const std::vector<Entry*>& entries) const;
+  // The output of `entry` for an op whose output shape is known only now (allgather, alltoall,
+  // reducescatter): from its allocator, else owned by its state. An error, never an exception,
+  // when the shape is negative or past memory's size, or the allocation fails.
   absl::StatusOr<TensorRef> AllocateOutput(Entry& entry, const std::vector<int64_t>& shape);
+  absl::StatusOr<TensorRef> AllocateOutputOrThrow(Entry& entry, const TensorShape& s,
+                                                  int64_t bytes);
   void CompleteEntry(SetState& set, const std::string& name, absl::Status status);
   void FailEverything(absl::Status status);
 

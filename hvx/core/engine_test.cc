@@ -4,6 +4,7 @@
 #include "hvx/core/engine.h"
 
 #include <atomic>
+#include <new>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -405,6 +406,35 @@ TEST(EngineTest, OutputThatOneRankCannotAllocateFailsEveryRankBeforeTheCollectiv
     AllreduceOptions sum;
     sum.op = ReduceOp::kSum;
     EXPECT_TRUE(Wait(e.Allreduce("after", t, t, sum)).ok());
+    EXPECT_EQ(y[0], 3.0f);
+  });
+}
+
+// An allocator that throws (LibTorch's at::empty out of memory, std::bad_alloc) is an allocation
+// failure like any other: before, the exception reached std::terminate on the engine thread.
+TEST(EngineTest, AnAllocatorThatThrowsFailsEveryRankAndTheJobGoesOn) {
+  RunRanks(3, [](Engine& e, int rank) {
+    std::vector<float> x(4, static_cast<float>(rank));
+    CollectiveOptions o;
+    std::vector<float> out(12);
+    o.allocator = [&, rank](DataType dtype, const TensorShape& shape,
+                            const Device&) -> absl::StatusOr<TensorRef> {
+      if (rank == 2) throw std::bad_alloc();
+      return TensorRef(dtype, shape, out.data());
+    };
+    absl::Status s = Wait(e.Allgather("thrown", TensorRef(DataType::kFloat32, {4}, x.data()), o));
+    const std::string why =
+        "tensor 'thrown': allocating its output of 48 bytes (float32[12]) failed";
+    EXPECT_EQ(s.code(), rank == 2 ? absl::StatusCode::kResourceExhausted
+                                  : absl::StatusCode::kFailedPrecondition)
+        << s;
+    EXPECT_TRUE(absl::StrContains(s.message(), why)) << s;
+    if (rank != 2) EXPECT_TRUE(absl::StrContains(s.message(), "rank 2 (host host)")) << s;
+    std::vector<float> y(2, 1.0f);
+    TensorRef t(DataType::kFloat32, {2}, y.data());
+    AllreduceOptions sum;
+    sum.op = ReduceOp::kSum;
+    EXPECT_TRUE(Wait(e.Allreduce("after.throw", t, t, sum)).ok());
     EXPECT_EQ(y[0], 3.0f);
   });
 }

@@ -201,7 +201,10 @@ absl::Status Engine::ExecuteAlltoall(const Execution& x, Entry& e) {
   for (int j = 0; j < n; ++j) {
     w.send_rows.push_back(x.r.rows[me * n + j]);
     w.recv_rows.push_back(x.r.rows[j * n + me]);
-    total += w.recv_rows.back();
+    if (w.recv_rows.back() < 0 || __builtin_add_overflow(total, w.recv_rows.back(), &total)) {
+      total = -1;
+      break;
+    }
   }
   std::vector<int64_t> shape = e.request.shape;
   shape[0] = total;
@@ -231,6 +234,26 @@ absl::Status Engine::ExecuteReduceScatter(const Execution& x, Entry& e) {
 
 absl::StatusOr<TensorRef> Engine::AllocateOutput(Entry& entry, const std::vector<int64_t>& shape) {
   TensorShape s{std::vector<int64_t>(shape)};
+  const int64_t esize = DataTypeSize(entry.request.dtype);
+  int64_t bytes = s.num_elements();
+  if (bytes < 0 || __builtin_mul_overflow(bytes, esize, &bytes)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor '", entry.request.name, "': its output shape (", DataTypeName(entry.request.dtype),
+        s.DebugString(), ") is negative or past any memory's size"));
+  }
+  // An allocator (LibTorch's at::empty, the host's) throws when memory runs out; the error goes
+  // to every rank through AgreeBeforeDataPlane instead of ending this process.
+  try {
+    return AllocateOutputOrThrow(entry, s, bytes);
+  } catch (const std::exception& e) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "tensor '", entry.request.name, "': allocating its output of ", bytes, " bytes (",
+        DataTypeName(entry.request.dtype), s.DebugString(), ") failed: ", e.what()));
+  }
+}
+
+absl::StatusOr<TensorRef> Engine::AllocateOutputOrThrow(Entry& entry, const TensorShape& s,
+                                                        int64_t bytes) {
   if (entry.allocator) {
     HVX_ASSIGN_OR_RETURN(TensorRef t,
                          entry.allocator(entry.request.dtype, s, entry.request.device));
@@ -248,9 +271,7 @@ absl::StatusOr<TensorRef> Engine::AllocateOutput(Entry& entry, const std::vector
                      ": pass an OutputAllocator for non-CPU outputs"));
   }
   auto& buf = entry.state->owned_output;
-  buf.assign(std::max<size_t>(
-                 1, static_cast<size_t>(s.num_elements()) * DataTypeSize(entry.request.dtype)),
-             0);
+  buf.assign(std::max<size_t>(1, static_cast<size_t>(bytes)), 0);
   entry.state->output = TensorRef(entry.request.dtype, s, buf.data());
   return entry.state->output;
 }

@@ -257,6 +257,10 @@ absl::StatusOr<char*> HostBuffer::GetOnEveryRank(size_t bytes, MPI_Comm comm) {
 }
 
 absl::Status CheckFitsInt(int64_t bytes, absl::string_view what) {
+  if (bytes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": a negative count of ", bytes, " bytes"));
+  }
   if (bytes > INT_MAX) {
     return absl::UnimplementedError(
         absl::StrCat(what, ": ", bytes, " bytes exceed MPI's int count limit"));

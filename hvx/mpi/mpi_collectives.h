@@ -80,7 +80,8 @@ std::string GlobalRank(MPI_Comm comm, int rank);
 // global rank and message. For a step that may fail on one rank only, before a collective.
 absl::Status AgreeOnEveryRank(MPI_Comm comm, const absl::Status& local);
 
-// Unimplemented naming `what` when `bytes` exceeds MPI's int count limit.
+// InvalidArgument naming `what` for a negative count (a size that wrapped); Unimplemented when
+// `bytes` exceeds MPI's int count limit.
 absl::Status CheckFitsInt(int64_t bytes, absl::string_view what);
 
 // Every rank's `mine`, in rank order, into *all: a control-plane allgather (two nonblocking

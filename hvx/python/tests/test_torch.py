@@ -925,6 +925,19 @@ def test_error_alltoall_splits(rank, size):
     assert isinstance(e.value, ValueError) and isinstance(e.value, hvd.HvxInternalError)
 
 
+def test_error_alltoall_splits_that_wrap_around(rank, size):
+    # Rank 0's splits sum to its 2 rows only modulo 2^64. Before, the engine thread of the
+    # receiving ranks threw allocating a negative output, and their processes aborted.
+    if size < 3:
+        pytest.skip("a wrapping sum needs three splits")
+    if rank == 0:
+        t, splits = torch.zeros(2), [2 ** 63 - 1, 2 ** 63 - 1, 4] + [0] * (size - 3)
+    else:
+        t, splits = torch.zeros(size), [1] * size
+    with pytest.raises(hvd.HvxInvalidArgumentError, match=r"splits \(.*\) sum past 2\^63"):
+        hvd.alltoall(t, splits=splits, name="err.splits_wrap")
+
+
 def test_error_alltoall_rows_do_not_divide(rank, size):
     with pytest.raises(ValueError, match="does not divide by the set size"):
         hvd.alltoall(torch.ones(size + 1), name="err.a2a_rows")
