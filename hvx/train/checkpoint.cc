@@ -1,6 +1,7 @@
 #include "hvx/train/checkpoint.h"
 
 #include <caffe2/serialize/inline_container.h>
+#include <caffe2/serialize/read_adapter_interface.h>
 #include <dirent.h>
 #include <sys/stat.h>
 #include <torch/csrc/jit/serialization/export.h>
@@ -11,13 +12,17 @@
 #include <array>
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <iterator>
+#include <new>
 #include <optional>
 #include <sstream>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -41,6 +46,8 @@ namespace {
 
 constexpr char kCheckpointPrefix[] = "ckpt-";
 constexpr char kCheckpointSuffix[] = ".pt";
+// Appended to the name of a checkpoint file that proved damaged when loaded.
+constexpr char kCorruptSuffix[] = ".corrupt";
 
 // The global step of a checkpoint's file name "ckpt-<step>.pt", or nullopt for any other name.
 std::optional<int64_t> CheckpointStep(absl::string_view name) {
@@ -68,6 +75,19 @@ std::vector<std::pair<int64_t, std::string>> ListCheckpoints(const std::string& 
   for (const std::string& name : NamesIn(dir)) {
     if (std::optional<int64_t> step = CheckpointStep(name)) {
       found.emplace_back(*step, absl::StrCat(dir, "/", name));
+    }
+  }
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+// Checkpoint files in `dir` that a load set aside as damaged ("ckpt-<step>.pt.corrupt").
+std::vector<std::string> SetAsideAsCorrupt(const std::string& dir) {
+  std::vector<std::string> found;
+  for (const std::string& name : NamesIn(dir)) {
+    absl::string_view base = name;
+    if (absl::ConsumeSuffix(&base, kCorruptSuffix) && CheckpointStep(base)) {
+      found.push_back(absl::StrCat(dir, "/", name));
     }
   }
   std::sort(found.begin(), found.end());
@@ -338,6 +358,104 @@ bool ReadState(torch::serialize::InputArchive& archive, const std::string& path,
   return all;
 }
 
+// Why LibTorch could not load a checkpoint whose file ReadCheckedArchive found whole: not proven
+// damaged (memory, a format of another LibTorch, tensors of other shapes), so never DataLoss.
+absl::Status NotLoaded(const std::string& path, const std::exception& e) {
+  if (dynamic_cast<const std::bad_alloc*>(&e) != nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("checkpoint ", path, ": out of memory while loading it"));
+  }
+  const auto* c10 = dynamic_cast<const c10::Error*>(&e);
+  return absl::FailedPreconditionError(
+      absl::StrCat("checkpoint ", path,
+                   " is whole but LibTorch could not load it (written by another torch "
+                   "version, or for other shapes?); it is left where it is: ",
+                   c10 != nullptr ? c10->what_without_backtrace() : e.what()));
+}
+
+// The bytes of a file in memory, as LibTorch's zip reader reads an archive.
+class BytesReadAdapter final : public caffe2::serialize::ReadAdapterInterface {
+ public:
+  explicit BytesReadAdapter(const std::string& bytes) : bytes_(bytes) {}
+  size_t size() const override { return bytes_.size(); }
+  size_t read(uint64_t pos, void* buf, size_t n, const char*) const override {
+    if (pos >= bytes_.size()) return 0;
+    n = std::min<size_t>(n, bytes_.size() - pos);
+    std::memcpy(buf, bytes_.data() + pos, n);
+    return n;
+  }
+
+ private:
+  const std::string& bytes_;
+};
+
+// The first method a TorchScript source record defines ("def __setstate__(...)"), or "".
+std::string FirstMethod(absl::string_view source) {
+  for (absl::string_view line : absl::StrSplit(source, '\n')) {
+    absl::string_view code = absl::StripLeadingAsciiWhitespace(line);
+    if (absl::StartsWith(code, "def ")) return std::string(code.substr(0, code.find('(')));
+  }
+  return "";
+}
+
+// The checkpoint file at `path`, read whole and checked without running any of it; LoadCheckpoint
+// then loads these bytes, so the file is read once.
+// - A file that cannot be read (permission, I/O, memory) is not proven damaged: that error, never
+//   DataLoss, and the file stays where it is.
+// - DataLoss when its zip container or a record cannot be read (cut short, damaged), or when its
+//   code defines a method: every archive hvx writes declares classes with attributes only, and a
+//   method (a __setstate__) would run inside this process while the file loads, before anything
+//   in it could be checked. Such a file is not a checkpoint of hvx's.
+absl::StatusOr<std::string> ReadCheckedArchive(const std::string& path) {
+  HVX_ASSIGN_OR_RETURN(ReadOnlyFile file, OpenReadOnly(path, "checkpoint"));
+  absl::Cleanup closer = [fd = file.fd] { close(fd); };
+  std::string bytes;
+  try {
+    bytes.resize(file.size);
+  } catch (const std::exception& e) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("checkpoint ", path, ": no memory to read its ", file.size, " bytes"));
+  }
+  for (size_t done = 0; done < bytes.size();) {
+    const ssize_t n = pread(file.fd, bytes.data() + done, bytes.size() - done, done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoToStatus(errno, absl::StrCat("reading checkpoint ", path));
+    if (n == 0) {
+      return absl::UnavailableError(
+          absl::StrCat("checkpoint ", path, " shrank to ", done, " bytes while it was read"));
+    }
+    done += static_cast<size_t>(n);
+  }
+  auto damaged = [&](absl::string_view why) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", path, " cannot be loaded: ", why));
+  };
+  try {
+    caffe2::serialize::PyTorchStreamReader reader(std::make_shared<BytesReadAdapter>(bytes));
+    for (const std::string& name : reader.getAllRecords()) {
+      // Names are relative to the archive's folder: "code/__torch__.py", "data.pkl".
+      const bool code = absl::StartsWith(name, "code/") || absl::StrContains(name, "/code/");
+      if (!code || !absl::EndsWith(name, ".py")) {
+        (void)reader.getRecordOffset(name);
+        continue;
+      }
+      auto [data, size] = reader.getRecord(name);
+      const std::string method =
+          FirstMethod(absl::string_view(static_cast<const char*>(data.get()), size));
+      if (!method.empty()) {
+        return damaged(absl::StrCat(
+            "it holds TorchScript code (", name, ": ", absl::CHexEscape(method),
+            "), which no checkpoint hvx writes has; it was not loaded, so none of it ran"));
+      }
+    }
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("checkpoint ", path, ": no memory to read its records"));
+  } catch (const c10::Error& e) {
+    return damaged(e.what_without_backtrace());
+  }
+  return bytes;
+}
+
 // Loads onto `device`. *rank_buffers gets the per-rank buffers when the file has them for every
 // floating-point buffer of `model` (checkpoints from before they were recorded have not). Reads
 // positions of either stored form (see DecodePosition). *found_averages / *found_state say whether
@@ -348,9 +466,10 @@ absl::Status LoadCheckpoint(const std::string& path, const torch::Device& device
                             const CheckpointExtras& extras, bool* found_averages,
                             bool* found_state) {
   rank_buffers->clear();
+  HVX_ASSIGN_OR_RETURN(const std::string bytes, ReadCheckedArchive(path));
   try {
     torch::serialize::InputArchive archive, model_archive, optimizer_archive, buffer_archive;
-    archive.load_from(path, device);
+    archive.load_from(bytes.data(), bytes.size(), device);
     archive.read("model", model_archive);
     archive.read("optimizer", optimizer_archive);
     HVX_RETURN_IF_ERROR(CheckModelMatches(archive, model_archive, model, path));
@@ -375,9 +494,8 @@ absl::Status LoadCheckpoint(const std::string& path, const torch::Device& device
     }
     if (extras.averages != nullptr) *found_averages = ReadAverages(archive, path, *extras.averages);
     if (extras.state != nullptr) *found_state = ReadState(archive, path, *extras.state);
-  } catch (const c10::Error& e) {
-    return absl::DataLossError(
-        absl::StrCat("checkpoint ", path, " cannot be loaded: ", e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    return NotLoaded(path, e);
   }
   return absl::OkStatus();
 }
@@ -386,7 +504,8 @@ absl::Status LoadCheckpoint(const std::string& path, const torch::Device& device
 // "replaced-<unix seconds>-N" when that exists (two moves within a second must not mix), which
 // ListCheckpoints does not look into, and returns its path, or "" when there were none.
 absl::StatusOr<std::string> MoveCheckpointsAside(const std::string& dir) {
-  const auto all = ListCheckpoints(dir);
+  auto all = ListCheckpoints(dir);
+  for (std::string& corrupt : SetAsideAsCorrupt(dir)) all.emplace_back(-1, std::move(corrupt));
   if (all.empty()) return std::string();
   const std::string base = absl::StrCat(dir, "/replaced-", static_cast<int64_t>(time(nullptr)));
   std::string aside = base;
@@ -491,7 +610,7 @@ ResumeNotice LoadNewestOnRank0(const CheckpointConfig& c, bool fresh,
                                          rank_buffers, extras, &notice.averages, &notice.state);
     if (absl::IsDataLoss(loaded)) {
       if (newest_error.ok()) newest_error = loaded;
-      const std::string aside = path + ".corrupt";
+      const std::string aside = path + kCorruptSuffix;
       const bool moved = rename(path.c_str(), aside.c_str()) == 0;
       HVX_LOG(WARNING) << loaded.message() << (moved ? "; moved it to " + aside : "")
                        << (std::next(it) != all.rend() ? "; trying the next older checkpoint"
@@ -510,6 +629,19 @@ ResumeNotice LoadNewestOnRank0(const CheckpointConfig& c, bool fresh,
     HVX_LOG(INFO) << "resuming from " << path << " (epoch " << notice.position.epoch + 1
                   << ", step " << notice.position.global_step << ")";
     break;
+  }
+  if (status->ok() && notice.outcome != ResumeNotice::Outcome::kLoaded && newest_error.ok() &&
+      !fresh) {
+    // A run whose checkpoints were all set aside as damaged in an earlier attempt: starting over
+    // without a word would lose it.
+    const std::vector<std::string> corrupt = SetAsideAsCorrupt(c.dir());
+    if (!corrupt.empty()) {
+      *status = absl::FailedPreconditionError(absl::StrCat(
+          "checkpoint.dir ", c.dir(), " holds no checkpoint to resume from, only ", corrupt.size(),
+          " set aside as damaged (", absl::StrJoin(corrupt, ", "),
+          "): starting over would lose the run. Restore a checkpoint as ckpt-<step>.pt, or "
+          "start over with --fresh"));
+    }
   }
   if (status->ok() && notice.outcome != ResumeNotice::Outcome::kLoaded && !newest_error.ok()) {
     // Every checkpoint there was corrupt: starting over silently would lose the run.
@@ -701,9 +833,10 @@ absl::StatusOr<std::string> ExportModel(Classifier& model, const std::string& pa
 
 absl::Status LoadCheckpointModel(const std::string& path, const torch::Device& device,
                                  Classifier& model, bool use_averages) {
+  HVX_ASSIGN_OR_RETURN(const std::string bytes, ReadCheckedArchive(path));
   try {
     torch::serialize::InputArchive archive, model_archive;
-    archive.load_from(path, device);
+    archive.load_from(bytes.data(), bytes.size(), device);
     archive.read("model", model_archive);
     HVX_RETURN_IF_ERROR(CheckModelMatches(archive, model_archive, model, path));
     model.load(model_archive);
@@ -716,9 +849,8 @@ absl::Status LoadCheckpointModel(const std::string& path, const torch::Device& d
             " has no moving average of the weights (ema_decay was 0 when it was written)"));
       }
     }
-  } catch (const c10::Error& e) {
-    return absl::DataLossError(
-        absl::StrCat("checkpoint ", path, " cannot be loaded: ", e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    return NotLoaded(path, e);
   }
   return absl::OkStatus();
 }

@@ -76,6 +76,12 @@ absl::Status SaveCheckpoint(const CheckpointConfig& checkpoint, Classifier& mode
 // changing nothing, when there is no checkpoint; every rank returns rank 0's error when it fails.
 // Every rank also takes the checkpoint's `extras` into them; averages the checkpoint does not have
 // start from the checkpoint's weights (logged), state it does not have keeps its value.
+// A file is read and checked before LibTorch sees it, and only one proven damaged (its zip
+// container or a record unreadable; TorchScript code in it, which would run while loading) is set
+// aside as "<name>.corrupt" for the next older one: DataLoss when none is left. Any other failure
+// (permission, I/O, memory, a format of another LibTorch) fails the run, the file left in place.
+// With no checkpoint but some set aside as damaged, and not `fresh`, FailedPrecondition: starting
+// over would lose the run. `fresh` moves the damaged ones aside too.
 absl::StatusOr<bool> ResumeFromNewestCheckpoint(const CheckpointConfig& checkpoint, bool fresh,
                                                 const torch::Device& device, Classifier& model,
                                                 torch::optim::Optimizer& optimizer,

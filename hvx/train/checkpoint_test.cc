@@ -3,6 +3,7 @@
 
 #include <dirent.h>
 #include <sys/stat.h>
+#include <torch/script.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
@@ -352,6 +353,97 @@ TEST(CheckpointTest, ADamagedOnlyCheckpointFailsEveryRankAndIsKept) {
   if (Rank() == 0) {
     EXPECT_TRUE(Exists(c.dir() + "/ckpt-3.pt.corrupt"));
   }
+}
+
+// A TorchScript file planted as the newest checkpoint, whose __setstate__ would run inside rank 0
+// while it loads (and, raising, ended the process with std::terminate on every restart): it is
+// refused unloaded, set aside, and the run resumes from the checkpoint it wrote.
+TEST(CheckpointTest, APlantedFileWithCodeIsSetAsideWithoutRunningIt) {
+  torch::manual_seed(1);
+  TinyNet net;
+  auto optimizer = MakeSgd(net);
+  TrainOneStep(net, *optimizer);
+  const CheckpointConfig c = InDir(TestDir("planted"), 2);
+  ASSERT_TRUE(SaveCheckpoint(c, net, *optimizer, SomePosition(3)).ok());
+  const std::string planted = c.dir() + "/ckpt-999999999.pt";
+  if (Rank() == 0) {
+    torch::jit::Module m("__torch__.Planted");
+    m.register_attribute("w", c10::TensorType::get(), torch::zeros({1}));
+    m.define(R"(
+def __getstate__(self) -> Tensor:
+    return self.w
+def __setstate__(self, state: Tensor) -> None:
+    self.w = state
+    assert False, "code from the checkpoint ran"
+)");
+    m.save(planted);
+  }
+  TinyNet again;
+  auto again_optimizer = MakeSgd(again);
+  TrainingPosition position;
+  auto resumed =
+      ResumeFromNewestCheckpoint(c, false, torch::kCPU, again, *again_optimizer, &position);
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  EXPECT_TRUE(*resumed);
+  EXPECT_EQ(EncodePosition(position), EncodePosition(SomePosition(3)));
+  if (Rank() == 0) {
+    EXPECT_FALSE(Exists(planted));
+    EXPECT_TRUE(Exists(planted + ".corrupt"));
+    const absl::Status refused = LoadCheckpointModel(planted + ".corrupt", torch::kCPU, again);
+    EXPECT_EQ(refused.code(), absl::StatusCode::kDataLoss) << refused;
+    EXPECT_TRUE(absl::StrContains(refused.message(), "it holds TorchScript code (code/__torch__"))
+        << refused;
+    EXPECT_TRUE(absl::StrContains(refused.message(), "def __getstate__")) << refused;
+  }
+}
+
+// A file that cannot be read (here a directory in its place; elsewhere EACCES, EIO, a full
+// memory) is not proven damaged: the run fails naming it, and it stays where it was. Before, every
+// such error set every checkpoint aside as .corrupt, and the next attempt started over.
+TEST(CheckpointTest, ACheckpointThatCannotBeReadFailsTheRunAndIsLeftInPlace) {
+  TinyNet net;
+  auto optimizer = MakeSgd(net);
+  const CheckpointConfig c = InDir(TestDir("unreadable"), 2);
+  ASSERT_TRUE(SaveCheckpoint(c, net, *optimizer, SomePosition(2)).ok());
+  if (Rank() == 0) ASSERT_EQ(mkdir((c.dir() + "/ckpt-7.pt").c_str(), 0755), 0);
+  TrainingPosition position;
+  auto resumed = ResumeFromNewestCheckpoint(c, false, torch::kCPU, net, *optimizer, &position);
+  ASSERT_FALSE(resumed.ok());
+  EXPECT_NE(resumed.status().code(), absl::StatusCode::kDataLoss) << resumed.status();
+  EXPECT_TRUE(absl::StrContains(resumed.status().message(), c.dir() + "/ckpt-7.pt"))
+      << resumed.status();
+  if (Rank() == 0) {
+    EXPECT_TRUE(Exists(c.dir() + "/ckpt-7.pt"));
+    EXPECT_FALSE(Exists(c.dir() + "/ckpt-7.pt.corrupt"));
+    EXPECT_TRUE(Exists(c.dir() + "/ckpt-2.pt"));
+  }
+}
+
+// Every checkpoint was set aside as damaged in an earlier attempt: the next one must not quietly
+// train from step 0. --fresh does start over, moving the damaged files aside with the rest.
+TEST(CheckpointTest, OnlyDamagedCheckpointsLeftRefuseToStartOverUnlessFresh) {
+  TinyNet net;
+  auto optimizer = MakeSgd(net);
+  const CheckpointConfig c = InDir(TestDir("only_damaged"), 2);
+  if (Rank() == 0) {
+    ASSERT_EQ(mkdir(c.dir().c_str(), 0755), 0);
+    std::ofstream(c.dir() + "/ckpt-3.pt") << "not an archive";
+  }
+  TrainingPosition position;
+  ASSERT_EQ(
+      ResumeFromNewestCheckpoint(c, false, torch::kCPU, net, *optimizer, &position).status().code(),
+      absl::StatusCode::kDataLoss);
+  auto again = ResumeFromNewestCheckpoint(c, false, torch::kCPU, net, *optimizer, &position);
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kFailedPrecondition) << again.status();
+  EXPECT_TRUE(absl::StrContains(
+      again.status().message(),
+      absl::StrCat("only 1 set aside as damaged (", c.dir(), "/ckpt-3.pt.corrupt)")))
+      << again.status();
+  auto fresh = ResumeFromNewestCheckpoint(c, true, torch::kCPU, net, *optimizer, &position);
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  EXPECT_FALSE(*fresh);
+  if (Rank() == 0) EXPECT_FALSE(Exists(c.dir() + "/ckpt-3.pt.corrupt"));
 }
 
 // A corrupt newest checkpoint (a disk that filled, a copy cut short) once stopped every restart:
