@@ -1,6 +1,7 @@
 #include "hvx/data/example.h"
 
 #include <algorithm>
+#include <climits>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
@@ -44,6 +45,10 @@ Feature* Mutable(Example* example, absl::string_view key) {
 }  // namespace
 
 absl::Status ParseExample(absl::string_view bytes, Example* example) {
+  if (bytes.size() > static_cast<size_t>(INT_MAX)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a ", bytes.size(), "-byte record is past the 2 GiB protobuf messages are limited to"));
+  }
   if (!example->ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
     return absl::InvalidArgumentError(
         absl::StrCat("a ", bytes.size(), "-byte record is not a valid Example protobuf"));

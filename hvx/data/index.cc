@@ -60,6 +60,11 @@ absl::StatusOr<std::vector<RecordLocation>> ParseIndex(absl::string_view content
                        " does not follow the previous record (expected offset ", expected,
                        ", size >= 16); rebuild the index with inspect_records --index"));
     }
+    if (framed - kRecordOverhead > kMaxRecordLength) {
+      return absl::DataLossError(absl::StrCat(index_path, ":", line_no, ": record at ", offset,
+                                              " of size ", framed, " is over the limit of ",
+                                              kMaxRecordLength, " payload bytes"));
+    }
     if (framed > record_file_size - offset) {
       return absl::DataLossError(absl::StrCat(index_path, ":", line_no, ": record at ", offset,
                                               " of size ", framed, " runs past the end of the ",

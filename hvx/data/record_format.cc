@@ -58,6 +58,11 @@ absl::Status ParseRecordHeader(const char* header, bool verify_crc, const std::s
                      Hex(Crc32c(header, kRecordLengthSize)), ")", NotTfrecordHint(offset)));
   }
   *length = DecodeFixed64(header);
+  if (*length > kMaxRecordLength) {
+    return absl::DataLossError(absl::StrCat(
+        path, ":", offset, ": record size too large: length field ", *length,
+        " is over the limit of ", kMaxRecordLength, " bytes", NotTfrecordHint(offset)));
+  }
   return absl::OkStatus();
 }
 

@@ -39,6 +39,11 @@ constexpr size_t kRecordLengthSize = 8;
 constexpr size_t kRecordHeaderSize = kRecordLengthSize + 4;  // length, its masked CRC
 constexpr size_t kRecordFooterSize = 4;                      // the payload's masked CRC
 constexpr size_t kRecordOverhead = kRecordHeaderSize + kRecordFooterSize;
+// The largest payload hvx writes or reads (1 GiB). The length field is the file's own word: a
+// sparse file claims terabytes for free, and every reader allocated what a record claimed before
+// its CRC could say otherwise (the host out of memory, or std::bad_alloc ending the rank).
+// protobuf parses no Example of 2 GiB or more anyway.
+constexpr uint64_t kMaxRecordLength = uint64_t{1} << 30;
 
 enum class Compression { kNone, kZlib, kGzip };
 
@@ -104,8 +109,9 @@ inline bool DataCrcMatches(const char* payload, uint64_t length) {
 
 // Parses and checks the record header at `header`: on success *length is the payload size.
 // DataLoss "<path>:<offset>: corrupted record: length CRC mismatch (stored 0x..., computed 0x...)"
-// (and NotTfrecordHint(offset)) when verify_crc and the length CRC does not match. `path` and
-// `offset` only name the record.
+// (and NotTfrecordHint(offset)) when verify_crc and the length CRC does not match, and
+// "<path>:<offset>: record size too large: length field <n> is over the limit of 1073741824
+// bytes" past kMaxRecordLength. `path` and `offset` only name the record.
 absl::Status ParseRecordHeader(const char* header, bool verify_crc, const std::string& path,
                                uint64_t offset, uint64_t* length);
 

@@ -202,11 +202,6 @@ absl::Status RecordReader::ReadRecordSlow(absl::string_view* record) {
   absl::Status header =
       ParseRecordHeader(buffer_.get() + pos_, options_.verify_crc, path_, start, &length);
   if (!header.ok()) return Corruption(start, std::string(header.message()));
-  if (inflater_ && length > (uint64_t{1} << 40)) {
-    // A compressed stream has no known size; refuse lengths no real record has (1 TiB).
-    return Corruption(start, absl::StrCat(path_, ":", start, ": record size too large: length ",
-                                          "field ", length, NotTfrecordHint(start)));
-  }
   const uint64_t left = inflater_ ? UINT64_MAX : file_size_ - start - kRecordHeaderSize;
   if (left < kRecordFooterSize || length > left - kRecordFooterSize) {
     return Corruption(

@@ -249,6 +249,36 @@ TEST(RecordTest, HostileLengthIsRejectedWithoutAllocating) {
   }
 }
 
+// A sparse file whose one record claims 1 TiB, all of it inside the file, with a valid length CRC:
+// before, the trainer's reader allocated what the record claimed (std::bad_alloc ended the rank;
+// a claim under the memory size filled it). Every way in refuses it before allocating.
+TEST(RecordTest, ARecordClaimingMoreThanTheLimitIsRefusedEvenWhereTheFileHoldsIt) {
+  const uint64_t length = uint64_t{1} << 40;
+  std::string header(8, '\0');
+  for (int i = 0; i < 8; ++i) header[i] = static_cast<char>((length >> (8 * i)) & 0xff);
+  const uint32_t crc = MaskCrc(Crc32c(header.data(), 8));
+  for (int i = 0; i < 4; ++i) header.push_back(static_cast<char>((crc >> (8 * i)) & 0xff));
+  const std::string path = TempPath("sparse");
+  WriteBytes(path, header);
+  ASSERT_EQ(truncate(path.c_str(), static_cast<off_t>(kRecordOverhead + length)), 0);
+  const std::string want = absl::StrCat(path, ":0: record size too large: length field ", length,
+                                        " is over the limit of 1073741824 bytes");
+  auto index = BuildIndex(path, false);
+  EXPECT_EQ(index.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_TRUE(absl::StrContains(index.status().message(), want)) << index.status();
+  std::vector<std::string> got;
+  const absl::Status s = ReadAll(path, &got);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_TRUE(absl::StrContains(s.message(), want)) << s;
+  // An index file that says so is refused too.
+  auto parsed = ParseIndex(absl::StrCat("0 ", kRecordOverhead + length, "\n"), "x.index",
+                           kRecordOverhead + length);
+  EXPECT_EQ(parsed.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_TRUE(absl::StrContains(parsed.status().message(), "is over the limit of 1073741824"))
+      << parsed.status();
+  unlink(path.c_str());
+}
+
 TEST(RecordTest, ReadsGzipAndZlibFromZlibItself) {
   const std::string plain_path = TempPath("plain");
   const std::vector<std::string> payloads = {"alpha", std::string(100000, 'b'), "", "gamma"};

@@ -66,6 +66,12 @@ RecordWriter::~RecordWriter() {
 
 absl::Status RecordWriter::Write(absl::string_view payload) {
   if (fd_ < 0) return absl::FailedPreconditionError(absl::StrCat(path_, ": write after Close()"));
+  if (payload.size() > kMaxRecordLength) {
+    // A record no reader of hvx's would take back.
+    return absl::InvalidArgumentError(absl::StrCat(path_, ": a record of ", payload.size(),
+                                                   " bytes is over the limit of ", kMaxRecordLength,
+                                                   " bytes"));
+  }
   if (options_.write_index) {
     index_offsets_.push_back(offset_);
     index_lengths_.push_back(payload.size());
