@@ -88,6 +88,18 @@ TEST(IdxTest, FashionMnistTrainToShards) {
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
 }
 
+// 2^28 x 2^28 x 2^8 one-byte elements: the product wraps to 0, which this header-only file
+// "holds". Before, the header was taken, and slicing its images threw std::out_of_range.
+TEST(IdxTest, DimensionsWhoseProductWrapsAreRefused) {
+  const std::string path = TempDir("wrap") + "/images-idx3-ubyte";
+  std::ofstream(path, std::ios::binary)
+      << std::string("\x00\x00\x08\x03\x10\x00\x00\x00\x10\x00\x00\x00\x00\x00\x01\x00", 16);
+  auto idx = ReadIdxFile(path);
+  EXPECT_EQ(idx.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(idx.status().message(),
+            absl::StrCat(path, ": IDX dimensions 268435456 x 268435456 x 256 overflow"));
+}
+
 TEST(InspectTest, CountsVerifiesDumpsAndIndexes) {
   const std::string dir = TempDir("inspect");
   auto shards = WriteIdxShards(absl::StrCat(kFmnist, "t10k-images-idx3-ubyte.gz"),

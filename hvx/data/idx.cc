@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "hvx/common/files.h"
 #include "hvx/common/status.h"
 #include "hvx/data/example.h"
@@ -71,9 +72,17 @@ absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path) {
     size_t o = 4 + 4 * d;
     int64_t dim = (int64_t{u8(o)} << 24) | (u8(o + 1) << 16) | (u8(o + 2) << 8) | u8(o + 3);
     array.dims.push_back(dim);
-    count *= static_cast<uint64_t>(dim);
+    // Checked: a crafted header's product could wrap around to the file's real size.
+    if (__builtin_mul_overflow(count, static_cast<uint64_t>(dim), &count)) {
+      return absl::DataLossError(
+          absl::StrCat(path, ": IDX dimensions ", absl::StrJoin(array.dims, " x "), " overflow"));
+    }
   }
-  const uint64_t expected = count * ElementSize(array.type);
+  uint64_t expected = 0;
+  if (__builtin_mul_overflow(count, ElementSize(array.type), &expected)) {
+    return absl::DataLossError(
+        absl::StrCat(path, ": IDX dimensions ", absl::StrJoin(array.dims, " x "), " overflow"));
+  }
   if (bytes.size() - header != expected) {
     return absl::DataLossError(absl::StrCat(path, ": IDX header promises ", expected,
                                             " data bytes, the file has ", bytes.size() - header));
