@@ -60,6 +60,11 @@ class MapEnvironment : public Environment {
   std::map<std::string, std::string> vars_;
 };
 
+// The longest duration any knob or flag may give, in seconds (about 3 years). Longer ones overflow
+// the steady clock's signed nanoseconds (9.2e9 s) in std::chrono conversions: a timeout of 1e10 s
+// fired at once.
+inline constexpr double kMaxSeconds = 1e8;
+
 // Parsers for one value. Each error names the variable and quotes the bad value.
 absl::StatusOr<int64_t> ParseIntKnob(absl::string_view name, absl::string_view value);
 absl::StatusOr<double> ParseDoubleKnob(absl::string_view name, absl::string_view value);

@@ -72,16 +72,16 @@ absl::StatusOr<InitOptions> InitOptions::FromEnv(const Environment& env) {
   knobs.Read("HVX_CYCLE_TIME_MS", &o.cycle_time_ms, 0.0, 10000.0);
   knobs.Read("HVX_CACHE_CAPACITY", &o.cache_capacity, 0, int64_t{1} << 20);
   knobs.Read("HVX_TIMELINE", &o.timeline_path);
-  knobs.Read("HVX_STALL_CHECK_TIME_S", &o.stall_check_time_s, 0.0);
-  knobs.Read("HVX_STALL_SHUTDOWN_TIME_S", &o.stall_shutdown_time_s, 0.0);
+  knobs.Read("HVX_STALL_CHECK_TIME_S", &o.stall_check_time_s, 0.0, kMaxSeconds);
+  knobs.Read("HVX_STALL_SHUTDOWN_TIME_S", &o.stall_shutdown_time_s, 0.0, kMaxSeconds);
   knobs.Read("HVX_LOG_LEVEL", &o.log_level);
   knobs.Read("HVX_ALLOW_SINGLETON", &o.allow_singleton);
   knobs.Read("HVX_FIXED_REDUCTION_ORDER", &o.fixed_reduction_order);
   knobs.Read("HVX_CPU_PLANE", &o.cpu_plane);
   knobs.Read("HVX_HIERARCHICAL_ALLREDUCE", &o.hierarchical_allreduce);
   knobs.Read("HVX_NCCL_HALF_IN_FLOAT32", &o.nccl_half_in_float32);
-  knobs.Read("HVX_SHUTDOWN_TIMEOUT_S", &o.shutdown_timeout_s, 0.0);
-  knobs.Read("HVX_COLLECTIVE_TIMEOUT_S", &o.collective_timeout_s, 0.0);
+  knobs.Read("HVX_SHUTDOWN_TIMEOUT_S", &o.shutdown_timeout_s, 0.0, kMaxSeconds);
+  knobs.Read("HVX_COLLECTIVE_TIMEOUT_S", &o.collective_timeout_s, 0.0, kMaxSeconds);
   HVX_RETURN_IF_ERROR(knobs.status());
   HVX_RETURN_IF_ERROR(o.Validate());
   if (auto sev = ParseLogSeverity(o.log_level); !sev.ok()) {
@@ -103,6 +103,9 @@ absl::Status InitOptions::Validate() const {
     if (!(value > 0))
       return absl::InvalidArgumentError(
           absl::StrCat(name, "='", value, "': must be more than 0 seconds"));
+    if (!(value <= kMaxSeconds))
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, "='", value, "': must be at most ", kMaxSeconds, " seconds"));
   }
   if (cpu_plane != "auto" && cpu_plane != "shm" && cpu_plane != "mpi") {
     return absl::InvalidArgumentError(

@@ -136,6 +136,23 @@ TEST(ShutdownTest, TimeoutMustBePositive) {
             "HVX_COLLECTIVE_TIMEOUT_S='0': must be more than 0 seconds");
 }
 
+// 1e10 s overflowed the steady clock's nanoseconds: Init failed at once ("did not start within
+// 1e+10 s") and every clean exit ended with 124.
+TEST(ShutdownTest, TimeoutsPastTheLimitAreRefused) {
+  for (const char* name : {"HVX_SHUTDOWN_TIMEOUT_S", "HVX_COLLECTIVE_TIMEOUT_S",
+                           "HVX_STALL_CHECK_TIME_S", "HVX_STALL_SHUTDOWN_TIME_S"}) {
+    auto huge = InitOptions::FromEnv(MapEnvironment({{name, "1e10"}}));
+    EXPECT_EQ(huge.status().message(),
+              absl::StrCat(name, "='1e10': expected a number in [0, 1e+08]"));
+    auto nan = InitOptions::FromEnv(MapEnvironment({{name, "nan"}}));
+    EXPECT_EQ(nan.status().message(), absl::StrCat(name, "='nan': expected a finite number"));
+  }
+  InitOptions in_code;
+  in_code.collective_timeout_s = 1e10;
+  EXPECT_EQ(Init(in_code).message(),
+            "HVX_COLLECTIVE_TIMEOUT_S='1e+10': must be at most 1e+08 seconds");
+}
+
 TEST(InitOptionsTest, StallShutdownThatWouldNeverApplyIsRefused) {
   auto below = InitOptions::FromEnv(
       MapEnvironment({{"HVX_STALL_CHECK_TIME_S", "60"}, {"HVX_STALL_SHUTDOWN_TIME_S", "30"}}));

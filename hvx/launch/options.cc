@@ -24,8 +24,8 @@ absl::Status FlagError(absl::string_view flag, absl::string_view value, absl::st
 
 absl::StatusOr<double> ParseSeconds(absl::string_view flag, absl::string_view value) {
   double s = 0;
-  if (!absl::SimpleAtod(value, &s) || s < 0) {
-    return FlagError(flag, value, "a non-negative number of seconds");
+  if (!absl::SimpleAtod(value, &s) || !(s >= 0 && s <= kMaxSeconds)) {
+    return FlagError(flag, value, absl::StrCat("seconds, from 0 to ", kMaxSeconds));
   }
   return s;
 }

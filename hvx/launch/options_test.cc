@@ -137,6 +137,20 @@ TEST(ResolveTest, HostListErrorsReachTheUser) {
   EXPECT_THAT(run({"-np", "100000", "p"}).message(), HasSubstr("has 100000 slots; give 1 to 4096"));
 }
 
+// A duration past kMaxSeconds overflowed the clock's conversions (--timeout 1e10 stopped the job at
+// once with 124), and nan or inf were taken.
+TEST(ParseTest, DurationsAreFiniteAndBounded) {
+  for (const char* bad : {"nan", "inf", "-1", "1e10"}) {
+    for (const char* flag : {"--timeout", "--start-timeout", "--stop-timeout", "--host-wait"}) {
+      EXPECT_EQ(Parse({flag, bad, "p"}).status().message(),
+                absl::StrCat(flag, " '", bad, "': expected seconds, from 0 to 1e+08"));
+    }
+  }
+  auto o = Parse({"--timeout", "1e8", "p"});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->timeout_s, 1e8);
+}
+
 TEST(ParseTest, CountsAreBounded) {
   EXPECT_THAT(Parse({"-np", "100000000", "p"}).status().message(),
               HasSubstr("a positive integer up to 1048576"));
