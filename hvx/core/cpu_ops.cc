@@ -4,6 +4,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "hvx/common/half.h"
 
@@ -12,8 +13,22 @@ namespace {
 
 // One element of op (kSum, kMin, kMax, kProduct) on T: widened to float for float16/bfloat16 and
 // rounded back once; bool's Sum and Max are OR, Min and Product AND.
+// Integer sums and products wrap around, as MPI's do. They are computed in an unsigned type at
+// least as wide as int: signed overflow, and that of a small type promoted to int, is undefined
+// behaviour (UBSan stopped on an int32 sum), and the unsigned result has the same bits.
+template <typename T, bool = std::is_integral_v<T>>
+struct Arithmetic {
+  using type = T;
+};
+template <typename T>
+struct Arithmetic<T, true> {
+  using type =
+      std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
+};
+
 template <typename T>
 struct Plain {
+  using A = typename Arithmetic<T>::type;
   static T Apply(ReduceOp op, T a, T b) {
     switch (op) {
       case ReduceOp::kMin:
@@ -21,9 +36,9 @@ struct Plain {
       case ReduceOp::kMax:
         return std::max(a, b);
       case ReduceOp::kProduct:
-        return static_cast<T>(a * b);
+        return static_cast<T>(static_cast<A>(a) * static_cast<A>(b));
       default:
-        return static_cast<T>(a + b);
+        return static_cast<T>(static_cast<A>(a) + static_cast<A>(b));
     }
   }
 };
