@@ -163,10 +163,12 @@ class OutputRelay {
   // The read end of the program's fd 1 (k = 0) or 2 (k = 1); -1 once it has ended.
   int fd(int k) const { return read_[k]; }
 
-  // Passes on what the program's fd 1 or 2 holds now, without waiting.
+  // Passes on what the program's fd 1 or 2 holds now, without waiting; while the program runs, at
+  // most kTurn bytes a call, so that a program that writes without pause does not keep the loop
+  // from its PMI connection and its exit.
   void Relay(int k) {
     char buf[65536];
-    while (read_[k] >= 0) {
+    for (size_t turn = 0; read_[k] >= 0 && (draining_ || turn < kTurn);) {
       const ssize_t n = read(read_[k], buf, sizeof(buf));
       if (n < 0 && errno == EINTR) continue;
       if (n < 0) return;  // EAGAIN: nothing more now
@@ -178,6 +180,7 @@ class OutputRelay {
       WriteFully(k + 1, EscapeMarkerBytes(buf, static_cast<size_t>(n)));
       if (k == 1) stderr_line_open_ = buf[n - 1] != '\n';
       relayed_ += static_cast<size_t>(n);
+      turn += static_cast<size_t>(n);
       // A process the program left running may go on writing: the end of a rank's output is
       // what was there when the program ended, bounded.
       if (draining_ && relayed_ > kDrainLimit) return;
@@ -201,6 +204,7 @@ class OutputRelay {
   }
 
  private:
+  static constexpr size_t kTurn = 1 << 20;
   static constexpr size_t kDrainLimit = 16 << 20;
   int read_[2] = {-1, -1};
   int write_[2] = {-1, -1};

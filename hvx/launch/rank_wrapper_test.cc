@@ -221,6 +221,17 @@ TEST_F(RankWrapperTest, ARecordStartsALineOfItsOwnAfterTheProgramsOutput) {
       << err;
 }
 
+// 20 MB on stdout and a line on stderr, written without pause: every byte arrives, in order, and
+// the wrapper ends with the program.
+TEST_F(RankWrapperTest, OutputWrittenWithoutPauseArrivesWhole) {
+  Start("head -c 20000000 /dev/zero | tr '\\0' a; echo done >&2; exit 0");
+  const std::string out = ReadAll(out_);
+  EXPECT_EQ(out.size(), 20000000u);
+  EXPECT_EQ(out.find_first_not_of('a'), std::string::npos);
+  EXPECT_EQ(Wait(), 0);
+  EXPECT_TRUE(absl::StrContains(ReadAll(err_), "done\n\x01hvxctl exit rank=0 code=0"));
+}
+
 // A process the program started keeps its stdout open and goes on: the wrapper ends with the
 // program, with what the program wrote, and does not wait for the pipe to close.
 TEST_F(RankWrapperTest, AProcessTheProgramLeftRunningDoesNotHoldTheWrapper) {
