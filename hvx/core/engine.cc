@@ -508,8 +508,10 @@ Handle Engine::GroupedAllreduce(std::string name, std::vector<TensorRef> inputs,
   std::vector<Entry> entries;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const std::string n = grouped ? absl::StrCat(name, ".", i) : name;
+    // The device too: a plane writes the output where the input lives (a CPU input with a CUDA
+    // output had the CPU write through a device pointer).
     if (inputs[i].num_elements() != outputs[i].num_elements() ||
-        inputs[i].dtype() != outputs[i].dtype()) {
+        inputs[i].dtype() != outputs[i].dtype() || inputs[i].device() != outputs[i].device()) {
       return Failed(name, absl::InvalidArgumentError(
                               absl::StrCat("allreduce '", n, "': output ", outputs[i].DebugString(),
                                            " does not match input ", inputs[i].DebugString())));

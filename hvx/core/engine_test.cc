@@ -117,6 +117,22 @@ TEST(EngineTest, MismatchReachesEveryRank) {
   });
 }
 
+// An output on another device than its input: a plane would write where the input lives through
+// the output's pointer. Refused at the call, like a size or dtype that differs.
+TEST(EngineTest, AnAllreduceOutputOnAnotherDeviceIsRefused) {
+  RunRanks(1, [](Engine& e, int) {
+    std::vector<float> x(4), y(4);
+    TensorRef in(DataType::kFloat32, {4}, x.data());
+    TensorRef out(DataType::kFloat32, {4}, y.data(), Device::Cuda(0));
+    absl::Status s = Wait(e.Allreduce("devices", in, out, {}));
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_TRUE(absl::StrContains(s.message(),
+                                  "allreduce 'devices': output float32[4] cuda:0 "
+                                  "does not match input float32[4] cpu"))
+        << s;
+  });
+}
+
 TEST(EngineTest, DuplicateNameFailsOnlyTheSecondSubmission) {
   RunRanks(2, [](Engine& e, int rank) {
     std::vector<float> x(2, 1.0f);

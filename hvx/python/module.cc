@@ -337,7 +337,16 @@ void DefineModule(py::module_& m) {
       .def_property_readonly("name", [](const PyHandle& h) { return h.handle.name(); })
       .def("poll", [](const PyHandle& h) { return Poll(h.handle); })
       .def("wait", [](PyHandle& h) { Wait(h); })
-      .def_property_readonly("output", [](const PyHandle& h) { return *h.output; })
+      // Set on hvx's thread when the shape is agreed: read only once the op has completed.
+      .def_property_readonly("output",
+                             [](const PyHandle& h) {
+                               if (!Poll(h.handle)) {
+                                 throw pybind11::value_error(
+                                     "the output is there once the op has completed: "
+                                     "synchronize first");
+                               }
+                               return *h.output;
+                             })
       .def_property_readonly("received_splits",
                              [](const PyHandle& h) { return h.handle.received_splits(); })
       .def_property_readonly("last_joined_rank",
@@ -357,6 +366,11 @@ void DefineModule(py::module_& m) {
            const std::string& name, int op, double prescale, double postscale, int process_set) {
           auto h = std::make_shared<PyHandle>();
           const AllreduceOptions o = ReduceOptions(op, prescale, postscale, process_set);
+          if (outputs.size() != inputs.size()) {
+            throw pybind11::value_error(absl::StrCat("grouped_allreduce '", name,
+                                                     "': ", inputs.size(), " inputs but ",
+                                                     outputs.size(), " outputs"));
+          }
           std::vector<TensorRef> in, out;
           for (size_t i = 0; i < inputs.size(); ++i) {
             in.push_back(Ref(inputs[i], absl::StrCat(name, ".", i)));

@@ -1001,6 +1001,30 @@ def test_a_name_stays_taken_until_its_handle_is_synchronized(rank, size, op):
     hvd.synchronize(submit(t, name))
 
 
+def test_binding_refuses_a_grouped_allreduce_with_fewer_outputs(rank, size):
+    # The private binding read past its outputs list (undefined behaviour).
+    from hvx import _C
+    with pytest.raises(ValueError, match="2 inputs but 1 outputs"):
+        _C.grouped_allreduce_async([torch.ones(2), torch.ones(2)], [torch.ones(2)],
+                                   "binding.grouped", hvd.Sum, 1.0, 1.0, 0)
+
+
+def test_a_native_handles_output_is_read_only_once_the_op_completed(rank, size):
+    # hvx's thread sets it when the shape is agreed; read before, it raced that write. Rank 0's
+    # allgather waits for the others, which submit theirs only after the barrier.
+    from hvx import _C
+    t = torch.ones(2)
+    if rank == 0:
+        native = _C.allgather_async(t, "binding.output", 0)
+        with pytest.raises(ValueError, match="synchronize first"):
+            native.output
+    hvd.barrier()
+    if rank != 0:
+        native = _C.allgather_async(t, "binding.output", 0)
+    native.wait()
+    assert native.output.shape == (2 * size,)
+
+
 def test_error_unsupported_dtype(rank, size):
     with pytest.raises(ValueError):
         hvd.allreduce(torch.ones(3, dtype=torch.complex128), name="err.complex128")
