@@ -387,6 +387,13 @@ std::string Coordinator::Mismatch(int first, const Request& a, int r, const Requ
                             " (all dimensions but the first must agree)");
       }
       break;
+    case OpType::kAddProcessSet:
+      if (b.splits != a.splits) {
+        return absl::StrCat("mismatched process set ranks: ", Who(first), " listed ",
+                            absl::StrJoin(a.splits, ","), ", ", Who(r), " listed ",
+                            absl::StrJoin(b.splits, ","));
+      }
+      break;
     default:
       break;
   }
@@ -453,6 +460,16 @@ std::string Coordinator::AlltoallRows(const Pending& p, std::vector<int64_t>* ro
 }
 
 std::string Coordinator::OpProblem(const Pending& p, const Request& a, Response* resp) const {
+  // Each rank refuses its own negative dimensions at submission; a peer's are checked here, before
+  // any rank sizes an output from them.
+  for (const Submission& s : p.submissions) {
+    for (int64_t d : s.request.shape) {
+      if (d < 0) {
+        return absl::StrCat(Who(s.lowest), " sent a negative dimension in ",
+                            ShapeString(s.request.shape));
+      }
+    }
+  }
   switch (a.type) {
     case OpType::kAllreduce:
       if (a.reduce_op != ReduceOp::kAdasum) return "";
@@ -489,6 +506,11 @@ std::string Coordinator::OpProblem(const Pending& p, const Request& a, Response*
       if (a.shape.empty()) return "ALLTOALL of a rank-0 (scalar) tensor; give it a first dimension";
       return AlltoallRows(p, &resp->rows);
     case OpType::kAddProcessSet:
+      for (int64_t rank : a.splits) {
+        if (rank < 0 || rank >= size_) {
+          return absl::StrCat("process set rank ", rank, " is outside the job of size ", size_);
+        }
+      }
       resp->rows = a.splits;
       return "";
     default:

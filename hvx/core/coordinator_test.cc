@@ -574,6 +574,61 @@ TEST(CoordinatorTest, AlltoallSplitsThatSumPastTheLimitAreRefused) {
       << out.responses[0].error;
 }
 
+// What a peer sends is checked before any rank acts on it: a negative dimension (outputs are sized
+// from it), and an AddProcessSet whose ranks differ between ranks or lie outside the job (every
+// rank indexed its host list with them).
+TEST(CoordinatorTest, PeersNumbersAreCheckedBeforeUse) {
+  {
+    Coordinator c(2, CoordinatorOptions{});
+    for (int r = 0; r < 2; ++r) {
+      Request q = Allreduce(r, "g", {r == 0 ? 3 : -5});
+      q.type = OpType::kAllgather;
+      ASSERT_TRUE(c.Add(r, List({q}), absl::Now()).ok());
+    }
+    auto out = c.Build(absl::Now());
+    ASSERT_EQ(out.responses.size(), 1u);
+    EXPECT_EQ(out.responses[0].type, OpType::kError);
+    EXPECT_TRUE(
+        absl::StrContains(out.responses[0].error, "rank 1 sent a negative dimension in [-5]"))
+        << out.responses[0].error;
+  }
+  for (const auto& [theirs, text] :
+       {std::pair<std::vector<int64_t>, const char*>{{0, 2},
+                                                     "mismatched process set ranks: rank 0 listed "
+                                                     "0,1, rank 1 listed 0,2"},
+        {{0, 1}, ""}}) {
+    Coordinator c(2, CoordinatorOptions{});
+    for (int r = 0; r < 2; ++r) {
+      Request q;
+      q.type = OpType::kAddProcessSet;
+      q.name = "process_set.add.0,1";
+      q.splits = r == 0 ? std::vector<int64_t>{0, 1} : theirs;
+      ASSERT_TRUE(c.Add(r, List({q}), absl::Now()).ok());
+    }
+    auto out = c.Build(absl::Now());
+    ASSERT_EQ(out.responses.size(), 1u);
+    if (*text == '\0') {
+      EXPECT_EQ(out.responses[0].type, OpType::kAddProcessSet);
+    } else {
+      EXPECT_EQ(out.responses[0].type, OpType::kError);
+      EXPECT_TRUE(absl::StrContains(out.responses[0].error, text)) << out.responses[0].error;
+    }
+  }
+  Coordinator c(2, CoordinatorOptions{});
+  for (int r = 0; r < 2; ++r) {
+    Request q;
+    q.type = OpType::kAddProcessSet;
+    q.name = "process_set.add.0,99999";
+    q.splits = {0, 99999};
+    ASSERT_TRUE(c.Add(r, List({q}), absl::Now()).ok());
+  }
+  auto out = c.Build(absl::Now());
+  ASSERT_EQ(out.responses.size(), 1u);
+  EXPECT_TRUE(absl::StrContains(out.responses[0].error,
+                                "process set rank 99999 is outside the job of size 2"))
+      << out.responses[0].error;
+}
+
 TEST(CoordinatorTest, AdasumNeedsPowerOfTwo) {
   Coordinator c(3, CoordinatorOptions{});
   for (int r = 0; r < 3; ++r) {

@@ -167,7 +167,14 @@ void Engine::RememberInCache(SetState& set, const Response& r) {
 absl::Status Engine::ExecuteAllgather(const Execution& x, Entry& e) {
   std::vector<int64_t> shape = x.r.shapes[0];
   shape[0] = 0;
-  for (int64_t rows : x.r.rows) shape[0] += rows;
+  for (int64_t rows : x.r.rows) {
+    // A sum past 2^63 sizes no output: AllocateOutput refuses the -1 on this rank, and every
+    // rank hears of it before the data plane.
+    if (rows < 0 || __builtin_add_overflow(shape[0], rows, &shape[0])) {
+      shape[0] = -1;
+      break;
+    }
+  }
   HVX_ASSIGN_OR_RETURN(PreparedOutput prepared, PrepareOutput(x.set, e, shape));
   AllgatherWork w;
   w.name = x.r.names[0];
