@@ -27,7 +27,10 @@ namespace launch {
 
 using FileReader = std::function<absl::StatusOr<std::string>(const std::string& path)>;
 
-// Reads a whole file from disk.
+// Reads a whole file from disk: a regular file (procfs files included) of at most
+// kMaxLauncherFileBytes. Anything else is an error at once: a FIFO planted under a name hvxrun
+// reads (a predictable path in /tmp) would block the read forever, a huge file fill memory.
+inline constexpr size_t kMaxLauncherFileBytes = size_t{1} << 20;
 absl::StatusOr<std::string> ReadFileFromDisk(const std::string& path);
 
 // When this process is already one rank of a launched job, describes the launcher and the

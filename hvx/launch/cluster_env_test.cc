@@ -1,5 +1,9 @@
 #include "hvx/launch/cluster_env.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -22,6 +26,31 @@ FileReader Files(std::map<std::string, std::string> files) {
     if (it == files.end()) return absl::NotFoundError(path);
     return it->second;
   };
+}
+
+// A FIFO planted under a path hvxrun reads (the follower's status file in /tmp) blocked the read
+// forever; a huge file filled memory. Both are refused at once; procfs files still read.
+TEST(ReadFileFromDiskTest, OnlyRegularFilesOfBoundedSize) {
+  const std::string dir = ::testing::TempDir();
+  const std::string fifo = dir + "/planted.fifo";
+  unlink(fifo.c_str());
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<std::string> read = ReadFileFromDisk(fifo);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  EXPECT_EQ(read.status().message(), "cannot read " + fifo + ": not a regular file");
+  unlink(fifo.c_str());
+
+  const std::string big = dir + "/big.json";
+  std::ofstream(big) << std::string(kMaxLauncherFileBytes + 1, 'x');
+  EXPECT_EQ(ReadFileFromDisk(big).status().message(),
+            absl::StrCat("cannot read ", big, ": larger than 1048576 bytes"));
+  const std::string small = dir + "/small.json";
+  std::ofstream(small) << "{\"hosts\": []}";
+  EXPECT_EQ(*ReadFileFromDisk(small), "{\"hosts\": []}");
+  absl::StatusOr<std::string> comm = ReadFileFromDisk("/proc/self/comm");
+  ASSERT_TRUE(comm.ok()) << comm.status();
+  EXPECT_FALSE(comm->empty());
 }
 
 TEST(LauncherDetectionTest, EachLauncherIsNamed) {

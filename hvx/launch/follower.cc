@@ -1,5 +1,6 @@
 #include "hvx/launch/follower.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -30,15 +31,20 @@ std::string NetNamespace(const std::string& pid) {
   return n > 0 ? std::string(buf, n) : std::string();
 }
 
-// The hydra proxies running on this host: in this network namespace, so that hosts sharing one
-// kernel's process table (containers, the tests' namespace hosts) see only their own. A proxy's
-// child between its fork and its exec still has the proxy's name; it is not counted.
+// Whether /proc/PID belongs to this process's user.
+bool OwnProcess(int pid) {
+  struct stat st;
+  return stat(absl::StrCat("/proc/", pid).c_str(), &st) == 0 && st.st_uid == geteuid();
+}
+
+}  // namespace
+
 std::set<int> HydraProxies() {
   std::set<int> found;
   const std::string own_net = NetNamespace("self");
   for (int pid : ProcessIds()) {
     absl::StatusOr<std::string> comm = ReadFileFromDisk(absl::StrCat("/proc/", pid, "/comm"));
-    if (comm.ok() && absl::StripAsciiWhitespace(*comm) == "hydra_pmi_proxy" &&
+    if (comm.ok() && absl::StripAsciiWhitespace(*comm) == "hydra_pmi_proxy" && OwnProcess(pid) &&
         NetNamespace(std::to_string(pid)) == own_net) {
       found.insert(pid);
     }
@@ -51,6 +57,8 @@ std::set<int> HydraProxies() {
   return proxies;
 }
 
+namespace {
+
 // Only [A-Za-z0-9._-]: the name goes into a file name and a remote shell command unquoted.
 std::string FileNamePart(const std::string& s) {
   std::string out;
@@ -61,6 +69,10 @@ std::string FileNamePart(const std::string& s) {
 // The job's status once the leader has left it in `path` (the file is removed), else nullopt.
 std::optional<int> ReadLeaderStatus(const std::string& path, const LaunchOptions& options,
                                     const std::string& leader) {
+  // The leader writes it as this user (the same account runs the job on every host); one left in
+  // /tmp by anyone else is no word of the leader's.
+  struct stat st;
+  if (lstat(path.c_str(), &st) != 0 || st.st_uid != geteuid()) return std::nullopt;
   absl::StatusOr<std::string> text = ReadFileFromDisk(path);
   if (!text.ok()) return std::nullopt;
   unlink(path.c_str());

@@ -3,6 +3,7 @@
 #ifndef HVX_LAUNCH_FOLLOWER_H_
 #define HVX_LAUNCH_FOLLOWER_H_
 
+#include <set>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -25,6 +26,12 @@ absl::StatusOr<int> FollowLeader(const LaunchOptions& options, const JobSetup& s
 // LeaderStatusPath through the remote shell. A follower it cannot reach is named on err_fd.
 void ReportToFollowers(const LaunchOptions& options, const JobSetup& setup, const Environment& env,
                        int status);
+
+// The hydra proxies running on this host for this user: in this network namespace (hosts sharing
+// one kernel's process table, containers and the tests' namespace hosts, see only their own) and
+// owned by this process's user (another user's job on the host does not hold this one). A proxy's
+// child between its fork and its exec still has the proxy's name; it is not counted.
+std::set<int> HydraProxies();
 
 // Where a follower finds the job's status: a file in its /tmp named after the job
 // (TRAINING_JOB_NAME, unique per SageMaker job, "job" without it) and the follower's name in the
