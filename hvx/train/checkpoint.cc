@@ -451,6 +451,12 @@ absl::StatusOr<std::string> ReadCheckedArchive(const std::string& path) {
     return absl::ResourceExhaustedError(
         absl::StrCat("checkpoint ", path, ": no memory to read its records"));
   } catch (const c10::Error& e) {
+    // A whole file of a newer format than this LibTorch reads is not damaged: stop, keep it.
+    if (absl::StrContains(e.what_without_backtrace(), "Attempted to read a PyTorch file with")) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("checkpoint ", path, " was written by another torch version: ",
+                       e.what_without_backtrace(), "; it is left where it is"));
+    }
     return damaged(e.what_without_backtrace());
   }
   return bytes;

@@ -1,6 +1,7 @@
 // Runs on two ranks (hvx_mpi_test): every test case executes on each rank at once.
 #include "hvx/train/checkpoint.h"
 
+#include <caffe2/serialize/inline_container.h>
 #include <dirent.h>
 #include <sys/stat.h>
 #include <torch/script.h>
@@ -416,6 +417,42 @@ TEST(CheckpointTest, ACheckpointThatCannotBeReadFailsTheRunAndIsLeftInPlace) {
     EXPECT_TRUE(Exists(c.dir() + "/ckpt-7.pt"));
     EXPECT_FALSE(Exists(c.dir() + "/ckpt-7.pt.corrupt"));
     EXPECT_TRUE(Exists(c.dir() + "/ckpt-2.pt"));
+  }
+}
+
+// A whole checkpoint in a file format newer than this LibTorch reads (one written by a newer torch)
+// is not damaged: the run stops naming it, and the file stays. Here the run's own checkpoint,
+// copied record by record into an archive that declares format version 99.
+TEST(CheckpointTest, ACheckpointOfANewerFormatStopsTheRunAndIsLeftInPlace) {
+  TinyNet net;
+  auto optimizer = MakeSgd(net);
+  const CheckpointConfig c = InDir(TestDir("newer_format"), 2);
+  ASSERT_TRUE(SaveCheckpoint(c, net, *optimizer, SomePosition(5)).ok());
+  const std::string path = c.dir() + "/ckpt-5.pt";
+  if (Rank() == 0) {
+    caffe2::serialize::PyTorchStreamReader reader(path);
+    {
+      caffe2::serialize::PyTorchStreamWriter writer(path + ".newer");
+      writer.setMinVersion(99);
+      for (const std::string& name : reader.getAllRecords()) {
+        if (name == "version" || name == ".data/version") continue;
+        auto [data, size] = reader.getRecord(name);
+        writer.writeRecord(name, data.get(), size);
+      }
+      writer.writeEndOfFile();
+    }
+    ASSERT_EQ(rename((path + ".newer").c_str(), path.c_str()), 0);
+  }
+  TrainingPosition position;
+  auto resumed = ResumeFromNewestCheckpoint(c, false, torch::kCPU, net, *optimizer, &position);
+  ASSERT_FALSE(resumed.ok());
+  EXPECT_EQ(resumed.status().code(), absl::StatusCode::kFailedPrecondition) << resumed.status();
+  EXPECT_TRUE(
+      absl::StrContains(resumed.status().message(), path + " was written by another torch version"))
+      << resumed.status();
+  if (Rank() == 0) {
+    EXPECT_TRUE(Exists(path));
+    EXPECT_FALSE(Exists(path + ".corrupt"));
   }
 }
 
