@@ -154,8 +154,10 @@ absl::StatusOr<int> Main(int argc, char** argv) {
   }
   auto result = RunTraining(config, options);
   if (!result.ok()) {
+    // No shutdown: its barrier waits for ranks that may never come (a cut link, a rank still
+    // training), up to HVX_SHUTDOWN_TIMEOUT_S. Exiting 1, hvx ends the process at once (api.h,
+    // Shutdown), the launcher names this rank and stops the others.
     HVX_LOG(ERROR) << result.status();
-    Shutdown().IgnoreError();
     return 1;
   }
   if (Rank() == 0 && !result->exported_to.empty()) {
