@@ -4,6 +4,7 @@
 #include "hvx/core/engine.h"
 
 #include <atomic>
+#include <functional>
 #include <new>
 #include <thread>
 
@@ -398,61 +399,69 @@ TEST(EngineTest, ShutdownIsBoundedWhenFinalizationHangs) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(1.5));
 }
 
-TEST(EngineTest, OutputThatOneRankCannotAllocateFailsEveryRankBeforeTheCollective) {
-  RunRanks(3, [](Engine& e, int rank) {
+// Three ranks allgather 4 floats each into an output `allocate(rank, ...)` gives; returns each
+// rank's status through `check`, then checks that the job goes on: the next collective works on
+// every rank.
+void AllgatherWithAllocator(
+    const std::string& name,
+    std::function<absl::StatusOr<TensorRef>(int rank, DataType, const TensorShape&, float*)>
+        allocate,
+    std::function<void(int rank, const absl::Status&)> check) {
+  RunRanks(3, [&](Engine& e, int rank) {
     std::vector<float> x(4, static_cast<float>(rank));
     CollectiveOptions o;
     std::vector<float> out(12);
-    o.allocator = [&, rank](DataType dtype, const TensorShape& shape,
-                            const Device&) -> absl::StatusOr<TensorRef> {
-      if (rank == 1) return absl::ResourceExhaustedError("no memory for 12 floats on purpose");
-      return TensorRef(dtype, shape, out.data());
+    o.allocator = [&, rank](DataType dtype, const TensorShape& shape, const Device&) {
+      return allocate(rank, dtype, shape, out.data());
     };
-    absl::Status s = Wait(e.Allgather("gathered", TensorRef(DataType::kFloat32, {4}, x.data()), o));
-    if (rank == 1) {
-      EXPECT_EQ(s.message(), "no memory for 12 floats on purpose");
-    } else {
-      EXPECT_EQ(s.message(),
-                "tensor 'gathered': rank 1 (host host) could not take part: no memory for 12 "
-                "floats on purpose");
-    }
-    // The job goes on: the next collective works on every rank.
+    check(rank, Wait(e.Allgather(name, TensorRef(DataType::kFloat32, {4}, x.data()), o)));
     std::vector<float> y(2, 1.0f);
     TensorRef t(DataType::kFloat32, {2}, y.data());
     AllreduceOptions sum;
     sum.op = ReduceOp::kSum;
-    EXPECT_TRUE(Wait(e.Allreduce("after", t, t, sum)).ok());
+    EXPECT_TRUE(Wait(e.Allreduce(name + ".after", t, t, sum)).ok());
     EXPECT_EQ(y[0], 3.0f);
   });
+}
+
+TEST(EngineTest, OutputThatOneRankCannotAllocateFailsEveryRankBeforeTheCollective) {
+  AllgatherWithAllocator(
+      "gathered",
+      [](int rank, DataType dtype, const TensorShape& shape,
+         float* out) -> absl::StatusOr<TensorRef> {
+        if (rank == 1) return absl::ResourceExhaustedError("no memory for 12 floats on purpose");
+        return TensorRef(dtype, shape, out);
+      },
+      [](int rank, const absl::Status& s) {
+        if (rank == 1) {
+          EXPECT_EQ(s.message(), "no memory for 12 floats on purpose");
+        } else {
+          EXPECT_EQ(s.message(),
+                    "tensor 'gathered': rank 1 (host host) could not take part: no memory for 12 "
+                    "floats on purpose");
+        }
+      });
 }
 
 // An allocator that throws (LibTorch's at::empty out of memory, std::bad_alloc) is an allocation
 // failure like any other: before, the exception reached std::terminate on the engine thread.
 TEST(EngineTest, AnAllocatorThatThrowsFailsEveryRankAndTheJobGoesOn) {
-  RunRanks(3, [](Engine& e, int rank) {
-    std::vector<float> x(4, static_cast<float>(rank));
-    CollectiveOptions o;
-    std::vector<float> out(12);
-    o.allocator = [&, rank](DataType dtype, const TensorShape& shape,
-                            const Device&) -> absl::StatusOr<TensorRef> {
-      if (rank == 2) throw std::bad_alloc();
-      return TensorRef(dtype, shape, out.data());
-    };
-    absl::Status s = Wait(e.Allgather("thrown", TensorRef(DataType::kFloat32, {4}, x.data()), o));
-    const std::string why =
-        "tensor 'thrown': allocating its output of 48 bytes (float32[12]) failed";
-    EXPECT_EQ(s.code(), rank == 2 ? absl::StatusCode::kResourceExhausted
-                                  : absl::StatusCode::kFailedPrecondition)
-        << s;
-    EXPECT_TRUE(absl::StrContains(s.message(), why)) << s;
-    if (rank != 2) EXPECT_TRUE(absl::StrContains(s.message(), "rank 2 (host host)")) << s;
-    std::vector<float> y(2, 1.0f);
-    TensorRef t(DataType::kFloat32, {2}, y.data());
-    AllreduceOptions sum;
-    sum.op = ReduceOp::kSum;
-    EXPECT_TRUE(Wait(e.Allreduce("after.throw", t, t, sum)).ok());
-    EXPECT_EQ(y[0], 3.0f);
-  });
+  AllgatherWithAllocator(
+      "thrown",
+      [](int rank, DataType dtype, const TensorShape& shape,
+         float* out) -> absl::StatusOr<TensorRef> {
+        if (rank == 2) throw std::bad_alloc();
+        return TensorRef(dtype, shape, out);
+      },
+      [](int rank, const absl::Status& s) {
+        EXPECT_EQ(s.code(), rank == 2 ? absl::StatusCode::kResourceExhausted
+                                      : absl::StatusCode::kFailedPrecondition)
+            << s;
+        EXPECT_TRUE(absl::StrContains(
+            s.message(), "tensor 'thrown': allocating its output of 48 bytes (float32[12]) failed"))
+            << s;
+        if (rank != 2) EXPECT_TRUE(absl::StrContains(s.message(), "rank 2 (host host)")) << s;
+      });
 }
 
 }  // namespace

@@ -5,13 +5,7 @@
 # bad HVX_BIND_TO fails the rank, naming it.
 #   cpu_binding_e2e_test.sh HVXRUN MPIEXEC
 set -uo pipefail
-HVXRUN=$(readlink -f "$1")
-MPIEXEC=$(readlink -f "$2")
-T=${TEST_TMPDIR:-$(mktemp -d)}
-failures=0
-check() {  # check NAME STATUS (0 = ok)
-    if [[ $2 == 0 ]]; then echo "ok: $1"; else echo "FAIL: $1"; failures=$((failures + 1)); fi
-}
+source "$(dirname "${BASH_SOURCE[0]}")/e2e_lib.sh"
 mine=$(awk '/^Cpus_allowed_list/ {print $2}' /proc/self/status)
 ncpus=$(nproc)
 echo "this test may use CPUs $mine ($ncpus)"
@@ -51,5 +45,4 @@ rc=$?
 grep -q "HVX_BIND_TO='socket' is not core or none" "$T/bad"; check "the message names the variable" $?
 [[ $failures == 0 ]] || cat "$T/bad"
 
-echo "failures: $failures"
-[[ $failures == 0 ]]
+finish

@@ -6,13 +6,7 @@
 # every rank has both; --dry-run shows the variables' names, not their values.
 #   env_secret_e2e_test.sh HVXRUN MPIEXEC
 set -uo pipefail
-HVXRUN=$(readlink -f "$1")
-MPIEXEC=$(readlink -f "$2")
-T=${TEST_TMPDIR:-$(mktemp -d)}
-failures=0
-check() {  # check NAME STATUS (0 = ok)
-    if [[ $2 == 0 ]]; then echo "ok: $1"; else echo "FAIL: $1"; failures=$((failures + 1)); fi
-}
+source "$(dirname "${BASH_SOURCE[0]}")/e2e_lib.sh"
 # Every process's arguments, read as another user where this one is root.
 all_args() {
     if [[ $(id -u) == 0 ]] && command -v setpriv >/dev/null; then
@@ -53,5 +47,4 @@ echo "$dry"
 grep -qE "^hvxrun: environment \(values not shown\): .*HVX_TEST_SECRET" <<<"$dry"
 check "--dry-run names the variable" $?
 
-echo "failures: $failures"
-[[ $failures == 0 ]]
+finish

@@ -5,13 +5,7 @@
 # blames neither that rank nor its host; the forged text is shown as the rank's output, escaped.
 #   forged_records_e2e_test.sh HVXRUN MPIEXEC
 set -uo pipefail
-HVXRUN=$(readlink -f "$1")
-MPIEXEC=$(readlink -f "$2")
-T=${TEST_TMPDIR:-$(mktemp -d)}
-failures=0
-check() {  # check NAME STATUS (0 = ok)
-    if [[ $2 == 0 ]]; then echo "ok: $1"; else echo "FAIL: $1"; failures=$((failures + 1)); fi
-}
+source "$(dirname "${BASH_SOURCE[0]}")/e2e_lib.sh"
 run() {  # run NAME PROGRAM...: hvxrun -np 2, output in $T/NAME, exit status in $rc
     local name=$1
     shift
@@ -45,5 +39,4 @@ check "the summary blames rank 0" $?
 run clean bash -c 'printf "\001hvxctl exit rank=-1 signal=9 host=x\n" >&2; exit 0'
 [[ $rc == 0 ]]; check "a forged kill record in a clean job: rc 0 (rc=$rc)" $?
 
-echo "failures: $failures"
-[[ $failures == 0 ]]
+finish
