@@ -460,7 +460,9 @@ TEST(EngineTest, AnAllocatorThatThrowsFailsEveryRankAndTheJobGoesOn) {
         EXPECT_TRUE(absl::StrContains(
             s.message(), "tensor 'thrown': allocating its output of 48 bytes (float32[12]) failed"))
             << s;
-        if (rank != 2) EXPECT_TRUE(absl::StrContains(s.message(), "rank 2 (host host)")) << s;
+        if (rank != 2) {
+          EXPECT_TRUE(absl::StrContains(s.message(), "rank 2 (host host)")) << s;
+        }
       });
 }
 

@@ -406,7 +406,9 @@ TEST(CheckpointTest, ACheckpointThatCannotBeReadFailsTheRunAndIsLeftInPlace) {
   auto optimizer = MakeSgd(net);
   const CheckpointConfig c = InDir(TestDir("unreadable"), 2);
   ASSERT_TRUE(SaveCheckpoint(c, net, *optimizer, SomePosition(2)).ok());
-  if (Rank() == 0) ASSERT_EQ(mkdir((c.dir() + "/ckpt-7.pt").c_str(), 0755), 0);
+  if (Rank() == 0) {
+    ASSERT_EQ(mkdir((c.dir() + "/ckpt-7.pt").c_str(), 0755), 0);
+  }
   TrainingPosition position;
   auto resumed = ResumeFromNewestCheckpoint(c, false, torch::kCPU, net, *optimizer, &position);
   ASSERT_FALSE(resumed.ok());
@@ -480,7 +482,9 @@ TEST(CheckpointTest, OnlyDamagedCheckpointsLeftRefuseToStartOverUnlessFresh) {
   auto fresh = ResumeFromNewestCheckpoint(c, true, torch::kCPU, net, *optimizer, &position);
   ASSERT_TRUE(fresh.ok()) << fresh.status();
   EXPECT_FALSE(*fresh);
-  if (Rank() == 0) EXPECT_FALSE(Exists(c.dir() + "/ckpt-3.pt.corrupt"));
+  if (Rank() == 0) {
+    EXPECT_FALSE(Exists(c.dir() + "/ckpt-3.pt.corrupt"));
+  }
 }
 
 // A corrupt newest checkpoint (a disk that filled, a copy cut short) once stopped every restart:
