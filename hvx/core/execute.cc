@@ -2,6 +2,7 @@
 // the same responses in the same order; each executor runs this rank's part on the data plane.
 #include <algorithm>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "hvx/common/json.h"
@@ -41,6 +42,17 @@ std::string ShapeJson(const TensorRef& t) {
 // Average is a sum on the data plane, divided by the set's size in the postscale.
 Scale Postscale(const Response& r, int set_size) {
   return Scale(r.postscale, r.reduce_op == ReduceOp::kAverage ? set_size : 1);
+}
+
+// The rows an allgather or alltoall output holds: the sum of `rows`, or -1 when one is negative
+// or the sum passes 2^63. No output has that size: AllocateOutput refuses it on this rank, and
+// AgreeBeforeDataPlane tells every rank before the data plane.
+int64_t SumOfRows(const std::vector<int64_t>& rows) {
+  int64_t total = 0;
+  for (int64_t r : rows) {
+    if (r < 0 || __builtin_add_overflow(total, r, &total)) return -1;
+  }
+  return total;
 }
 
 }  // namespace
@@ -166,15 +178,7 @@ void Engine::RememberInCache(SetState& set, const Response& r) {
 
 absl::Status Engine::ExecuteAllgather(const Execution& x, Entry& e) {
   std::vector<int64_t> shape = x.r.shapes[0];
-  shape[0] = 0;
-  for (int64_t rows : x.r.rows) {
-    // A sum past 2^63 sizes no output: AllocateOutput refuses the -1 on this rank, and every
-    // rank hears of it before the data plane.
-    if (rows < 0 || __builtin_add_overflow(shape[0], rows, &shape[0])) {
-      shape[0] = -1;
-      break;
-    }
-  }
+  shape[0] = SumOfRows(x.r.rows);
   HVX_ASSIGN_OR_RETURN(PreparedOutput prepared, PrepareOutput(x.set, e, shape));
   AllgatherWork w;
   w.name = x.r.names[0];
@@ -204,17 +208,12 @@ absl::Status Engine::ExecuteAlltoall(const Execution& x, Entry& e) {
   w.input = e.input;
   w.row_elements = e.input.shape().row_elements();
   // r.rows is the n x n matrix of rows sent, by sender (row) and receiver (column).
-  int64_t total = 0;
   for (int j = 0; j < n; ++j) {
     w.send_rows.push_back(x.r.rows[me * n + j]);
     w.recv_rows.push_back(x.r.rows[j * n + me]);
-    if (w.recv_rows.back() < 0 || __builtin_add_overflow(total, w.recv_rows.back(), &total)) {
-      total = -1;
-      break;
-    }
   }
   std::vector<int64_t> shape = e.request.shape;
-  shape[0] = total;
+  shape[0] = SumOfRows(w.recv_rows);
   HVX_ASSIGN_OR_RETURN(PreparedOutput prepared, PrepareOutput(x.set, e, shape));
   w.output = prepared.output;
   e.state->received_splits = w.recv_rows;
