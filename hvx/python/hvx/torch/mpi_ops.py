@@ -209,7 +209,7 @@ def remove_process_set(process_set):
 
 # --------------------------------------------------------------------------------------- handles
 
-_handles = {}
+_handles = {}  # handle -> (native handle, result(native) -> value, its key in _taken)
 _handles_lock = threading.Lock()
 _next_handle = itertools.count(1)
 # Unnamed ops are counted per (process set, op): the members of a set run its ops in the same
@@ -244,8 +244,7 @@ def _forget_names(set_id):
 # already submitted, the first op could complete in between, and the duplicate went through on one
 # rank only (Horovod's duplicate-name tests passed or failed with the machine's speed). A handle
 # that is never synchronized keeps its name, as it keeps its tensors.
-_taken = {}     # (set id, op, name) -> handle
-_taken_by = {}  # handle -> its (set id, op, name)
+_taken = {}  # (set id, op, name) -> handle
 
 
 def _submit(op, name, process_set, start, result):
@@ -271,16 +270,7 @@ def _submit(op, name, process_set, start, result):
     # One step after the op has started, as for every other handle: Horovod's tests poll right
     # after an async call and expect to find an op still running at least once.
     with _handles_lock:
-        _handles[h] = (native, result)
-        _taken_by[h] = key
-    return h
-
-
-def _register(native, result):
-    """Keeps `native` (hvx._C.Handle) until synchronize, which returns result(native)."""
-    h = next(_next_handle)
-    with _handles_lock:
-        _handles[h] = (native, result)
+        _handles[h] = (native, result, key)
     return h
 
 
@@ -301,10 +291,11 @@ def synchronize(handle):
         handle = handle.handle
     with _handles_lock:
         entry = _handles.pop(handle, None)
-        _taken.pop(_taken_by.pop(handle, None), None)
+        if entry is not None:
+            del _taken[entry[2]]
     if entry is None:
         raise ValueError("unknown handle %r (already synchronized?)" % (handle,))
-    native, result = entry
+    native, result, _ = entry
     native.wait()
     return result(native)
 
