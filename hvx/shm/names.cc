@@ -40,7 +40,8 @@ const std::string& ProcessShmTag() {
 }
 
 std::string RegionName(uint64_t n) {
-  return "/hvx." + ProcessShmTag() + "." + std::to_string(getpid()) + "." + std::to_string(n);
+  return "/hvx." + ProcessShmTag() + "." + std::to_string(getpid()) + "." + std::to_string(n) +
+         "." + RandomHex();
 }
 
 int RemoveRegionsTagged(const std::string& tag) {

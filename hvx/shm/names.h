@@ -27,7 +27,8 @@ std::string NewShmTag();
 // NewShmTag(), the same for the life of the process.
 const std::string& ProcessShmTag();
 
-// "/hvx.<ProcessShmTag()>.<getpid()>.<n>".
+// "/hvx.<ProcessShmTag()>.<getpid()>.<n>.<RandomHex()>": /dev/shm is listed by anyone, and a
+// name another local user could foresee, they could create first and turn the plane off.
 std::string RegionName(uint64_t n);
 
 // Unlinks every region in /dev/shm whose name carries `tag`; returns how many it removed.

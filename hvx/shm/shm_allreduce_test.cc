@@ -731,6 +731,34 @@ TEST(ShmGroupTest, ItsOwnRegionIsNotAPeer) {
   EXPECT_TRUE(absl::StartsWith(RegionName(7), "/hvx." + ProcessShmTag() + "."));
 }
 
+// Another local user who reads /dev/shm (anyone can) learns the tag and pid from the first region
+// and creates the next names first. They were "/hvx.<tag>.<pid>.<n>", so every rank's region
+// failed with EEXIST and the plane was off (HVX_CPU_PLANE=shm: every allreduce failed). Names end
+// in 64 random bits now: the group is made all the same.
+TEST(ShmGroupTest, NamesTakenFirstByAnotherUserAreNotInTheWay) {
+  const std::string base = "/hvx." + ProcessShmTag() + "." + std::to_string(getpid()) + ".";
+  std::vector<std::string> planted;
+  for (int n = 0; n < 4096; ++n) {
+    const int fd = shm_open((base + std::to_string(n)).c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd >= 0) {
+      close(fd);
+      planted.push_back(base + std::to_string(n));
+    }
+  }
+  const std::string name = RegionName(3);
+  EXPECT_TRUE(absl::StartsWith(name, base + "3.")) << name;
+  EXPECT_NE(RegionName(3), name);
+  auto g = ShmGroup::Create(
+      0, 1, 1 << 16,
+      [&](const std::string& mine, std::vector<std::string>* all) {
+        *all = {mine};
+        return absl::OkStatus();
+      },
+      {"global rank 0 (host a)"}, absl::Seconds(30));
+  EXPECT_TRUE(g.ok()) << g.status();
+  for (const std::string& p : planted) shm_unlink(p.c_str());
+}
+
 // A name that leads to another group's region (pods with one host name whose ranks announce names
 // from different /dev/shm's, a stale region under a reused name) is refused after mapping: the
 // header names its owner's rank and the name it was created under.

@@ -147,7 +147,7 @@ absl::StatusOr<std::unique_ptr<ShmGroup>> ShmGroup::Create(int rank, int size, s
   static_assert(sizeof(Header) <= kShmHeaderBytes, "the header outgrew its page");
   std::unique_ptr<ShmGroup> group(new ShmGroup(rank, size, bytes, std::move(names), timeout));
   const size_t total = RoundUpToPage(kShmHeaderBytes + bytes);
-  const std::string name = NextRegionName();
+  std::string name = NextRegionName();
   // The name goes on every path out of here: once every rank has mapped it, or at the first
   // failure (a peer that died, an exchange that timed out), so that no attempt leaves 16 MiB a rank
   // in /dev/shm. What a SIGKILL leaves, the rank wrapper removes (names.h).
@@ -161,7 +161,12 @@ absl::StatusOr<std::unique_ptr<ShmGroup>> ShmGroup::Create(int rank, int size, s
 
   // 1. This rank's region, reserved in full and mapped with its pages present.
   absl::Status created = [&]() -> absl::Status {
-    const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    // Names are random; one taken all the same is someone else's: take another.
+    for (int tries = 1; fd < 0 && errno == EEXIST && tries < 4; ++tries) {
+      name = NextRegionName();
+      fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    }
     if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("creating /dev/shm", name));
     named = true;
     Failpoint("shm_create");
