@@ -17,7 +17,9 @@
 // steps of a CPU allreduce: the ring's, or the shared-memory plane's publish and fold), "shutdown"
 // (before the transport's finalization), "checkpoint" (the trainer's checkpoint file written but
 // not yet renamed into place), "shm_create" (the shared-memory plane's region created under its
-// name, before the ranks have exchanged names).
+// name, before the ranks have exchanged names), "split" (a communicator split: a process set's,
+// the host gather's at Init, the shared-memory plane's at its first allreduce; before the ranks
+// meet for it) and "in_split" (the same, after they met, as MPI_Comm_split is called).
 #ifndef HVX_COMMON_FAILPOINT_H_
 #define HVX_COMMON_FAILPOINT_H_
 

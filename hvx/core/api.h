@@ -92,6 +92,8 @@ struct InitOptions {
   // (HVX_COLLECTIVE_TIMEOUT_S). Past it the op fails on this rank with DeadlineExceeded naming the
   // peers it waited for, hvx stops (every pending and later op fails with that error) and the
   // program's failing exit ends the job, instead of hanging behind a rank that died or froze.
+  // The blocking set-up calls (communicator splits, NCCL's init) are bounded by it too: a rank
+  // held in one past it ends with kSetupTimeoutExitCode, saying why.
   // Generous, because a peer may legitimately be slow: starting late, or in a long evaluation.
   double collective_timeout_s = 300.0;
   // Process sets created during Init, in this order, on every rank (ids 1, 2, ...).
@@ -139,6 +141,10 @@ absl::Status Shutdown();
 // The exit status of a process whose hvx shutdown failed or hung while it was exiting with 0
 // (the one coreutils' timeout uses).
 inline constexpr int kShutdownTimeoutExitCode = 124;
+// The exit status of a process that hvx ended because a set-up call with no deadline of its own
+// (a communicator split, NCCL's communicator init) waited past HVX_COLLECTIVE_TIMEOUT_S for a rank
+// that froze inside it (hvx/common/watchdog.h). The same as the shutdown's: a timeout.
+inline constexpr int kSetupTimeoutExitCode = 124;
 
 bool IsInitialized();
 

@@ -86,11 +86,14 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(const InitOptions& options
   absl::Status status;
   {
     std::unique_lock<std::mutex> lock(engine->mu_);
-    // The transport's start (MPI_Init) waits for every rank and has no deadline of its own.
+    // The transport's start (MPI_Init) waits for every rank and has no deadline of its own. The
+    // set-up after it gives up at the collective timeout itself, naming what it waited for: the
+    // margin lets that error arrive.
     const auto started = [e = engine.get()]()
                              ABSL_NO_THREAD_SAFETY_ANALYSIS { return e->setup_done_; };
+    const absl::Duration timeout = absl::Seconds(options.collective_timeout_s);
     if (!engine->cv_.wait_for(
-            lock, absl::ToChronoMilliseconds(absl::Seconds(options.collective_timeout_s)),
+            lock, absl::ToChronoMilliseconds(timeout + std::min(timeout, absl::Seconds(1))),
             started)) {
       lock.unlock();
       // The background thread is still inside the transport's start and keeps the engine: both are
@@ -105,6 +108,13 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(const InitOptions& options
     status = Unshared(engine->setup_status_);
   }
   if (!status.ok()) {
+    if (absl::IsDeadlineExceeded(status)) {
+      // A rank never came: the transport's finalization would wait for it too, up to the
+      // shutdown timeout. The thread finishes in the background, left to the process's exit.
+      engine->thread_.detach();
+      engine.release();
+      return status;
+    }
     engine->thread_.join();
     return status;
   }

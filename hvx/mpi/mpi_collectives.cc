@@ -15,6 +15,7 @@
 #include "hvx/common/failpoint.h"
 #include "hvx/common/memory.h"
 #include "hvx/common/status.h"
+#include "hvx/common/watchdog.h"
 #include "hvx/core/agreement.h"
 #include "hvx/core/cpu_ops.h"
 
@@ -179,6 +180,29 @@ absl::Status WaitPolitely(MPI_Comm comm, int count, MPI_Request* requests, absl:
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, max_pause);
   }
+}
+
+absl::Status SplitWithin(MPI_Comm comm, int color, int key, absl::string_view what, MPI_Comm* out) {
+  *out = MPI_COMM_NULL;
+  Failpoint("split");
+  const std::string barrier = absl::StrCat(what, ": the ranks meeting before it (MPI_Ibarrier)");
+  HVX_RETURN_IF_ERROR(StartAndWait(comm, barrier, kControlWait,
+                                   [&](MPI_Request* q) { return MPI_Ibarrier(comm, q); }));
+  Failpoint("in_split");
+  const absl::Duration timeout = CollectiveTimeout(comm);
+  {
+    int rank = 0;
+    MPI_Comm_rank(comm, &rank);
+    Watchdog dog(timeout,
+                 absl::StrCat(GlobalRank(comm, rank), ": ", what, " did not complete within ",
+                              absl::FormatDuration(timeout), " (HVX_COLLECTIVE_TIMEOUT_S): one of ",
+                              GlobalRanks(comm),
+                              " froze or failed inside it, after every rank had reached it"),
+                 kSetupTimeoutExitCode);
+    HVX_RETURN_IF_ERROR(MpiStatus(MPI_Comm_split(comm, color, key, out), what));
+  }
+  if (*out != MPI_COMM_NULL) SetCollectiveTimeout(*out, timeout);
+  return absl::OkStatus();
 }
 
 MpiOps& MpiOps::Get() {

@@ -71,6 +71,15 @@ absl::Status StartAndWait(MPI_Comm comm, absl::string_view what, WaitPolicy poli
 void SetCollectiveTimeout(MPI_Comm comm, absl::Duration timeout);
 absl::Duration CollectiveTimeout(MPI_Comm comm);
 
+// MPI_Comm_split of `comm` into *out (MPI_COMM_NULL for MPI_UNDEFINED), bounded by
+// CollectiveTimeout(comm), which *out keeps. MPI has no nonblocking split, so the ranks first meet
+// in a nonblocking barrier: a rank that never comes (failed, froze, or is in another collective)
+// fails it on the others with DeadlineExceeded naming `what`, as any wait does. The split then
+// runs under a Watchdog: a rank that froze between the barrier and the split, or inside it, ends
+// the others' processes with kSetupTimeoutExitCode after the timeout, the message naming `what`.
+// Collective over `comm`; the failpoints "split" and "in_split" lie before and after the barrier.
+absl::Status SplitWithin(MPI_Comm comm, int color, int key, absl::string_view what, MPI_Comm* out);
+
 // "global ranks 0-3" for the members of `comm`, or "global rank 5" for rank `rank` of it.
 std::string GlobalRanks(MPI_Comm comm);
 std::string GlobalRank(MPI_Comm comm, int rank);

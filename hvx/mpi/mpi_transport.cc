@@ -462,19 +462,17 @@ class MpiCommunicator : public Communicator {
     const int key =
         member ? static_cast<int>(std::find(ranks.begin(), ranks.end(), rank_) - ranks.begin()) : 0;
     MPI_Comm sub = MPI_COMM_NULL;
-    HVX_RETURN_IF_ERROR(MpiStatus(MPI_Comm_split(comm_, member ? 0 : MPI_UNDEFINED, key, &sub),
-                                  "MPI_Comm_split (process set)"));
+    HVX_RETURN_IF_ERROR(
+        SplitWithin(comm_, member ? 0 : MPI_UNDEFINED, key, "MPI_Comm_split (process set)", &sub));
     if (!member) return std::unique_ptr<Communicator>();
-    SetCollectiveTimeout(sub, CollectiveTimeout(comm_));
     return std::unique_ptr<Communicator>(new MpiCommunicator(sub, mode_));
   }
 
   absl::StatusOr<std::unique_ptr<Communicator>> Split(int color, int key) override {
     MPI_Comm sub = MPI_COMM_NULL;
-    HVX_RETURN_IF_ERROR(MpiStatus(
-        MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &sub), "MPI_Comm_split"));
+    HVX_RETURN_IF_ERROR(
+        SplitWithin(comm_, color < 0 ? MPI_UNDEFINED : color, key, "MPI_Comm_split", &sub));
     if (color < 0) return std::unique_ptr<Communicator>();
-    SetCollectiveTimeout(sub, CollectiveTimeout(comm_));
     return std::unique_ptr<Communicator>(new MpiCommunicator(sub, mode_));
   }
 

@@ -191,14 +191,12 @@ class ShmCpuPlane : public DataPlane {
     }
     if (mode_ == CpuPlaneMode::kAuto && layout.MaxPerHost() == 1) return absl::OkStatus();
 
-    HVX_RETURN_IF_ERROR(MpiStatus(MPI_Comm_split(comm_, host, local_rank, &local_),
-                                  "MPI_Comm_split (ranks of a host)"));
-    SetCollectiveTimeout(local_, CollectiveTimeout(comm_));
+    HVX_RETURN_IF_ERROR(
+        SplitWithin(comm_, host, local_rank, "MPI_Comm_split (ranks of a host)", &local_));
     if (layout.per_host.size() > 1) {
       MPI_Comm cross = MPI_COMM_NULL;
-      HVX_RETURN_IF_ERROR(MpiStatus(MPI_Comm_split(comm_, local_rank, host, &cross),
-                                    "MPI_Comm_split (one rank per host)"));
-      SetCollectiveTimeout(cross, CollectiveTimeout(comm_));
+      HVX_RETURN_IF_ERROR(
+          SplitWithin(comm_, local_rank, host, "MPI_Comm_split (one rank per host)", &cross));
       cross_ = std::make_unique<MpiCrossHostLink>(cross);
     }
     const shm::ShmAllreducer::Options options;

@@ -27,6 +27,7 @@
 #include "hvx/common/env.h"
 #include "hvx/common/logging.h"
 #include "hvx/common/status.h"
+#include "hvx/common/watchdog.h"
 #include "hvx/core/agreement.h"
 #include "hvx/nccl/comm_cache.h"
 #include "hvx/nccl/kernels.h"
@@ -449,7 +450,23 @@ absl::StatusOr<ncclComm_t> NcclDataPlane::CommFor(const std::vector<int>& set_me
     }
     HVX_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(dev_->device()), "cudaSetDevice"));
     ncclComm_t comm = nullptr;
-    ncclResult_t r = ncclCommInitRank(&comm, n, uid, my_index);
+    ncclResult_t r;
+    {
+      // ncclCommInitRank waits for every rank of the set with no deadline: past the collective
+      // timeout a rank that froze inside it ends this process, saying so (watchdog.h).
+      const absl::Duration timeout = ctx_.options != nullptr
+                                         ? absl::Seconds(ctx_.options->collective_timeout_s)
+                                         : absl::InfiniteDuration();
+      Watchdog dog(
+          timeout,
+          absl::StrCat("rank ", ctx_.global_rank, ": ncclCommInitRank did not complete within ",
+                       absl::FormatDuration(timeout),
+                       " (HVX_COLLECTIVE_TIMEOUT_S): one of global ranks ",
+                       absl::StrJoin(ctx_.global_ranks, ","),
+                       " froze or failed inside it, after every rank had its id"),
+          kSetupTimeoutExitCode);
+      r = ncclCommInitRank(&comm, n, uid, my_index);
+    }
     if (r != ncclSuccess) return NcclCheck(r, "ncclCommInitRank", "", comm, n);
     return comm;
   };

@@ -3,7 +3,8 @@
 # rank 0 for the checkpoint) fails in each way at each phase of a job, through hvx's failpoints
 # (HVX_FAILPOINT, hvx/common/failpoint.h). Each case must end within its bound (15 s after the
 # fault; a frozen rank: the collective or shutdown timeout, 6 s here, plus 15 s), with a non-zero
-# exit and hvxrun's summary naming a rank and its host, and leave no process on any host. A
+# exit and hvxrun's summary naming a rank and its host, and leave no process on any host; a rank
+# frozen at a communicator split, too. A
 # checkpoint write cut short leaves the last complete checkpoint, and resuming from it repeats the
 # uninterrupted run's losses. Then settings that differ between ranks fail every rank within 5 s.
 # Prints the matrix as a table (phase x fault: seconds to stop, exit code).
@@ -52,6 +53,15 @@ for phase in before_init init negotiation allreduce shutdown; do
         [[ $action == stop ]] && bound=$((TIMEOUT_S + 15))
         fault "$phase" "$action" 3 "$bound" "$PROBE" --steps 5
     done
+done
+
+# A rank frozen at a communicator split (hvx/mpi SplitWithin): before the ranks meet for the first
+# one (Init's host gather: the others' barrier gives up), and inside MPI_Comm_split itself at the
+# third (the shared-memory plane's, set up at the first allreduce: MPI has no nonblocking split, and
+# the others' watchdog ends them with 124). Either way the others' output names the split.
+for phase_action in split:stop in_split:stop:3; do
+    fault "${phase_action%%:*}" "${phase_action#*:}" 3 $((TIMEOUT_S + 15)) "$PROBE" --steps 5
+    grep -qF "MPI_Comm_split" <<<"$err"; check "${phase_action%%:*}: the output names MPI_Comm_split" $?
 done
 
 # ---- the trainer's checkpoint write: rank 0 fails after its second checkpoint file is written
