@@ -51,6 +51,7 @@ class Decompressor {
     cinfo_.err = jpeg_std_error(&errors_.pub);
     errors_.pub.error_exit = &ErrorExit;
     errors_.pub.emit_message = &EmitMessage;
+    progress_.progress_monitor = &CountScans;
     if (setjmp(errors_.jump)) return;  // out of memory: every ReadHeader() fails
     jpeg_create_decompress(&cinfo_);
     created_ = true;
@@ -74,6 +75,11 @@ class Decompressor {
                  static_cast<unsigned long>(jpeg.size()));
     jpeg_read_header(&cinfo_, TRUE);
     return true;
+  }
+  // The most scans Decode() and DecodeWindow() read before they fail (0: no limit).
+  void set_max_scans(int max_scans) {
+    errors_.max_scans = max_scans;
+    cinfo_.progress = max_scans > 0 ? &progress_ : nullptr;
   }
   int width() const { return static_cast<int>(cinfo_.image_width); }
   int height() const { return static_cast<int>(cinfo_.image_height); }
@@ -174,6 +180,7 @@ class Decompressor {
     jmp_buf jump;
     Failure failure = Failure::kNone;
     char message[JMSG_LENGTH_MAX] = "";
+    int max_scans = 0;
   };
 
   // libjpeg's warnings that pixels are missing or made up (it zeroes the rest of a scan, or fills
@@ -199,6 +206,20 @@ class Decompressor {
     longjmp(errors->jump, 1);
   }
   [[noreturn]] static void ErrorExit(j_common_ptr cinfo) { Fail(cinfo, Failure::kError); }
+  // libjpeg's progress monitor, called as it reads the input: a scan past the limit ends the
+  // decode (libjpeg-turbo's djpeg -maxscans).
+  static void CountScans(j_common_ptr cinfo) {
+    auto* errors = reinterpret_cast<ErrorManager*>(cinfo->err);
+    if (!cinfo->is_decompressor || errors->max_scans <= 0) return;
+    if (reinterpret_cast<j_decompress_ptr>(cinfo)->input_scan_number <= errors->max_scans) return;
+    errors->failure = Failure::kError;
+    snprintf(errors->message, sizeof(errors->message),
+             "the image has more than %d scans (a progressive JPEG that refines in thousands of "
+             "scans costs minutes per decode; corrupt or crafted record? else raise "
+             "JpegLimits::max_scans)",
+             errors->max_scans);
+    longjmp(errors->jump, 1);
+  }
   // Level -1 is a warning, 0 and up trace messages; none is printed.
   static void EmitMessage(j_common_ptr cinfo, int level) {
     if (level >= 0) return;
@@ -210,6 +231,7 @@ class Decompressor {
   }
 
   ErrorManager errors_;
+  jpeg_progress_mgr progress_{};
   jpeg_decompress_struct cinfo_;
   std::vector<uint8_t> tail_row_;  // DecodeWindow's last row, read and dropped
   bool created_ = false;
@@ -290,6 +312,7 @@ absl::Status DecodeJpeg(absl::string_view jpeg, int scale_denominator, const Jpe
   }
   Decompressor& d = ThreadDecompressor();
   if (!d.ReadHeader(jpeg)) return d.failure("not a readable JPEG", jpeg.size());
+  d.set_max_scans(limits.max_scans);
   absl::Status size = CheckJpegSize({d.width(), d.height()}, jpeg.size(), limits);
   if (!size.ok()) {
     d.Abort();
@@ -419,6 +442,7 @@ absl::Status ImageNetDecoder::DecodeImage(absl::string_view jpeg, const SampleCo
   Decompressor& d = ThreadDecompressor();
   if (!d.ReadHeader(jpeg)) return d.failure("not a readable JPEG", jpeg.size());
   const JpegInfo info{d.width(), d.height()};
+  d.set_max_scans(options_.limits.max_scans);
   absl::Status size = CheckJpegSize(info, jpeg.size(), options_.limits);
   if (!size.ok()) {
     d.Abort();

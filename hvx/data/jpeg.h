@@ -65,13 +65,17 @@ struct JpegLimits {
   // claiming more than this describes data that is not there. Arithmetic-coded images of one
   // flat colour can be smaller; turn the check off for those.
   int64_t max_pixels_per_byte = 1024;
+  // Scans a progressive image may have; 0 turns the check off. Encoders write about 10 (libjpeg's
+  // default progression) to a few dozen; thousands of refinement scans of a large image, which
+  // fit in a few KiB, cost minutes of decoding each, every epoch.
+  int max_scans = 100;
 };
 
 // The size from the header. InvalidArgument when the bytes are not a JPEG libjpeg-turbo can read
 // or end inside the header.
 absl::StatusOr<JpegInfo> ReadJpegHeader(absl::string_view jpeg);
 // Decodes to RGB at 1/scale_denominator of the size (1, 2, 4 or 8; sizes round up), reusing
-// image->pixels. InvalidArgument, naming the problem, when the header breaks `limits`, when the
+// image->pixels. InvalidArgument, naming the problem, when the image breaks `limits`, when the
 // data is truncated or corrupt (libjpeg's warnings that pixels are missing or invented: premature
 // end of the file or of a scan, bad Huffman or arithmetic codes, restart markers out of order,
 // bad progression), or when libjpeg cannot decode it. Harmless warnings (bytes between marker

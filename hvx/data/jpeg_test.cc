@@ -1,7 +1,14 @@
 // JPEG decode, augmentation shapes and determinism.
 #include "hvx/data/jpeg.h"
 
+// clang-format off
+#include <cstdio>
+#include <jpeglib.h>
+// clang-format on
+
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -109,6 +116,92 @@ TEST(JpegTest, NotAJpegIsAnErrorNamingTheProblem) {
   s = decoder.Decode(no_image.SerializeAsString(), {}, out.data(), &label);
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
   EXPECT_NE(s.message().find("feature 'image/encoded' is missing"), std::string::npos) << s;
+}
+
+// A progressive JPEG of `image` in the scans libjpeg's default progression writes (10), or, with
+// `one_coefficient_per_scan`, in 190: the DC of all components, then every AC coefficient of
+// every component in a scan of its own, each a valid refinement of the image.
+std::string ProgressiveJpeg(const RgbImage& image, bool one_coefficient_per_scan) {
+  jpeg_compress_struct cinfo;
+  jpeg_error_mgr errors;
+  cinfo.err = jpeg_std_error(&errors);
+  jpeg_create_compress(&cinfo);
+  unsigned char* buf = nullptr;
+  unsigned long size = 0;
+  jpeg_mem_dest(&cinfo, &buf, &size);
+  cinfo.image_width = static_cast<JDIMENSION>(image.width);
+  cinfo.image_height = static_cast<JDIMENSION>(image.height);
+  cinfo.input_components = 3;
+  cinfo.in_color_space = JCS_RGB;
+  jpeg_set_defaults(&cinfo);
+  jpeg_set_quality(&cinfo, 90, TRUE);
+  jpeg_simple_progression(&cinfo);
+  std::vector<jpeg_scan_info> scans;
+  if (one_coefficient_per_scan) {
+    scans.push_back({3, {0, 1, 2, 0}, 0, 0, 0, 0});
+    for (int c = 0; c < 3; ++c) {
+      for (int k = 1; k < 64; ++k) scans.push_back({1, {c, 0, 0, 0}, k, k, 0, 0});
+    }
+    cinfo.scan_info = scans.data();
+    cinfo.num_scans = static_cast<int>(scans.size());
+  }
+  jpeg_start_compress(&cinfo, TRUE);
+  const int stride = image.width * 3;
+  for (int y = 0; y < image.height; ++y) {
+    JSAMPROW row = const_cast<uint8_t*>(image.pixels.data()) + static_cast<size_t>(y) * stride;
+    jpeg_write_scanlines(&cinfo, &row, 1);
+  }
+  jpeg_finish_compress(&cinfo);
+  jpeg_destroy_compress(&cinfo);
+  std::string out(reinterpret_cast<const char*>(buf), size);
+  free(buf);
+  return out;
+}
+
+// A progressive image that refines in thousands of scans costs minutes per decode (a "scan
+// bomb" fits in a few KiB and passes the pixel checks); one sample stalled its rank every epoch.
+// Past JpegLimits::max_scans the decode fails, naming the limit; images as encoders write them
+// decode as before, and the limit is a knob.
+TEST(JpegTest, AnImageWithMoreScansThanTheLimitIsRefused) {
+  const RgbImage src = Gradient(64, 48);
+  const std::string usual = ProgressiveJpeg(src, false);
+  const std::string many = ProgressiveJpeg(src, true);
+  RgbImage image;
+  absl::Status s = DecodeJpeg(usual, 1, JpegLimits(), &image);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(image.width, 64);
+
+  s = DecodeJpeg(many, 1, JpegLimits(), &image);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_TRUE(Contains(s, "the image has more than 100 scans")) << s;
+  EXPECT_TRUE(Contains(s, "JpegLimits::max_scans")) << s;
+
+  // The trainer's path, which decodes a window of the image.
+  ImageNetDecoder train(ImageNetDecoderOptions::Train());
+  std::vector<float> out(3 * 224 * 224);
+  int64_t label;
+  s = train.Decode(Record(many, 1), {1, 0, 0}, out.data(), &label);
+  EXPECT_TRUE(Contains(s, "the image has more than 100 scans")) << s;
+  ASSERT_TRUE(train.Decode(Record(usual, 1), {1, 0, 0}, out.data(), &label).ok());
+
+  // Raised (or off), the same image decodes to the pixels of the usual progression's.
+  RgbImage usual_pixels;
+  ASSERT_TRUE(DecodeJpeg(usual, 1, JpegLimits(), &usual_pixels).ok());
+  for (int limit : {190, 0}) {
+    JpegLimits loose;
+    loose.max_scans = limit;
+    s = DecodeJpeg(many, 1, loose, &image);
+    ASSERT_TRUE(s.ok()) << limit << ": " << s;
+    ASSERT_EQ(image.pixels.size(), usual_pixels.pixels.size());
+    int most = 0;
+    for (size_t i = 0; i < image.pixels.size(); ++i) {
+      most = std::max(most, std::abs(image.pixels[i] - usual_pixels.pixels[i]));
+    }
+    EXPECT_LE(most, 2) << limit;
+  }
+  JpegLimits tight;
+  tight.max_scans = 189;
+  EXPECT_TRUE(Contains(DecodeJpeg(many, 1, tight, &image), "more than 189 scans"));
 }
 
 // A header edited to claim 60000x60000 over the data of a 64x48 image used to be decoded as a gray
