@@ -377,7 +377,11 @@ absl::Status ImageNetDecoder::Decode(absl::string_view record, const SampleConte
   HVX_RETURN_IF_ERROR(ParseExample(record, &example));
   HVX_ASSIGN_OR_RETURN(absl::string_view jpeg, GetBytes(example, options_.image_key));
   HVX_ASSIGN_OR_RETURN(int64_t stored, GetInt64(example, options_.label_key));
-  *label = stored + options_.label_offset;
+  if (__builtin_add_overflow(stored, options_.label_offset, label)) {
+    return absl::InvalidArgumentError(absl::StrCat("label ", stored, " plus the label offset ",
+                                                   options_.label_offset,
+                                                   " is out of int64's range (corrupt record?)"));
+  }
   return DecodeImage(jpeg, context, out);
 }
 

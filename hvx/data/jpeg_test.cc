@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -202,6 +203,24 @@ TEST(JpegTest, AnImageWithMoreScansThanTheLimitIsRefused) {
   JpegLimits tight;
   tight.max_scans = 189;
   EXPECT_TRUE(Contains(DecodeJpeg(many, 1, tight, &image), "more than 189 scans"));
+}
+
+// A stored label near int64's ends with the label offset wrapped (undefined behaviour; UBSan
+// builds aborted): it is refused, naming both.
+TEST(JpegTest, ALabelThatWrapsWithTheOffsetIsRefused) {
+  auto jpeg = EncodeJpeg(Gradient(64, 48), 90);
+  ASSERT_TRUE(jpeg.ok());
+  ImageNetDecoderOptions options = ImageNetDecoderOptions::Eval();
+  options.label_offset = -1;
+  ImageNetDecoder decoder(options);
+  std::vector<float> out(3 * 224 * 224);
+  int64_t label = 0;
+  absl::Status s = decoder.Decode(Record(*jpeg, INT64_MIN), {}, out.data(), &label);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_TRUE(Contains(s, "label -9223372036854775808 plus the label offset -1 is out of int64"))
+      << s;
+  ASSERT_TRUE(decoder.Decode(Record(*jpeg, 1), {}, out.data(), &label).ok());
+  EXPECT_EQ(label, 0);
 }
 
 // A header edited to claim 60000x60000 over the data of a 64x48 image used to be decoded as a gray

@@ -131,11 +131,13 @@ absl::StatusOr<torch::Tensor> LabelsOf(const data::Batch& batch, const TrainConf
   const int64_t classes = config.model().num_classes();
   std::vector<int64_t> labels(batch.labels().begin(), batch.labels().end());
   for (size_t i = 0; i < labels.size(); ++i) {
-    labels[i] += offset;
-    if (labels[i] < 0 || labels[i] >= classes) {
+    // A label near int64's ends (a corrupt record) wraps with the offset: out of range too.
+    const bool wrapped = __builtin_add_overflow(labels[i], offset, &labels[i]);
+    if (wrapped || labels[i] < 0 || labels[i] >= classes) {
       return absl::InvalidArgumentError(absl::StrCat(
           "rank ", Rank(), ": sample ", batch.sample_ids()[i], " has label ", batch.labels()[i],
-          ", which with ", "data.label_offset ", offset, " is ", labels[i], ", outside [0, ",
+          ", which with ", "data.label_offset ", offset, " is ",
+          wrapped ? std::string("out of int64's range") : absl::StrCat(labels[i]), ", outside [0, ",
           classes, ") of model.num_classes; ",
           "check data.label_offset (-1 for ImageNet's 1-based labels) and model.num_classes"));
     }
