@@ -24,6 +24,9 @@ namespace {
 constexpr absl::string_view kMarkerHead = "\x01hvx";
 // A line that never ends (a progress bar redrawn with '\r') is cut here so memory stays bounded.
 constexpr size_t kMaxLine = 64 * 1024;
+// A rank number has at most this many digits; a longer run of digits is no marker (and is not
+// held in memory while it grows).
+constexpr size_t kMaxMarkerDigits = 12;
 
 void PushBounded(std::deque<std::string>* lines, absl::string_view line, size_t max) {
   lines->emplace_back(line);
@@ -45,7 +48,7 @@ void StreamDemuxer::Feed(absl::string_view data) {
       const size_t n = marker_.size();
       if (n <= kMarkerHead.size()) {
         if (c == kMarkerHead[n - 1]) continue;
-      } else if (absl::ascii_isdigit(c)) {
+      } else if (absl::ascii_isdigit(c) && n <= kMarkerHead.size() + kMaxMarkerDigits) {
         continue;
       } else if (c == '\x02' && n > kMarkerHead.size() + 1) {
         int rank = 0;

@@ -145,6 +145,20 @@ TEST(PrefixTest, Modes) {
   EXPECT_EQ(LinePrefix(TagMode::kNone, p), "");
 }
 
+// A marker's rank has at most 12 digits: a longer run after "\x01hvx" is output, passed on at
+// once, where the demuxer held every digit while more might come (one rank could make hvxrun
+// allocate without bound).
+TEST(StreamDemuxerTest, ALongRunOfDigitsAfterAMarkerHeadIsOutputAndNotHeld) {
+  std::string got;
+  StreamDemuxer demux([&](int, absl::string_view data) { got.append(data.data(), data.size()); });
+  const std::string digits(1000, '7');
+  demux.Feed("\x01hvx" + digits);
+  EXPECT_EQ(got, "\x01hvx" + digits);
+  demux.Feed("\x02tail\n");
+  demux.Finish();
+  EXPECT_EQ(got, "\x01hvx" + digits + "\x02tail\n");
+}
+
 }  // namespace
 }  // namespace launch
 }  // namespace hvx

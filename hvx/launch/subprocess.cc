@@ -8,9 +8,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <optional>
 #include <set>
 #include <string>
@@ -48,11 +50,20 @@ absl::StatusOr<Child> Spawn(std::vector<std::string> argv,
                             const std::vector<std::pair<std::string, std::string>>& env) {
   int out[2], err[2];
   if (pipe2(out, O_CLOEXEC) != 0) return ErrnoToStatus(errno, "pipe");
-  if (pipe2(err, O_CLOEXEC) != 0) return ErrnoToStatus(errno, "pipe");
+  if (pipe2(err, O_CLOEXEC) != 0) {
+    const int e = errno;
+    close(out[0]);
+    close(out[1]);
+    return ErrnoToStatus(e, "pipe");
+  }
   std::vector<char*> cargv = CArgv(argv);
   const pid_t parent = getpid();
   pid_t pid = fork();
-  if (pid < 0) return ErrnoToStatus(errno, "fork");
+  if (pid < 0) {
+    const int e = errno;
+    for (int fd : {out[0], out[1], err[0], err[1]}) close(fd);
+    return ErrnoToStatus(e, "fork");
+  }
   if (pid == 0) {
     // hvxrun killed outright (SIGKILL, the OOM killer) runs no handler: the kernel's SIGTERM
     // makes mpiexec stop the job instead of leaving it running with nobody to report it.
@@ -150,6 +161,7 @@ std::vector<absl::StatusOr<std::string>> RunCaptureAll(
     std::string out, err;
     bool exited = false;
     int status = 0;
+    bool too_much = false;  // printed kMaxCapturedBytes or more on a stream
   };
   const Clock::time_point deadline = Clock::now() + FromSeconds(timeout_s);
   std::vector<absl::StatusOr<std::string>> results(commands.size(), std::string());
@@ -175,7 +187,8 @@ std::vector<absl::StatusOr<std::string>> RunCaptureAll(
         whose.emplace_back(i, k);
       }
     }
-    const int ms = static_cast<int>(Seconds(deadline - Clock::now()) * 1000);
+    const int ms = static_cast<int>(
+        std::min<double>(Seconds(deadline - Clock::now()) * 1000, std::numeric_limits<int>::max()));
     if (fds.empty() || ms <= 0) break;
     if (poll(fds.data(), fds.size(), ms) < 0 && errno != EINTR) break;
     for (size_t j = 0; j < fds.size(); ++j) {
@@ -185,7 +198,12 @@ std::vector<absl::StatusOr<std::string>> RunCaptureAll(
       char buf[4096];
       const ssize_t n = read(fds[j].fd, buf, sizeof(buf));
       if (n > 0) {
-        (k == 0 ? r.out : r.err).append(buf, n);
+        // Past the bound the rest is read and dropped, and the command's result is an error.
+        std::string& kept = k == 0 ? r.out : r.err;
+        if (kept.size() < kMaxCapturedBytes) {
+          kept.append(buf, std::min<size_t>(n, kMaxCapturedBytes - kept.size()));
+        }
+        if (kept.size() == kMaxCapturedBytes) r.too_much = true;
       } else if (n == 0 || errno != EINTR) {
         close(fds[j].fd);
         (k == 0 ? r.c.out : r.c.err) = -1;
@@ -219,6 +237,9 @@ std::vector<absl::StatusOr<std::string>> RunCaptureAll(
       waitpid(r.c.pid, &r.status, 0);
       results[i] =
           absl::DeadlineExceededError(absl::StrCat("'", shown, "' took over ", timeout_s, " s"));
+    } else if (r.too_much) {
+      results[i] = absl::ResourceExhaustedError(absl::StrCat(
+          "'", shown, "' printed ", kMaxCapturedBytes >> 20, " MiB or more on one stream"));
     } else if (!WIFEXITED(r.status) || WEXITSTATUS(r.status) != 0) {
       results[i] = absl::UnavailableError(
           absl::StrCat("'", shown, "' failed: ", absl::StripAsciiWhitespace(r.err)));

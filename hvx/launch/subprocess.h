@@ -9,6 +9,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <cstddef>
 #include <optional>
 #include <string>
 #include <utility>
@@ -57,7 +58,11 @@ std::optional<ProcessStat> ReadProcessStat(int pid);
 // Every pid /proc lists.
 std::vector<int> ProcessIds();
 
-// Runs argv, returns its stdout; fails on a non-zero exit or after timeout_s (the child is killed).
+// The most RunCapture keeps of a command's stdout or stderr (a discovery script, a remote probe).
+inline constexpr size_t kMaxCapturedBytes = size_t{1} << 20;
+
+// Runs argv, returns its stdout; fails on a non-zero exit, after timeout_s (the child is killed),
+// or when it printed kMaxCapturedBytes or more on either stream (ResourceExhausted).
 absl::StatusOr<std::string> RunCapture(std::vector<std::string> argv, double timeout_s);
 // RunCapture of every command at once (one per host: a host that does not answer costs the
 // others nothing), each result in its command's place, all within the one timeout_s.

@@ -1,11 +1,14 @@
 #include "hvx/launch/subprocess.h"
 
+#include <dirent.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <fstream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -28,6 +31,52 @@ TEST(RunCaptureTest, AFailingCommandSaysWhatItPrinted) {
   auto out = RunCapture({"/bin/sh", "-c", "echo 'no such host' >&2; exit 3"}, 30);
   EXPECT_EQ(out.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_TRUE(absl::StrContains(out.status().message(), "no such host")) << out.status();
+}
+
+// A discovery script or remote probe that prints without end: hvxrun kept all of it until the
+// deadline. Past 1 MiB on a stream the rest is dropped and the command fails, saying so.
+TEST(RunCaptureTest, ACommandPrintingMoreThanTheBoundFails) {
+  auto out = RunCapture({"/bin/sh", "-c", "head -c 3000000 /dev/zero"}, 60);
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kResourceExhausted) << out.status();
+  EXPECT_TRUE(absl::StrContains(out.status().message(), "printed 1 MiB or more on one stream"))
+      << out.status();
+  auto just_under = RunCapture({"/bin/sh", "-c", "head -c 1048575 /dev/zero"}, 60);
+  ASSERT_TRUE(just_under.ok()) << just_under.status();
+  EXPECT_EQ(just_under->size(), 1048575u);
+}
+
+// Spawn's error paths close what they opened: with two descriptors left under the limit, the
+// second pipe fails, and the first one's two ends leaked on every try (hvxrun runs discovery
+// and probes again and again, so a long job at its limit only got worse).
+TEST(SpawnTest, AFailedSpawnLeavesNoDescriptorOpen) {
+  const auto open_fds = [] {
+    std::set<int> fds;
+    DIR* d = opendir("/proc/self/fd");
+    while (dirent* e = readdir(d)) {
+      int fd;
+      if (absl::SimpleAtoi(e->d_name, &fd) && fd != dirfd(d)) fds.insert(fd);
+    }
+    closedir(d);
+    return fds;
+  };
+  const std::set<int> before = open_fds();
+  // The limit under which exactly three descriptor numbers are free.
+  int limit = 0;
+  for (int free_numbers = 0; free_numbers < 3; ++limit) {
+    if (before.count(limit) == 0) ++free_numbers;
+  }
+  struct rlimit old;
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
+  struct rlimit tight = old;
+  tight.rlim_cur = static_cast<rlim_t>(limit);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &tight), 0);
+  std::vector<absl::Status> tries;
+  for (int i = 0; i < 3; ++i) tries.push_back(Spawn({"true"}).status());
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &old), 0);
+  for (const absl::Status& s : tries) {
+    EXPECT_TRUE(absl::StrContains(s.message(), "pipe")) << s;
+  }
+  EXPECT_EQ(open_fds(), before);
 }
 
 // A command that closes its output and goes on running ends at the deadline too: hvxrun waited
