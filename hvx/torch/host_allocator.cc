@@ -1,6 +1,7 @@
 #include "hvx/torch/host_allocator.h"
 
 #include <c10/core/CPUAllocator.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -31,11 +32,47 @@ struct CachingHostAllocator::Header {
   Header* newer;
 };
 
+namespace {
+
+// Every live allocator, for the fork handlers: a fork() while another thread holds an allocator's
+// mutex (the engine thread allocating an allgather's output as a DataLoader forks its workers)
+// left the child with the mutex locked forever, and its first allocation of 1 MiB hung. Before a
+// fork the forking thread takes every allocator's mutex, and releases them in both processes
+// after it: the child's only thread is the one that took them.
+std::mutex& RegistryMutex() {
+  static std::mutex* mu = new std::mutex();
+  return *mu;
+}
+std::vector<std::mutex*>& Registry() {
+  static std::vector<std::mutex*>* all = new std::vector<std::mutex*>();
+  return *all;
+}
+void LockAllForFork() {
+  RegistryMutex().lock();
+  for (std::mutex* mu : Registry()) mu->lock();
+}
+void UnlockAllAfterFork() {
+  for (auto it = Registry().rbegin(); it != Registry().rend(); ++it) (*it)->unlock();
+  RegistryMutex().unlock();
+}
+
+}  // namespace
+
 CachingHostAllocator::CachingHostAllocator(HostAllocatorOptions options) : options_(options) {
   static_assert(sizeof(Header) <= kHeaderBytes, "the header must fit its room before the data");
+  static const int installed =
+      pthread_atfork(&LockAllForFork, &UnlockAllAfterFork, &UnlockAllAfterFork);
+  (void)installed;
+  std::lock_guard<std::mutex> lock(RegistryMutex());
+  Registry().push_back(&mu_);
 }
 
 CachingHostAllocator::~CachingHostAllocator() {
+  {
+    std::lock_guard<std::mutex> lock(RegistryMutex());
+    std::vector<std::mutex*>& all = Registry();
+    all.erase(std::find(all.begin(), all.end(), &mu_));
+  }
   for (auto& [capacity, blocks] : free_) {
     for (Header* h : blocks) munmap(h, capacity);
   }

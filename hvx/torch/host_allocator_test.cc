@@ -1,8 +1,14 @@
 #include "hvx/torch/host_allocator.h"
 
+#include <signal.h>
+#include <sys/wait.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -35,6 +41,42 @@ TEST(CachingHostAllocatorTest, FreedBlockOfTheSameSizeIsReusedWithoutPageFaults)
   EXPECT_EQ(s.maps, 1);
   EXPECT_EQ(s.hits, 1);
   EXPECT_EQ(s.cached_bytes, 0);
+}
+
+// A fork while another thread holds the allocator's mutex (the engine thread allocating an
+// allgather's output as a DataLoader forks a worker) left the child with the mutex locked: its
+// first allocation of 1 MiB or more hung for ever. Here one thread allocates and frees without
+// pause while the main thread forks 100 children, each of which allocates once and exits.
+TEST(CachingHostAllocatorTest, AChildForkedWhileAnotherThreadAllocatesCanAllocate) {
+  CachingHostAllocator a({});
+  std::atomic<bool> stop{false};
+  std::thread busy([&] {
+    while (!stop.load()) c10::DataPtr p = a.allocate(size_t{4} << 20);
+  });
+  int hung = 0;
+  for (int i = 0; i < 100 && hung == 0; ++i) {
+    const pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      c10::DataPtr p = a.allocate(size_t{2} << 20);
+      _exit(p.get() != nullptr ? 0 : 1);
+    }
+    int status = -1;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (waitpid(child, &status, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        kill(child, SIGKILL);
+        waitpid(child, &status, 0);
+        ++hung;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (hung == 0) EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  }
+  stop = true;
+  busy.join();
+  EXPECT_EQ(hung, 0) << "a child hung on its first allocation";
 }
 
 TEST(CachingHostAllocatorTest, SmallBlocksAndRawInterface) {
