@@ -7,6 +7,7 @@
 #include <cerrno>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "hvx/common/random_hex.h"
 #include "hvx/common/status.h"
 
@@ -16,9 +17,29 @@ absl::Status MakeDirs(const std::string& dir) {
   for (size_t pos = 1; pos <= dir.size(); ++pos) {
     if (pos != dir.size() && dir[pos] != '/') continue;
     const std::string part = dir.substr(0, pos);
-    if (mkdir(part.c_str(), 0755) != 0 && errno != EEXIST) {
+    if (mkdir(part.c_str(), 0750) != 0 && errno != EEXIST) {
       return ErrnoToStatus(errno, absl::StrCat("creating directory ", part));
     }
+  }
+  if (dir.empty()) return absl::OkStatus();
+  struct stat st;
+  if (stat(dir.c_str(), &st) != 0) return ErrnoToStatus(errno, absl::StrCat("stat ", dir));
+  if (!S_ISDIR(st.st_mode)) {
+    return absl::FailedPreconditionError(absl::StrCat(dir, " is not a directory"));
+  }
+  // Root may write into its users' directories (a volume mounted into a container keeps its
+  // owner on the host); any other user only into its own or root's.
+  if (geteuid() != 0 && st.st_uid != geteuid() && st.st_uid != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "directory ", dir, " belongs to user id ", st.st_uid, ", not this process's (", geteuid(),
+        "): that user could replace or read what is written there; use a directory of your own, "
+        "or give this one to this user (chown)"));
+  }
+  if ((st.st_mode & S_IWOTH) != 0 && (st.st_mode & S_ISVTX) == 0) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "directory %s is writable by every user (mode %04o): any of them could replace what is "
+        "written there; remove that permission (chmod o-w) or use a directory of your own",
+        dir, st.st_mode & 07777));
   }
   return absl::OkStatus();
 }
@@ -75,7 +96,7 @@ absl::Status CommitFile(const std::string& tmp_path, const std::string& path) {
 absl::StatusOr<int> OpenForWriting(const std::string& path, absl::string_view what, bool append) {
   const int fd =
       ::open(path.c_str(),
-             O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW | (append ? O_APPEND : O_TRUNC), 0666);
+             O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW | (append ? O_APPEND : O_TRUNC), 0640);
   if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("creating ", what, " ", path));
   return fd;
 }
@@ -83,7 +104,7 @@ absl::StatusOr<int> OpenForWriting(const std::string& path, absl::string_view wh
 absl::StatusOr<TempFile> CreateTempFile(const std::string& path, absl::string_view what) {
   TempFile tmp;
   tmp.path = absl::StrCat(path, ".tmp.", ::getpid(), ".", RandomHex());
-  tmp.fd = ::open(tmp.path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0666);
+  tmp.fd = ::open(tmp.path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0640);
   if (tmp.fd < 0) return ErrnoToStatus(errno, absl::StrCat("creating ", what, " ", tmp.path));
   return tmp;
 }

@@ -14,8 +14,13 @@
 
 namespace hvx {
 
-// Creates `dir` and its missing parents (mode 0755). OK when they exist or `dir` is empty; else
-// the errno of the mkdir that failed, naming that directory.
+// Creates `dir` and its missing parents (mode 0750 less the umask: checkpoints and logs are not
+// every local user's to read). OK when they exist or `dir` is empty; else the errno of the mkdir
+// that failed, naming that directory. An existing `dir` must be fit to write into: owned by this
+// user or root (for root: anyone, as a volume mounted into a container keeps its owner on the
+// host) and not writable by every user (unless sticky, as /tmp), else
+// FailedPrecondition naming the directory, its owner or mode, and the fix. One that another user
+// made first (in /tmp, on a shared volume) could have its files replaced or read by them.
 absl::Status MakeDirs(const std::string& dir);
 
 // Writes all of `data` to `fd`, continuing after short writes and EINTR. False, with errno set,
@@ -24,9 +29,9 @@ bool WriteFully(int fd, absl::string_view data);
 
 // Opens `path` to write (truncated, or appended to with `append`), as every log, output and data
 // file hvx writes is opened: O_NOFOLLOW, so that a symbolic link planted under the name in a shared
-// directory is refused (ELOOP) instead of followed into another user's file, and mode 0666 less
-// the process's umask (set the umask to keep files private). Errors carry the errno and name
-// `what` and the path. The caller owns the descriptor.
+// directory is refused (ELOOP) instead of followed into another user's file, and mode 0640 less
+// the process's umask (readable by the group, as a job's other tools and users may need). Errors
+// carry the errno and name `what` and the path. The caller owns the descriptor.
 absl::StatusOr<int> OpenForWriting(const std::string& path, absl::string_view what,
                                    bool append = false);
 

@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -32,6 +33,77 @@ TEST(FilesTest, MakeDirsCreatesParentsAndAcceptsExisting) {
   EXPECT_TRUE(MakeDirs(dir).ok());
   EXPECT_TRUE(MakeDirs(dir + "/").ok());
   EXPECT_TRUE(MakeDirs("").ok());
+}
+
+// Checkpoints, logs and timelines were world-readable (0644 files in 0755 directories) on shared
+// volumes: files are 0640 and directories 0750 now, less the umask.
+TEST(FilesTest, NewDirectoriesAndFilesAreNotEveryonesToRead) {
+  const mode_t old_mask = umask(022);
+  const std::string dir = TempDir() + "/private/run";
+  ASSERT_TRUE(MakeDirs(dir).ok());
+  struct stat st;
+  ASSERT_EQ(stat(dir.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0750u);
+  auto fd = OpenForWriting(dir + "/log.txt", "log");
+  ASSERT_TRUE(fd.ok()) << fd.status();
+  close(*fd);
+  ASSERT_EQ(stat((dir + "/log.txt").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0640u);
+  ASSERT_TRUE(WriteFileAtomically(dir + "/ckpt-1.pt", "data", "checkpoint", true).ok());
+  ASSERT_EQ(stat((dir + "/ckpt-1.pt").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0640u);
+  umask(old_mask);
+}
+
+// A directory someone else can write into is not used as it is: every user could replace the
+// checkpoints in a world-writable one (a sticky one, as /tmp, keeps each user's files theirs),
+// and another user's own directory is theirs to change.
+TEST(FilesTest, MakeDirsRefusesADirectoryOthersCanWriteInto) {
+  const std::string dir = TempDir() + "/open_to_all";
+  ASSERT_TRUE(MakeDirs(dir).ok());
+  ASSERT_EQ(chmod(dir.c_str(), 0777), 0);
+  absl::Status s = MakeDirs(dir);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "directory " + dir +
+                                                 " is writable by every user "
+                                                 "(mode 0777)"))
+      << s;
+  ASSERT_EQ(chmod(dir.c_str(), 01777), 0);
+  EXPECT_TRUE(MakeDirs(dir).ok());
+  ASSERT_EQ(chmod(dir.c_str(), 0750), 0);
+
+  if (geteuid() != 0) GTEST_SKIP() << "another user's directory needs root to make";
+  char base[] = "/tmp/hvx-files-test-XXXXXX";
+  ASSERT_NE(mkdtemp(base), nullptr);
+  ASSERT_EQ(chmod(base, 0755), 0);
+  const std::string theirs = std::string(base) + "/theirs", roots = std::string(base) + "/roots";
+  ASSERT_EQ(mkdir(theirs.c_str(), 0755), 0);
+  ASSERT_EQ(mkdir(roots.c_str(), 0755), 0);
+  if (chown(theirs.c_str(), 12345, 12345) != 0) {
+    rmdir(theirs.c_str());
+    rmdir(roots.c_str());
+    rmdir(base);
+    GTEST_SKIP() << "cannot give a directory to another user here";
+  }
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    if (setgid(65534) != 0 || setuid(65534) != 0) _exit(77);
+    const absl::Status s = MakeDirs(theirs);
+    const bool refused =
+        s.code() == absl::StatusCode::kFailedPrecondition &&
+        absl::StrContains(s.message(), "directory " + theirs + " belongs to user id 12345");
+    _exit(refused && MakeDirs(roots).ok() ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  rmdir(theirs.c_str());
+  rmdir(roots.c_str());
+  rmdir(base);
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 77) GTEST_SKIP() << "cannot become nobody here";
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  // Root itself may write into its users' directories (a volume mounted into a container).
+  EXPECT_TRUE(MakeDirs(TempDir()).ok());
 }
 
 TEST(FilesTest, MakeDirsNamesTheDirectoryItCouldNotCreate) {

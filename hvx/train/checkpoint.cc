@@ -94,12 +94,24 @@ std::vector<std::string> SetAsideAsCorrupt(const std::string& dir) {
   return found;
 }
 
-// Removes what writers killed before their rename left in `dir` ("ckpt-N.pt.tmp.*"): only rank 0
-// of the run that owns the directory writes there, and it is resuming, so none is being written.
+// Removes what writers killed before their rename left in `dir` ("ckpt-N.pt.tmp.*") once it has
+// not been written to for kStaleTemporaryAge. A younger one may be another writer's in progress
+// (an attempt on a host cut off from this run that still runs, a second job pointed at the same
+// directory) whose rename would then fail; it is left for a later start.
+constexpr absl::Duration kStaleTemporaryAge = absl::Minutes(10);
+
 void RemoveStaleTemporaries(const std::string& dir) {
   for (const std::string& name : NamesIn(dir)) {
     if (!CheckpointStep(TempFileTarget(name))) continue;
     const std::string path = absl::StrCat(dir, "/", name);
+    struct stat st;
+    if (lstat(path.c_str(), &st) != 0) continue;
+    const absl::Duration age = absl::Now() - absl::FromTimeT(st.st_mtime);
+    if (age < kStaleTemporaryAge) {
+      HVX_LOG(INFO) << "left " << path << " in place: written to " << absl::FormatDuration(age)
+                    << " ago, it may be another writer's checkpoint in progress";
+      continue;
+    }
     if (unlink(path.c_str()) == 0) {
       HVX_LOG(INFO) << "removed " << path << ", a checkpoint an earlier attempt did not finish";
     }

@@ -4,6 +4,7 @@
 #include <caffe2/serialize/inline_container.h>
 #include <dirent.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <torch/script.h>
 #include <torch/torch.h>
 #include <unistd.h>
@@ -600,7 +601,8 @@ TEST(CheckpointTest, ExportModelWritesTheStateDictOfAModelThatIsNotScripted) {
   EXPECT_FALSE(Exists(ScriptedExportPath(path)));
 }
 
-// A write that fails leaves no temporary, and what a killed writer left is removed at resume.
+// A write that fails leaves no temporary, and what a killed writer left is removed at resume once
+// it is 10 minutes old; a younger one may be another writer's in progress and stays.
 TEST(CheckpointTest, NoTemporaryIsLeftBehind) {
   TinyNet net;
   auto optimizer = MakeSgd(net);
@@ -626,6 +628,13 @@ TEST(CheckpointTest, NoTemporaryIsLeftBehind) {
     ASSERT_EQ(rmdir((c.dir() + "/ckpt-6.pt/in_the_way").c_str()), 0);
     ASSERT_EQ(rmdir((c.dir() + "/ckpt-6.pt").c_str()), 0);
     std::ofstream(c.dir() + "/ckpt-9.pt.tmp.123.0123456789abcdef") << "a killed writer's";
+    const struct timeval eleven_minutes_ago[2] = {{time(nullptr) - 660, 0},
+                                                  {time(nullptr) - 660, 0}};
+    ASSERT_EQ(utimes((c.dir() + "/ckpt-9.pt.tmp.123.0123456789abcdef").c_str(), eleven_minutes_ago),
+              0);
+    // Written to a moment ago: perhaps another writer's in progress, which the sweep left alone
+    // (it removed any, and that writer's rename failed).
+    std::ofstream(c.dir() + "/ckpt-10.pt.tmp.456.0123456789abcdef") << "a writer's in progress";
     std::ofstream(c.dir() + "/notes.tmp.txt") << "not ours";
   }
   ASSERT_TRUE(SaveCheckpoint(c, net, *optimizer, SomePosition(8)).ok());
@@ -634,8 +643,10 @@ TEST(CheckpointTest, NoTemporaryIsLeftBehind) {
   ASSERT_TRUE(resumed.ok()) << resumed.status();
   EXPECT_EQ(position.global_step, 8);
   if (Rank() == 0) {
-    EXPECT_EQ(temporaries(), 1);  // notes.tmp.txt stays
+    EXPECT_EQ(temporaries(), 2);  // notes.tmp.txt and the one in progress stay
     EXPECT_TRUE(Exists(c.dir() + "/notes.tmp.txt"));
+    EXPECT_TRUE(Exists(c.dir() + "/ckpt-10.pt.tmp.456.0123456789abcdef"));
+    EXPECT_FALSE(Exists(c.dir() + "/ckpt-9.pt.tmp.123.0123456789abcdef"));
   }
 }
 
