@@ -304,6 +304,12 @@ absl::Status AllgatherStrings(MPI_Comm comm, const std::string& mine,
   }));
   int64_t off = 0;
   for (int r = 0; r < size; ++r) {
+    // A peer's length is its word: a negative one (a broken or hostile peer) is refused before
+    // anything is sized by it.
+    if (lens[r] < 0) {
+      return absl::DataLossError(absl::StrCat("control allgather: ", GlobalRank(comm, r),
+                                              " announced a negative length (", lens[r], ")"));
+    }
     displs[r] = static_cast<int>(off);
     off += lens[r];
   }
@@ -328,11 +334,21 @@ absl::Status AgreeOnEveryRank(MPI_Comm comm, const absl::Status& local) {
         return MPI_Iallreduce(MPI_IN_PLACE, &failing, 1, MPI_INT, MPI_MIN, comm, q);
       }));
   if (failing == size) return absl::OkStatus();
-  std::string message(local.message());
+  if (failing < 0 || failing > size) {
+    return absl::DataLossError(
+        absl::StrCat("agreeing on a local step: a peer named rank ", failing, " of ", size));
+  }
+  // The failing rank's message, at most kMaxAgreedMessage bytes of it.
+  constexpr int64_t kMaxAgreedMessage = 64 << 10;
+  std::string message(local.message().substr(0, kMaxAgreedMessage));
   int64_t len = static_cast<int64_t>(message.size());
   HVX_RETURN_IF_ERROR(StartAndWait(
       comm, "MPI_Ibcast (a rank's error)", kDataWait,
       [&](MPI_Request* q) { return MPI_Ibcast(&len, 1, MPI_INT64_T, failing, comm, q); }));
+  if (len < 0 || len > kMaxAgreedMessage) {
+    return absl::DataLossError(absl::StrCat("agreeing on a local step: ", GlobalRank(comm, failing),
+                                            " failed and announced a ", len, "-byte message"));
+  }
   message.resize(static_cast<size_t>(len));
   HVX_RETURN_IF_ERROR(
       StartAndWait(comm, "MPI_Ibcast (a rank's error)", kDataWait, [&](MPI_Request* q) {

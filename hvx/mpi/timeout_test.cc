@@ -3,6 +3,9 @@
 #include <mpi.h>
 
 #include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/time/time.h"
@@ -88,6 +91,41 @@ TEST(TimeoutTest, ALocalFailureFailsEveryRank) {
     EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
     EXPECT_EQ(s.message(), "global rank 1 failed: mmap of 64 MiB failed");
   }
+}
+
+// A peer's lengths are checked before anything is sized by them: a broken or hostile peer (here
+// rank 1, speaking the protocol by hand) that announces a negative length for its part of a
+// control allgather, or for its error message, made rank 0 allocate from the wrapped number (a
+// std::length_error out of the engine thread); it gets DataLoss naming that peer now.
+TEST(TimeoutTest, APeersNegativeLengthIsRefused) {
+  MPI_Comm comm;
+  ASSERT_EQ(MPI_Comm_dup(MPI_COMM_WORLD, &comm), MPI_SUCCESS);
+  SetCollectiveTimeout(comm, absl::Seconds(30));
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  if (rank == 0) {
+    std::vector<std::string> all;
+    absl::Status s = AllgatherStrings(comm, "rank 0's part", &all);
+    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+    EXPECT_EQ(s.message(), "control allgather: global rank 1 announced a negative length (-5)");
+    s = AgreeOnEveryRank(comm, absl::OkStatus());
+    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+    EXPECT_EQ(s.message(),
+              "agreeing on a local step: global rank 1 failed and announced a -1-byte message");
+  } else {
+    // Nonblocking, as hvx's own calls: MPI matches no blocking collective with them.
+    MPI_Request q;
+    int lens[2], len = -5;
+    MPI_Iallgather(&len, 1, MPI_INT, lens, 1, MPI_INT, comm, &q);
+    MPI_Wait(&q, MPI_STATUS_IGNORE);
+    int failing = 1;
+    MPI_Iallreduce(MPI_IN_PLACE, &failing, 1, MPI_INT, MPI_MIN, comm, &q);
+    MPI_Wait(&q, MPI_STATUS_IGNORE);
+    int64_t message_len = -1;
+    MPI_Ibcast(&message_len, 1, MPI_INT64_T, 1, comm, &q);
+    MPI_Wait(&q, MPI_STATUS_IGNORE);
+  }
+  MPI_Comm_free(&comm);
 }
 
 }  // namespace
