@@ -11,15 +11,16 @@
 // global rank (HVX_RANK, else PMI_RANK) and
 // ACTION one of exit (exit(3)), kill (SIGKILL), stop (SIGSTOP: a frozen rank), abort (abort(),
 // as an uncaught exception or a failed check ends a program), or one a backend registered
-// (hvx/mpi: mpi_abort, MPI_Abort(MPI_COMM_WORLD, 3)). It fires once per process, after
-// writing "hvx failpoint POINT: rank R ACTION" to stderr. The points: "init" (hvx::Init, after
-// the transport started), "negotiation" (a cycle that gathers requests), "allreduce" (between the
-// steps of a CPU allreduce: the ring's, or the shared-memory plane's publish and fold), "shutdown"
-// (before the transport's finalization), "checkpoint" (the trainer's checkpoint file written but
-// not yet renamed into place), "shm_create" (the shared-memory plane's region created under its
-// name, before the ranks have exchanged names), "split" (a communicator split: a process set's,
-// the host gather's at Init, the shared-memory plane's at its first allreduce; before the ranks
-// meet for it) and "in_split" (the same, after they met, as MPI_Comm_split is called).
+// (hvx/mpi: mpi_abort, MPI_Abort(MPI_COMM_WORLD, 3); the trainer: throw, a C++ exception). It fires
+// once per process, after writing "hvx failpoint POINT: rank R ACTION" to stderr. The points:
+// "init" (hvx::Init, after the transport started), "negotiation" (a cycle that gathers requests),
+// "allreduce" (between the steps of a CPU allreduce: the ring's, or the shared-memory plane's
+// publish and fold), "shutdown" (before the transport's finalization), "checkpoint" (the trainer's
+// checkpoint file written but not yet renamed into place), "shm_create" (the shared-memory plane's
+// region created under its name, before the ranks have exchanged names), "split" (a communicator
+// split: a process set's, the host gather's at Init, the shared-memory plane's at its first
+// allreduce; before the ranks meet for it) and "in_split" (the same, after they met, as
+// MPI_Comm_split is called).
 #ifndef HVX_COMMON_FAILPOINT_H_
 #define HVX_COMMON_FAILPOINT_H_
 

@@ -7,6 +7,8 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
+#include <stdexcept>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -14,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "hvx/common/cluster.h"
 #include "hvx/common/env.h"
+#include "hvx/common/failpoint.h"
 #include "hvx/common/files.h"
 #include "hvx/common/logging.h"
 #include "hvx/common/status.h"
@@ -270,10 +273,31 @@ std::string FindBundledConfigDir(const std::string& argv0, const Environment& en
   return "";
 }
 
+namespace {
+
+// HVX_FAILPOINT's action "throw": a C++ exception out of the training step, as a LibTorch error
+// (c10::Error) or std::bad_alloc would leave it.
+[[maybe_unused]] const bool kThrowFailpoint = RegisterFailpointAction(
+    "throw", [] { throw std::runtime_error("an exception thrown at a failpoint"); });
+
+}  // namespace
+
 int TrainMain(int argc, char** argv) {
   // A self-launched job starts this same binary as hvxrun's per-rank wrapper first.
   if (const int rc = launch::MaybeRunRankWrapper(argc, argv); rc >= 0) return rc;
-  auto code = Main(argc, argv);
+  absl::StatusOr<int> code;
+  // An exception nothing caught (a LibTorch error, memory) ended the rank in std::terminate:
+  // an abort with a core dump, blamed on signal 6. It is this rank's failure, said in one line;
+  // the failing exit then ends the process at once (hvx's exit handler) and the launcher the job.
+  try {
+    code = Main(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "train: rank %d: uncaught exception: %s\n", Rank(), e.what());
+    return 1;
+  } catch (...) {
+    std::fprintf(stderr, "train: rank %d: uncaught exception of an unknown type\n", Rank());
+    return 1;
+  }
   if (!code.ok()) {
     std::fprintf(stderr, "train: %s\n", std::string(code.status().message()).c_str());
     return 2;
