@@ -6,11 +6,14 @@
 
 #include <cstdio>
 #include <map>
+#include <optional>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "hvx/common/json.h"
@@ -74,6 +77,40 @@ int CountVisibleGpus(const Environment& env, const std::string& gpu_dir) {
   }
   closedir(dir);
   return n;
+}
+
+std::string GpuEvidence(const Environment& env, const std::string& root) {
+  if (std::optional<std::string> cvd = env.Get("CUDA_VISIBLE_DEVICES")) {
+    const absl::string_view v = absl::StripAsciiWhitespace(*cvd);
+    if (v.empty() || v == "NoDevFiles" || absl::StartsWith(v, "-")) return "";
+  }
+  std::vector<std::string> signs;
+  if (DIR* dir = opendir((root + kNvidiaGpusDir).c_str())) {
+    int n = 0;
+    while (dirent* e = readdir(dir)) n += e->d_name[0] != '.' ? 1 : 0;
+    closedir(dir);
+    if (n > 0)
+      signs.push_back(absl::StrCat(kNvidiaGpusDir, " lists ", n, n == 1 ? " GPU" : " GPUs"));
+  }
+  int devices = 0;
+  if (DIR* dir = opendir((root + "/dev").c_str())) {
+    while (dirent* e = readdir(dir)) {
+      absl::string_view name = e->d_name;
+      int index;
+      if (absl::ConsumePrefix(&name, "nvidia") && absl::SimpleAtoi(name, &index)) ++devices;
+    }
+    closedir(dir);
+  }
+  if (devices > 0) {
+    signs.push_back(devices == 1 ? "/dev/nvidia0 exists"
+                                 : absl::StrCat(devices, " /dev/nvidia<N> devices exist"));
+  }
+  int sm_gpus = 0;
+  if (std::optional<std::string> n = env.Get("SM_NUM_GPUS");
+      n && absl::SimpleAtoi(*n, &sm_gpus) && sm_gpus > 0) {
+    signs.push_back(absl::StrCat("SM_NUM_GPUS=", sm_gpus));
+  }
+  return absl::StrJoin(signs, ", ");
 }
 
 bool IsValidHostName(absl::string_view name) {

@@ -25,6 +25,14 @@ inline constexpr char kNvidiaGpusDir[] = "/proc/driver/nvidia/gpus";
 // Otherwise the entries of `gpu_dir` (0 when it does not exist).
 int CountVisibleGpus(const Environment& env, const std::string& gpu_dir = kNvidiaGpusDir);
 
+// What this host shows of NVIDIA GPUs whatever this build and this container can use, as a phrase
+// for an error message ("/proc/driver/nvidia/gpus lists 8 GPUs, /dev/nvidia0-7"), or "" when it
+// shows none. The driver's list is the host's (procfs is not the container's), so it shows GPUs
+// a container was given no access to; SageMaker's SM_NUM_GPUS counts the instance's. GPUs hidden
+// on purpose (CUDA_VISIBLE_DEVICES empty, "NoDevFiles" or starting "-1") are none. `root`
+// prefixes the paths read (tests).
+std::string GpuEvidence(const Environment& env, const std::string& root = "");
+
 // This machine's host name (gethostname), or `fallback` when it cannot be read.
 std::string HostName(absl::string_view fallback = "");
 

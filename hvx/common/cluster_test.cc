@@ -41,6 +41,33 @@ TEST(VisibleGpusTest, DriverDirectoryWhenUnset) {
   EXPECT_EQ(CountVisibleGpus(MapEnvironment{{"CUDA_VISIBLE_DEVICES", "-1"}}, dir), 0);
 }
 
+// What a host shows of GPUs, read as a container sees it: the driver's list (the host's procfs),
+// device files, SageMaker's count; nothing on a host without them, or with the GPUs hidden.
+TEST(GpuEvidenceTest, TheDriversListDeviceFilesAndSageMakersCount) {
+  const char* t = std::getenv("TEST_TMPDIR");
+  const std::string root = absl::StrCat(t != nullptr ? t : "/tmp", "/gpuhost");
+  ASSERT_EQ(system(("rm -rf " + root + " && mkdir -p " + root + "/dev " + root +
+                    "/proc/driver/nvidia/gpus/0000:01:00.0 " + root +
+                    "/proc/driver/nvidia/gpus/0000:02:00.0")
+                       .c_str()),
+            0);
+  EXPECT_EQ(GpuEvidence(MapEnvironment{}, root), "/proc/driver/nvidia/gpus lists 2 GPUs");
+  for (const char* dev : {"nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm"}) {
+    FILE* f = fopen((root + "/dev/" + dev).c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    fclose(f);
+  }
+  EXPECT_EQ(GpuEvidence(MapEnvironment{{"SM_NUM_GPUS", "8"}}, root),
+            "/proc/driver/nvidia/gpus lists 2 GPUs, 2 /dev/nvidia<N> devices exist, SM_NUM_GPUS=8");
+  // Hidden on purpose: none.
+  for (const char* hidden : {"", "-1", "NoDevFiles"}) {
+    EXPECT_EQ(GpuEvidence(MapEnvironment{{"CUDA_VISIBLE_DEVICES", hidden}}, root), "") << hidden;
+  }
+  EXPECT_EQ(GpuEvidence(MapEnvironment{{"CUDA_VISIBLE_DEVICES", "0"}, {"SM_NUM_GPUS", "0"}},
+                        root + "/nonexistent"),
+            "");
+}
+
 // Two hostNetwork pods of one node share the host name but not /dev/shm: they are two hosts (their
 // ranks cannot map each other's regions, and each has its own GPUs).
 TEST(HostIdentityTest, NameBootAndSharedMemoryMakeAHost) {

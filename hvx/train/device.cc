@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "hvx/common/cluster.h"
+#include "hvx/common/env.h"
 #include "hvx/common/status.h"
 #include "hvx/core/api.h"
 #include "hvx/nccl/policy.h"
@@ -29,15 +30,34 @@ absl::StatusOr<torch::Device> ChooseTrainingDevice(const std::string& device,
     return absl::InvalidArgumentError(
         absl::StrCat("device: must be \"cpu\", \"cuda\" or \"auto\", got \"", device, "\""));
   }
+  // "auto" falls back to the CPU only where no GPU is evident: on a GPU host it would train
+  // there unnoticed (a CPU build or image on GPU instances: 16 ranks, each on the CPU).
+  const auto no_gpu_training = [&](absl::string_view missing) -> absl::Status {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "device: \"auto\" on rank ", facts.rank, " (host ", facts.host, "): this host shows GPUs (",
+        facts.gpu_evidence, ") but ", missing,
+        ", so training would run on the CPU. Use a build with the GPU backend against a CUDA "
+        "LibTorch (`bazel build --config=cuda //tools:train`, HVX_TORCH_PATH) in a container "
+        "given the GPUs, or set device: \"cpu\" to train on the CPU anyway"));
+  };
   if (!facts.gpu_backend) {
-    if (device == "auto") return torch::Device(torch::kCPU);
+    if (device == "auto") {
+      if (facts.gpu_evidence.empty()) return torch::Device(torch::kCPU);
+      return no_gpu_training("this binary was built without the NCCL backend (--config=cuda)");
+    }
     return absl::FailedPreconditionError(
         "device: \"cuda\" needs the NCCL backend, which this binary was built without; build it "
         "with "
         "`bazel build --config=cuda //tools:train`, or set device: \"cpu\"");
   }
-  // "auto" without a GPU LibTorch can use (none visible, or a CPU-only LibTorch) is the CPU.
-  if (device == "auto" && !facts.torch_cuda) return torch::Device(torch::kCPU);
+  // "auto" without a GPU LibTorch can use (none visible, or a CPU-only LibTorch) is the CPU, where
+  // the host shows none either.
+  if (device == "auto" && !facts.torch_cuda) {
+    if (facts.gpu_evidence.empty()) return torch::Device(torch::kCPU);
+    return no_gpu_training(
+        "LibTorch sees no GPU it can use (a CPU-only LibTorch, or a container given no GPU: "
+        "torch::cuda::is_available() is false)");
+  }
   auto ordinal =
       nccl::SelectDevice(facts.local_rank, facts.local_size, facts.visible_gpus, facts.host);
   if (!ordinal.ok())
@@ -64,6 +84,7 @@ absl::StatusOr<torch::Device> SelectTrainingDevice(const std::string& device) {
   facts.visible_gpus = static_cast<int>(torch::cuda::device_count());
 #endif
   facts.host = HostName();
+  facts.gpu_evidence = GpuEvidence(Environment::Process());
   HVX_ASSIGN_OR_RETURN(torch::Device chosen, ChooseTrainingDevice(device, facts));
 #ifdef HVX_TRAIN_GPU_BACKEND
   if (chosen.is_cuda()) {

@@ -8,7 +8,10 @@
 // allocations and the NCCL data plane all use it; fails with the reason when this binary was built
 // without --config=cuda (no NCCL backend to average CUDA gradients), when the host runs more ranks
 // than it shows GPUs, or when LibTorch itself has no CUDA support. "auto": "cuda" when the binary
-// has the NCCL backend and LibTorch sees a GPU, else "cpu". Call once per process, after hvx::Init.
+// has the NCCL backend and LibTorch sees a GPU; "cpu" on a host that shows no GPU
+// (hvx::GpuEvidence); on one that does, an error naming what it shows and what is missing (the
+// backend, CUDA in LibTorch, the GPUs themselves in this container): a job meant for GPUs never
+// trains on the CPU unnoticed. Call once per process, after hvx::Init.
 #ifndef HVX_TRAIN_DEVICE_H_
 #define HVX_TRAIN_DEVICE_H_
 
@@ -32,6 +35,7 @@ struct DeviceFacts {
   int local_rank = 0;
   int local_size = 1;
   std::string host;
+  std::string gpu_evidence;  // hvx::GpuEvidence: what the host shows of GPUs, "" for none
 };
 
 // The pure part of SelectTrainingDevice: "cuda" is cuda:<local rank> (hvx::nccl::SelectDevice),

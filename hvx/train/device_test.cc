@@ -46,6 +46,7 @@ TEST(DeviceTest, MoreRanksThanGpusFailsNamingTheHost) {
       << d.status();
 }
 
+// A host that shows no GPU at all: "auto" is the CPU whatever the build.
 TEST(DeviceTest, AutoFallsBackToTheCpuAndCudaSaysWhyNot) {
   DeviceFacts no_backend = GpuHost(0, 0, 1, 8);
   no_backend.gpu_backend = false;
@@ -60,6 +61,36 @@ TEST(DeviceTest, AutoFallsBackToTheCpuAndCudaSaysWhyNot) {
                                 "no CUDA support"));
   EXPECT_EQ(*ChooseTrainingDevice("cpu", GpuHost(0, 0, 1, 8)), torch::Device(torch::kCPU));
   EXPECT_FALSE(ChooseTrainingDevice("tpu", GpuHost(0, 0, 1, 8)).ok());
+}
+
+// SageMaker's GPU instances ran the CPU image: hvxrun started a rank per GPU and each trained on
+// the CPU, saying only "training on cpu". Where the host shows GPUs, "auto" now fails on every
+// rank, naming what it saw and what is missing; device: "cpu" still trains on the CPU.
+TEST(DeviceTest, AutoOnAHostShowingGpusItCannotUseFailsSayingWhy) {
+  DeviceFacts cpu_build = GpuHost(3, 3, 8, 0);
+  cpu_build.gpu_backend = false;
+  cpu_build.torch_cuda = false;
+  cpu_build.gpu_evidence = "/proc/driver/nvidia/gpus lists 8 GPUs";
+  auto d = ChooseTrainingDevice("auto", cpu_build);
+  EXPECT_EQ(d.status().code(), absl::StatusCode::kFailedPrecondition) << d.status();
+  EXPECT_TRUE(absl::StrContains(
+      d.status().message(),
+      "device: \"auto\" on rank 3 (host gpuhost0): this host shows GPUs (/proc/driver/nvidia/gpus "
+      "lists 8 GPUs) but this binary was built without the NCCL backend (--config=cuda), so "
+      "training would run on the CPU"))
+      << d.status();
+  EXPECT_TRUE(absl::StrContains(d.status().message(), "device: \"cpu\" to train on the CPU"));
+  EXPECT_EQ(*ChooseTrainingDevice("cpu", cpu_build), torch::Device(torch::kCPU));
+
+  // The GPU build in a container the runtime gave no GPU (or with a CPU-only LibTorch).
+  DeviceFacts no_devices = GpuHost(0, 0, 1, 0);
+  no_devices.torch_cuda = false;
+  no_devices.gpu_evidence = "/proc/driver/nvidia/gpus lists 1 GPU";
+  d = ChooseTrainingDevice("auto", no_devices);
+  EXPECT_TRUE(absl::StrContains(d.status().message(), "LibTorch sees no GPU it can use"))
+      << d.status();
+  no_devices.gpu_evidence = "";
+  EXPECT_EQ(*ChooseTrainingDevice("auto", no_devices), torch::Device(torch::kCPU));
 }
 
 }  // namespace
