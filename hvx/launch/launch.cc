@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "hvx/common/files.h"
 #include "hvx/common/status.h"
 #include "hvx/launch/command.h"
@@ -15,6 +16,7 @@
 #include "hvx/launch/host_wait.h"
 #include "hvx/launch/output.h"
 #include "hvx/launch/rank_wrapper.h"
+#include "hvx/launch/records.h"
 #include "hvx/launch/restarts.h"
 #include "hvx/launch/subprocess.h"
 #include "hvx/launch/supervisor.h"
@@ -87,11 +89,20 @@ int HvxrunMain(int argc, char** argv) {
   prctl(PR_SET_CHILD_SUBREAPER, 1);
   options->end_leftovers = true;
   absl::StatusOr<int> rc = RunJob(*options);
-  if (!rc.ok()) {
-    WriteAll(2, absl::StrCat("hvxrun: ", rc.status().message(), "\n"));
-    return kSetupFailureExitCode;
+  if (!rc.ok()) WriteAll(2, absl::StrCat("hvxrun: ", rc.status().message(), "\n"));
+  const int status = rc.ok() ? *rc : kSetupFailureExitCode;
+  if (!options->failure_file.empty() && status != 0 && status != kPreemptedExitCode) {
+    const std::vector<std::string> summary = LastFailureSummary();
+    std::string why = !rc.ok()           ? std::string(rc.status().message())
+                      : !summary.empty() ? absl::StrJoin(summary, "\n")
+                                         : absl::StrCat("the job ended with status ", status);
+    if (why.size() > kMaxFailureFileBytes) why.resize(kMaxFailureFileBytes);
+    const absl::Status written =
+        WriteFileAtomically(options->failure_file, why + "\n", "failure file", /*durable=*/true);
+    if (!written.ok())
+      WriteAll(2, absl::StrCat("hvxrun: --failure-file: ", written.message(), "\n"));
   }
-  return *rc;
+  return status;
 }
 
 }  // namespace launch

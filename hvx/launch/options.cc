@@ -74,6 +74,8 @@ its rank, and stops the whole job when any rank fails.
   --tag-output rank|full|none
                            line prefix: "[R] " (default), "[R host:L] ", or none
   --output-dir DIR         also write each rank's output to DIR/rank.R.log
+  --failure-file PATH      when the job fails, write why to PATH (hvxrun's summary, at most
+                           1 KiB; SageMaker shows /opt/ml/output/failure as the job's reason)
   --bind-to core|none      core (default): each rank on its own block of the host's CPUs (those
                            hvxrun may use, split evenly; no binding with more ranks than CPUs);
                            none: ranks unbound
@@ -227,6 +229,7 @@ const std::vector<FlagSpec>& LaunchFlags() {
       {{"--tag-output"}, true, SetTagOutput},
       {{"--bind-to"}, true, SetBindTo},
       TextFlag({"--output-dir"}, &LaunchOptions::output_dir),
+      TextFlag({"--failure-file"}, &LaunchOptions::failure_file),
       TextFlag({"--launcher-exec"}, &LaunchOptions::launcher_exec),
       SecondsFlag("--start-timeout", &LaunchOptions::start_timeout_s),
       SecondsFlag("--host-wait", &LaunchOptions::host_wait_s),

@@ -8,6 +8,7 @@
 #ifndef HVX_LAUNCH_OPTIONS_H_
 #define HVX_LAUNCH_OPTIONS_H_
 
+#include <cstddef>
 #include <functional>
 #include <optional>
 #include <string>
@@ -25,6 +26,9 @@ namespace launch {
 
 enum class TagMode { kRank, kFull, kNone };
 
+// The most of hvxrun's summary --failure-file holds (SageMaker's FailureReason holds 1024).
+inline constexpr size_t kMaxFailureFileBytes = 1024;
+
 struct LaunchOptions {
   std::optional<int> np;  // unset: every slot
   std::string hosts;      // -H, as written
@@ -33,6 +37,9 @@ struct LaunchOptions {
   std::vector<std::pair<std::string, std::string>> env;  // -x, values resolved
   TagMode tag_output = TagMode::kRank;
   std::string output_dir;
+  // --failure-file: when the job fails, why (hvxrun's summary, at most kMaxFailureFileBytes) is
+  // written there; SageMaker shows /opt/ml/output/failure as the job's reason.
+  std::string failure_file;
   std::string launcher_exec;  // remote shell replacing ssh
   double start_timeout_s = 60;
   // --host-wait: before starting, wait up to this long for every other host to answer the remote

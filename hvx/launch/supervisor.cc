@@ -111,8 +111,11 @@ class Supervisor {
   void BeginStop(const char* why);
   void Say(absl::string_view text) {
     WriteAll(options_.err_fd, absl::StrCat("hvxrun: ", text, "\n"));
+    if (reporting_) report_.emplace_back(text);
   }
+  // The summary at the attempt's end; a failing one is kept for LastFailureSummary.
   int Report(int mpiexec_status);
+  int Summarize(int mpiexec_status);
   // Signals mpiexec unless it has been reaped (a record read while draining its pipes must not
   // signal whatever process has its pid now).
   void SignalMpiexec(int sig) {
@@ -134,6 +137,8 @@ class Supervisor {
   bool killed_ = false;
   // Set when mpiexec has been reaped: its pid may belong to another process from then on.
   bool reaped_ = false;
+  bool reporting_ = false;  // in Report: what Say says is kept in report_
+  std::vector<std::string> report_;
   bool start_failed_ = false;
   bool timed_out_ = false;
   int got_signal_ = 0;
@@ -348,7 +353,20 @@ int Supervisor::Run(Child child) {
   return Report(*mpiexec_status);
 }
 
+std::vector<std::string>& FailureSummary() {
+  static auto* summary = new std::vector<std::string>();
+  return *summary;
+}
+
 int Supervisor::Report(int mpiexec_status) {
+  reporting_ = true;
+  const int rc = Summarize(mpiexec_status);
+  reporting_ = false;
+  if (rc != 0 && rc != kPreemptedExitCode) FailureSummary() = report_;
+  return rc;
+}
+
+int Supervisor::Summarize(int mpiexec_status) {
   const double elapsed = Seconds(Clock::now() - start_);
   if (failure_) {
     const Failure& f = *failure_;
@@ -441,6 +459,8 @@ int Supervisor::Report(int mpiexec_status) {
 }
 
 }  // namespace
+
+std::vector<std::string> LastFailureSummary() { return FailureSummary(); }
 
 absl::StatusOr<int> RunAttempt(const LaunchOptions& options, const JobSetup& setup,
                                AttemptOutcome* outcome, std::function<std::string()> more_slots) {

@@ -8,6 +8,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "hvx/launch/options.h"
@@ -23,6 +24,10 @@ namespace launch {
 absl::StatusOr<int> RunAttempt(const LaunchOptions& options, const JobSetup& setup,
                                AttemptOutcome* outcome,
                                std::function<std::string()> more_slots = nullptr);
+
+// The summary of this process's last attempt that ended non-zero, as hvxrun printed it (each line
+// without "hvxrun: "); empty when none did. hvxrun writes it to --failure-file.
+std::vector<std::string> LastFailureSummary();
 
 }  // namespace launch
 }  // namespace hvx

@@ -111,7 +111,15 @@ class ExecTest(Base):
     def test_execs_hvxrun_with_its_flags_and_the_program(self):
         done = self.run_entry("--", "/bin/prog", "a b")
         self.assertEqual(done.returncode, 0, done.stderr)
-        self.assertEqual(done.stdout, "--timeout 60 -- /bin/prog a b\n")
+        failure = os.path.join(self.base, "output/failure")
+        self.assertEqual(done.stdout, f"--failure-file {failure} --timeout 60 -- /bin/prog a b\n")
+
+    def test_its_own_error_is_the_jobs_failure_reason(self):
+        """SageMaker shows what a failed job wrote to output/failure; without it, a generic reason."""
+        done = self.run_entry("--config", "a", OMPI_COMM_WORLD_SIZE="2")
+        self.assertEqual(done.returncode, 2)
+        with open(os.path.join(self.base, "output/failure")) as f:
+            self.assertTrue(f.read().startswith("entry_point.py: SageMaker's MPI mode"))
 
     def test_train_is_the_byoc_command(self):
         self.write("input/config/hyperparameters.json", '{"config": "/c.pbtxt"}')

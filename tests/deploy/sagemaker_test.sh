@@ -151,6 +151,11 @@ end_containers
 [[ $rc1 != 0 && $rc2 == "$rc1" ]]; check "failing ranks: both containers exit with their status (algo-1 $rc1, algo-2 $rc2)" $?
 grep -qF "hvxrun: the leader algo-1 reports that the job ended with status $rc1" "$T/algo-2.err"
 check "failing ranks: the leader sent algo-2 that status" $?
+# SageMaker shows /opt/ml/output/failure as the job's reason: the rank, its host and its message.
+grep -qE "^rank [0-9]+ on host algo-[12] .*exited with status $rc1" "$T/algo-1/ml/output/failure" &&
+    grep -qF "no_such_flag" "$T/algo-1/ml/output/failure"
+check "failing ranks: algo-1's /opt/ml/output/failure names the rank and why: $(head -c 300 "$T/algo-1/ml/output/failure" 2>/dev/null)" $?
+[[ -s $T/algo-2/ml/output/failure ]]; check "failing ranks: algo-2 leaves a reason too" $?
 ((failures == before)) || show_hosts
 
 # ---- 5. an instance that never comes up

@@ -36,6 +36,9 @@ takes the name train), HVXRUN_ARGS (more hvxrun flags, as shell words, e.g. --ti
 HVX_SSHD (default /usr/sbin/sshd; "none" where the image starts sshd itself), HVX_SSHD_RUN_DIR
 (default /run/sshd, the privilege separation folder Debian's sshd needs), SAGEMAKER_BASE_DIR
 (default /opt/ml, as the toolkit), SM_CHANNEL_TRAINING and SM_MODEL_DIR (the toolkit's).
+
+A job that fails leaves its reason in output/failure (hvxrun's --failure-file, or this program's
+own error), which SageMaker shows as the job's FailureReason.
 """
 import json
 import os
@@ -208,7 +211,13 @@ def main(argv):
     if host_count() > 1:
         start_sshd()
     sys.stdout.flush()
-    os.execv(hvxrun, [hvxrun] + extra + ["--"] + command)
+    # SageMaker shows what a failed job leaves in output/failure as its reason.
+    failure = ["--failure-file", failure_file()]
+    os.execv(hvxrun, [hvxrun] + failure + extra + ["--"] + command)
+
+
+def failure_file():
+    return os.path.join(base_dir(), "output/failure")
 
 
 if __name__ == "__main__":
@@ -216,4 +225,10 @@ if __name__ == "__main__":
         main(sys.argv)
     except Error as e:
         print(f"entry_point.py: {e}", file=sys.stderr)
+        try:
+            os.makedirs(os.path.dirname(failure_file()), exist_ok=True)
+            with open(failure_file(), "w", encoding="utf-8") as f:
+                f.write(f"entry_point.py: {e}"[:1024] + "\n")
+        except OSError:
+            pass
         sys.exit(2)
