@@ -113,6 +113,14 @@ std::string GpuEvidence(const Environment& env, const std::string& root) {
   return absl::StrJoin(signs, ", ");
 }
 
+bool IsValidInterfaceName(absl::string_view name) {
+  if (name.empty() || name.size() > 15) return false;  // IFNAMSIZ - 1
+  for (char c : name) {
+    if (!absl::ascii_isalnum(c) && c != '.' && c != '-' && c != '_') return false;
+  }
+  return true;
+}
+
 bool IsValidHostName(absl::string_view name) {
   if (name.empty() || name.size() > 253 || name[0] == '-' || name[0] == '.') return false;
   for (char c : name) {
@@ -240,6 +248,13 @@ absl::StatusOr<SageMakerResourceConfig> ParseSageMakerResourceConfig(absl::strin
           absl::StrCat(what, ": \"current_host\" is not a host name: ", current->dump()));
     }
     c.current_host = current->get<std::string>();
+  }
+  if (const Json* iface = JsonMember(config, "network_interface_name"); iface != nullptr) {
+    if (!iface->is_string() || !IsValidInterfaceName(iface->get<std::string>())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": \"network_interface_name\" is not an interface name: ", iface->dump()));
+    }
+    c.network_interface_name = iface->get<std::string>();
   }
   return c;
 }

@@ -75,9 +75,13 @@ absl::StatusOr<std::vector<std::string>> ParseSageMakerHosts(absl::string_view t
 // What hvx reads of SageMaker's resource config (/opt/ml/input/config/resourceconfig.json, or
 // SM_RESOURCE_CONFIG): the job's hosts in order (the top-level "hosts", not an instance group's,
 // whose order differs) and this host's name ("current_host", "" when absent).
+// A network interface's name as Linux allows it here: 1 to 15 letters, digits, '.', '-', '_'.
+bool IsValidInterfaceName(absl::string_view name);
+
 struct SageMakerResourceConfig {
   std::vector<std::string> hosts;
   std::string current_host;
+  std::string network_interface_name;  // the instance's interface between hosts ("eth0"), or ""
 };
 absl::StatusOr<SageMakerResourceConfig> ParseSageMakerResourceConfig(absl::string_view text,
                                                                      absl::string_view what);

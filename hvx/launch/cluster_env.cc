@@ -126,6 +126,35 @@ absl::StatusOr<std::optional<ClusterHosts>> DetectSageMaker(const Environment& e
   return c;
 }
 
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> ClusterRankEnvironment(
+    const Environment& env, const FileReader& read_file) {
+  std::vector<std::pair<std::string, std::string>> out;
+  if (env.Get("NCCL_SOCKET_IFNAME")) return out;
+  std::string iface;
+  if (auto v = env.GetNonEmpty("SM_NETWORK_INTERFACE_NAME")) {
+    iface = *v;
+  } else {
+    std::optional<std::string> json = env.GetNonEmpty("SM_RESOURCE_CONFIG");
+    if (!json) {
+      if (absl::StatusOr<std::string> file = read_file(kSageMakerResourceConfig); file.ok()) {
+        json = *file;
+      }
+    }
+    if (json) {
+      if (absl::StatusOr<SageMakerResourceConfig> c = ParseSageMakerResourceConfig(*json, "");
+          c.ok()) {
+        iface = c->network_interface_name;
+      }
+    }
+  }
+  if (IsValidInterfaceName(iface)) out.emplace_back("NCCL_SOCKET_IFNAME", iface);
+  return out;
+}
+
+namespace {
+
 // PBS_NODEFILE names a host once per slot.
 absl::StatusOr<std::optional<ClusterHosts>> DetectPbs(const Environment& env,
                                                       const FileReader& read_file) {

@@ -59,6 +59,14 @@ struct ClusterHosts {
   double host_wait_s = 0;
 };
 
+// Variables this host's cluster gives every rank where the job's environment does not set them:
+// NCCL_SOCKET_IFNAME from SageMaker's network interface (SM_NETWORK_INTERFACE_NAME, or the
+// resource config's network_interface_name), so that NCCL does not pick another interface (a
+// docker bridge) between hosts. Whatever source the hosts came from (-H included, as restarts
+// give them); what cannot be read gives nothing here (DetectClusterHosts reports it).
+std::vector<std::pair<std::string, std::string>> ClusterRankEnvironment(
+    const Environment& env, const FileReader& read_file);
+
 // ClusterHosts::host_wait_s of SageMaker and the Kubeflow MPI Operator's launcher.
 inline constexpr double kHostsStartApartWaitS = 1800;
 

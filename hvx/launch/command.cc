@@ -1,5 +1,7 @@
 #include "hvx/launch/command.h"
 
+#include <algorithm>
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -10,11 +12,16 @@ namespace hvx {
 namespace launch {
 
 std::vector<std::pair<std::string, std::string>> JobEnvironment(const LaunchOptions& options,
-                                                                const Plan& plan) {
+                                                                const JobSetup& setup) {
   std::vector<std::pair<std::string, std::string>> env = {
-      {"HVX_SIZE", absl::StrCat(plan.size)},
+      {"HVX_SIZE", absl::StrCat(setup.plan.size)},
       {"HVX_TAGGED_OUTPUT", options.tag_output == TagMode::kNone ? "0" : "1"},
   };
+  for (const auto& [name, value] : setup.env) {
+    const bool given = std::any_of(options.env.begin(), options.env.end(),
+                                   [&](const auto& x) { return x.first == name; });
+    if (!given) env.emplace_back(name, value);
+  }
   env.insert(env.end(), options.env.begin(), options.env.end());
   return env;
 }

@@ -24,9 +24,10 @@ namespace hvx {
 namespace launch {
 
 // Variables set for every rank (besides the per-rank ones the wrapper sets), to be set in
-// mpiexec's environment (Spawn's `env`).
+// mpiexec's environment (Spawn's `env`): hvxrun's, the cluster's (JobSetup::env) and -x's, which
+// win over the cluster's.
 std::vector<std::pair<std::string, std::string>> JobEnvironment(const LaunchOptions& options,
-                                                                const Plan& plan);
+                                                                const JobSetup& setup);
 
 std::vector<std::string> MpiexecCommand(const LaunchOptions& options, const JobSetup& setup,
                                         const std::string& wrapper);

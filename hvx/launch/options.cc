@@ -318,6 +318,7 @@ absl::StatusOr<JobSetup> ResolveJob(const LaunchOptions& options, const Environm
   }
   JobSetup setup;
   setup.host_wait_s = options.host_wait_s.value_or(0);
+  setup.env = ClusterRankEnvironment(env, read_file);
   std::vector<HostSpec> specs;
   if (!options.hosts.empty()) {
     HVX_ASSIGN_OR_RETURN(specs, ParseHostList(options.hosts, "-H"));

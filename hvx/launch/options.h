@@ -116,6 +116,8 @@ struct JobSetup {
   // the cluster's ClusterHosts::host_wait_s), and a follower for the leader's ranks beyond
   // --start-timeout.
   double host_wait_s = 0;
+  // Variables the cluster gives every rank (ClusterRankEnvironment); -x of the same name wins.
+  std::vector<std::pair<std::string, std::string>> env;
 };
 
 // Refuses to run under another launcher, picks the hosts (-H, --hostfile, a cluster environment,

@@ -12,6 +12,7 @@ namespace hvx {
 namespace launch {
 namespace {
 
+using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
@@ -235,6 +236,49 @@ TEST(ResolveTest, SageMakerLeaderGivesMpiexecItsNameInTheJob) {
   EXPECT_THAT(ShellJoin(MpiexecCommand(*o, *given, "/w")), Not(HasSubstr("-localhost")));
 }
 
+// SageMaker names the interface between its instances; NCCL left alone may take another (a docker
+// bridge). Every rank gets NCCL_SOCKET_IFNAME from the toolkit's variable or the resource config,
+// on a restart's -H too; the job's own setting and -x win.
+TEST(ResolveTest, SageMakersNetworkInterfaceIsNcclsSocketInterface) {
+  const std::string config =
+      R"({"current_host": "algo-1", "hosts": ["algo-1", "algo-2"], "network_interface_name": "eth0"})";
+  MapEnvironment sm{{"SM_RESOURCE_CONFIG", config}};
+  auto o = Parse({"p"});
+  auto s = ResolveJob(*o, sm, NoFiles(), Probe(0));
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_THAT(JobEnvironment(*o, *s), Contains(Pair("NCCL_SOCKET_IFNAME", "eth0")));
+  auto restart = ResolveJob(*Parse({"-H", "algo-1:1,algo-2:1", "p"}), sm, NoFiles(), Probe(0));
+  ASSERT_TRUE(restart.ok()) << restart.status();
+  EXPECT_THAT(restart->env, ElementsAre(Pair("NCCL_SOCKET_IFNAME", "eth0")));
+
+  MapEnvironment toolkit{{"SM_HOSTS", "[\"algo-1\",\"algo-2\"]"},
+                         {"SM_CURRENT_HOST", "algo-1"},
+                         {"SM_NETWORK_INTERFACE_NAME", "ens5"}};
+  s = ResolveJob(*o, toolkit, NoFiles(), Probe(0));
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_THAT(s->env, ElementsAre(Pair("NCCL_SOCKET_IFNAME", "ens5")));
+
+  MapEnvironment own = sm;
+  own.Set("NCCL_SOCKET_IFNAME", "=ib0");
+  s = ResolveJob(*o, own, NoFiles(), Probe(0));
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_THAT(s->env, IsEmpty());
+  auto x = Parse({"-x", "NCCL_SOCKET_IFNAME=bond0", "p"});
+  s = ResolveJob(*x, sm, NoFiles(), Probe(0));
+  ASSERT_TRUE(s.ok()) << s.status();
+  const auto env = JobEnvironment(*x, *s);
+  EXPECT_THAT(env, Contains(Pair("NCCL_SOCKET_IFNAME", "bond0")));
+  EXPECT_THAT(env, Not(Contains(Pair("NCCL_SOCKET_IFNAME", "eth0"))));
+
+  // A name that is no interface's is refused where the config is read.
+  auto bad = ResolveJob(*o,
+                        MapEnvironment{{"SM_RESOURCE_CONFIG",
+                                        R"({"hosts": ["a"], "network_interface_name": "e th0;"})"}},
+                        NoFiles(), Probe(0));
+  EXPECT_THAT(std::string(bad.status().message()),
+              HasSubstr("\"network_interface_name\" is not an interface"));
+}
+
 // --host-wait: SageMaker's and an MPIJob's hosts start apart, so their leader waits for the
 // others by default; given hosts are taken to be up; the flag overrides either.
 TEST(ResolveTest, HostWait) {
@@ -270,7 +314,7 @@ TEST(CommandTest, ExactMpiexecCommand) {
             "-n 3 -prepend-pattern $'\\001hvx%r\\002' /bin/hvxrun --hvx-rank-wrapper --plan "
             "h1:2,h2:1 -- prog 'it'\\''s'");
   // The variables go in mpiexec's environment, never on its command line.
-  EXPECT_THAT(JobEnvironment(*o, s->plan),
+  EXPECT_THAT(JobEnvironment(*o, *s),
               ElementsAre(Pair("HVX_SIZE", "3"), Pair("HVX_TAGGED_OUTPUT", "1"), Pair("A", "1")));
 }
 

@@ -466,7 +466,7 @@ absl::StatusOr<int> RunAttempt(const LaunchOptions& options, const JobSetup& set
                                AttemptOutcome* outcome, std::function<std::string()> more_slots) {
   const std::string wrapper = options.wrapper.empty() ? DefaultWrapper() : options.wrapper;
   const std::vector<std::string> argv = MpiexecCommand(options, setup, wrapper);
-  const std::vector<std::pair<std::string, std::string>> env = JobEnvironment(options, setup.plan);
+  const std::vector<std::pair<std::string, std::string>> env = JobEnvironment(options, setup);
   if (options.dry_run || options.verbose) {
     // Names only: a value passed with -x may be a secret (a token, a key).
     std::vector<std::string> names;
