@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -173,8 +174,17 @@ absl::StatusOr<std::unique_ptr<ShmGroup>> ShmGroup::Create(int rank, int size, s
     const int reserve = posix_fallocate(fd, 0, static_cast<off_t>(total));
     if (reserve != 0) {
       close(fd);
+      // What /dev/shm holds, so that the fix can be sized: each rank of the host needs a region.
+      struct statvfs fs;
+      const std::string room =
+          statvfs("/dev/shm", &fs) == 0
+              ? absl::StrCat("; /dev/shm has ", (fs.f_blocks * fs.f_frsize) >> 20, " MiB, ",
+                             (fs.f_bavail * fs.f_frsize) >> 20, " MiB of it free, and each of the ",
+                             size, " ranks of this host needs ", total >> 20, " MiB")
+              : std::string();
       return absl::ResourceExhaustedError(absl::StrCat(
           "cannot reserve ", total >> 20, " MiB of shared memory in /dev/shm (", strerror(reserve),
+          room,
           "): give the job a larger /dev/shm (docker run --shm-size; a Kubernetes emptyDir "
           "volume with medium: Memory) or set HVX_CPU_PLANE=mpi"));
     }

@@ -9,6 +9,7 @@ estimator = Estimator(
     base_job_name="hvx-imagenet",
     instance_count=2,
     instance_type="ml.p4d.24xlarge",  # 8 GPUs each: 16 ranks
+    volume_size=300,  # GB; holds the "training" channel where the instance has no NVMe (estimator.py)
     use_spot_instances=True,
     max_run=86400,
     max_wait=172800,
