@@ -119,9 +119,6 @@ std::vector<int> ProcessIds() {
   return pids;
 }
 
-namespace {
-
-// The live children of this process (zombies are reaped, not listed).
 std::vector<pid_t> LiveChildren() {
   while (waitpid(-1, nullptr, WNOHANG) > 0) {
   }
@@ -135,14 +132,19 @@ std::vector<pid_t> LiveChildren() {
   return children;
 }
 
-}  // namespace
-
-int EndLeftoverChildren(double grace_s) {
+int EndLeftoverChildren(double grace_s, const std::set<pid_t>& keep) {
   std::set<pid_t> ended;
   const Clock::time_point kill_at = Clock::now() + FromSeconds(grace_s);
   const Clock::time_point give_up = kill_at + FromSeconds(5);
-  for (std::vector<pid_t> left = LiveChildren(); !left.empty() && Clock::now() < give_up;
-       left = LiveChildren()) {
+  const auto leftovers = [&keep] {
+    std::vector<pid_t> left;
+    for (pid_t pid : LiveChildren()) {
+      if (!keep.count(pid)) left.push_back(pid);
+    }
+    return left;
+  };
+  for (std::vector<pid_t> left = leftovers(); !left.empty() && Clock::now() < give_up;
+       left = leftovers()) {
     const bool hard = Clock::now() >= kill_at;
     for (pid_t pid : left) {
       if (ended.insert(pid).second || hard) kill(pid, hard ? SIGKILL : SIGTERM);

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstddef>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -39,14 +40,20 @@ struct Child {
 absl::StatusOr<Child> Spawn(std::vector<std::string> argv,
                             const std::vector<std::pair<std::string, std::string>>& env = {});
 
-// Ends every child this process has (but none it is still waiting for elsewhere: call it when it
-// has none of its own): SIGTERM, then SIGKILL to what is left after `grace_s`, reaping each, until
-// none is left, including those that come to it as their parents die. Returns how many it ended.
+// This process's live children (zombies among them are reaped first: call it when it waits for
+// none of its own).
+std::vector<pid_t> LiveChildren();
+
+// Ends every child this process has but those in `keep` (and none it is still waiting for
+// elsewhere: call it when it has none of its own): SIGTERM, then SIGKILL to what is left after
+// `grace_s`, reaping each, until none is left, including those that come to it as their parents
+// die. Returns how many it ended. `keep`: what was there before the job (the sshd a container's
+// entry point started, which came to hvxrun as the container's PID 1).
 // hvxrun is a child subreaper (PR_SET_CHILD_SUBREAPER): what mpiexec started and left running
 // when it ended comes to hvxrun, whatever session it made (hydra puts every proxy and ssh client in
 // its own). With a host's link cut, the ssh client of that host's proxy waited on a dead
 // connection long after the job had ended.
-int EndLeftoverChildren(double grace_s);
+int EndLeftoverChildren(double grace_s, const std::set<pid_t>& keep = {});
 
 // A process as /proc/PID/stat states it.
 struct ProcessStat {

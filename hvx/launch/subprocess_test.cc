@@ -169,6 +169,34 @@ TEST(SpawnTest, WhatAChildLeavesRunningComesToASubreaperThatEndsIt) {
   prctl(PR_SET_CHILD_SUBREAPER, 0);
 }
 
+// What the process had before the job is not the job's to end: a container's entry point starts
+// sshd and becomes hvxrun (PID 1), so the daemon is hvxrun's child, and it was ended after every
+// attempt ("ended 1 process(es) the job left running") while the other hosts still needed it.
+TEST(SpawnTest, ChildrenFromBeforeTheJobAreKept) {
+  ASSERT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+  const auto orphan = [] {  // a daemon that comes to this process, as sshd does to PID 1
+    auto c = Spawn({"/bin/sh", "-c", "setsid sleep 60 >/dev/null 2>&1 & echo $!"});
+    EXPECT_TRUE(c.ok()) << c.status();
+    const std::string out = ReadOutput(*c);
+    waitpid(c->pid, nullptr, 0);
+    pid_t pid = 0;
+    EXPECT_TRUE(absl::SimpleAtoi(absl::StripAsciiWhitespace(out), &pid)) << out;
+    for (int i = 0; i < 200 && getsid(pid) != pid; ++i) usleep(10000);
+    return pid;
+  };
+  const pid_t daemon = orphan();
+  std::set<pid_t> before;
+  for (pid_t pid : LiveChildren()) before.insert(pid);
+  EXPECT_EQ(before.count(daemon), 1u);
+  const pid_t leftover = orphan();
+  EXPECT_EQ(EndLeftoverChildren(/*grace_s=*/1, before), 1);
+  EXPECT_FALSE(Alive(leftover));
+  EXPECT_TRUE(Alive(daemon));
+  EXPECT_EQ(EndLeftoverChildren(1), 1);  // without `keep`, it goes too
+  EXPECT_FALSE(Alive(daemon));
+  prctl(PR_SET_CHILD_SUBREAPER, 0);
+}
+
 TEST(SpawnTest, AChildLeadsASessionOfItsOwn) {
   // No controlling terminal: an ssh it runs fails instead of waiting at a password prompt.
   auto c = Spawn({"/bin/sh", "-c", "ps -o sid= -p $$"});

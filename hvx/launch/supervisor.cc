@@ -497,13 +497,19 @@ absl::StatusOr<int> RunAttempt(const LaunchOptions& options, const JobSetup& set
   ignore.sa_handler = SIG_IGN;
   sigaction(SIGPIPE, &ignore, &old_pipe);
 
+  // What this process had before the job (a container's sshd, started by its entry point, which
+  // came to hvxrun as PID 1) is not the job's to end.
+  std::set<pid_t> before;
+  if (options.end_leftovers) {
+    for (pid_t pid : LiveChildren()) before.insert(pid);
+  }
   absl::StatusOr<Child> child = Spawn(argv, env);
   int rc = child.ok() ? supervisor.Run(*child) : 0;
   if (child.ok() && outcome != nullptr) *outcome = supervisor.outcome();
   // Nothing mpiexec started outlives the attempt (an ssh to a host whose link was cut waits on a
   // connection that will never answer): it has come to hvxrun, a child subreaper.
   if (child.ok() && options.end_leftovers) {
-    if (const int left = EndLeftoverChildren(/*grace_s=*/1); left > 0) {
+    if (const int left = EndLeftoverChildren(/*grace_s=*/1, before); left > 0) {
       WriteAll(options.err_fd, absl::StrCat("hvxrun: ended ", left,
                                             " process(es) the job left running after mpiexec "
                                             "exited (an ssh to a host that stopped answering?)\n"));
