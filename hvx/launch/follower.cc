@@ -1,9 +1,11 @@
 #include "hvx/launch/follower.h"
 
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <optional>
 #include <set>
 #include <string>
@@ -119,11 +121,61 @@ void ReportToFollowers(const LaunchOptions& options, const JobSetup& setup, cons
 
 // Each attempt of the leader's (--max-restarts) starts its own proxy on this host, so a proxy not
 // seen before is a restart even while the last attempt's is still exiting.
+namespace {
+
+volatile sig_atomic_t g_follower_signal = 0;
+void OnFollowerSignal(int sig) { g_follower_signal = sig; }
+
+// A stop request (SIGTERM, SIGINT) to a follower: the platform stops every host at once (SageMaker
+// sends SIGTERM to each container's PID 1, which drops a signal it has no handler for, and kills
+// the container 120 s later). The leader asks the ranks to checkpoint and sends the job's status;
+// the follower waits for it for the leader's grace and stop timeout, then ends with 128 + the
+// signal. Checked between polls.
+class StopRequest {
+ public:
+  explicit StopRequest(const LaunchOptions& options) : options_(options) {
+    struct sigaction on {};
+    on.sa_handler = OnFollowerSignal;
+    sigemptyset(&on.sa_mask);
+    for (int k = 0; k < 2; ++k) sigaction(kSignals[k], &on, &old_[k]);
+  }
+  ~StopRequest() {
+    for (int k = 0; k < 2; ++k) sigaction(kSignals[k], &old_[k], nullptr);
+  }
+  // Past the wait after a stop request: the status to end with, saying so.
+  std::optional<int> Overdue() {
+    const int sig = g_follower_signal;
+    if (sig == 0) return std::nullopt;
+    const double wait_s = options_.preempt_grace_s + options_.stop_timeout_s + 5;
+    if (!since_) {
+      since_ = Clock::now();
+      WriteAll(options_.err_fd,
+               absl::StrCat("hvxrun: signal ", sig, " (", strsignal(sig), "): waiting up to ",
+                            wait_s, " s for the leader to end the job\n"));
+    }
+    if (Clock::now() - *since_ < FromSeconds(wait_s)) return std::nullopt;
+    WriteAll(options_.err_fd,
+             absl::StrCat("hvxrun: the leader sent no status within ", wait_s, " s of signal ", sig,
+                          "; ending with ", 128 + sig, "\n"));
+    return 128 + sig;
+  }
+
+ private:
+  static constexpr int kSignals[2] = {SIGTERM, SIGINT};
+  const LaunchOptions& options_;
+  struct sigaction old_[2];
+  std::optional<Clock::time_point> since_;
+};
+
+}  // namespace
+
 absl::StatusOr<int> FollowLeader(const LaunchOptions& options, const JobSetup& setup,
                                  const Environment& env) {
   WriteAll(options.err_fd,
            absl::StrCat("hvxrun: this host is not the leader of the ", setup.source, "; ",
                         setup.leader, " starts the ranks here. Waiting for them to finish.\n"));
+  g_follower_signal = 0;
+  StopRequest stop(options);
   const std::string status_path = LeaderStatusPath(env, setup.this_host);
   // Short jobs' proxies live well under a second: a coarser poll could miss them all.
   constexpr std::chrono::milliseconds kPoll = std::chrono::milliseconds(20);
@@ -136,6 +188,7 @@ absl::StatusOr<int> FollowLeader(const LaunchOptions& options, const JobSetup& s
     if (std::optional<int> status = ReadLeaderStatus(status_path, options, setup.leader)) {
       return *status;
     }
+    if (std::optional<int> stopped = stop.Overdue()) return *stopped;
     if (Clock::now() > deadline) {
       return absl::DeadlineExceededError(absl::StrCat(
           "no ranks were started on this host by the leader ", setup.leader, " within ",
@@ -154,6 +207,7 @@ absl::StatusOr<int> FollowLeader(const LaunchOptions& options, const JobSetup& s
                                 " restarted the job; this host runs ranks again\n"));
         }
       }
+      if (std::optional<int> stopped = stop.Overdue()) return *stopped;
       // While ranks run, a coarser poll: a restart's proxy lives as long as its ranks.
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
       now = HydraProxies();
@@ -165,6 +219,7 @@ absl::StatusOr<int> FollowLeader(const LaunchOptions& options, const JobSetup& s
       if (std::optional<int> status = ReadLeaderStatus(status_path, options, setup.leader)) {
         return *status;
       }
+      if (std::optional<int> stopped = stop.Overdue()) return *stopped;
       if (Clock::now() > again_by) {
         return absl::DeadlineExceededError(absl::StrCat(
             "the leader ", setup.leader, " sent no status of the job (", status_path, ") within ",

@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "hvx/common/env.h"
 
 namespace hvx {
 namespace launch {
@@ -81,6 +82,49 @@ TEST(FollowerTest, ThisUsersProxiesHoldTheHostAndAnotherUsersDoNot) {
       << "another user's proxy " << theirs << " was counted";
   Stop(theirs);
   std::system(("rm -rf " + dir).c_str());
+}
+
+// SageMaker stops a job with SIGTERM to every container's PID 1, which drops a signal it has no
+// handler for, and kills the container 120 s later. A follower (here, one whose leader never
+// sends a status, signal ignored as PID 1 ignores it) now waits the leader's grace and stop
+// timeout for the job's status, then ends with 128 + the signal, saying so.
+TEST(FollowerTest, AStopRequestEndsTheWaitAfterTheLeadersGrace) {
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    signal(SIGTERM, SIG_IGN);  // as PID 1 of a container: no handler, no effect
+    LaunchOptions options;
+    options.preempt_grace_s = 1;
+    options.stop_timeout_s = 1;
+    options.start_timeout_s = 60;
+    JobSetup setup;
+    setup.follower = true;
+    setup.leader = "algo-1";
+    setup.this_host = "algo-2";
+    setup.source = "SageMaker resource config (test)";
+    setup.host_wait_s = 60;
+    const MapEnvironment env{{"TRAINING_JOB_NAME", absl::StrCat("follower-test-", getpid())}};
+    absl::StatusOr<int> rc = FollowLeader(options, setup, env);
+    _exit(rc.ok() ? *rc : 100);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const auto signalled = std::chrono::steady_clock::now();
+  ASSERT_EQ(kill(child, SIGTERM), 0);
+  int status = 0;
+  pid_t done = 0;
+  while ((done = waitpid(child, &status, WNOHANG)) == 0 &&
+         std::chrono::steady_clock::now() - signalled < std::chrono::seconds(30)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  if (done == 0) {
+    Stop(child);
+    FAIL() << "the follower was still waiting 30 s after SIGTERM";
+  }
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - signalled).count();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 128 + SIGTERM) << status;
+  EXPECT_GE(waited, 6.5);  // the leader's grace (1) + stop timeout (1) + 5 s to send the status
+  EXPECT_LT(waited, 20);
 }
 
 }  // namespace
