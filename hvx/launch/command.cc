@@ -17,10 +17,10 @@ std::vector<std::pair<std::string, std::string>> JobEnvironment(const LaunchOpti
       {"HVX_SIZE", absl::StrCat(setup.plan.size)},
       {"HVX_TAGGED_OUTPUT", options.tag_output == TagMode::kNone ? "0" : "1"},
   };
-  for (const auto& [name, value] : setup.env) {
+  for (const std::pair<std::string, std::string>& var : setup.env) {
     const bool given = std::any_of(options.env.begin(), options.env.end(),
-                                   [&](const auto& x) { return x.first == name; });
-    if (!given) env.emplace_back(name, value);
+                                   [&var](const auto& x) { return x.first == var.first; });
+    if (!given) env.push_back(var);
   }
   env.insert(env.end(), options.env.begin(), options.env.end());
   return env;
