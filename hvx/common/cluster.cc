@@ -56,6 +56,22 @@ std::vector<std::string> HostNamesOf(const std::vector<std::string>& identities)
   return names;
 }
 
+namespace {
+
+// The entries of the driver's GPU directory `gpu_dir`, one per device (0 when it does not exist).
+int CountDriverGpus(const std::string& gpu_dir) {
+  DIR* dir = opendir(gpu_dir.c_str());
+  if (dir == nullptr) return 0;
+  int n = 0;
+  while (dirent* e = readdir(dir)) {
+    if (e->d_name[0] != '.') ++n;
+  }
+  closedir(dir);
+  return n;
+}
+
+}  // namespace
+
 int CountVisibleGpus(const Environment& env, const std::string& gpu_dir) {
   if (std::optional<std::string> cvd = env.Get("CUDA_VISIBLE_DEVICES")) {
     absl::string_view v = absl::StripAsciiWhitespace(*cvd);
@@ -69,28 +85,16 @@ int CountVisibleGpus(const Environment& env, const std::string& gpu_dir) {
     }
     return n;
   }
-  DIR* dir = opendir(gpu_dir.c_str());
-  if (dir == nullptr) return 0;
-  int n = 0;
-  while (dirent* e = readdir(dir)) {
-    if (e->d_name[0] != '.') ++n;
-  }
-  closedir(dir);
-  return n;
+  return CountDriverGpus(gpu_dir);
 }
 
 std::string GpuEvidence(const Environment& env, const std::string& root) {
-  if (std::optional<std::string> cvd = env.Get("CUDA_VISIBLE_DEVICES")) {
-    const absl::string_view v = absl::StripAsciiWhitespace(*cvd);
-    if (v.empty() || v == "NoDevFiles" || absl::StartsWith(v, "-")) return "";
-  }
+  // Hidden on purpose: CUDA_VISIBLE_DEVICES set, and by CUDA's rules (CountVisibleGpus) naming
+  // none.
+  if (env.Get("CUDA_VISIBLE_DEVICES") && CountVisibleGpus(env) == 0) return "";
   std::vector<std::string> signs;
-  if (DIR* dir = opendir((root + kNvidiaGpusDir).c_str())) {
-    int n = 0;
-    while (dirent* e = readdir(dir)) n += e->d_name[0] != '.' ? 1 : 0;
-    closedir(dir);
-    if (n > 0)
-      signs.push_back(absl::StrCat(kNvidiaGpusDir, " lists ", n, n == 1 ? " GPU" : " GPUs"));
+  if (const int n = CountDriverGpus(root + kNvidiaGpusDir); n > 0) {
+    signs.push_back(absl::StrCat(kNvidiaGpusDir, " lists ", n, n == 1 ? " GPU" : " GPUs"));
   }
   int devices = 0;
   if (DIR* dir = opendir((root + "/dev").c_str())) {

@@ -29,7 +29,8 @@ int CountVisibleGpus(const Environment& env, const std::string& gpu_dir = kNvidi
 // for an error message ("/proc/driver/nvidia/gpus lists 8 GPUs, /dev/nvidia0-7"), or "" when it
 // shows none. The driver's list is the host's (procfs is not the container's), so it shows GPUs
 // a container was given no access to; SageMaker's SM_NUM_GPUS counts the instance's. GPUs hidden
-// on purpose (CUDA_VISIBLE_DEVICES empty, "NoDevFiles" or starting "-1") are none. `root`
+// on purpose (CUDA_VISIBLE_DEVICES naming none by CountVisibleGpus's rules: empty, "NoDevFiles",
+// "-1") are none. `root`
 // prefixes the paths read (tests).
 std::string GpuEvidence(const Environment& env, const std::string& root = "");
 
