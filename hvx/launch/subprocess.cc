@@ -163,7 +163,6 @@ std::vector<absl::StatusOr<std::string>> RunCaptureAll(
     std::string out, err;
     bool exited = false;
     int status = 0;
-    bool too_much = false;  // printed kMaxCapturedBytes or more on a stream
   };
   const Clock::time_point deadline = Clock::now() + FromSeconds(timeout_s);
   std::vector<absl::StatusOr<std::string>> results(commands.size(), std::string());
@@ -202,10 +201,7 @@ std::vector<absl::StatusOr<std::string>> RunCaptureAll(
       if (n > 0) {
         // Past the bound the rest is read and dropped, and the command's result is an error.
         std::string& kept = k == 0 ? r.out : r.err;
-        if (kept.size() < kMaxCapturedBytes) {
-          kept.append(buf, std::min<size_t>(n, kMaxCapturedBytes - kept.size()));
-        }
-        if (kept.size() == kMaxCapturedBytes) r.too_much = true;
+        kept.append(buf, std::min<size_t>(n, kMaxCapturedBytes - kept.size()));
       } else if (n == 0 || errno != EINTR) {
         close(fds[j].fd);
         (k == 0 ? r.c.out : r.c.err) = -1;
@@ -239,7 +235,7 @@ std::vector<absl::StatusOr<std::string>> RunCaptureAll(
       waitpid(r.c.pid, &r.status, 0);
       results[i] =
           absl::DeadlineExceededError(absl::StrCat("'", shown, "' took over ", timeout_s, " s"));
-    } else if (r.too_much) {
+    } else if (r.out.size() == kMaxCapturedBytes || r.err.size() == kMaxCapturedBytes) {
       results[i] = absl::ResourceExhaustedError(absl::StrCat(
           "'", shown, "' printed ", kMaxCapturedBytes >> 20, " MiB or more on one stream"));
     } else if (!WIFEXITED(r.status) || WEXITSTATUS(r.status) != 0) {
