@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
@@ -28,6 +29,8 @@ namespace {
 
 using google::protobuf::Descriptor;
 using google::protobuf::FieldDescriptor;
+using google::protobuf::Message;
+using google::protobuf::Reflection;
 using google::protobuf::TextFormat;
 
 bool FileExists(const std::string& path) {
@@ -93,6 +96,44 @@ class FieldErrors {
  private:
   std::vector<FieldError> errors_;
 };
+
+// Every float and double of `m` (and of the messages in it) is a finite number: text format reads
+// "nan" and "inf", which no range check below would refuse (NaN fails no comparison it is not in)
+// and which would reach the optimizer and the schedule as they are.
+void CheckFinite(const Message& m, const std::string& prefix, FieldErrors& errors) {
+  const Reflection* reflection = m.GetReflection();
+  std::vector<const FieldDescriptor*> fields;
+  reflection->ListFields(m, &fields);
+  for (const FieldDescriptor* field : fields) {
+    const std::string path =
+        prefix.empty() ? field->name() : absl::StrCat(prefix, ".", field->name());
+    const int n = field->is_repeated() ? reflection->FieldSize(m, field) : 1;
+    for (int i = 0; i < n; ++i) {
+      double value = 0;
+      switch (field->cpp_type()) {
+        case FieldDescriptor::CPPTYPE_MESSAGE:
+          CheckFinite(field->is_repeated() ? reflection->GetRepeatedMessage(m, field, i)
+                                           : reflection->GetMessage(m, field),
+                      path, errors);
+          continue;
+        case FieldDescriptor::CPPTYPE_DOUBLE:
+          value = field->is_repeated() ? reflection->GetRepeatedDouble(m, field, i)
+                                       : reflection->GetDouble(m, field);
+          break;
+        case FieldDescriptor::CPPTYPE_FLOAT:
+          value = field->is_repeated() ? reflection->GetRepeatedFloat(m, field, i)
+                                       : reflection->GetFloat(m, field);
+          break;
+        default:
+          continue;
+      }
+      if (!std::isfinite(value)) {
+        errors.add(path, absl::StrCat("must be a finite number, got ", value));
+        break;
+      }
+    }
+  }
+}
 
 // model: exactly one of a known name and an existing TorchScript file; classes.
 void CheckModel(const TrainConfig& c, FieldErrors& errors) {
@@ -276,6 +317,7 @@ void CheckEngineCheckpointLaunch(const TrainConfig& c, FieldErrors& errors) {
 
 std::vector<FieldError> CheckConfig(const TrainConfig& c) {
   FieldErrors errors;
+  CheckFinite(c, "", errors);
   CheckModel(c, errors);
   CheckData(c, errors);
   CheckOptimizer(c, errors);

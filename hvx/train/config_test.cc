@@ -119,6 +119,16 @@ TEST(ConfigTest, RecipeFieldsAreChecked) {
       {"model { torchscript: \"/nonexistent/m.pt\" }",
        "--override #1:1:9: model.torchscript: set model.name (a built-in model) or "
        "model.torchscript, not both"},
+      // Text format reads nan and inf; no range check is left to refuse them by chance.
+      {"optimizer { warmup_epochs: nan }",
+       "--override #1:1:13: optimizer.warmup_epochs: must be a finite number, got nan"},
+      {"optimizer { lr: inf }",
+       "--override #1:1:13: optimizer.lr: must be a finite number, got inf"},
+      {"engine { cycle_time_ms: -inf }",
+       "--override #1:1:10: engine.cycle_time_ms: must be a finite number, got -inf"},
+      {"data { format: EXAMPLE example { input { key: \"x\" kind: FLOAT_LIST shape: [1] "
+       "stddev: [nan] } } }",
+       "--override #1:1:79: data.example.input.stddev: must be a finite number, got nan"},
       {"data { gpu_jpeg_decode: true }",
        "--override #1:1:8: data.gpu_jpeg_decode: the data have no JPEG input (format IMAGENET, "
        "or EXAMPLE with a JPEG feature)"},
