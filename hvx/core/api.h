@@ -131,7 +131,10 @@ absl::Status Init();
 // later ops fail too. Returns within InitOptions::shutdown_timeout_s (plus at most a second);
 // the transport's error (e.g. DeadlineExceeded: another rank never reached the end of the job)
 // when its finalization failed; if the transport does not return at all the process exits (see
-// InitOptions::shutdown_timeout_s). A second call, or a call before Init, returns OK. hvx cannot
+// InitOptions::shutdown_timeout_s). After hvx stopped on a failure (a collective timed out, a
+// peer was lost: the ops' error says "hvx has stopped"), the job cannot end together: Shutdown
+// returns that failure at once and the transport is not finalized, rather than waiting for ranks
+// that may never come. A second call, or a call before Init, returns OK. hvx cannot
 // be initialized again afterwards. Called at exit when the program did not call it: a failure
 // there turns an exit status of 0 into kShutdownTimeoutExitCode, and a program exiting with a
 // non-zero status ends at once with it (stdio flushed, later exit handlers skipped) without

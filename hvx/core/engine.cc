@@ -358,9 +358,24 @@ void Engine::ThreadMain() {
   }
   stopped_.store(true);
   Failpoint("shutdown");
-  absl::Status fin =
-      transport_->Finalize(MonotonicNow() + absl::Seconds(options_.shutdown_timeout_s));
-  if (!fin.ok()) HVX_LOG(ERROR) << "transport finalization: " << fin;
+  absl::Status cause;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cause = stop_cause_;
+  }
+  absl::Status fin;
+  if (!cause.ok()) {
+    // A collective failed: a peer died, froze or was cut off, so the job cannot end together.
+    // Finalizing would wait for every rank (hydra's PMI barrier) up to HVX_SHUTDOWN_TIMEOUT_S; the
+    // rank ends now with the cause instead, and its failing exit stops the job.
+    fin = absl::Status(cause.code(),
+                       absl::StrCat("the job was not ended with the other ranks (no transport "
+                                    "finalization) because hvx had stopped: ",
+                                    cause.message()));
+  } else {
+    fin = transport_->Finalize(MonotonicNow() + absl::Seconds(options_.shutdown_timeout_s));
+    if (!fin.ok()) HVX_LOG(ERROR) << "transport finalization: " << fin;
+  }
   std::lock_guard<std::mutex> lock(mu_);
   finalize_status_ = fin;
   finalized_ = true;

@@ -4,8 +4,9 @@
 # (HVX_FAILPOINT, hvx/common/failpoint.h). Each case must end within its bound (15 s after the
 # fault; a frozen rank: the collective or shutdown timeout, 6 s here, plus 15 s), with a non-zero
 # exit and hvxrun's summary naming a rank and its host, and leave no process on any host; a rank
-# frozen at a communicator split, too. A
-# checkpoint write cut short leaves the last complete checkpoint, and resuming from it repeats the
+# frozen at a communicator split, too, and one frozen while the others call hvx::Shutdown after
+# their failed collective (shutdown_after: bounded by the collective timeout alone). A checkpoint
+# write cut short leaves the last complete checkpoint, and resuming from it repeats the
 # uninterrupted run's losses. Then settings that differ between ranks fail every rank within 5 s.
 # Prints the matrix as a table (phase x fault: seconds to stop, exit code).
 #   fault_matrix_test.sh HVXRUN FAULT_PROBE TRAIN MPIEXEC NETNS_HOSTS MAKE_IDX TRAIN_LIB
@@ -34,7 +35,7 @@ fault() {
     launch -np 4 -H hvxq1:2,hvxq2:2 --stop-timeout 5 "${knobs[@]}" -x "HVX_FAILPOINT=$phase:$rank:$action" -- "$@"
     local s
     s=$(awk "BEGIN { printf \"%.1f\", $elapsed_ms / 1000 }")
-    table+=("$(printf '| %-11s | %-9s | %5s s | %3s |' "$phase" "$action" "$s" "$rc")")
+    table+=("$(printf '| %-14s | %-9s | %5s s | %3s |' "${label:-$phase}" "$action" "$s" "$rc")")
     local ok=0
     [[ $rc != 0 ]] || ok=1
     ((elapsed_ms <= bound * 1000)) || ok=1
@@ -63,6 +64,16 @@ for phase_action in split:stop in_split:stop:3; do
     fault "${phase_action%%:*}" "${phase_action#*:}" 3 $((TIMEOUT_S + 15)) "$PROBE" --steps 5
     grep -qF "MPI_Comm_split" <<<"$err"; check "${phase_action%%:*}: the output names MPI_Comm_split" $?
 done
+
+# A rank frozen at a step while the others, their collective failed, call hvx::Shutdown (as a
+# Python script's `finally: hvd.shutdown()` does): they end within the collective timeout plus
+# 10 s, not after HVX_SHUTDOWN_TIMEOUT_S (120 s here) in a barrier the frozen rank never reaches.
+saved_knobs=("${knobs[@]}")
+knobs=(-x HVX_COLLECTIVE_TIMEOUT_S=$TIMEOUT_S -x HVX_SHUTDOWN_TIMEOUT_S=120 -x HVX_ALLOW_FAILPOINTS=1)
+label="shutdown_after" fault negotiation stop 3 $((TIMEOUT_S + 10)) "$PROBE" --steps 5 --shutdown-after-failure
+grep -qE "^\[[0-2]\] rank [0-2]: Shutdown after the failure took [0-9.]+ s: .*hvx had stopped" <<<"$err"
+check "shutdown after a failure: a surviving rank's Shutdown returned the failure at once" $?
+knobs=("${saved_knobs[@]}")
 
 # ---- the trainer's checkpoint write: rank 0 fails after its second checkpoint file is written
 # but before it is renamed into place; the directory keeps ckpt-2.pt, and a resume repeats the
@@ -104,7 +115,7 @@ mismatch() {  # mismatch NAME EXPECTED_TEXT PROGRAM...
     launch -np 4 -H hvxq1:2,hvxq2:2 "${knobs[@]}" -- "$@"
     local s
     s=$(awk "BEGIN { printf \"%.1f\", $elapsed_ms / 1000 }")
-    table+=("$(printf '| %-11s | %-9s | %5s s | %3s |' "mismatch" "$name" "$s" "$rc")")
+    table+=("$(printf '| %-14s | %-9s | %5s s | %3s |' "mismatch" "$name" "$s" "$rc")")
     # Every rank fails (agreement_test, collectives_test); here the job stops at the first, and
     # the other hosts' lines may be cut off with it.
     local named
@@ -134,8 +145,8 @@ mapfile -t cmd < <(printf '%s\n' /bin/sh -c \
 mismatch "config" "training config (hash of the effective config): " "${cmd[@]}"
 
 echo
-echo "| phase       | fault     | to stop | rc  |"
-echo "|-------------|-----------|---------|-----|"
+echo "| phase          | fault     | to stop | rc  |"
+echo "|----------------|-----------|---------|-----|"
 printf '%s\n' "${table[@]}"
 echo "failures: $failures"
 [[ $failures == 0 ]]

@@ -2,11 +2,13 @@
 // small ones, each checked, then hvx::Shutdown. Faults come from HVX_FAILPOINT (hvx/common/
 // failpoint.h); this program adds the point "before_init".
 //
-//   fault_probe [--steps N] [--seconds S]
+//   fault_probe [--steps N] [--seconds S] [--shutdown-after-failure]
 //
 // With --seconds, the steps go on until rank 0 has run S seconds of them (on the monotonic clock;
-// every rank learns it through the step's allreduce). Prints "rank R done, wall clock T" (T: the
-// rank's time(), seconds since the epoch) after the last step.
+// every rank learns it through the step's allreduce). With --shutdown-after-failure a rank whose
+// step failed calls hvx::Shutdown before exiting 1, as a Python script's `finally:
+// hvd.shutdown()` does, and prints what it returned and how long it took. Prints "rank R done, wall
+// clock T" (T: the rank's time(), seconds since the epoch) after the last step.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -21,14 +23,18 @@
 int main(int argc, char** argv) {
   int steps = 5;
   double seconds = 0;
+  bool shutdown_after_failure = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--steps") && i + 1 < argc) {
       steps = std::atoi(argv[++i]);
     } else if (!std::strcmp(argv[i], "--seconds") && i + 1 < argc) {
       seconds = std::atof(argv[++i]);
       steps = 1 << 30;
+    } else if (!std::strcmp(argv[i], "--shutdown-after-failure")) {
+      shutdown_after_failure = true;
     } else {
-      std::fprintf(stderr, "usage: fault_probe [--steps N] [--seconds S]\n");
+      std::fprintf(stderr,
+                   "usage: fault_probe [--steps N] [--seconds S] [--shutdown-after-failure]\n");
       return 2;
     }
   }
@@ -59,6 +65,14 @@ int main(int argc, char** argv) {
     s = hvx::WaitAll({hvx::Allreduce("big", b, b, sum), hvx::Allreduce("small", t, t, sum)});
     if (!s.ok() || big[0] != n * (n + 1) / 2 || small[0] != n) {
       std::fprintf(stderr, "rank %d step %d: %s\n", rank, step, s.ToString().c_str());
+      if (shutdown_after_failure) {
+        const auto before = std::chrono::steady_clock::now();
+        const absl::Status down = hvx::Shutdown();
+        std::fprintf(
+            stderr, "rank %d: Shutdown after the failure took %.1f s: %s\n", rank,
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - before).count(),
+            down.ToString().c_str());
+      }
       return 1;
     }
     if (small[63] != 0) break;
