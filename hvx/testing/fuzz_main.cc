@@ -5,6 +5,13 @@
 // libFuzzer build of the same target (NAME_fuzzer, --config=fuzz) explores by coverage instead.
 //
 //   NAME [--iterations=N] [--seed=S] [--write_seeds=DIR] [CORPUS_FILE_OR_DIR...]
+//   NAME --pack=FILE CORPUS_FILE_OR_DIR...
+//
+// A corpus file is one input, or, when it begins with the line "hvx fuzz corpus 1", a packed
+// corpus of many: after that line, each input as its length in bytes in decimal, a newline, the
+// bytes and a newline. The checked-in corpora (fuzz.bzl: fuzz_corpus/NAME.corpus) are packed, one
+// file per target. --pack writes the inputs of the named files and directories that are not
+// built-in seeds to FILE, packed, without duplicates and sorted, and exits (tools/fuzz --grow).
 //
 // --write_seeds writes the seeds (built-in and corpus files) to DIR, one file each, and exits: the
 // starting corpus of a libFuzzer run (tools/fuzz). An input that crashes the target is written to
@@ -68,7 +75,42 @@ bool ReadWhole(const std::string& path, std::string* out) {
   return true;
 }
 
-// Files of `path` (a directory's regular files, sorted, or the file itself).
+constexpr char kPackHeader[] = "hvx fuzz corpus 1\n";
+
+// The inputs of a packed corpus (`data` begins with kPackHeader); false when it is cut short or
+// a length does not parse.
+bool Unpack(const std::string& data, std::vector<std::string>* corpus) {
+  size_t at = sizeof(kPackHeader) - 1;
+  while (at < data.size()) {
+    const size_t eol = data.find('\n', at);
+    if (eol == std::string::npos || eol == at || eol - at > 9) return false;
+    size_t n = 0;
+    for (size_t k = at; k < eol; ++k) {
+      if (data[k] < '0' || data[k] > '9') return false;
+      n = n * 10 + static_cast<size_t>(data[k] - '0');
+    }
+    if (data.size() - (eol + 1) < n + 1 || data[eol + 1 + n] != '\n') return false;
+    corpus->push_back(data.substr(eol + 1, n));
+    at = eol + 1 + n + 1;
+  }
+  return true;
+}
+
+std::string Pack(std::vector<std::string> inputs) {
+  std::sort(inputs.begin(), inputs.end());
+  inputs.erase(std::unique(inputs.begin(), inputs.end()), inputs.end());
+  std::string out = kPackHeader;
+  for (const std::string& in : inputs) {
+    out += std::to_string(in.size());
+    out += '\n';
+    out += in;
+    out += '\n';
+  }
+  return out;
+}
+
+// Files of `path` (a directory's regular files, sorted, or the file itself), a packed corpus's
+// inputs each.
 bool AddCorpus(const std::string& path, std::vector<std::string>* corpus) {
   struct stat st {};
   if (stat(path.c_str(), &st) != 0) return false;
@@ -87,7 +129,14 @@ bool AddCorpus(const std::string& path, std::vector<std::string>* corpus) {
   for (const std::string& f : files) {
     std::string data;
     if (!ReadWhole(f, &data)) return false;
-    corpus->push_back(std::move(data));
+    if (data.compare(0, sizeof(kPackHeader) - 1, kPackHeader) == 0) {
+      if (!Unpack(data, corpus)) {
+        fprintf(stderr, "fuzz: %s: a packed corpus cut short or with a bad length\n", f.c_str());
+        return false;
+      }
+    } else {
+      corpus->push_back(std::move(data));
+    }
   }
   return true;
 }
@@ -161,7 +210,9 @@ int main(int argc, char** argv) {
   long iterations = 20000;
   uint64_t seed = 1;
   std::string write_seeds;
-  std::vector<std::string> corpus = HvxFuzzSeeds();
+  std::string pack;
+  const std::vector<std::string> builtin = HvxFuzzSeeds();
+  std::vector<std::string> corpus = builtin;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg.rfind("--iterations=", 0) == 0) {
@@ -170,10 +221,30 @@ int main(int argc, char** argv) {
       seed = std::strtoull(arg.c_str() + 7, nullptr, 10);
     } else if (arg.rfind("--write_seeds=", 0) == 0) {
       write_seeds = arg.substr(14);
+    } else if (arg.rfind("--pack=", 0) == 0) {
+      pack = arg.substr(7);
     } else if (!AddCorpus(arg, &corpus)) {
       fprintf(stderr, "fuzz: cannot read the corpus '%s'\n", arg.c_str());
       return 2;
     }
+  }
+  if (!pack.empty()) {
+    std::vector<std::string> inputs;
+    for (size_t k = builtin.size(); k < corpus.size(); ++k) {
+      if (std::find(builtin.begin(), builtin.end(), corpus[k]) == builtin.end())
+        inputs.push_back(corpus[k]);
+    }
+    const std::string packed = Pack(std::move(inputs));
+    std::ofstream out(pack, std::ios::binary | std::ios::trunc);
+    out << packed;
+    if (!out.flush()) {
+      fprintf(stderr, "fuzz: cannot write %s\n", pack.c_str());
+      return 2;
+    }
+    std::vector<std::string> back;
+    printf("fuzz: packed %zu inputs into %s (%zu bytes)\n", Unpack(packed, &back) ? back.size() : 0,
+           pack.c_str(), packed.size());
+    return 0;
   }
   if (!write_seeds.empty()) {
     mkdir(write_seeds.c_str(), 0755);
