@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Builds hvx's SageMaker image (the Dockerfile beside this script) with podman, from this machine
+# alone: the programs bazel built here, staged by stage.sh, on a debian:12 base. Where the base is
+# not in podman's storage it is made from Debian's packages with mmdebstrap, using this machine's
+# apt sources (no registry is needed), and kept as a tarball in the cache folder for the next time.
+# From the workspace root, on Debian 12 (the image has the libraries the programs were built
+# against), after `bazel build //tools/hvxrun //tools/train`:
+#   examples/deploy/sagemaker/build_image.sh [TAG]          (default TAG: localhost/hvx-sagemaker:cpu)
+# HVXRUN, HVXRUN_RANK, HVX_TRAIN and HVX_CONFIGS are stage.sh's. HVX_IMAGE_CACHE is where the base
+# tarball is kept (default ~/.cache/hvx/images). Prints the image's id on its last line.
+# Then push it to ECR with `podman push`, or run it as SageMaker does (tests/deploy/container_test.sh).
+set -euo pipefail
+tag=${1:-localhost/hvx-sagemaker:cpu}
+kit=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+base=docker.io/library/debian:12
+cache=${HVX_IMAGE_CACHE:-${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}/.cache/hvx/images}
+for tool in podman; do
+    command -v "$tool" >/dev/null || { echo "build_image.sh: $tool is not installed (Debian's podman)" >&2; exit 1; }
+done
+if ! podman image exists "$base"; then
+    tarball=$cache/debian-12-minbase.tar
+    if [[ ! -s $tarball ]]; then
+        command -v mmdebstrap >/dev/null ||
+            { echo "build_image.sh: $base is not in podman's storage and mmdebstrap is not installed to make it" >&2; exit 1; }
+        mkdir -p "$cache"
+        # This machine's apt sources (deb822 or one-line), as its own apt reaches the archive.
+        sources=()
+        for f in /etc/apt/sources.list.d/*.sources /etc/apt/sources.list; do
+            [[ -s $f ]] && sources+=("$f")
+        done
+        ((${#sources[@]})) || { echo "build_image.sh: this machine has no apt sources to make $base from" >&2; exit 1; }
+        echo "build_image.sh: making $base with mmdebstrap (minbase) into $tarball" >&2
+        mmdebstrap --quiet --format=tar --variant=minbase --include=ca-certificates bookworm \
+            "$tarball.partial" "${sources[@]}" >&2
+        mv "$tarball.partial" "$tarball"
+    fi
+    podman import --quiet "$tarball" "$base" >/dev/null
+fi
+context=$(mktemp -d)
+trap 'rm -rf "$context"' EXIT
+"$kit/stage.sh" "$context" >&2
+podman build --pull=never --quiet -f "$kit/Dockerfile" -t "$tag" "$context"
