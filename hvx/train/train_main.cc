@@ -39,7 +39,9 @@ constexpr char kUsage[] =
     "[--max_steps=N] [--fresh] [--export=PATH [--export_from=CKPT]]\n"
     "  --config      a TrainConfig text file: a path, a name in the invoking directory, or a "
     "bundled\n"
-    "                config (fashion_mnist.pbtxt, imagenet.pbtxt, imagenet_fast.pbtxt)\n"
+    "                config (fashion_mnist.pbtxt, imagenet.pbtxt, imagenet_fast.pbtxt; installed "
+    "as\n"
+    "                PREFIX/bin/train or PREFIX/bin/hvx-train: those in PREFIX/configs)\n"
     "  --override    text proto merged into the config, e.g. --override='epochs: 2 data { "
     "batch_size: 64 }'\n"
     "  --data_dir    read the data's files from DIR: train_files' and eval_files' file names (the "
@@ -106,7 +108,7 @@ absl::StatusOr<int> Main(int argc, char** argv) {
     char cwd[PATH_MAX];
     if (getcwd(cwd, sizeof(cwd)) != nullptr) search.working_dir = cwd;
   }
-  search.bundled_dir = FindBundledConfigDir(argv[0], env);
+  search.bundled_dir = FindBundledConfigDir(argv[0], env, SelfExecutable());
   search.home = env.Get("HOME").value_or("");
   HVX_ASSIGN_OR_RETURN(LoadedConfig loaded, LoadTrainConfig(flags.config, search, flags.overrides));
   if (!flags.data_dir.empty()) {
@@ -251,10 +253,12 @@ absl::StatusOr<TrainFlags> ParseTrainFlags(const std::vector<std::string>& args)
   return flags;
 }
 
-std::string FindBundledConfigDir(const std::string& argv0, const Environment& env) {
+std::string FindBundledConfigDir(const std::string& argv0, const Environment& env,
+                                 const std::string& self) {
+  const std::string executable = self.empty() ? argv0 : self;
   std::vector<std::string> roots;
   if (std::optional<std::string> dir = env.GetNonEmpty("RUNFILES_DIR")) roots.push_back(*dir);
-  roots.push_back(SelfPath(argv0) + ".runfiles");
+  roots.push_back(executable + ".runfiles");
   roots.push_back(argv0 + ".runfiles");
   for (const std::string& root : roots) {
     if (!IsDir(root)) continue;
@@ -269,6 +273,16 @@ std::string FindBundledConfigDir(const std::string& argv0, const Environment& en
     }
     closedir(d);
     if (!found.empty()) return found;
+  }
+  // Installed: PREFIX/bin/NAME beside PREFIX/configs.
+  const size_t slash = executable.rfind('/');
+  if (slash != std::string::npos) {
+    const std::string bin = executable.substr(0, slash);
+    const size_t up = bin.rfind('/');
+    if (up != std::string::npos && bin.substr(up + 1) == "bin") {
+      const std::string configs = bin.substr(0, up) + "/configs";
+      if (IsDir(configs)) return configs;
+    }
   }
   return "";
 }

@@ -43,8 +43,12 @@ struct TrainFlags {
 // Parses the arguments after argv[0]. Both "--flag=value" and "--flag value" work.
 absl::StatusOr<TrainFlags> ParseTrainFlags(const std::vector<std::string>& args);
 
-// The bundled data/ directory in this binary's runfiles ("" when not found).
-std::string FindBundledConfigDir(const std::string& argv0, const Environment& env);
+// Where the trainer's bundled configs are ("" when nowhere): the data/ directory of its runfiles
+// under Bazel (RUNFILES_DIR, or SELF.runfiles / ARGV0.runfiles), else, installed as
+// PREFIX/bin/NAME, the folder PREFIX/configs (the images: /opt/hvx/bin/hvx-train and
+// /opt/hvx/configs). `self` is the executable's real path (SelfExecutable(); "" = argv0).
+std::string FindBundledConfigDir(const std::string& argv0, const Environment& env,
+                                 const std::string& self);
 
 int TrainMain(int argc, char** argv);
 

@@ -1,5 +1,9 @@
 #include "hvx/train/train_main.h"
 
+#include <cstdlib>
+#include <string>
+
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -44,6 +48,27 @@ TEST(TrainFlagsTest, Errors) {
               HasSubstr("--max_steps: not a count: \"-1\""));
   EXPECT_THAT(ParseTrainFlags({"--config=a", "--lr=0.1"}).status().message(),
               HasSubstr("unknown argument \"--lr=0.1\""));
+}
+
+// Installed as PREFIX/bin/NAME (the images' /opt/hvx/bin/hvx-train), the bundled configs are
+// PREFIX/configs; in runfiles, data/ there comes first; elsewhere there are none.
+TEST(TrainMainTest, BundledConfigsOfAnInstalledTrainerAreBesideItsBin) {
+  const std::string prefix = absl::StrCat(std::getenv("TEST_TMPDIR"), "/opt/hvx");
+  ASSERT_EQ(
+      system(absl::StrCat("mkdir -p ", prefix, "/bin ", prefix, "/configs ", prefix, "/libexec")
+                 .c_str()),
+      0);
+  const MapEnvironment none;
+  EXPECT_EQ(FindBundledConfigDir("hvx-train", none, prefix + "/bin/hvx-train"),
+            prefix + "/configs");
+  EXPECT_EQ(FindBundledConfigDir("x", none, prefix + "/libexec/hvx-train"), "");
+  EXPECT_EQ(FindBundledConfigDir("x", none, "/nonexistent/bin/hvx-train"), "");
+  const std::string runfiles = prefix + "/bin/hvx-train.runfiles/hvx/data";
+  ASSERT_EQ(
+      system(absl::StrCat("mkdir -p ", runfiles, " && touch ", runfiles, "/fashion_mnist.pbtxt")
+                 .c_str()),
+      0);
+  EXPECT_EQ(FindBundledConfigDir("x", none, prefix + "/bin/hvx-train"), runfiles);
 }
 
 }  // namespace

@@ -27,15 +27,8 @@ CONTAINERS_CONF=$(readlink -f "$8")
 source "$7"  # tiny_config, audit, check
 T=${TEST_TMPDIR:-$(mktemp -d)}
 failures=0
-skip() { echo "SKIPPED: $*"; exit 0; }
-
-export PATH=$PATH:/usr/sbin:/sbin  # runc, and what mmdebstrap runs
-[[ $(id -u) == 0 ]] || skip "needs root for podman's networks (uid $(id -u))"
-command -v podman >/dev/null || skip "podman is not installed (tools/setup installs Debian's)"
-command -v runc >/dev/null || skip "runc is not installed (tools/setup installs Debian's)"
-[[ -z ${HVX_TORCH_PYTHON:-} ]] ||
-    skip "the programs are built against PyPI's torch (HVX_TORCH_PYTHON); the image has Debian's LibTorch"
-reason=$(podman info --format '{{.Host.OCIRuntime.Name}}' 2>&1) || skip "podman cannot run here: $reason"
+source "$(dirname "$(readlink -f "$0")")/podman_lib.sh"
+podman_ready
 
 # ---- the image, from the recipe
 N=240
@@ -46,13 +39,7 @@ timeout -k 5 120 "$TRAIN" --config="$T/tiny.pbtxt" --override='epochs: 1 logging
 mkdir -p "$T/configs"
 cp "$CONFIGS"/*.pbtxt "$T/tiny.pbtxt" "$T/configs/"  # a config of the user's, built into the image
 image=localhost/hvx-sagemaker:container-test
-start=$(date +%s)
-HVXRUN=$HVXRUN HVXRUN_RANK=$RANK HVX_TRAIN=$TRAIN HVX_CONFIGS=$T/configs \
-    timeout -k 5 900 "$BUILD_IMAGE" "$image" >"$T/build.out" 2>&1
-rc=$?
-check "the image builds from the recipe (rc $rc, $(($(date +%s) - start)) s)" $rc
-[[ $rc == 0 ]] || { tail -n 30 "$T/build.out"; exit 1; }
-echo "image: $(podman image inspect --format '{{.Size}}' "$image") bytes"
+build_image "$BUILD_IMAGE" "$image" "$T/configs"
 
 # ---- each instance's /opt/ml, as SageMaker writes it
 for h in algo-1 algo-2; do
@@ -68,16 +55,9 @@ hyperparameters() { for h in algo-1 algo-2; do echo "$1" >"$T/$h/ml/input/config
 mkdir -p "$T/log"
 
 # A network of the job's own, with fixed addresses for the names in /etc/hosts.
-net=hvx-container-test
 subnet=10.89.231
-podman network rm -f "$net" >/dev/null 2>&1
-podman network create --subnet "$subnet.0/24" "$net" >/dev/null || { echo "FAIL: podman network create"; exit 1; }
-containers_gone() {
-    podman rm -f -t 0 hvxct-algo-1 hvxct-algo-2 >/dev/null 2>&1
-}
-cleanup() { containers_gone; podman network rm -f "$net" >/dev/null 2>&1; }
-trap cleanup EXIT
-containers_gone
+podman_network hvx-container-test $subnet
+containers_gone() { podman_containers_gone; }
 
 jobs_run=0
 # start HOST: `podman run IMAGE train` as SageMaker starts it on HOST, in the background; its
@@ -86,7 +66,7 @@ start() {
     local h=$1 n=${1#algo-}
     rm -f "$T/$h.rc"
     (
-        podman run --name "hvxct-$h" --hostname "ip-10-0-0-$n" --network "$net" --ip "$subnet.1$n" \
+        podman run --name "hvxct-$h" --hostname "ip-10-0-0-$n" --network "$podman_net" --ip "$subnet.1$n" \
             --add-host "algo-1:$subnet.11" --add-host "algo-2:$subnet.12" \
             -v "$T/$h/ml:/opt/ml" -v "$T/log:/log" \
             -e TRAINING_JOB_NAME="$job_name" \

@@ -28,8 +28,11 @@ PidFile none
 LogLevel ERROR
 END
 cat >"$dir/ssh_config" <<'END'
-# hvx: the instances of one job reach each other with the image's job key
+# hvx: the instances of one job reach each other with the image's job key; where the platform
+# gives the job a key of its own (the MPI Operator's Secret at /root/.ssh), that key first.
 Host *
+    IdentityFile ~/.ssh/id_rsa
+    IdentityFile ~/.ssh/id_ed25519
     IdentityFile /etc/ssh/hvx_job_key
     StrictHostKeyChecking no
     UserKnownHostsFile /dev/null
