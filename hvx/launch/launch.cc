@@ -14,6 +14,7 @@
 #include "hvx/launch/follower.h"
 #include "hvx/launch/gpu_probe.h"
 #include "hvx/launch/host_wait.h"
+#include "hvx/launch/mpiexec.h"
 #include "hvx/launch/output.h"
 #include "hvx/launch/rank_wrapper.h"
 #include "hvx/launch/records.h"
@@ -62,7 +63,18 @@ absl::StatusOr<int> RunJob(const LaunchOptions& options, const Environment& env)
   const HostProbe probe = SystemHostProbe(options, env);
   HVX_ASSIGN_OR_RETURN(JobSetup setup, ResolveJob(options, env, ReadFileFromDisk, probe));
   if (setup.follower) return FollowLeader(options, setup, env);
-  absl::StatusOr<int> rc = LeadJob(options, env, setup, probe);
+  // MPICH's mpiexec, found before anything starts; a failure still reaches the followers.
+  absl::StatusOr<int> rc;
+  std::string note;
+  if (absl::StatusOr<std::string> mpiexec = ResolveMpiexec(options.mpiexec, env, &note);
+      mpiexec.ok()) {
+    if (!note.empty()) WriteAll(options.err_fd, note + "\n");
+    LaunchOptions leader = options;
+    leader.mpiexec = *mpiexec;
+    rc = LeadJob(leader, env, setup, probe);
+  } else {
+    rc = mpiexec.status();
+  }
   // The other hosts of a SageMaker-style job wait for its status, and exit with it.
   if (!setup.followers.empty() && !options.dry_run) {
     if (!rc.ok()) WriteAll(options.err_fd, absl::StrCat("hvxrun: ", rc.status().message(), "\n"));

@@ -90,7 +90,8 @@ its rank, and stops the whole job when any rank fails.
   --preempt-grace S        SIGTERM/SIGINT: ask the ranks to checkpoint (SIGUSR1) and give them S
                            seconds (default 30; 0: stop at once); a second signal stops them;
                            a job that ended cleanly after it exits 75
-  --mpiexec PATH           MPICH hydra mpiexec to use (default: mpiexec on PATH)
+  --mpiexec PATH           MPICH hydra mpiexec to use (default: MPICH's on PATH, also behind
+                           another MPI's mpiexec; Open MPI's is refused)
   --dry-run                print the plan and the mpiexec command, start nothing
   --verbose                print the plan and the command before running
 

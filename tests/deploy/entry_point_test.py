@@ -70,6 +70,21 @@ class HyperparameterTest(Base):
         with self.assertRaisesRegex(ep.Error, "hyperparameter --config has no value"):
             ep.hyperparameters(["--config"])
 
+    def test_under_the_toolkit_its_json_wins_over_arguments_a_shell_split(self):
+        # sagemaker-training's runner with capture_error (the PyTorch toolkit's) joined argv with
+        # spaces and ran it through a shell: the values below arrived split and unquoted.
+        hps = {"config": "a.pbtxt", "override": 'checkpoint { dir: "/x y" } epochs: 90',
+               "max_steps": 8, "fresh": True}
+        os.environ["SM_HPS"] = json.dumps(hps)
+        split = ["--config", "a.pbtxt", "--override", "checkpoint", "{", "dir:", "/x", "y", "}",
+                 "epochs:", "90", "--max_steps", "8", "--fresh", "True"]
+        self.assertEqual(ep.hyperparameters(split), [
+            ("config", "a.pbtxt"), ("override", 'checkpoint { dir: "/x y" } epochs: 90'),
+            ("max_steps", "8"), ("fresh", "true")])
+        os.environ["SM_HPS"] = "[1]"
+        with self.assertRaisesRegex(ep.Error, "SM_HPS .* is not a JSON object"):
+            ep.hyperparameters(split)
+
     def test_mpi_mode_is_refused_saying_what_to_change(self):
         self.write("input/config/hyperparameters.json", '{"sagemaker_mpi_enabled": "true"}')
         with self.assertRaisesRegex(ep.Error, "Remove `distribution` from the estimator"):

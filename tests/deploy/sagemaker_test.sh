@@ -10,10 +10,13 @@
 #      hyperparameters.json; max_steps stops the job at step 8 of 12, as if the spot instance were
 #      reclaimed there. The leader waits for algo-2's sshd (--host-wait), both exit 0, the
 #      checkpoint lands in algo-1's /opt/ml/checkpoints.
-#   2. the restarted job through the SageMaker training toolkit's own runner (PyPI's
-#      sagemaker-training, tools/sagemaker_venv): its `train` reads the same files, copies the
-#      entry point from sagemaker_submit_directory and runs it on both hosts with the
-#      hyperparameters as arguments. The job resumes from /opt/ml/checkpoints and finishes; the
+#   2. the restarted job through the SageMaker PyTorch toolkit's runner, as AWS's PyTorch images
+#      start it (PyPI's sagemaker-training and sagemaker-pytorch-training, tools/sagemaker_venv;
+#      SAGEMAKER_TRAINING_MODULE names the PyTorch toolkit): its `train` reads the same files,
+#      copies the entry point from sagemaker_submit_directory and runs it on both hosts with the
+#      hyperparameters as arguments, one of them holding spaces, quotes and braces, and with
+#      another MPI's mpiexec first on PATH (as Open MPI's is in those images) and no --mpiexec:
+#      hvxrun finds MPICH's and says so. The job resumes from /opt/ml/checkpoints and finishes; the
 #      weights land in algo-1's /opt/ml/model; every sample of both epochs is trained once across
 #      the two runs (the sample audit); the toolkit reports success on both hosts.
 #   3. the toolkit's MPI mode (sagemaker_mpi_enabled) is refused, saying what to change.
@@ -60,6 +63,13 @@ done
 hyperparameters() { for h in algo-1 algo-2; do echo "$1" >"$T/$h/ml/input/config/hyperparameters.json"; done; }
 
 kit_args="--mpiexec $MPIEXEC --slots-per-host 2 --timeout 150 --start-timeout 30"
+# Another MPI's mpiexec, as Open MPI's in AWS's images: it answers --version as Open MPI's does
+# and fails the job if it is ever run.
+mkdir -p "$T/openmpi/bin"
+printf '#!/bin/sh\nif [ "$1" = --version ]; then echo "mpiexec (OpenRTE) 4.1.5"; exit 0; fi\necho "Open MPI mpiexec ran" >&2; exit 99\n' \
+    >"$T/openmpi/bin/mpiexec"
+chmod 755 "$T/openmpi/bin/mpiexec"
+path=/opt/hvx/bin:/usr/local/bin:/usr/bin:/bin extra_env=()
 # container HOST CMD...: CMD on HOST as SageMaker starts a container there; output in $T/HOST.out/err.
 container() {
     local h=$1 args=$kit_args
@@ -71,7 +81,7 @@ container() {
             if [ -d /root/.ssh ]; then mount -t tmpfs tmpfs /root/.ssh; fi && hostname "$3" || exit 125
         shift 3
         exec "$@"' container "$T/$h" "$T/image" "ip-10-0-0-${h#algo-}" \
-        env -i PATH=/opt/hvx/bin:/usr/local/bin:/usr/bin:/bin HOME=/root TRAINING_JOB_NAME="$job_name" \
+        env -i PATH="$path" "${extra_env[@]}" HOME=/root TRAINING_JOB_NAME="$job_name" \
         TRAINING_JOB_ARN="arn:aws:sagemaker:us-east-1:000000000000:training-job/$job_name" \
         HVXRUN_ARGS="$args" "$@" >"$T/$h.out" 2>"$T/$h.err" </dev/null
 }
@@ -117,10 +127,30 @@ check "BYOC: 4 ranks, 2 per host, rank 0 on algo-1" $?
 
 # ---- 2. the restarted job, through the SageMaker training toolkit's runner
 before=$failures
-hyperparameters "{\"config\": \"\\\"tiny.pbtxt\\\"\", \"sample_log\": \"\\\"$T/log\\\"\", \"sagemaker_program\": \"\\\"entry_point.py\\\"\", \"sagemaker_submit_directory\": \"\\\"/opt/hvx/sagemaker\\\"\", \"sagemaker_container_log_level\": \"20\", \"sagemaker_region\": \"\\\"us-east-1\\\"\"}"
+# The override holds spaces, quotes and braces, JSON-encoded as a Framework estimator stores it.
+override='logging { log_every_steps: 1 } checkpoint { dir: "/opt/ml/checkpoints" }'
+# A Framework estimator stores every value JSON-encoded (the log level as it is).
+hyperparameters "$(python3 -c 'import json, sys
+hps = {"config": "tiny.pbtxt", "sample_log": sys.argv[1], "override": sys.argv[2],
+       "sagemaker_program": "entry_point.py", "sagemaker_submit_directory": "/opt/hvx/sagemaker",
+       "sagemaker_region": "us-east-1"}
+hps = {k: json.dumps(v) for k, v in hps.items()}
+hps["sagemaker_container_log_level"] = "20"
+print(json.dumps(hps))' "$T/log" "$override")"
 rm -f "$T/algo-1/ml/model/model.pt"
+saved_args=$kit_args
+kit_args=${kit_args/--mpiexec $MPIEXEC /}
+path=$T/openmpi/bin:/opt/hvx/bin:/usr/local/bin:/usr/bin:/bin
+extra_env=(SAGEMAKER_TRAINING_MODULE=sagemaker_pytorch_container.training:main)
 job "$toolkit/train"
 end_containers
+kit_args=$saved_args path=/opt/hvx/bin:/usr/local/bin:/usr/bin:/bin extra_env=()
+python3 -c 'import json, sys; print(json.loads(json.loads(open(sys.argv[1]).read())["override"]))' \
+    "$T/algo-1/ml/input/config/hyperparameters.json" | grep -qxF 'logging { log_every_steps: 1 } checkpoint { dir: "/opt/ml/checkpoints" }'
+check "toolkit: the job's override holds spaces, quotes and braces" $?
+grep -qE "hvxrun: running MPICH's /.*mpiexec.*; the mpiexec first on PATH, $T/openmpi/bin/mpiexec, is not MPICH's" "$T/algo-1.out" "$T/algo-1.err"
+check "toolkit: hvxrun ran MPICH's mpiexec, not the Open MPI one first on PATH, and said so" $?
+! grep -qF "Open MPI mpiexec ran" "$T/algo-1.out" "$T/algo-1.err"; check "toolkit: the other MPI's mpiexec never ran" $?
 [[ $rc1 == 0 && $rc2 == 0 ]]; check "toolkit: both containers exit 0 (algo-1 $rc1, algo-2 $rc2)" $?
 grep -qE 'entry_point\.py.*--config.*tiny\.pbtxt' "$T/algo-1.out" "$T/algo-1.err"
 check "toolkit: its runner started the entry point with the hyperparameters as arguments" $?

@@ -8,7 +8,8 @@ in either of two ways:
     /opt/ml/input/config/hyperparameters.json;
   - the SageMaker training toolkit's runner (an image whose `train` is the toolkit's console
     script, with sagemaker_program=entry_point.py): the toolkit runs it with the hyperparameters
-    as `--name value` arguments.
+    as `--name value` arguments, which some versions pass through a shell that splits values at
+    spaces; they are read from the toolkit's SM_HPS instead, as the job was given them.
 On every instance it starts sshd (the image's /etc/ssh, written by setup_ssh.sh) when the job has
 more than one host, then runs hvxrun. hvxrun reads the hosts from the toolkit's SM_HOSTS and
 SM_CURRENT_HOST or from /opt/ml/input/config/resourceconfig.json: on the first host it waits for
@@ -120,7 +121,19 @@ def parse_arguments(args):
 
 
 def hyperparameters(args):
-    if args:
+    toolkit = os.environ.get("SM_HPS")
+    if args and toolkit:
+        # The toolkit's runner passes the hyperparameters as arguments too, but some versions
+        # join them with spaces and run them through a shell ("epochs: 90" arrives as two words,
+        # quotes vanish); SM_HPS has them as the job was given them.
+        try:
+            values = json.loads(toolkit)
+        except json.JSONDecodeError as e:
+            raise Error(f"SM_HPS (the toolkit's hyperparameters) is not JSON: {e.msg}") from None
+        if not isinstance(values, dict):
+            raise Error("SM_HPS (the toolkit's hyperparameters) is not a JSON object")
+        pairs = [(k, decode_value(v)) for k, v in values.items()]
+    elif args:
         pairs = parse_arguments(args)
     else:
         path = os.path.join(base_dir(), "input/config/hyperparameters.json")
