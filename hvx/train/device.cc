@@ -1,6 +1,8 @@
 #include "hvx/train/device.h"
 
+#include <ATen/detail/CUDAHooksInterface.h>
 #include <torch/cuda.h>
+#include <torch/version.h>
 
 #include "absl/strings/str_cat.h"
 #include "hvx/common/cluster.h"
@@ -9,6 +11,8 @@
 #include "hvx/core/api.h"
 #include "hvx/nccl/policy.h"
 #ifdef HVX_TRAIN_GPU_BACKEND
+#include <nccl.h>
+
 #include "hvx/nccl/nccl_data_plane.h"
 #endif
 
@@ -21,6 +25,28 @@ bool HasGpuBackend() {
 #else
   return false;
 #endif
+}
+
+std::string DescribeBuild() {
+  std::string line = absl::StrCat("torch ", TORCH_VERSION_MAJOR, ".", TORCH_VERSION_MINOR, ".",
+                                  TORCH_VERSION_PATCH);
+  // LibTorch's CUDA library registers these hooks when it is linked; no GPU is needed to ask.
+  const at::CUDAHooksInterface& hooks = at::detail::getCUDAHooks();
+  if (hooks.hasCUDART()) {
+    const long v = hooks.versionCUDART();  // 13000: 13.0
+    absl::StrAppend(&line, " with CUDA ", v / 1000, ".", (v % 1000) / 10);
+  } else {
+    absl::StrAppend(&line, " for the CPU only");
+  }
+#ifdef HVX_TRAIN_GPU_BACKEND
+  int nccl = 0;
+  ncclGetVersion(&nccl);  // the library loaded: MAJOR * 10000 + MINOR * 100 + PATCH
+  absl::StrAppend(&line, "; hvx with its GPU backend (--config=cuda), NCCL ", nccl / 10000, ".",
+                  nccl % 10000 / 100, ".", nccl % 100);
+#else
+  absl::StrAppend(&line, "; hvx without a GPU backend (built without --config=cuda)");
+#endif
+  return line;
 }
 
 absl::StatusOr<torch::Device> ChooseTrainingDevice(const std::string& device,

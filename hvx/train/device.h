@@ -46,6 +46,11 @@ absl::StatusOr<torch::Device> ChooseTrainingDevice(const std::string& device,
 // Whether this binary links the NCCL data plane (built with --config=cuda).
 bool HasGpuBackend();
 
+// What this binary was built with, in one line: LibTorch's version and its CUDA runtime (or CPU
+// only), and whether hvx has its GPU backend with the NCCL version loaded, e.g. "torch 2.11.0 with
+// CUDA 13.0; hvx with its GPU backend (--config=cuda), NCCL 2.28.9". Needs no GPU.
+std::string DescribeBuild();
+
 }  // namespace train
 }  // namespace hvx
 

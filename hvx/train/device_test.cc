@@ -2,6 +2,8 @@
 // is needed): every local rank trains on its own GPU, and what cannot work says why.
 #include "hvx/train/device.h"
 
+#include <torch/version.h>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
@@ -91,6 +93,21 @@ TEST(DeviceTest, AutoOnAHostShowingGpusItCannotUseFailsSayingWhy) {
       << d.status();
   no_devices.gpu_evidence = "";
   EXPECT_EQ(*ChooseTrainingDevice("auto", no_devices), torch::Device(torch::kCPU));
+}
+
+// What --version prints: LibTorch's version and CUDA (or none), and hvx's backend, matching
+// HasGpuBackend().
+TEST(DeviceTest, DescribeBuildNamesTorchAndTheBackend) {
+  const std::string line = DescribeBuild();
+  EXPECT_TRUE(absl::StartsWith(
+      line, absl::StrCat("torch ", TORCH_VERSION_MAJOR, ".", TORCH_VERSION_MINOR, ".")))
+      << line;
+  EXPECT_TRUE(absl::StrContains(line, " with CUDA ") ||
+              absl::StrContains(line, " for the CPU only"))
+      << line;
+  EXPECT_EQ(absl::StrContains(line, "; hvx with its GPU backend (--config=cuda), NCCL "),
+            HasGpuBackend())
+      << line;
 }
 
 }  // namespace

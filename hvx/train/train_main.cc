@@ -28,6 +28,7 @@
 #include "hvx/torch/host_allocator.h"
 #include "hvx/train/checkpoint.h"
 #include "hvx/train/config.h"
+#include "hvx/train/device.h"
 #include "hvx/train/trainer.h"
 
 namespace hvx {
@@ -36,7 +37,7 @@ namespace {
 
 constexpr char kUsage[] =
     "usage: train --config=NAME [--override='<text proto>']... [--data_dir=DIR] [--sample_log=DIR] "
-    "[--max_steps=N] [--fresh] [--export=PATH [--export_from=CKPT]]\n"
+    "[--max_steps=N] [--fresh] [--export=PATH [--export_from=CKPT]] | --version\n"
     "  --config      a TrainConfig text file: a path, a name in the invoking directory, or a "
     "bundled\n"
     "                config (fashion_mnist.pbtxt, imagenet.pbtxt, imagenet_fast.pbtxt; installed "
@@ -99,6 +100,10 @@ absl::StatusOr<int> Main(int argc, char** argv) {
   HVX_ASSIGN_OR_RETURN(TrainFlags flags, ParseTrainFlags(args));
   if (flags.help) {
     std::fputs(kUsage, stdout);
+    return 0;
+  }
+  if (flags.version) {
+    std::printf("hvx-train: %s\n", DescribeBuild().c_str());
     return 0;
   }
   const Environment& env = Environment::Process();
@@ -205,6 +210,10 @@ absl::StatusOr<TrainFlags> ParseTrainFlags(const std::vector<std::string>& args)
   TrainFlags flags;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
+    if (arg == "--version") {
+      flags.version = true;
+      continue;
+    }
     if (arg == "--help" || arg == "-h") {
       flags.help = true;
       continue;
@@ -244,7 +253,7 @@ absl::StatusOr<TrainFlags> ParseTrainFlags(const std::vector<std::string>& args)
       return absl::InvalidArgumentError(absl::StrCat("unknown argument \"", arg, "\"\n", kUsage));
     }
   }
-  if (flags.config.empty() && !flags.help) {
+  if (flags.config.empty() && !flags.help && !flags.version) {
     return absl::InvalidArgumentError(absl::StrCat("--config is required\n", kUsage));
   }
   if (!flags.export_from.empty() && flags.export_path.empty()) {

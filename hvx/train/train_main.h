@@ -38,6 +38,7 @@ struct TrainFlags {
   std::string export_path;
   std::string export_from;
   bool help = false;
+  bool version = false;  // --version: DescribeBuild()
 };
 
 // Parses the arguments after argv[0]. Both "--flag=value" and "--flag value" work.

@@ -50,6 +50,12 @@ TEST(TrainFlagsTest, Errors) {
               HasSubstr("unknown argument \"--lr=0.1\""));
 }
 
+TEST(TrainMainTest, VersionNeedsNoConfig) {
+  auto flags = ParseTrainFlags({"--version"});
+  ASSERT_TRUE(flags.ok()) << flags.status();
+  EXPECT_TRUE(flags->version);
+}
+
 // Installed as PREFIX/bin/NAME (the images' /opt/hvx/bin/hvx-train), the bundled configs are
 // PREFIX/configs; in runfiles, data/ there comes first; elsewhere there are none.
 TEST(TrainMainTest, BundledConfigsOfAnInstalledTrainerAreBesideItsBin) {

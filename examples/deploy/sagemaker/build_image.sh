@@ -6,12 +6,31 @@
 # From the workspace root, on Debian 12 (the image has the libraries the programs were built
 # against), after `bazel build //tools/hvxrun //tools/train`:
 #   examples/deploy/sagemaker/build_image.sh [TAG]          (default TAG: localhost/hvx-sagemaker:cpu)
+# The GPU image (Dockerfile.gpu), after building with --config=cuda against PyPI's torch
+# (--repo_env=HVX_TORCH_PYTHON=$(tools/torch_venv python)):
+#   examples/deploy/sagemaker/build_image.sh --gpu [TAG]    (default TAG: localhost/hvx-sagemaker:gpu)
+# with HVX_TORCH_SITE the site-packages of that torch (default: tools/torch_venv's).
 # HVXRUN, HVXRUN_RANK, HVX_TRAIN and HVX_CONFIGS are stage.sh's. HVX_IMAGE_CACHE is where the base
 # tarball is kept (default ~/.cache/hvx/images). Prints the image's id on its last line.
 # Then push it to ECR with `podman push`, or run it as SageMaker does (tests/deploy/container_test.sh).
 set -euo pipefail
-tag=${1:-localhost/hvx-sagemaker:cpu}
 kit=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+dockerfile=$kit/Dockerfile
+tag=localhost/hvx-sagemaker:cpu
+if [[ ${1:-} == --gpu ]]; then
+    shift
+    dockerfile=$kit/Dockerfile.gpu
+    tag=localhost/hvx-sagemaker:gpu
+    if [[ -z ${HVX_TORCH_SITE:-} ]]; then
+        python=$("$kit/../../../tools/torch_venv" python) ||
+            { echo "build_image.sh: --gpu needs HVX_TORCH_SITE or tools/torch_venv's torch" >&2; exit 1; }
+        HVX_TORCH_SITE=$("$python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    fi
+    export HVX_TORCH_SITE
+else
+    unset HVX_TORCH_SITE
+fi
+tag=${1:-$tag}
 base=docker.io/library/debian:12
 cache=${HVX_IMAGE_CACHE:-${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}/.cache/hvx/images}
 for tool in podman; do
@@ -39,4 +58,4 @@ fi
 context=$(mktemp -d)
 trap 'rm -rf "$context"' EXIT
 "$kit/stage.sh" "$context" >&2
-podman build --pull=never --quiet -f "$kit/Dockerfile" -t "$tag" "$context"
+podman build --pull=never --quiet -f "$dockerfile" -t "$tag" "$context"

@@ -8,7 +8,11 @@
 #   examples/deploy/sagemaker/stage.sh build/sagemaker
 #   docker build -f examples/deploy/sagemaker/Dockerfile -t hvx-sagemaker build/sagemaker
 # HVXRUN, HVXRUN_RANK and HVX_TRAIN name the programs (default: bazel-bin's), HVX_CONFIGS the
-# folder of configs (default the workspace's data/).
+# folder of configs (default the workspace's data/). For the GPU image (Dockerfile.gpu),
+# HVX_TORCH_SITE names the site-packages of the PyPI torch the programs were built against: its
+# torch/lib and nvidia/*/lib go to DEST/torch-site as they are (LibTorch finds the NVIDIA
+# libraries relative to itself; the image has them at /opt/hvx/site, a layer of their own that
+# does not change with the programs), and DEST/opt/hvx/ld.so.conf lists them for the loader.
 #   stage.sh DEST
 set -euo pipefail
 dest=${1:?usage: stage.sh DEST}
@@ -27,4 +31,17 @@ install -m 755 "$rank" "$dest/opt/hvx/bin/hvxrun_rank"
 install -m 755 "$train" "$dest/opt/hvx/bin/hvx-train"
 install -m 644 "${HVX_CONFIGS:-$src/data}"/*.pbtxt "$dest/opt/hvx/configs/"
 install -m 755 "$kit/entry_point.py" "$kit/setup_ssh.sh" "$dest/opt/hvx/sagemaker/"
+if [[ -n ${HVX_TORCH_SITE:-} ]]; then
+    site=$HVX_TORCH_SITE
+    [[ -d $site/torch/lib ]] || { echo "stage.sh: $site/torch/lib does not exist (HVX_TORCH_SITE)" >&2; exit 1; }
+    : >"$dest/opt/hvx/ld.so.conf"
+    for lib in "$site/torch/lib" "$site"/nvidia/*/lib; do
+        [[ -d $lib ]] || continue
+        rel=${lib#"$site"/}
+        mkdir -p "$dest/torch-site/$rel"
+        # Shared libraries only: the wheels' static archives and headers are for building.
+        find "$lib" -maxdepth 1 \( -name '*.so' -o -name '*.so.*' \) -exec cp -a {} "$dest/torch-site/$rel/" \;
+        echo "/opt/hvx/site/$rel" >>"$dest/opt/hvx/ld.so.conf"
+    done
+fi
 echo "stage.sh: the image's files are in $dest/opt/hvx"
