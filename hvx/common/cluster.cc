@@ -5,8 +5,10 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <fstream>
 #include <map>
 #include <optional>
+#include <sstream>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -113,6 +115,23 @@ std::string GpuEvidence(const Environment& env, const std::string& root) {
   if (std::optional<std::string> n = env.Get("SM_NUM_GPUS");
       n && absl::SimpleAtoi(*n, &sm_gpus) && sm_gpus > 0) {
     signs.push_back(absl::StrCat("SM_NUM_GPUS=", sm_gpus));
+  }
+  // SageMaker's instance type: the toolkit's variable, else the resource config every container
+  // of a job has. The families with NVIDIA GPUs are ml.p<N> and ml.g<N> (p3, p4d, p5, g4dn, g5...).
+  std::string type = env.Get("SM_CURRENT_INSTANCE_TYPE").value_or("");
+  if (type.empty()) {
+    std::ifstream in(root + "/opt/ml/input/config/resourceconfig.json");
+    std::stringstream text;
+    text << in.rdbuf();
+    if (absl::StatusOr<Json> config = ParseJson(text.str(), "resourceconfig.json"); config.ok()) {
+      if (const Json* t = JsonMember(*config, "current_instance_type"); t && t->is_string()) {
+        type = t->get<std::string>();
+      }
+    }
+  }
+  if ((absl::StartsWith(type, "ml.p") || absl::StartsWith(type, "ml.g")) && type.size() > 4 &&
+      absl::ascii_isdigit(type[4])) {
+    signs.push_back(absl::StrCat("the SageMaker instance type ", type, " has GPUs"));
   }
   return absl::StrJoin(signs, ", ");
 }

@@ -28,7 +28,9 @@ int CountVisibleGpus(const Environment& env, const std::string& gpu_dir = kNvidi
 // What this host shows of NVIDIA GPUs whatever this build and this container can use, as a phrase
 // for an error message ("/proc/driver/nvidia/gpus lists 8 GPUs, /dev/nvidia0-7"), or "" when it
 // shows none. The driver's list is the host's (procfs is not the container's), so it shows GPUs
-// a container was given no access to; SageMaker's SM_NUM_GPUS counts the instance's. GPUs hidden
+// a container was given no access to; SageMaker's SM_NUM_GPUS counts the instance's, and its
+// instance type (SM_CURRENT_INSTANCE_TYPE, else /opt/ml/input/config/resourceconfig.json's
+// current_instance_type) of a GPU family (ml.p<N>, ml.g<N>) is evidence too. GPUs hidden
 // on purpose (CUDA_VISIBLE_DEVICES naming none by CountVisibleGpus's rules: empty, "NoDevFiles",
 // "-1") are none. `root`
 // prefixes the paths read (tests).

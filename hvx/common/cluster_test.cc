@@ -68,6 +68,31 @@ TEST(GpuEvidenceTest, TheDriversListDeviceFilesAndSageMakersCount) {
             "");
 }
 
+// SageMaker's instance type: GPU families (ml.p<N>, ml.g<N>) from the toolkit's variable or the
+// resource config of a bring-your-own container; CPU families are no evidence.
+TEST(GpuEvidenceTest, SageMakersGpuInstanceTypes) {
+  const char* t = std::getenv("TEST_TMPDIR");
+  const std::string root = absl::StrCat(t != nullptr ? t : "/tmp", "/sagemaker");
+  const std::string empty = root + "/nonexistent";
+  for (const char* gpu :
+       {"ml.p3.16xlarge", "ml.p4d.24xlarge", "ml.g4dn.xlarge", "ml.g5.48xlarge"}) {
+    EXPECT_EQ(GpuEvidence(MapEnvironment{{"SM_CURRENT_INSTANCE_TYPE", gpu}}, empty),
+              absl::StrCat("the SageMaker instance type ", gpu, " has GPUs"));
+  }
+  for (const char* cpu : {"ml.c5.xlarge", "ml.m5.large", "ml.trn1.32xlarge", "ml.geospatial"}) {
+    EXPECT_EQ(GpuEvidence(MapEnvironment{{"SM_CURRENT_INSTANCE_TYPE", cpu}}, empty), "") << cpu;
+  }
+  ASSERT_EQ(system(("mkdir -p " + root + "/opt/ml/input/config").c_str()), 0);
+  FILE* f = fopen((root + "/opt/ml/input/config/resourceconfig.json").c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  fputs(R"({"current_host": "algo-1", "current_instance_type": "ml.p3.16xlarge",
+            "hosts": ["algo-1"]})",
+        f);
+  fclose(f);
+  EXPECT_EQ(GpuEvidence(MapEnvironment{}, root),
+            "the SageMaker instance type ml.p3.16xlarge has GPUs");
+}
+
 // Two hostNetwork pods of one node share the host name but not /dev/shm: they are two hosts (their
 // ranks cannot map each other's regions, and each has its own GPUs).
 TEST(HostIdentityTest, NameBootAndSharedMemoryMakeAHost) {
