@@ -5,7 +5,8 @@
 # made for this run, files 0600) and the manifest's volumes, its readiness port waited for, then
 # its launcher command run in a launcher container with the operator's hostfile
 # (HYDRA_HOST_FILE=/etc/mpi/hostfile, "<job>-worker-<i>.<job>.<ns>.svc:<slots>") and
-# K_MPI_JOB_ROLE=launcher. The pods' names are in /etc/hosts (the headless Service's DNS here).
+# K_MPI_JOB_ROLE=launcher, started before the workers' sshd listens. The pods' names are in
+# /etc/hosts (the headless Service's DNS here).
 # Only the config and the data folder of the launcher command are the test's (a tiny MLP job
 # instead of ResNet-50 on ImageNet), and one slot per worker (no GPUs); the program, hvxrun, the
 # checkpoint folder and everything else are the manifest's. Then:
@@ -92,6 +93,27 @@ for m in "${WORKER_MOUNTS[@]}"; do
 done
 pod_mounts+=(-v "$T/secret:/root/.ssh:ro")
 
+# ---- the launcher, as the manifest's launcher command (the test's config and data folder)
+cmd=("${LAUNCHER_CMD[@]}")
+cmd[config_arg]=--config=tiny.pbtxt
+cmd[data_arg]=--data_dir=$data_mount/tiny
+launcher() {  # launcher NAME: runs the launcher pod to its end; output in $T/NAME.{out,err}, status in $rc
+    podman run --name "hvxct-$1" --hostname "$job-launcher" --network "$podman_net" --ip "$subnet.10" \
+        "${hosts[@]}" "${pod_mounts[@]}" -v "$T/etc-mpi:/etc/mpi:ro" \
+        -e K_MPI_JOB_ROLE=launcher -e HYDRA_HOST_FILE=/etc/mpi/hostfile \
+        -e HYDRA_LAUNCH_EXTRA_ARGS="-o ConnectionAttempts=10" \
+        --entrypoint "${cmd[0]}" "$image" "${cmd[@]:1}" >"$T/$1.out" 2>"$T/$1.err" </dev/null
+    rc=$?
+    echo "$rc" >"$T/$1.rc"
+    podman rm -f "hvxct-$1" >/dev/null 2>&1
+}
+show() { echo "--- $1 stdout"; tail -n 20 "$T/$1.out"; echo "--- $1 stderr"; tail -n 40 "$T/$1.err"; }
+# The first launcher starts before any worker's sshd listens (a worker rescheduled, or an image
+# still being pulled): hvxrun waits for them (--host-wait) instead of failing.
+launcher launch1 &
+launcher_pid=$!
+sleep 3
+
 # ---- the workers, as the manifest's worker command
 for ((w = 0; w < WORKERS; w++)); do
     podman run -d --name "hvxct-worker-$w" --hostname "$job-worker-$w" --network "$podman_net" \
@@ -110,22 +132,11 @@ done
 [[ $ready == "$WORKERS" ]]; check "the workers are Ready: their port $READY_PORT answers ($ready of $WORKERS)" $?
 ((failures == 0)) || { for ((w = 0; w < WORKERS; w++)); do podman logs "hvxct-worker-$w" 2>&1 | tail -5; done; exit 1; }
 
-# ---- the launcher, as the manifest's launcher command (the test's config and data folder)
-cmd=("${LAUNCHER_CMD[@]}")
-cmd[config_arg]=--config=tiny.pbtxt
-cmd[data_arg]=--data_dir=$data_mount/tiny
-launcher() {  # launcher NAME: runs the launcher pod to its end; output in $T/NAME.{out,err}, status in $rc
-    podman run --name "hvxct-$1" --hostname "$job-launcher" --network "$podman_net" --ip "$subnet.10" \
-        "${hosts[@]}" "${pod_mounts[@]}" -v "$T/etc-mpi:/etc/mpi:ro" \
-        -e K_MPI_JOB_ROLE=launcher -e HYDRA_HOST_FILE=/etc/mpi/hostfile \
-        -e HYDRA_LAUNCH_EXTRA_ARGS="-o ConnectionAttempts=10" \
-        --entrypoint "${cmd[0]}" "$image" "${cmd[@]:1}" >"$T/$1.out" 2>"$T/$1.err" </dev/null
-    rc=$?
-    podman rm -f "hvxct-$1" >/dev/null 2>&1
-}
-show() { echo "--- $1 stdout"; tail -n 20 "$T/$1.out"; echo "--- $1 stderr"; tail -n 40 "$T/$1.err"; }
-launcher launch1
-check "the launcher exits 0 (rc $rc)" $rc
+wait "$launcher_pid"
+rc=$(cat "$T/launch1.rc")
+check "the launcher, started before the workers, exits 0 (rc $rc)" $rc
+grep -qE '^hvxrun: waiting up to [0-9]+ s \(--host-wait\) for hosts to answer the remote shell' "$T/launch1.err"
+check "it waited for the workers' sshd, saying so" $?
 grep -q "^\[0\] .*hvx initialized: rank 0/2, local rank 0/1, cross rank 0/2, host $job-worker-0," "$T/launch1.err" &&
     grep -q "^\[1\] .*hvx initialized: rank 1/2, local rank 0/1, cross rank 1/2, host $job-worker-1," "$T/launch1.err"
 check "one rank on each worker, started by the launcher over ssh" $?
