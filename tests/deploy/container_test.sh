@@ -24,34 +24,23 @@ HVXRUN=$(readlink -f "$1") RANK=$(readlink -f "$2") TRAIN=$(readlink -f "$3") BU
 CONFIGS=$(dirname "$(readlink -f "$5")") MAKE_IDX=$(readlink -f "$6")
 export CONTAINERS_CONF
 CONTAINERS_CONF=$(readlink -f "$8")
-source "$7"  # tiny_config, audit, check
+source "$7"  # tiny_shards, audit, check
 T=${TEST_TMPDIR:-$(mktemp -d)}
 failures=0
 source "$(dirname "$(readlink -f "$0")")/podman_lib.sh"
+source "$(dirname "$(readlink -f "$0")")/sagemaker_lib.sh"
 podman_ready
 
 # ---- the image, from the recipe
 N=240
-tiny_config "$T" mlp $N 40 10 2 || { echo "FAIL: could not write the dataset"; exit 1; }
-timeout -k 5 120 "$TRAIN" --config="$T/tiny.pbtxt" --override='epochs: 1 logging { max_steps_per_epoch: 1 }' \
-    --override="checkpoint { dir: \"$T/prep-ck\" }" >"$T/prep.out" 2>&1 ||
-    { echo "FAIL: preparing shards"; tail -n 20 "$T/prep.out"; exit 1; }
+tiny_shards "$T" mlp $N 40 10 2
 mkdir -p "$T/configs"
 cp "$CONFIGS"/*.pbtxt "$T/tiny.pbtxt" "$T/configs/"  # a config of the user's, built into the image
 image=localhost/hvx-sagemaker:container-test
 build_image "$BUILD_IMAGE" "$image" "$T/configs"
 
 # ---- each instance's /opt/ml, as SageMaker writes it
-for h in algo-1 algo-2; do
-    ml=$T/$h/ml
-    mkdir -p "$ml/input/config" "$ml/input/data/training" "$ml/model" "$ml/checkpoints" "$ml/output"
-    cp "$T"/shards/* "$ml/input/data/training/"  # a FullyReplicated channel: every host has it all
-    printf '{"current_host": "%s", "current_instance_type": "ml.c5.xlarge", "current_group_name": "homogeneousCluster", "hosts": ["algo-1", "algo-2"], "instance_groups": [{"instance_group_name": "homogeneousCluster", "instance_type": "ml.c5.xlarge", "hosts": ["algo-2", "algo-1"]}], "network_interface_name": "eth0"}\n' \
-        "$h" >"$ml/input/config/resourceconfig.json"
-    echo '{"training": {"TrainingInputMode": "File", "S3DistributionType": "FullyReplicated", "RecordWrapperType": "None"}}' \
-        >"$ml/input/config/inputdataconfig.json"
-done
-hyperparameters() { for h in algo-1 algo-2; do echo "$1" >"$T/$h/ml/input/config/hyperparameters.json"; done; }
+sagemaker_ml "$T" algo-1 algo-2
 mkdir -p "$T/log"
 
 # A network of the job's own, with fixed addresses for the names in /etc/hosts.

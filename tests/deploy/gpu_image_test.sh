@@ -19,10 +19,11 @@ cd "$(dirname "$0")/../.."
 export CONTAINERS_CONF=$PWD/tests/deploy/containers.conf
 HVXRUN=$PWD/bazel-bin/tools/hvxrun/hvxrun RANK=$PWD/bazel-bin/tools/hvxrun/hvxrun_rank
 TRAIN=$PWD/bazel-bin/tools/train/train MAKE_IDX=$PWD/tests/train/make_tiny_idx.py
-source tests/train/lib.sh  # tiny_config, check
+source tests/train/lib.sh  # tiny_shards, check
 T=$(mktemp -d)
 failures=0
 source tests/deploy/podman_lib.sh
+source tests/deploy/sagemaker_lib.sh
 HVX_TORCH_PYTHON="" podman_ready
 trap 'rm -rf "$T"; podman rm -f -t 0 hvxct-gpu >/dev/null 2>&1' EXIT
 version=$("$TRAIN" --version 2>&1) || { echo "FAIL: $TRAIN --version: $version"; exit 1; }
@@ -33,10 +34,7 @@ export HVX_TORCH_SITE
 HVX_TORCH_SITE=$("$python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 
 N=240
-tiny_config "$T" mlp $N 40 10 2 || { echo "FAIL: could not write the dataset"; exit 1; }
-timeout -k 5 120 "$TRAIN" --config="$T/tiny.pbtxt" --override='epochs: 1 logging { max_steps_per_epoch: 1 }' \
-    --override="checkpoint { dir: \"$T/prep-ck\" }" --override='device: "cpu"' >"$T/prep.out" 2>&1 ||
-    { echo "FAIL: preparing shards"; tail -n 20 "$T/prep.out"; exit 1; }
+tiny_shards "$T" mlp $N 40 10 2
 mkdir -p "$T/configs"
 cp data/*.pbtxt "$T/tiny.pbtxt" "$T/configs/"
 image=localhost/hvx-sagemaker:gpu-test
@@ -63,11 +61,9 @@ grep -qx 'NVIDIA_VISIBLE_DEVICES=all' <<<"$env" && grep -qE '^NVIDIA_DRIVER_CAPA
 check "the image asks the NVIDIA runtime for every GPU, for compute" $?
 
 # As SageMaker starts it on a GPU instance whose GPUs did not reach the container.
-ml=$T/ml
-mkdir -p "$ml/input/config" "$ml/input/data/training" "$ml/model" "$ml/output" "$ml/checkpoints"
-cp "$T"/shards/* "$ml/input/data/training/"
-echo '{"current_host": "algo-1", "hosts": ["algo-1"], "network_interface_name": "eth0"}' >"$ml/input/config/resourceconfig.json"
-echo '{"config": "tiny.pbtxt", "max_steps": "2"}' >"$ml/input/config/hyperparameters.json"
+sagemaker_ml "$T" algo-1
+ml=$T/algo-1/ml
+hyperparameters '{"config": "tiny.pbtxt", "max_steps": "2"}'
 # /dev/nvidia0 as the NVIDIA runtime adds it; no driver library comes with it.
 podman run --name hvxct-gpu --hostname algo-1 -v "$ml:/opt/ml" --device /dev/null:/dev/nvidia0 "$image" train \
     >"$T/run.out" 2>"$T/run.err" </dev/null

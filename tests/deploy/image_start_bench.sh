@@ -11,27 +11,24 @@ HVXRUN=$(readlink -f "$1") RANK=$(readlink -f "$2") TRAIN=$(readlink -f "$3") BU
 CONFIGS=$(dirname "$(readlink -f "$5")") MAKE_IDX=$(readlink -f "$6")
 export CONTAINERS_CONF
 CONTAINERS_CONF=$(readlink -f "$8")
-source "$7"  # tiny_config, check
+source "$7"  # tiny_shards, check
 runs=${9:-5}
 T=$(mktemp -d)
 failures=0
 source "$(dirname "$(readlink -f "$0")")/podman_lib.sh"
+source "$(dirname "$(readlink -f "$0")")/sagemaker_lib.sh"
 podman_ready
 trap 'rm -rf "$T"' EXIT
 
 N=2400
-tiny_config "$T" mlp $N 40 10 2 || { echo "could not write the dataset"; exit 1; }
-timeout -k 5 120 "$TRAIN" --config="$T/tiny.pbtxt" --override='epochs: 1 logging { max_steps_per_epoch: 1 }' \
-    --override="checkpoint { dir: \"$T/prep-ck\" }" >"$T/prep.out" 2>&1 || { echo "preparing shards failed"; exit 1; }
+tiny_shards "$T" mlp $N 40 10 2
 mkdir -p "$T/configs"
 cp "$CONFIGS"/*.pbtxt "$T/tiny.pbtxt" "$T/configs/"
 image=localhost/hvx-sagemaker:bench
 build_image "$BUILD_IMAGE" "$image" "$T/configs" >/dev/null
-ml=$T/ml
-mkdir -p "$ml/input/config" "$ml/input/data/training"
-cp "$T"/shards/* "$ml/input/data/training/"
-echo '{"current_host": "algo-1", "hosts": ["algo-1"], "network_interface_name": "eth0"}' >"$ml/input/config/resourceconfig.json"
-echo '{"config": "tiny.pbtxt", "max_steps": "3"}' >"$ml/input/config/hyperparameters.json"
+sagemaker_ml "$T" algo-1
+ml=$T/algo-1/ml
+hyperparameters '{"config": "tiny.pbtxt", "max_steps": "3"}'
 
 # first_step OUT CMD...: seconds from starting CMD to the first "[0] epoch 1/... step" line in OUT.
 first_step() {
@@ -54,7 +51,7 @@ median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
 host=() container=()
 for ((r = 0; r < runs; r++)); do
-    rm -rf "$ml/checkpoints" "$ml/model" "$T/host-ck"
+    rm -rf "$ml"/checkpoints/* "$ml"/model/* "$T/host-ck"
     container+=("$(first_step "$T/c.out" podman run --rm --name hvxct-bench --hostname algo-1 \
         -v "$ml:/opt/ml" "$image" train)")
     host+=("$(first_step "$T/h.out" "$HVXRUN" -np 1 -- "$TRAIN" --config="$T/tiny.pbtxt" --max_steps=3 \

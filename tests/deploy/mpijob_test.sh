@@ -22,7 +22,7 @@ CONFIGS=$(dirname "$(readlink -f "$5")") MAKE_IDX=$(readlink -f "$6") MPIJOB=$(r
 MANIFEST_PY=$(readlink -f "${10}")
 export CONTAINERS_CONF
 CONTAINERS_CONF=$(readlink -f "$8")
-source "$7"  # tiny_config, check
+source "$7"  # tiny_shards, check
 T=${TEST_TMPDIR:-$(mktemp -d)}
 failures=0
 source "$(dirname "$(readlink -f "$0")")/podman_lib.sh"
@@ -60,10 +60,7 @@ check "mpijob.yaml: the workers mount the data ($data_mount) and the checkpoints
 
 # ---- the image the manifest names, from the recipe
 N=240
-tiny_config "$T" mlp $N 40 10 2 || { echo "FAIL: could not write the dataset"; exit 1; }
-timeout -k 5 120 "$TRAIN" --config="$T/tiny.pbtxt" --override='epochs: 1 logging { max_steps_per_epoch: 1 }' \
-    --override="checkpoint { dir: \"$T/prep-ck\" }" >"$T/prep.out" 2>&1 ||
-    { echo "FAIL: preparing shards"; tail -n 20 "$T/prep.out"; exit 1; }
+tiny_shards "$T" mlp $N 40 10 2
 mkdir -p "$T/configs"
 cp "$CONFIGS"/*.pbtxt "$T/tiny.pbtxt" "$T/configs/"  # found by name in /opt/hvx/configs
 image=localhost/hvx-sagemaker:mpijob-test

@@ -33,7 +33,8 @@ NETNS=$(readlink -f "$5") STAGE=$(readlink -f "$6") CONFIGS=$(dirname "$(readlin
 MAKE_IDX=$(readlink -f "$8") SM_VENV=$(readlink -f "${10}")
 export HVX_NETNS_PREFIX=algo- HVX_SEPARATE_BOOT_ID=1
 source "$(dirname "$NETNS")/lib.sh"
-source "$9"  # tiny_config, audit
+source "$9"  # tiny_shards, audit
+source "$(dirname "$(readlink -f "$0")")/sagemaker_lib.sh"
 T=${TEST_TMPDIR:-$(mktemp -d)}
 
 hosts_up 2
@@ -44,23 +45,11 @@ toolkit=$("$SM_VENV" bin) || { echo "FAIL: the SageMaker training toolkit is not
 HVXRUN=$HVXRUN HVXRUN_RANK=$RANK HVX_TRAIN=$TRAIN HVX_CONFIGS=$CONFIGS "$STAGE" "$T/image" >/dev/null &&
     "$T/image/opt/hvx/sagemaker/setup_ssh.sh" "$T/image" || { echo "FAIL: staging the image"; exit 1; }
 N=240
-tiny_config "$T" mlp $N 40 10 2 || { echo "FAIL: could not write the dataset"; exit 1; }
-timeout -k 5 120 "$TRAIN" --config="$T/tiny.pbtxt" --override='epochs: 1 logging { max_steps_per_epoch: 1 }' \
-    --override="checkpoint { dir: \"$T/prep-ck\" }" >"$T/prep.out" 2>&1 ||
-    { echo "FAIL: preparing shards"; tail -n 20 "$T/prep.out"; exit 1; }
+tiny_shards "$T" mlp $N 40 10 2
 cp "$T/tiny.pbtxt" "$T/image/opt/hvx/configs/"  # a config of the user's, built into the image
 
 # ---- each host's /opt/ml, as SageMaker writes it
-for h in algo-1 algo-2; do
-    ml=$T/$h/ml
-    mkdir -p "$ml/input/config" "$ml/input/data/training" "$ml/model" "$ml/checkpoints" "$ml/output"
-    cp "$T"/shards/* "$ml/input/data/training/"  # a FullyReplicated channel: every host has it all
-    printf '{"current_host": "%s", "current_instance_type": "ml.c5.xlarge", "current_group_name": "homogeneousCluster", "hosts": ["algo-1", "algo-2"], "instance_groups": [{"instance_group_name": "homogeneousCluster", "instance_type": "ml.c5.xlarge", "hosts": ["algo-2", "algo-1"]}], "network_interface_name": "eth0"}\n' \
-        "$h" >"$ml/input/config/resourceconfig.json"
-    echo '{"training": {"TrainingInputMode": "File", "S3DistributionType": "FullyReplicated", "RecordWrapperType": "None"}}' \
-        >"$ml/input/config/inputdataconfig.json"
-done
-hyperparameters() { for h in algo-1 algo-2; do echo "$1" >"$T/$h/ml/input/config/hyperparameters.json"; done; }
+sagemaker_ml "$T" algo-1 algo-2
 
 kit_args="--mpiexec $MPIEXEC --slots-per-host 2 --timeout 150 --start-timeout 30"
 # Another MPI's mpiexec, as Open MPI's in AWS's images: it answers --version as Open MPI's does

@@ -79,9 +79,7 @@ knobs=("${saved_knobs[@]}")
 # but before it is renamed into place; the directory keeps ckpt-2.pt, and a resume repeats the
 # uninterrupted run's losses from step 3 on.
 N=240
-tiny_config "$T" mlp $N 40 10 2 || { echo "FAIL: could not write the dataset"; exit 1; }
-timeout -k 5 120 "$TRAIN" --config="$T/tiny.pbtxt" --override='epochs: 1 logging { max_steps_per_epoch: 1 }' \
-    >"$T/prep.out" 2>&1 || { echo "FAIL: preparing shards"; tail -n 20 "$T/prep.out"; exit 1; }
+tiny_shards "$T" mlp $N 40 10 2
 train() {  # train CHECKPOINT_DIR HVXRUN_ARGS...
     local dir=$1
     shift

@@ -74,9 +74,7 @@ row_allreduce=$(printf '| %-11s | %-9s | %5s s | %3s |' allreduce net_cut "$s" "
 # ---- the trainer: host 2's link cut at a training step, HVX_SHUTDOWN_TIMEOUT_S left at 30 s.
 ip -n "${HVX_NETNS_PREFIX}sw" link set p2 up
 T=${TEST_TMPDIR:-$(mktemp -d)}
-tiny_config "$T" cnn 480 40 10 100 || { echo "FAIL: could not write the dataset"; exit 1; }
-timeout -k 5 120 "$TRAIN" --config="$T/tiny.pbtxt" --override='epochs: 1 logging { max_steps_per_epoch: 1 }' \
-    >"$T/prep.out" 2>&1 || { echo "FAIL: preparing shards"; tail -n 20 "$T/prep.out"; exit 1; }
+tiny_shards "$T" cnn 480 40 10 100
 launch_bg -np 4 -H hvxk1:2,hvxk2:2 --stop-timeout 5 -x HVX_COLLECTIVE_TIMEOUT_S=$TIMEOUT_S -- \
     "$TRAIN" --config="$T/tiny.pbtxt"
 for i in $(seq 600); do

@@ -23,6 +23,16 @@ threads: 1
 EOT
 }
 
+# tiny_shards DIR MODEL NUM_TRAIN NUM_TEST BATCH EPOCHS: tiny_config, then one step of $TRAIN on it,
+# which writes the shards (DIR/shards) that every later run reads; exits the test if either fails.
+tiny_shards() {
+    local dir=$1
+    tiny_config "$@" || { echo "FAIL: could not write the dataset"; exit 1; }
+    timeout -k 5 120 "$TRAIN" --config="$dir/tiny.pbtxt" --override='epochs: 1 logging { max_steps_per_epoch: 1 }' \
+        --override="checkpoint { dir: \"$dir/prep-ck\" }" >"$dir/prep.out" 2>&1 ||
+        { echo "FAIL: preparing shards"; tail -n 20 "$dir/prep.out"; exit 1; }
+}
+
 # audit SAMPLE_LOG_DIR NP EPOCHS NUM_SAMPLES: per epoch, the ranks' id sets are disjoint, cover
 # 0..NUM_SAMPLES-1 and are equal in size. Prints one line per failed check; returns their count.
 audit() {

@@ -26,10 +26,8 @@ trap '"$NETNS" down' EXIT
 "$NETNS" up 2 || { echo "FAIL: could not build the namespace hosts"; exit 1; }
 
 N=240
-tiny_config "$T" mlp $N 40 10 2 || { echo "FAIL: could not write the dataset"; exit 1; }
 # The shards are made before the launch: both hosts share this file system.
-timeout -k 5 120 "$TRAIN" --config="$T/tiny.pbtxt" --override='epochs: 1 logging { max_steps_per_epoch: 1 }' \
-    >"$T/prep.out" 2>&1 || { echo "FAIL: preparing shards"; tail -n 20 "$T/prep.out"; exit 1; }
+tiny_shards "$T" mlp $N 40 10 2
 
 timeout -k 5 200 "$NETNS" exec hvxr1 "$HVXRUN" --mpiexec "$MPIEXEC" \
     --launcher-exec "$HVX_NETNS_STATE/fakessh" --timeout 150 --start-timeout 30 \
