@@ -791,7 +791,17 @@ absl::StatusOr<bool> ResumeFromNewestCheckpoint(const CheckpointConfig& checkpoi
   return true;
 }
 
+absl::Status PrepareExportPath(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos || slash == 0) return absl::OkStatus();
+  const std::string dir = path.substr(0, slash);
+  struct stat st;
+  if (stat(dir.c_str(), &st) == 0) return absl::OkStatus();
+  return Annotate(MakeDirs(dir), absl::StrCat("the folder of the export ", path));
+}
+
 absl::Status ExportStateDict(Classifier& model, const std::string& path) {
+  HVX_RETURN_IF_ERROR(PrepareExportPath(path));
   c10::Dict<std::string, at::Tensor> weights;
   for (const auto& p : model.named_parameters()) weights.insert(p.key(), p.value().detach().cpu());
   for (const auto& b : model.named_buffers()) weights.insert(b.key(), b.value().detach().cpu());

@@ -99,6 +99,11 @@ absl::StatusOr<bool> ResumeFromNewestCheckpoint(const CheckpointConfig& checkpoi
 // checkpoints aside once.
 std::string FreshJobId(const Environment& env);
 
+// Makes the folder that `path` is written into when it is missing (MakeDirs), so that an export
+// into a new folder works and one that cannot be written fails before training, not after it.
+// An existing folder is left as it is.
+absl::Status PrepareExportPath(const std::string& path);
+
 // Writes `model`'s parameters and buffers by name (on the CPU) as a file that Python's
 // torch.load reads as a dict name -> tensor: `model.load_state_dict(torch.load(path))` for the
 // same network defined in PyTorch. Written to a temporary name, synced and renamed.

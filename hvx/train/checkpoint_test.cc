@@ -601,6 +601,19 @@ TEST(CheckpointTest, ExportModelWritesTheStateDictOfAModelThatIsNotScripted) {
   EXPECT_FALSE(Exists(ScriptedExportPath(path)));
 }
 
+// An export into a folder that does not exist yet makes it; one that cannot be made is named.
+TEST(CheckpointTest, ExportMakesItsFolder) {
+  if (Rank() != 0) return;
+  TinyNet net;
+  const std::string path = TestDir("export-new/sub") + "/model.pt";
+  ASSERT_TRUE(ExportModel(net, path).ok());
+  EXPECT_TRUE(Exists(path));
+  const absl::Status refused = PrepareExportPath("/proc/hvx-no-such/model.pt");
+  EXPECT_FALSE(refused.ok());
+  EXPECT_TRUE(absl::StrContains(refused.message(), "/proc/hvx-no-such")) << refused;
+  EXPECT_TRUE(PrepareExportPath("model.pt").ok());  // the working directory
+}
+
 // A write that fails leaves no temporary, and what a killed writer left is removed at resume once
 // it is 10 minutes old; a younger one may be another writer's in progress and stays.
 TEST(CheckpointTest, NoTemporaryIsLeftBehind) {

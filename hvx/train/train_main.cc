@@ -162,6 +162,10 @@ absl::StatusOr<int> Main(int argc, char** argv) {
     if (!path.ok()) return Annotate(path.status(), flag);
     *out = *path;
   }
+  // Before training: an export folder that cannot be made fails now, not after the last step.
+  if (!options.export_path.empty()) {
+    HVX_RETURN_IF_ERROR(Annotate(PrepareExportPath(options.export_path), "--export"));
+  }
   auto result = RunTraining(config, options);
   if (!result.ok()) {
     // No shutdown: its barrier waits for ranks that may never come (a cut link, a rank still
