@@ -5,10 +5,8 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <optional>
-#include <sstream>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -18,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "hvx/common/files.h"
 #include "hvx/common/json.h"
 #include "hvx/common/status.h"
 
@@ -120,12 +119,10 @@ std::string GpuEvidence(const Environment& env, const std::string& root) {
   // of a job has. The families with NVIDIA GPUs are ml.p<N> and ml.g<N> (p3, p4d, p5, g4dn, g5...).
   std::string type = env.Get("SM_CURRENT_INSTANCE_TYPE").value_or("");
   if (type.empty()) {
-    std::ifstream in(root + "/opt/ml/input/config/resourceconfig.json");
-    std::stringstream text;
-    text << in.rdbuf();
-    if (absl::StatusOr<Json> config = ParseJson(text.str(), "resourceconfig.json"); config.ok()) {
-      if (const Json* t = JsonMember(*config, "current_instance_type"); t && t->is_string()) {
-        type = t->get<std::string>();
+    const std::string path = root + kSageMakerResourceConfig;
+    if (absl::StatusOr<std::string> text = ReadFileFromDisk(path); text.ok()) {
+      if (auto config = ParseSageMakerResourceConfig(*text, path); config.ok()) {
+        type = config->current_instance_type;
       }
     }
   }
@@ -278,6 +275,9 @@ absl::StatusOr<SageMakerResourceConfig> ParseSageMakerResourceConfig(absl::strin
           what, ": \"network_interface_name\" is not an interface name: ", iface->dump()));
     }
     c.network_interface_name = iface->get<std::string>();
+  }
+  if (const Json* type = JsonMember(config, "current_instance_type"); type && type->is_string()) {
+    c.current_instance_type = type->get<std::string>();
   }
   return c;
 }

@@ -29,7 +29,7 @@ int CountVisibleGpus(const Environment& env, const std::string& gpu_dir = kNvidi
 // for an error message ("/proc/driver/nvidia/gpus lists 8 GPUs, /dev/nvidia0-7"), or "" when it
 // shows none. The driver's list is the host's (procfs is not the container's), so it shows GPUs
 // a container was given no access to; SageMaker's SM_NUM_GPUS counts the instance's, and its
-// instance type (SM_CURRENT_INSTANCE_TYPE, else /opt/ml/input/config/resourceconfig.json's
+// instance type (SM_CURRENT_INSTANCE_TYPE, else kSageMakerResourceConfig's
 // current_instance_type) of a GPU family (ml.p<N>, ml.g<N>) is evidence too. GPUs hidden
 // on purpose (CUDA_VISIBLE_DEVICES naming none by CountVisibleGpus's rules: empty, "NoDevFiles",
 // "-1") are none. `root`
@@ -75,16 +75,20 @@ absl::StatusOr<std::vector<int>> ExpandSlurmTasksPerNode(absl::string_view text)
 absl::StatusOr<std::vector<std::string>> ParseSageMakerHosts(absl::string_view text,
                                                              absl::string_view what = "SM_HOSTS");
 
-// What hvx reads of SageMaker's resource config (/opt/ml/input/config/resourceconfig.json, or
-// SM_RESOURCE_CONFIG): the job's hosts in order (the top-level "hosts", not an instance group's,
-// whose order differs) and this host's name ("current_host", "" when absent).
 // A network interface's name as Linux allows it here: 1 to 15 letters, digits, '.', '-', '_'.
 bool IsValidInterfaceName(absl::string_view name);
 
+// Where SageMaker puts its resource config in every container of a job.
+inline constexpr char kSageMakerResourceConfig[] = "/opt/ml/input/config/resourceconfig.json";
+
+// What hvx reads of SageMaker's resource config (kSageMakerResourceConfig, or
+// SM_RESOURCE_CONFIG): the job's hosts in order (the top-level "hosts", not an instance group's,
+// whose order differs) and this host's name ("current_host", "" when absent).
 struct SageMakerResourceConfig {
   std::vector<std::string> hosts;
   std::string current_host;
   std::string network_interface_name;  // the instance's interface between hosts ("eth0"), or ""
+  std::string current_instance_type;   // "ml.p3.16xlarge", or "" when absent or not a string
 };
 absl::StatusOr<SageMakerResourceConfig> ParseSageMakerResourceConfig(absl::string_view text,
                                                                      absl::string_view what);

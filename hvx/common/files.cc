@@ -6,6 +6,7 @@
 
 #include <cerrno>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "hvx/common/random_hex.h"
@@ -134,6 +135,32 @@ std::string DirName(absl::string_view path) {
   const size_t slash = path.rfind('/');
   if (slash == absl::string_view::npos) return "";
   return slash == 0 ? "/" : std::string(path.substr(0, slash));
+}
+
+absl::StatusOr<std::string> ReadFileFromDisk(const std::string& path) {
+  // O_NONBLOCK: opening a FIFO without a writer returns at once (and is refused below).
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("cannot read ", path));
+  absl::Cleanup closer = [fd] { close(fd); };
+  struct stat st;
+  if (fstat(fd, &st) != 0) return ErrnoToStatus(errno, absl::StrCat("cannot read ", path));
+  if (!S_ISREG(st.st_mode)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot read ", path, ": not a regular file"));
+  }
+  std::string text;
+  char buf[65536];
+  while (true) {
+    const ssize_t n = read(fd, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoToStatus(errno, absl::StrCat("cannot read ", path));
+    if (n == 0) return text;
+    text.append(buf, static_cast<size_t>(n));
+    if (text.size() > kMaxLauncherFileBytes) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot read ", path, ": larger than ", kMaxLauncherFileBytes, " bytes"));
+    }
+  }
 }
 
 std::string SelfExecutable() {

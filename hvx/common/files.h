@@ -73,6 +73,12 @@ absl::StatusOr<ReadOnlyFile> OpenReadOnly(const std::string& path, absl::string_
 // "/" for "/a", "" for "a" (the current directory).
 std::string DirName(absl::string_view path);
 
+// Reads a whole file from disk: a regular file (procfs files included) of at most
+// kMaxLauncherFileBytes. Anything else is an error at once: a FIFO planted under a name hvx
+// reads (a predictable path in /tmp) would block the read forever, a huge file fill memory.
+inline constexpr size_t kMaxLauncherFileBytes = size_t{1} << 20;
+absl::StatusOr<std::string> ReadFileFromDisk(const std::string& path);
+
 // The running executable's path (/proc/self/exe), or "" when it cannot be read.
 std::string SelfExecutable();
 

@@ -1,12 +1,10 @@
 #include "hvx/launch/cluster_env.h"
 
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 
-#include "absl/cleanup/cleanup.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -19,8 +17,6 @@
 namespace hvx {
 namespace launch {
 namespace {
-
-constexpr char kSageMakerResourceConfig[] = "/opt/ml/input/config/resourceconfig.json";
 
 absl::StatusOr<int> NonNegativeInt(absl::string_view name, absl::string_view text) {
   int v = 0;
@@ -208,32 +204,6 @@ absl::StatusOr<std::optional<ClusterHosts>> DetectHostfileVariable(const Environ
 }
 
 }  // namespace
-
-absl::StatusOr<std::string> ReadFileFromDisk(const std::string& path) {
-  // O_NONBLOCK: opening a FIFO without a writer returns at once (and is refused below).
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-  if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("cannot read ", path));
-  absl::Cleanup closer = [fd] { close(fd); };
-  struct stat st;
-  if (fstat(fd, &st) != 0) return ErrnoToStatus(errno, absl::StrCat("cannot read ", path));
-  if (!S_ISREG(st.st_mode)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot read ", path, ": not a regular file"));
-  }
-  std::string text;
-  char buf[65536];
-  while (true) {
-    const ssize_t n = read(fd, buf, sizeof(buf));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return ErrnoToStatus(errno, absl::StrCat("cannot read ", path));
-    if (n == 0) return text;
-    text.append(buf, static_cast<size_t>(n));
-    if (text.size() > kMaxLauncherFileBytes) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("cannot read ", path, ": larger than ", kMaxLauncherFileBytes, " bytes"));
-    }
-  }
-}
 
 std::optional<std::string> DetectEnclosingLauncher(const Environment& env) {
   auto shown = [&](const char* name) { return absl::StrCat(name, "=", *env.Get(name)); };

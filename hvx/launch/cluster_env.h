@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "hvx/common/env.h"
+#include "hvx/common/files.h"
 #include "hvx/launch/hosts.h"
 
 namespace hvx {
@@ -27,11 +28,7 @@ namespace launch {
 
 using FileReader = std::function<absl::StatusOr<std::string>(const std::string& path)>;
 
-// Reads a whole file from disk: a regular file (procfs files included) of at most
-// kMaxLauncherFileBytes. Anything else is an error at once: a FIFO planted under a name hvxrun
-// reads (a predictable path in /tmp) would block the read forever, a huge file fill memory.
-inline constexpr size_t kMaxLauncherFileBytes = size_t{1} << 20;
-absl::StatusOr<std::string> ReadFileFromDisk(const std::string& path);
+// The FileReader of a real job: ReadFileFromDisk (hvx/common/files.h).
 
 // When this process is already one rank of a launched job, describes the launcher and the
 // variable that shows it, e.g. "MPICH hydra (PMI_RANK=1)"; nullopt otherwise. Recognized: hvxrun
