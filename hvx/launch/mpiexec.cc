@@ -78,17 +78,17 @@ absl::StatusOr<std::string> ResolveMpiexec(const std::string& requested, const E
     names = {"mpiexec.hydra", "mpiexec.mpich", requested};
     dirs.push_back("/usr/bin");
   }
-  std::optional<std::string> on_path;  // what a shell would run for `requested`
+  std::optional<std::string> on_path;  // what a shell would run for `requested`; never MPICH's
   std::optional<std::string> unknown, open_mpi;
   for (const std::string& dir : dirs) {
     for (const std::string& name : names) {
       const std::string path = absl::StrCat(dir, "/", name);
       if (!IsExecutable(path)) continue;
-      if (name == requested && !on_path) on_path = path;
-      switch (IdentifyMpiexec(path, /*ask=*/true)) {
+      const MpiKind kind = IdentifyMpiexec(path, /*ask=*/true);
+      if (name == requested && !on_path && kind != MpiKind::kHydra) on_path = path;
+      switch (kind) {
         case MpiKind::kHydra:
-          if (note != nullptr && on_path && *on_path != path &&
-              IdentifyMpiexec(*on_path, /*ask=*/true) != MpiKind::kHydra) {
+          if (note != nullptr && on_path) {
             *note = absl::StrCat("hvxrun: running MPICH's ", path, "; the ", requested,
                                  " first on PATH, ", *on_path, ", is not MPICH's");
           }
