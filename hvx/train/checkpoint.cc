@@ -792,11 +792,9 @@ absl::StatusOr<bool> ResumeFromNewestCheckpoint(const CheckpointConfig& checkpoi
 }
 
 absl::Status PrepareExportPath(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  if (slash == std::string::npos || slash == 0) return absl::OkStatus();
-  const std::string dir = path.substr(0, slash);
+  const std::string dir = DirName(path);
   struct stat st;
-  if (stat(dir.c_str(), &st) == 0) return absl::OkStatus();
+  if (dir.empty() || stat(dir.c_str(), &st) == 0) return absl::OkStatus();
   return Annotate(MakeDirs(dir), absl::StrCat("the folder of the export ", path));
 }
 

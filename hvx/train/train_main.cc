@@ -288,14 +288,9 @@ std::string FindBundledConfigDir(const std::string& argv0, const Environment& en
     if (!found.empty()) return found;
   }
   // Installed: PREFIX/bin/NAME beside PREFIX/configs.
-  const size_t slash = executable.rfind('/');
-  if (slash != std::string::npos) {
-    const std::string bin = executable.substr(0, slash);
-    const size_t up = bin.rfind('/');
-    if (up != std::string::npos && bin.substr(up + 1) == "bin") {
-      const std::string configs = bin.substr(0, up) + "/configs";
-      if (IsDir(configs)) return configs;
-    }
+  if (const std::string bin = DirName(executable); absl::EndsWith(bin, "/bin")) {
+    const std::string configs = bin.substr(0, bin.size() - 3) + "configs";
+    if (IsDir(configs)) return configs;
   }
   return "";
 }
