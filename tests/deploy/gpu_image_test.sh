@@ -38,13 +38,7 @@ tiny_shards "$T" mlp $N 40 10 2
 mkdir -p "$T/configs"
 cp data/*.pbtxt "$T/tiny.pbtxt" "$T/configs/"
 image=localhost/hvx-sagemaker:gpu-test
-start=$(date +%s)
-HVXRUN=$HVXRUN HVXRUN_RANK=$RANK HVX_TRAIN=$TRAIN HVX_CONFIGS=$T/configs \
-    timeout -k 5 1500 examples/deploy/sagemaker/build_image.sh --gpu "$image" >"$T/build.out" 2>&1
-rc=$?
-check "the GPU image builds from the recipe (rc $rc, $(($(date +%s) - start)) s)" $rc
-[[ $rc == 0 ]] || { tail -n 30 "$T/build.out"; exit 1; }
-echo "image: $(podman image inspect --format '{{.Size}}' "$image") bytes"
+build_image examples/deploy/sagemaker/build_image.sh "$image" "$T/configs" --gpu
 
 in_image() { podman run --rm --entrypoint /bin/sh "$image" -c "$1"; }
 missing=$(in_image 'for p in hvxrun hvxrun_rank hvx-train mpiexec hydra_pmi_proxy /usr/sbin/sshd ssh; do

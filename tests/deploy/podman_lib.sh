@@ -14,13 +14,15 @@ podman_ready() {
 }
 podman_skip() { echo "SKIPPED: $*"; exit 0; }
 
-# build_image BUILD_IMAGE TAG CONFIGS_DIR: the image from the recipe, with HVXRUN, RANK, TRAIN's
-# programs and the configs in CONFIGS_DIR; exits the test when it does not build.
+# build_image BUILD_IMAGE TAG CONFIGS_DIR [--gpu]: the image from the recipe, with HVXRUN, RANK,
+# TRAIN's programs and the configs in CONFIGS_DIR; exits the test when it does not build.
 build_image() {
-    local build=$1 tag=$2 configs=$3 start rc
+    local build=$1 tag=$2 configs=$3 start rc limit=900
+    shift 3
+    [[ ${1:-} == --gpu ]] && limit=1500  # 3.6 GB of the torch wheel's libraries to stage
     start=$(date +%s)
     HVXRUN=$HVXRUN HVXRUN_RANK=$RANK HVX_TRAIN=$TRAIN HVX_CONFIGS=$configs \
-        timeout -k 5 900 "$build" "$tag" >"$T/build.out" 2>&1
+        timeout -k 5 "$limit" "$build" "$@" "$tag" >"$T/build.out" 2>&1
     rc=$?
     check "the image builds from the recipe (rc $rc, $(($(date +%s) - start)) s)" $rc
     [[ $rc == 0 ]] || { tail -n 30 "$T/build.out"; exit 1; }
