@@ -196,6 +196,7 @@ absl::StatusOr<std::optional<ClusterHosts>> DetectHostfileVariable(const Environ
     if (env.GetNonEmpty("K_MPI_JOB_ROLE") == "launcher") {
       c.source = absl::StrCat("Kubeflow MPI Operator launcher (", c.source, ")");
       c.host_wait_s = kHostsStartApartWaitS;
+      c.own_name_in_dns = true;
     }
     c.hosts = std::move(hosts);
     return c;

@@ -54,6 +54,10 @@ struct ClusterHosts {
   // and the MPI Operator its worker pods minutes apart, and with no one waiting the first ssh is
   // refused or its name does not resolve yet. 0 where every host is up when the job starts.
   double host_wait_s = 0;
+  // The Kubeflow MPI Operator's launcher: hydra's proxies on the workers connect back to this
+  // pod's own name, which the job's headless Service publishes in DNS only once the pod is Ready
+  // (its /etc/hosts has it at once). The leader waits for it in DNS before starting (InDns).
+  bool own_name_in_dns = false;
 };
 
 // Variables this host's cluster gives every rank where the job's environment does not set them:

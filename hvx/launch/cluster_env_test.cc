@@ -238,6 +238,7 @@ TEST(ClusterTest, KubeflowMpiOperator) {
   EXPECT_THAT((*c)->hosts, ElementsAre(HostSpec{"train-worker-0.train.default.svc", 2},
                                        HostSpec{"train-worker-1.train.default.svc", 2}));
   EXPECT_EQ((*c)->host_wait_s, kHostsStartApartWaitS);  // worker pods may not be up yet
+  EXPECT_TRUE((*c)->own_name_in_dns);                   // nor the launcher's own name in DNS
   auto worker = DetectClusterHosts(MapEnvironment{{"K_MPI_JOB_ROLE", "worker"}}, Files({}), 0);
   EXPECT_EQ(worker.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(absl::StrContains(worker.status().message(), "worker pod of a Kubeflow MPIJob"))

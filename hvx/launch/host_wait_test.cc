@@ -51,8 +51,9 @@ HostAnswers UpAfter(std::map<std::string, int>* refusals, std::map<std::string, 
 TEST(HostWaitTest, HostsUpAtOnceAreAskedOnceAndNothingIsSaid) {
   std::map<std::string, int> refusals, asked;
   Err err;
-  EXPECT_TRUE(
-      WaitForHosts({"a", "b"}, 10, UpAfter(&refusals, &asked), err.fd(), milliseconds(1)).ok());
+  EXPECT_TRUE(WaitForHosts({"a", "b"}, 10, UpAfter(&refusals, &asked), err.fd(), kAnswerRemoteShell,
+                           milliseconds(1))
+                  .ok());
   EXPECT_EQ(asked["a"], 1);
   EXPECT_EQ(asked["b"], 1);
   EXPECT_EQ(err.Text(), "");
@@ -61,9 +62,9 @@ TEST(HostWaitTest, HostsUpAtOnceAreAskedOnceAndNothingIsSaid) {
 TEST(HostWaitTest, WaitsForTheLateHostSayingSoOnceThenWhenItAnswered) {
   std::map<std::string, int> refusals = {{"late", 3}}, asked;
   Err err;
-  EXPECT_TRUE(
-      WaitForHosts({"early", "late"}, 10, UpAfter(&refusals, &asked), err.fd(), milliseconds(1))
-          .ok());
+  EXPECT_TRUE(WaitForHosts({"early", "late"}, 10, UpAfter(&refusals, &asked), err.fd(),
+                           kAnswerRemoteShell, milliseconds(1))
+                  .ok());
   EXPECT_EQ(asked["early"], 1);  // an answer is not asked for again
   EXPECT_EQ(asked["late"], 4);
   const std::string text = err.Text();
@@ -79,8 +80,8 @@ TEST(HostWaitTest, WaitsForTheLateHostSayingSoOnceThenWhenItAnswered) {
 TEST(HostWaitTest, AHostThatNeverAnswersFailsTheWaitNamingItAndWhy) {
   std::map<std::string, int> refusals = {{"gone", 1000000}}, asked;
   Err err;
-  const absl::Status s =
-      WaitForHosts({"up", "gone"}, 0.05, UpAfter(&refusals, &asked), err.fd(), milliseconds(5));
+  const absl::Status s = WaitForHosts({"up", "gone"}, 0.05, UpAfter(&refusals, &asked), err.fd(),
+                                      kAnswerRemoteShell, milliseconds(5));
   EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_EQ(s.message(),
             "1 of 2 hosts did not answer the remote shell within 0.05 s (--host-wait): gone (ssh: "
@@ -94,8 +95,9 @@ TEST(HostWaitTest, TheLastAskIsAtTheDeadline) {
   std::map<std::string, int> refusals = {{"b", 1000000}}, asked;
   Err err;
   const auto start = std::chrono::steady_clock::now();
-  EXPECT_FALSE(
-      WaitForHosts({"b"}, 0.2, UpAfter(&refusals, &asked), err.fd(), milliseconds(150)).ok());
+  EXPECT_FALSE(WaitForHosts({"b"}, 0.2, UpAfter(&refusals, &asked), err.fd(), kAnswerRemoteShell,
+                            milliseconds(150))
+                   .ok());
   EXPECT_GE(std::chrono::steady_clock::now() - start, milliseconds(200));
   EXPECT_EQ(asked["b"], 3);  // at 0, 150 and 200 ms
 }
@@ -103,9 +105,32 @@ TEST(HostWaitTest, TheLastAskIsAtTheDeadline) {
 TEST(HostWaitTest, NoWaitAsksOnceAndFailsAtOnce) {
   std::map<std::string, int> refusals = {{"b", 1}}, asked;
   Err err;
-  EXPECT_FALSE(
-      WaitForHosts({"b"}, 0, UpAfter(&refusals, &asked), err.fd(), milliseconds(1000)).ok());
+  EXPECT_FALSE(WaitForHosts({"b"}, 0, UpAfter(&refusals, &asked), err.fd(), kAnswerRemoteShell,
+                            milliseconds(1000))
+                   .ok());
   EXPECT_EQ(asked["b"], 1);
+}
+
+// The launcher of an MPIJob waits for its own name in DNS: the messages say what it waits for.
+TEST(HostWaitTest, SaysWhatItWaitsFor) {
+  std::map<std::string, int> refusals = {{"job-launcher", 1000000}}, asked;
+  Err err;
+  const absl::Status s = WaitForHosts({"job-launcher"}, 0.01, UpAfter(&refusals, &asked), err.fd(),
+                                      kResolveInDns, milliseconds(5));
+  EXPECT_TRUE(absl::StrContains(s.message(), "1 of 1 hosts did not resolve in DNS within 0.01 s"))
+      << s;
+  const std::string text = err.Text();
+  EXPECT_TRUE(absl::StrContains(
+      text, "hvxrun: waiting up to 0.01 s (--host-wait) for hosts to resolve in DNS: job-launcher"))
+      << text;
+}
+
+// A name no DNS server has: an error naming the resolver's answer, whatever this machine's
+// resolver is (none answering, or NXDOMAIN). RFC 6761 keeps .invalid out of every DNS.
+TEST(HostWaitTest, InDnsRefusesANameNoServerHas) {
+  const absl::Status s = InDns("hvx-host-wait-test.invalid");
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(absl::StartsWith(s.message(), "not in DNS: ")) << s;
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "hvx/common/cluster.h"
 #include "hvx/common/files.h"
 #include "hvx/common/status.h"
 #include "hvx/launch/command.h"
@@ -33,6 +34,10 @@ namespace {
 
 absl::StatusOr<int> LeadJob(const LaunchOptions& options, const Environment& env,
                             const JobSetup& setup, const HostProbe& probe) {
+  if (setup.host_wait_s > 0 && !options.dry_run && setup.own_name_in_dns) {
+    HVX_RETURN_IF_ERROR(
+        WaitForHosts({HostName()}, setup.host_wait_s, InDns, options.err_fd, kResolveInDns));
+  }
   if (setup.host_wait_s > 0 && !options.dry_run) {
     std::vector<std::string> remote;
     for (const Host& h : setup.plan.used_hosts) {

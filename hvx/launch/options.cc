@@ -336,6 +336,7 @@ absl::StatusOr<JobSetup> ResolveJob(const LaunchOptions& options, const Environm
       setup.launcher = cluster->launcher;
       setup.host_wait_s = options.host_wait_s.value_or(cluster->host_wait_s);
       setup.this_host = cluster->current_host;
+      setup.own_name_in_dns = cluster->own_name_in_dns;
       if (!cluster->is_leader) {
         setup.follower = true;
         setup.leader = cluster->hosts[0].name;

@@ -300,6 +300,19 @@ TEST(ResolveTest, HostWait) {
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(s->host_wait_s, 30);
   EXPECT_THAT(Parse({"--host-wait", "soon", "p"}).status().message(), HasSubstr("--host-wait"));
+  EXPECT_FALSE(s->own_name_in_dns);
+  // An MPIJob's launcher also waits for its own name in DNS, which its workers' proxies use.
+  s = ResolveJob(
+      *Parse({"p"}),
+      MapEnvironment{{"HYDRA_HOST_FILE", "/etc/mpi/hostfile"}, {"K_MPI_JOB_ROLE", "launcher"}},
+      [](const std::string& path) -> absl::StatusOr<std::string> {
+        if (path == "/etc/mpi/hostfile") return "w0:1\nw1:1\n";
+        return absl::NotFoundError(path);
+      },
+      Probe(0));
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_TRUE(s->own_name_in_dns);
+  EXPECT_EQ(s->host_wait_s, kHostsStartApartWaitS);
 }
 
 TEST(CommandTest, ExactMpiexecCommand) {

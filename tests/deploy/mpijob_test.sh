@@ -5,8 +5,10 @@
 # made for this run, files 0600) and the manifest's volumes, its readiness port waited for, then
 # its launcher command run in a launcher container with the operator's hostfile
 # (HYDRA_HOST_FILE=/etc/mpi/hostfile, "<job>-worker-<i>.<job>.<ns>.svc:<slots>") and
-# K_MPI_JOB_ROLE=launcher, started before the workers' sshd listens. The pods' names are in
-# /etc/hosts (the headless Service's DNS here).
+# K_MPI_JOB_ROLE=launcher, started before the workers' sshd listens and before its own name is in
+# DNS. The workers' names are in /etc/hosts; the launcher's own name is served by a DNS server
+# (dnsmasq, as the cluster's DNS publishes a pod's name once it is Ready) that learns it only
+# after the launcher has started.
 # Only the config and the data folder of the launcher command are the test's (a tiny MLP job
 # instead of ResNet-50 on ImageNet), and one slot per worker (no GPUs); the program, hvxrun, the
 # checkpoint folder and everything else are the manifest's. Then:
@@ -14,7 +16,7 @@
 #      manifest's /checkpoints/hvx-train; a second run of the launcher resumes from it;
 #   2. the workers' sshd accepts the Secret's key and refuses the key baked into the image.
 #   mpijob_test.sh HVXRUN HVXRUN_RANK TRAIN BUILD_IMAGE CONFIG MAKE_IDX TRAIN_LIB CONTAINERS_CONF MPIJOB_YAML MANIFEST_PY
-# Needs root, podman and runc; where one is missing it prints SKIPPED and passes.
+# Needs root, podman, runc and dnsmasq; where one is missing it prints SKIPPED and passes.
 set -uo pipefail
 for i in 1 2 3 4 5 6 7 8 9 10; do [[ -e ${!i} ]] || { echo "FAIL: argument $i (${!i}) does not exist"; exit 1; }; done
 HVXRUN=$(readlink -f "$1") RANK=$(readlink -f "$2") TRAIN=$(readlink -f "$3") BUILD_IMAGE=$(readlink -f "$4")
@@ -27,6 +29,7 @@ T=${TEST_TMPDIR:-$(mktemp -d)}
 failures=0
 source "$(dirname "$(readlink -f "$0")")/podman_lib.sh"
 podman_ready
+command -v dnsmasq >/dev/null || podman_skip "dnsmasq is not installed (tools/setup installs Debian's dnsmasq-base)"
 
 # ---- the manifest, parsed
 manifest=$(python3 "$MANIFEST_PY" "$MPIJOB") || { echo "FAIL: reading $MPIJOB: $manifest"; exit 1; }
@@ -74,7 +77,17 @@ cp "$T/secret/id_rsa.pub" "$T/secret/authorized_keys"
 chmod 600 "$T/secret/"*
 cp "$T"/shards/* "$T/volumes/data/tiny/"
 subnet=10.89.232
-podman_network hvx-mpijob-test $subnet
+# The cluster's DNS: dnsmasq on the network's gateway in place of podman's own (--disable-dns),
+# authoritative for cluster.local, reading the names it serves from $T/dns (read again when a file
+# appears there). The pods search their job's domain, as a Kubernetes pod with a subdomain does.
+podman_network hvx-mpijob-test $subnet --disable-dns
+domain=$job.$ns.svc.cluster.local
+mkdir -p "$T/dns"
+dnsmasq --keep-in-foreground --no-resolv --no-hosts --bind-dynamic --listen-address=$subnet.1 \
+    --local=/cluster.local/ --domain-needed --hostsdir="$T/dns" --log-queries --log-facility="$T/dnsmasq.log" \
+    --pid-file= --user=root 2>"$T/dnsmasq.err" &
+dnsmasq_pid=$!
+trap 'kill $dnsmasq_pid 2>/dev/null; podman_cleanup' EXIT
 hosts=(--add-host "$job-launcher.$job.$ns.svc:$subnet.10" --add-host "$job-launcher:$subnet.10")
 : >"$T/etc-mpi/hostfile"
 for ((w = 0; w < WORKERS; w++)); do
@@ -96,7 +109,7 @@ cmd[config_arg]=--config=tiny.pbtxt
 cmd[data_arg]=--data_dir=$data_mount/tiny
 launcher() {  # launcher NAME: runs the launcher pod to its end; output in $T/NAME.{out,err}, status in $rc
     podman run --name "hvxct-$1" --hostname "$job-launcher" --network "$podman_net" --ip "$subnet.10" \
-        "${hosts[@]}" "${pod_mounts[@]}" -v "$T/etc-mpi:/etc/mpi:ro" \
+        --dns "$subnet.1" --dns-search "$domain" "${hosts[@]}" "${pod_mounts[@]}" -v "$T/etc-mpi:/etc/mpi:ro" \
         -e K_MPI_JOB_ROLE=launcher -e HYDRA_HOST_FILE=/etc/mpi/hostfile \
         -e HYDRA_LAUNCH_EXTRA_ARGS="-o ConnectionAttempts=10" \
         --entrypoint "${cmd[0]}" "$image" "${cmd[@]:1}" >"$T/$1.out" 2>"$T/$1.err" </dev/null
@@ -109,7 +122,26 @@ show() { echo "--- $1 stdout"; tail -n 20 "$T/$1.out"; echo "--- $1 stderr"; tai
 # still being pulled): hvxrun waits for them (--host-wait) instead of failing.
 launcher launch1 &
 launcher_pid=$!
-sleep 3
+# The launcher's own name enters DNS once hvxrun has said it waits for it (the pod turned Ready).
+dns_wait='^hvxrun: waiting up to [0-9]+ s \(--host-wait\) for hosts to resolve in DNS: '"$job-launcher"' \(not in DNS: Unknown host\)'
+for ((i = 0; i < 600; i++)); do
+    grep -qE "$dns_wait" "$T/launch1.err" 2>/dev/null && break
+    kill -0 $launcher_pid 2>/dev/null || break
+    sleep 0.1
+done
+grep -qE "$dns_wait" "$T/launch1.err"
+check "the launcher waits for its own name in DNS, saying so" $?
+echo "$subnet.10 $job-launcher.$domain" >"$T/dns/launcher"
+# Then it waits for the workers, which start once it says so.
+worker_wait='^hvxrun: waiting up to [0-9]+ s \(--host-wait\) for hosts to answer the remote shell'
+for ((i = 0; i < 600; i++)); do
+    grep -qE "$worker_wait" "$T/launch1.err" 2>/dev/null && break
+    kill -0 $launcher_pid 2>/dev/null || break
+    sleep 0.1
+done
+grep -qE "^hvxrun: host $job-launcher answered after [0-9]+ s" "$T/launch1.err"
+check "it goes on once the name resolves" $?
+((failures == 0)) || { tail -n 5 "$T/launch1.err" "$T/dnsmasq.log" "$T/dnsmasq.err"; }
 
 # ---- the workers, as the manifest's worker command
 for ((w = 0; w < WORKERS; w++)); do
@@ -132,7 +164,7 @@ done
 wait "$launcher_pid"
 rc=$(cat "$T/launch1.rc")
 check "the launcher, started before the workers, exits 0 (rc $rc)" $rc
-grep -qE '^hvxrun: waiting up to [0-9]+ s \(--host-wait\) for hosts to answer the remote shell' "$T/launch1.err"
+grep -qE "$worker_wait" "$T/launch1.err"
 check "it waited for the workers' sshd, saying so" $?
 grep -q "^\[0\] .*hvx initialized: rank 0/2, local rank 0/1, cross rank 0/2, host $job-worker-0," "$T/launch1.err" &&
     grep -q "^\[1\] .*hvx initialized: rank 1/2, local rank 0/1, cross rank 1/2, host $job-worker-1," "$T/launch1.err"

@@ -29,12 +29,13 @@ build_image() {
     echo "image: $(podman image inspect --format '{{.Size}}' "$tag") bytes"
 }
 
-# podman_network NAME SUBNET(/24 prefix, "10.89.231"): a network of the test's own, removed at
-# exit together with the containers named hvxct-*.
+# podman_network NAME SUBNET(/24 prefix, "10.89.231") [ARGS...]: a network of the test's own
+# (ARGS to `podman network create`, e.g. --disable-dns), removed at exit together with the
+# containers named hvxct-*.
 podman_network() {
     podman_net=$1
     podman network rm -f "$podman_net" >/dev/null 2>&1
-    podman network create --subnet "$2.0/24" "$podman_net" >/dev/null ||
+    podman network create --subnet "$2.0/24" "${@:3}" "$podman_net" >/dev/null ||
         { echo "FAIL: podman network create $podman_net"; exit 1; }
     trap podman_cleanup EXIT
 }
