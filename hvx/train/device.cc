@@ -9,23 +9,14 @@
 #include "hvx/common/env.h"
 #include "hvx/common/status.h"
 #include "hvx/core/api.h"
+#include "hvx/nccl/gpu_backend.h"
 #include "hvx/nccl/policy.h"
 #ifdef HVX_TRAIN_GPU_BACKEND
-#include <nccl.h>
-
 #include "hvx/nccl/nccl_data_plane.h"
 #endif
 
 namespace hvx {
 namespace train {
-
-bool HasGpuBackend() {
-#ifdef HVX_TRAIN_GPU_BACKEND
-  return true;
-#else
-  return false;
-#endif
-}
 
 std::string DescribeBuild() {
   std::string line = absl::StrCat("torch ", TORCH_VERSION_MAJOR, ".", TORCH_VERSION_MINOR, ".",
@@ -38,14 +29,7 @@ std::string DescribeBuild() {
   } else {
     absl::StrAppend(&line, " for the CPU only");
   }
-#ifdef HVX_TRAIN_GPU_BACKEND
-  int nccl = 0;
-  ncclGetVersion(&nccl);  // the library loaded: MAJOR * 10000 + MINOR * 100 + PATCH
-  absl::StrAppend(&line, "; hvx with its GPU backend (--config=cuda), NCCL ", nccl / 10000, ".",
-                  nccl % 10000 / 100, ".", nccl % 100);
-#else
-  absl::StrAppend(&line, "; hvx without a GPU backend (built without --config=cuda)");
-#endif
+  absl::StrAppend(&line, "; ", nccl::DescribeGpuBackend());
   return line;
 }
 
@@ -100,7 +84,7 @@ absl::StatusOr<torch::Device> ChooseTrainingDevice(const std::string& device,
 
 absl::StatusOr<torch::Device> SelectTrainingDevice(const std::string& device) {
   DeviceFacts facts;
-  facts.gpu_backend = HasGpuBackend();
+  facts.gpu_backend = nccl::HasGpuBackend();
   facts.rank = Rank();
   facts.local_rank = LocalRank();
   facts.local_size = LocalSize();

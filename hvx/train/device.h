@@ -28,7 +28,7 @@ absl::StatusOr<torch::Device> SelectTrainingDevice(const std::string& device);
 
 // What the choice depends on, gathered by SelectTrainingDevice.
 struct DeviceFacts {
-  bool gpu_backend = false;  // HasGpuBackend()
+  bool gpu_backend = false;  // nccl::HasGpuBackend()
   bool torch_cuda = false;   // torch::cuda::is_available()
   int visible_gpus = 0;      // this host's GPUs as this process sees them
   int rank = 0;
@@ -43,12 +43,9 @@ struct DeviceFacts {
 absl::StatusOr<torch::Device> ChooseTrainingDevice(const std::string& device,
                                                    const DeviceFacts& facts);
 
-// Whether this binary links the NCCL data plane (built with --config=cuda).
-bool HasGpuBackend();
-
 // What this binary was built with, in one line: LibTorch's version and its CUDA runtime (or CPU
-// only), and whether hvx has its GPU backend with the NCCL version loaded, e.g. "torch 2.11.0 with
-// CUDA 13.0; hvx with its GPU backend (--config=cuda), NCCL 2.28.9". Needs no GPU.
+// only), and hvx's GPU backend (nccl::DescribeGpuBackend), e.g. "torch 2.11.0 with CUDA 13.0; hvx
+// with its GPU backend (--config=cuda), NCCL 2.28.9, CUDA runtime 13.0". Needs no GPU.
 std::string DescribeBuild();
 
 }  // namespace train

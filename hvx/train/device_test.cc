@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "hvx/nccl/gpu_backend.h"
 
 namespace hvx {
 namespace train {
@@ -96,7 +97,7 @@ TEST(DeviceTest, AutoOnAHostShowingGpusItCannotUseFailsSayingWhy) {
 }
 
 // What --version prints: LibTorch's version and CUDA (or none), and hvx's backend, matching
-// HasGpuBackend().
+// nccl::HasGpuBackend().
 TEST(DeviceTest, DescribeBuildNamesTorchAndTheBackend) {
   const std::string line = DescribeBuild();
   EXPECT_TRUE(absl::StartsWith(
@@ -106,7 +107,7 @@ TEST(DeviceTest, DescribeBuildNamesTorchAndTheBackend) {
               absl::StrContains(line, " for the CPU only"))
       << line;
   EXPECT_EQ(absl::StrContains(line, "; hvx with its GPU backend (--config=cuda), NCCL "),
-            HasGpuBackend())
+            nccl::HasGpuBackend())
       << line;
 }
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The SageMaker image's Dockerfile against what its programs need, without Docker (its base image
-cannot be pulled here): every shared library that hvx-train, hvxrun, hvxrun_rank, mpiexec,
+cannot be pulled here): every shared library that hvx-train, hvx_info, hvxrun, hvxrun_rank, mpiexec,
 hydra's proxy, sshd and ssh load, and every program the kit runs (mpiexec, hydra_pmi_proxy, sshd,
 ssh, ssh-keygen, python3), comes from a Debian package that the Dockerfile's `apt-get install`
 brings in (with what those packages depend on) or that debian:12 itself has (the required and

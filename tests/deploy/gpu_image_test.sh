@@ -2,15 +2,16 @@
 # The GPU image (examples/deploy/sagemaker/Dockerfile.gpu) from the programs of a --config=cuda
 # build against PyPI's CUDA torch, as build_image.sh --gpu makes it, then inside it, without a GPU:
 #   - every program the image runs finds every library it links (ldd: hvxrun, hvxrun_rank,
-#     hvx-train, mpiexec, hydra_pmi_proxy, sshd, ssh), LibTorch's and NVIDIA's from the wheel;
-#   - `hvx-train --version` reports torch with CUDA and hvx's GPU backend with NCCL;
+#     hvx-train, hvx_info, mpiexec, hydra_pmi_proxy, sshd, ssh), LibTorch's and NVIDIA's from the wheel;
+#   - `hvx-train --version` reports torch with CUDA and hvx's GPU backend with NCCL and the CUDA
+#     runtime, `hvx_info --version` the same backend;
 #   - the image asks the NVIDIA container runtime for the GPUs (NVIDIA_VISIBLE_DEVICES,
 #     NVIDIA_DRIVER_CAPABILITIES with compute);
 #   - started as SageMaker starts it (`podman run IMAGE train`) where a GPU is evident but unusable
 #     (/dev/nvidia0 without the driver's library), the job fails saying that LibTorch sees no GPU,
 #     instead of training on the CPU, and /opt/ml/output/failure says so.
 # From the workspace root, after
-#   bazel build --config=cuda --repo_env=HVX_TORCH_PYTHON=$(tools/torch_venv python) //tools/hvxrun //tools/train
+#   bazel build --config=cuda --repo_env=HVX_TORCH_PYTHON=$(tools/torch_venv python) //tools/hvxrun //tools/train //tools/hvx_info
 #   tests/deploy/gpu_image_test.sh
 # .ci/run runs it after its CUDA build. Needs root, podman and runc; where they are missing, or the
 # trainer is not a CUDA build, it prints SKIPPED and passes.
@@ -41,15 +42,18 @@ image=localhost/hvx-sagemaker:gpu-test
 build_image examples/deploy/sagemaker/build_image.sh "$image" "$T/configs" --gpu
 
 in_image() { podman run --rm --entrypoint /bin/sh "$image" -c "$1"; }
-missing=$(in_image 'for p in hvxrun hvxrun_rank hvx-train mpiexec hydra_pmi_proxy /usr/sbin/sshd ssh; do
+missing=$(in_image 'for p in hvxrun hvxrun_rank hvx-train hvx_info mpiexec hydra_pmi_proxy /usr/sbin/sshd ssh; do
     f=$(command -v "$p") || { echo "$p: not on PATH"; continue; }
     ldd "$f" 2>/dev/null | sed -n "s|^\t*\([^ ]*\) => not found|$p: \1|p"
 done' 2>&1)
 [[ -z $missing ]]
 check "every program finds every library it links ($(tr '\n' ' ' <<<"$missing"))" $?
 inside=$(in_image 'hvx-train --version' 2>&1)
-grep -qE '^hvx-train: torch [0-9.]+ with CUDA [0-9.]+; hvx with its GPU backend \(--config=cuda\), NCCL [0-9.]+$' <<<"$inside"
+grep -qE '^hvx-train: torch [0-9.]+ with CUDA [0-9.]+; hvx with its GPU backend \(--config=cuda\), NCCL [0-9.]+, CUDA runtime [0-9.]+$' <<<"$inside"
 check "hvx-train --version in the image: $inside" $?
+inside=$(in_image 'hvx_info --version' 2>&1)
+grep -qE '^hvx_info: hvx with its GPU backend \(--config=cuda\), NCCL [0-9.]+, CUDA runtime [0-9.]+$' <<<"$inside"
+check "hvx_info --version in the image: $inside" $?
 env=$(podman image inspect --format '{{range .Config.Env}}{{println .}}{{end}}' "$image")
 grep -qx 'NVIDIA_VISIBLE_DEVICES=all' <<<"$env" && grep -qE '^NVIDIA_DRIVER_CAPABILITIES=.*compute' <<<"$env"
 check "the image asks the NVIDIA runtime for every GPU, for compute" $?

@@ -15,13 +15,15 @@ podman_ready() {
 podman_skip() { echo "SKIPPED: $*"; exit 0; }
 
 # build_image BUILD_IMAGE TAG CONFIGS_DIR [--gpu]: the image from the recipe, with HVXRUN, RANK,
-# TRAIN's programs and the configs in CONFIGS_DIR; exits the test when it does not build.
+# TRAIN's programs, hvx_info and the configs in CONFIGS_DIR; exits the test when it does not build.
 build_image() {
     local build=$1 tag=$2 configs=$3 start rc limit=900
     shift 3
     [[ ${1:-} == --gpu ]] && limit=1500  # 3.6 GB of the torch wheel's libraries to stage
     start=$(date +%s)
+    # hvx_info: beside hvxrun in the build's tree (the tests' data bring it).
     HVXRUN=$HVXRUN HVXRUN_RANK=$RANK HVX_TRAIN=$TRAIN HVX_CONFIGS=$configs \
+        HVX_INFO=$(dirname "$HVXRUN")/../hvx_info/hvx_info \
         timeout -k 5 "$limit" "$build" "$@" "$tag" >"$T/build.out" 2>&1
     rc=$?
     check "the image builds from the recipe (rc $rc, $(($(date +%s) - start)) s)" $rc

@@ -5,6 +5,8 @@
 //   {"rank":0,"size":4,"local_rank":0,"local_size":2,"cross_rank":0,"cross_size":2,
 //    "homogeneous":true,"host":"a","pid":4242,"visible_gpus":0,"check":"pass"}
 //
+//   hvx_info --version   # this build's GPU backend, NCCL and CUDA runtime; no job needed
+//
 // Keys are documented in hvx/core/README.md. Exit status: 0, or 1 when Init or a check fails.
 #include <cstdio>
 #include <cstring>
@@ -12,14 +14,18 @@
 
 #include "hvx/core/api.h"
 #include "hvx/core/job_info.h"
+#include "hvx/nccl/gpu_backend.h"
 
 int main(int argc, char** argv) {
   bool check = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--check") == 0) {
       check = true;
+    } else if (std::strcmp(argv[i], "--version") == 0) {
+      std::printf("hvx_info: %s\n", hvx::nccl::DescribeGpuBackend().c_str());
+      return 0;
     } else {
-      std::fprintf(stderr, "usage: hvx_info [--check]\n");
+      std::fprintf(stderr, "usage: hvx_info [--check | --version]\n");
       return 2;
     }
   }

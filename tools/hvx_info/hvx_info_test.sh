@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# hvx_info on two ranks prints one JSON line per rank with the documented keys, and --check passes.
+# hvx_info on two ranks prints one JSON line per rank with the documented keys, and --check passes;
+# --version names the build.
 set -euo pipefail
 mpiexec=$1 info=$2
 out=$(timeout -k 5 60 "$mpiexec" -n 2 "$info" --check 2>"$TEST_TMPDIR/stderr") || {
@@ -17,4 +18,8 @@ done
 if PMI_SIZE=4 "$info" 2>"$TEST_TMPDIR/single" >/dev/null; then echo "singleton not detected"; exit 1; fi
 grep -q 'hvxrun -np 4 -H localhost:4 -- ' "$TEST_TMPDIR/single" || { cat "$TEST_TMPDIR/single"; exit 1; }
 HVX_ALLOW_SINGLETON=1 PMI_SIZE=4 "$info" | grep -q '"size":1'
+# --version: the build, with no job and whatever a launcher's variables say.
+version=$(PMI_SIZE=4 "$info" --version)
+grep -qE '^hvx_info: hvx (with its GPU backend \(--config=cuda\), NCCL [0-9.]+, CUDA runtime [0-9.]+|without a GPU backend \(built without --config=cuda\))$' <<<"$version" ||
+  { echo "--version: $version"; exit 1; }
 echo PASS

@@ -4,13 +4,13 @@
 # not in podman's storage it is made from Debian's packages with mmdebstrap, using this machine's
 # apt sources (no registry is needed), and kept as a tarball in the cache folder for the next time.
 # From the workspace root, on Debian 12 (the image has the libraries the programs were built
-# against), after `bazel build //tools/hvxrun //tools/train`:
+# against), after `bazel build //tools/hvxrun //tools/train //tools/hvx_info`:
 #   examples/deploy/sagemaker/build_image.sh [TAG]          (default TAG: localhost/hvx-sagemaker:cpu)
 # The GPU image (Dockerfile.gpu), after building with --config=cuda against PyPI's torch
 # (--repo_env=HVX_TORCH_PYTHON=$(tools/torch_venv python)):
 #   examples/deploy/sagemaker/build_image.sh --gpu [TAG]    (default TAG: localhost/hvx-sagemaker:gpu)
 # with HVX_TORCH_SITE the site-packages of that torch (default: tools/torch_venv's).
-# HVXRUN, HVXRUN_RANK, HVX_TRAIN and HVX_CONFIGS are stage.sh's. HVX_IMAGE_CACHE is where the base
+# HVXRUN, HVXRUN_RANK, HVX_TRAIN, HVX_INFO and HVX_CONFIGS are stage.sh's. HVX_IMAGE_CACHE is where the base
 # tarball is kept (default ~/.cache/hvx/images). Prints the image's id on its last line.
 # Then push it to ECR with `podman push`, or run it as SageMaker does (tests/deploy/container_test.sh).
 set -euo pipefail
