@@ -70,6 +70,7 @@ absl::StatusOr<InitOptions> InitOptions::FromEnv(const Environment& env) {
   KnobReader knobs(env);
   knobs.ReadBytes("HVX_FUSION_THRESHOLD", &o.fusion_threshold_bytes);
   knobs.Read("HVX_CYCLE_TIME_MS", &o.cycle_time_ms, 0.0, 10000.0);
+  knobs.Read("HVX_ENGINE_SCHED", &o.engine_sched);
   knobs.Read("HVX_CACHE_CAPACITY", &o.cache_capacity, 0, int64_t{1} << 20);
   knobs.Read("HVX_TIMELINE", &o.timeline_path);
   knobs.Read("HVX_STALL_CHECK_TIME_S", &o.stall_check_time_s, 0.0, kMaxSeconds);
@@ -106,6 +107,10 @@ absl::Status InitOptions::Validate() const {
     if (!(value <= kMaxSeconds))
       return absl::InvalidArgumentError(
           absl::StrCat(name, "='", value, "': must be at most ", kMaxSeconds, " seconds"));
+  }
+  if (engine_sched != "batch" && engine_sched != "normal") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("HVX_ENGINE_SCHED='", engine_sched, "': must be batch or normal"));
   }
   if (cpu_plane != "auto" && cpu_plane != "shm" && cpu_plane != "mpi") {
     return absl::InvalidArgumentError(

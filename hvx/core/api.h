@@ -49,6 +49,14 @@ struct InitOptions {
   // backs off to 5 ms (IdleCycleTime, engine.h). A submission wakes the background thread at
   // once, so this bounds idle polling, not latency.
   double cycle_time_ms = 1.0;
+  // How the background thread is scheduled while it waits for submissions (HVX_ENGINE_SCHED).
+  // "batch": Linux's SCHED_BATCH, whose wake-up does not preempt the running thread, so a thread
+  // that submits an op goes on until it waits (or its time slice ends) instead of yielding its
+  // core to the engine it woke: an async op is still in flight on the submitter's next line (a
+  // poll right after submitting sees it pending, as with Horovod). Where a core is free the engine
+  // starts at once all the same, and it works (inside a collective) under SCHED_OTHER. "normal":
+  // SCHED_OTHER throughout; a submission's wake-up may preempt the submitter on a busy core.
+  std::string engine_sched = "batch";
   // Response cache entries (HVX_CACHE_CAPACITY); 0 disables the cache and its one-allreduce fast
   // path, so every cycle gathers requests at the coordinator.
   int64_t cache_capacity = 1024;

@@ -3,12 +3,15 @@
 // (coordinator.cc), response caching, fusion planning and the data planes are their own files.
 #include "hvx/core/engine.h"
 
+#include <pthread.h>
+#include <sched.h>
 #include <sys/prctl.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -50,6 +53,23 @@ absl::Status OpState::Wait() const {
 }
 
 }  // namespace internal
+
+namespace {
+
+// Sets the calling thread's scheduling policy (SCHED_BATCH or SCHED_OTHER), warning once when
+// the system refuses.
+void SetThreadPolicy(int policy) {
+  const sched_param none{};
+  if (const int e = pthread_setschedparam(pthread_self(), policy, &none); e != 0) {
+    static std::once_flag warned;
+    std::call_once(warned, [e] {
+      HVX_LOG(WARNING) << "HVX_ENGINE_SCHED=batch: cannot change the background thread's policy ("
+                       << std::strerror(e) << ")";
+    });
+  }
+}
+
+}  // namespace
 
 absl::Duration IdleCycleTime(absl::Duration cycle, int idle_cycles) {
   constexpr int kBusyCycles = 8;
@@ -311,6 +331,8 @@ void Engine::ThreadMain() {
     absl::Duration cycle = absl::Milliseconds(options_.cycle_time_ms);
     int idle_cycles = 0;
     bool running = true;
+    const bool batch_when_idle = options_.engine_sched == "batch";
+    bool idle_batch = false;
     while (running) {
       std::vector<SetState*> sets;
       {
@@ -326,11 +348,19 @@ void Engine::ThreadMain() {
         // wait_until would take a wall-clock time.
         const absl::Duration left =
             std::max(absl::ZeroDuration(), last_cycle + cycle - MonotonicNow());
+        // Waiting for a submission, the thread is SCHED_BATCH (HVX_ENGINE_SCHED=batch): the
+        // wake-up a submission causes then does not preempt the thread that submitted, which goes
+        // on to its next line (a poll sees its op pending) until it waits or its time slice ends;
+        // on a free core the engine starts at once all the same. It works under SCHED_OTHER, so
+        // its own waits inside a collective wake it as promptly as any thread's.
+        idle_batch = batch_when_idle && left > absl::ZeroDuration() && !has_work();
+        if (idle_batch) SetThreadPolicy(SCHED_BATCH);
         cv_.wait_for(lock, absl::ToChronoNanoseconds(left), has_work);
         for (const auto& s : sets_) {
           if (s->comm != nullptr) sets.push_back(s.get());
         }
       }
+      if (idle_batch) SetThreadPolicy(SCHED_OTHER);
       const absl::Time cycle_start = MonotonicNow();
       bool idle = true;
       for (SetState* set : sets) {
