@@ -236,6 +236,21 @@ const at::Tensor& DistributedOptimizer::GradientShard(size_t index) const {
   return params_[index]->shard;
 }
 
+std::vector<at::Tensor> DistributedOptimizer::Gradients() const {
+  std::vector<at::Tensor> grads;
+  for (const auto& p : params_) {
+    const at::Tensor& g = options_.reduce_scatter ? p->shard : p->tensor.grad();
+    if (g.defined()) grads.push_back(g);
+  }
+  return grads;
+}
+
+absl::StatusOr<bool> DistributedOptimizer::AllFinite() { return TensorsAllFinite(Gradients()); }
+
+absl::StatusOr<double> DistributedOptimizer::ClipGradNorm(double max_norm) {
+  return ClipGlobalNorm(Gradients(), max_norm);
+}
+
 absl::Status DistributedOptimizer::Step(bool synchronize) {
   if (options_.reduce_scatter) {
     return absl::FailedPreconditionError(

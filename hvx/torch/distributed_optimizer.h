@@ -37,6 +37,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "hvx/core/api.h"
+#include "hvx/torch/gradient_sync.h"
 
 namespace hvx {
 
@@ -64,7 +65,7 @@ struct ShardRange {
 };
 ShardRange ShardOf(int64_t numel, int size, int rank);
 
-class DistributedOptimizer {
+class DistributedOptimizer : public GradientSync {
  public:
   // `optimizer` must outlive the returned object and own exactly the tensors in `named_parameters`
   // that require gradients. InvalidArgument for duplicate names, backward_passes_per_step < 1 or a
@@ -75,16 +76,23 @@ class DistributedOptimizer {
       const DistributedOptimizerOptions& options);
   DistributedOptimizer(const DistributedOptimizer&) = delete;
   DistributedOptimizer& operator=(const DistributedOptimizer&) = delete;
-  ~DistributedOptimizer();
+  ~DistributedOptimizer() override;
 
   // Submits the exchange of every gradient not yet submitted this step, waits for all and writes
   // the averages into the parameters' .grad(). Step() calls it; call it directly to clip or
   // inspect averaged gradients, then call Step(/*synchronize=*/false).
-  absl::Status Synchronize();
+  absl::Status Synchronize() override;
   // Synchronize() (unless told otherwise) and the wrapped optimizer's step().
-  absl::Status Step(bool synchronize = true);
+  absl::Status Step(bool synchronize = true) override;
   // Zeroes the gradients. FailedPrecondition while exchanges are in flight.
-  absl::Status ZeroGrad();
+  absl::Status ZeroGrad() override;
+
+  // The parameters' gradients (with reduce_scatter, this rank's slices of them: GradientShard).
+  std::vector<at::Tensor> Gradients() const override;
+  // Every rank holds the same averages: checked here, without communication.
+  absl::StatusOr<bool> AllFinite() override;
+  // ClipGlobalNorm of Gradients(), without communication.
+  absl::StatusOr<double> ClipGradNorm(double max_norm) override;
 
   // With reduce_scatter, after Synchronize(): this rank's ShardOf slice of the averaged flat
   // gradient of parameter `index` (in named_parameters order, those requiring gradients).

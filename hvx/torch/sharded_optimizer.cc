@@ -181,6 +181,12 @@ std::vector<at::Tensor> ShardedOptimizer::Gradients() const {
   return grads;
 }
 
+absl::StatusOr<bool> ShardedOptimizer::AllFinite() {
+  std::vector<double> bad = {TensorsAllFinite(Gradients()) ? 0.0 : 1.0};
+  HVX_RETURN_IF_ERROR(SumOverRanks(&bad, "finite"));
+  return bad[0] == 0;
+}
+
 absl::Status ShardedOptimizer::SumOverRanks(std::vector<double>* values, const std::string& name) {
   HVX_ASSIGN_OR_RETURN(
       *values, SumMetrics(std::move(*values), "zero." + name, options_.exchange.process_set));

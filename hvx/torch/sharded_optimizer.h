@@ -54,7 +54,7 @@ struct ShardedOptimizerOptions {
   DistributedOptimizerOptions exchange;
 };
 
-class ShardedOptimizer {
+class ShardedOptimizer : public GradientSync {
  public:
   // `optimizer` must own exactly the tensors of `named_parameters` that require gradients, have
   // no state yet, and outlive the result; its param groups then hold this rank's slices.
@@ -66,22 +66,24 @@ class ShardedOptimizer {
       const ShardedOptimizerOptions& options);
   ShardedOptimizer(const ShardedOptimizer&) = delete;
   ShardedOptimizer& operator=(const ShardedOptimizer&) = delete;
-  ~ShardedOptimizer();
+  ~ShardedOptimizer() override;
 
   // Releases the parameters' gradients and the slices'. FailedPrecondition while exchanges are in
   // flight.
-  absl::Status ZeroGrad();
+  absl::Status ZeroGrad() override;
   // Waits for every exchange: each slice's .grad() then holds its part of the averaged gradient.
-  absl::Status Synchronize();
+  absl::Status Synchronize() override;
   // Synchronize() (unless told otherwise), the wrapped optimizer's step on the slices, and the
   // allgather of every parameter.
-  absl::Status Step(bool synchronize = true);
+  absl::Status Step(bool synchronize = true) override;
 
   // After Synchronize(): the global L2 norm of the averaged gradients (the same on every rank);
   // when it exceeds max_norm > 0 every slice's gradient is scaled by max_norm / (norm + 1e-6).
-  absl::StatusOr<double> ClipGradNorm(double max_norm);
+  absl::StatusOr<double> ClipGradNorm(double max_norm) override;
   // After Synchronize(): the slices' gradients (this rank's parts of the averaged gradients).
-  std::vector<at::Tensor> Gradients() const;
+  std::vector<at::Tensor> Gradients() const override;
+  // After Synchronize(): whether every rank's slices are all finite (one small allreduce).
+  absl::StatusOr<bool> AllFinite() override;
   // Element-wise sum of `values` over the process set, in place (float64).
   absl::Status SumOverRanks(std::vector<double>* values, const std::string& name);
 

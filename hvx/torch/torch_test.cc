@@ -2,6 +2,8 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <functional>
+#include <limits>
 #include <string>
 
 #include "absl/strings/match.h"
@@ -9,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "hvx/core/api.h"
 #include "hvx/torch/distributed_optimizer.h"
+#include "hvx/torch/gradient_sync.h"
 #include "hvx/torch/optimizer_state.h"
 #include "hvx/torch/sharded_optimizer.h"
 #include "hvx/torch/tensor.h"
@@ -303,6 +306,85 @@ void CheckShardedEqualsReplicated(ShardStage stage, bool adam) {
 TEST(TorchTest, ShardedOptimizerStepsExactlyTheReplicatedOne) {
   for (ShardStage stage : {ShardStage::kState, ShardStage::kGradients}) {
     for (bool adam : {false, true}) CheckShardedEqualsReplicated(stage, adam);
+  }
+}
+
+// What a training step asks through GradientSync, answered alike by both optimizers: the same
+// global norm of the averaged gradients (clipped to max_norm), and whether any is inf, on every
+// rank, also when the inf reaches only one rank's slice (rank 1 puts it in fc1.weight's first
+// element, which rank 0's slice holds).
+TEST(TorchTest, BothOptimizersAnswerTheStepsQuestionsAlike) {
+  struct Case {
+    std::string name;
+    std::function<std::unique_ptr<GradientSync>(torch::optim::Optimizer&, Net&)> make;
+  };
+  const std::vector<Case> cases = {
+      {"replicated",
+       [](torch::optim::Optimizer& opt, Net& net) -> std::unique_ptr<GradientSync> {
+         auto d = DistributedOptimizer::Create(opt, net.named_parameters(), {});
+         EXPECT_TRUE(d.ok()) << d.status();
+         return d.ok() ? std::move(*d) : nullptr;
+       }},
+      {"sharded state",
+       [](torch::optim::Optimizer& opt, Net& net) -> std::unique_ptr<GradientSync> {
+         auto s = ShardedOptimizer::Create(opt, net.named_parameters(), {ShardStage::kState, {}});
+         EXPECT_TRUE(s.ok()) << s.status();
+         return s.ok() ? std::move(*s) : nullptr;
+       }},
+      {"sharded gradients",
+       [](torch::optim::Optimizer& opt, Net& net) -> std::unique_ptr<GradientSync> {
+         auto s =
+             ShardedOptimizer::Create(opt, net.named_parameters(), {ShardStage::kGradients, {}});
+         EXPECT_TRUE(s.ok()) << s.status();
+         return s.ok() ? std::move(*s) : nullptr;
+       }},
+  };
+  auto reference = SameNetEverywhere(21);
+  double expected_norm = 0;
+  {
+    std::vector<at::Tensor> average = ExpectedAverage(*reference, AllUseSide);
+    for (const auto& g : average) expected_norm += g.pow(2).sum().item<double>();
+    expected_norm = std::sqrt(expected_norm);
+  }
+  for (const Case& c : cases) {
+    for (bool poisoned : {false, true}) {
+      SCOPED_TRACE(absl::StrCat(c.name, poisoned ? ", an inf on rank 1" : ""));
+      auto net = std::make_shared<Net>();
+      {
+        torch::NoGradGuard no_grad;
+        for (size_t i = 0; i < net->parameters().size(); ++i)
+          net->parameters()[i].copy_(reference->parameters()[i]);
+      }
+      torch::optim::SGD sgd(net->parameters(), torch::optim::SGDOptions(0.1));
+      std::unique_ptr<GradientSync> sync = c.make(sgd, *net);
+      ASSERT_NE(sync, nullptr);
+      if (poisoned && Rank() == 1) {
+        net->fc1->weight.register_hook([](at::Tensor g) {
+          g = g.clone();
+          g.view({-1})[0] = std::numeric_limits<float>::infinity();
+          return g;
+        });
+      }
+      ASSERT_TRUE(sync->ZeroGrad().ok());
+      net->forward(InputFor(Rank()), true).pow(2).sum().backward();
+      ASSERT_TRUE(sync->Synchronize().ok());
+      auto finite = sync->AllFinite();
+      ASSERT_TRUE(finite.ok()) << finite.status();
+      EXPECT_EQ(*finite, !poisoned || Size() == 1);
+      if (poisoned) continue;
+      auto norm = sync->ClipGradNorm(expected_norm / 2);
+      ASSERT_TRUE(norm.ok()) << norm.status();
+      EXPECT_NEAR(*norm, expected_norm, 1e-5 * expected_norm);
+      double after = 0;
+      for (const auto& g : sync->Gradients()) after += g.pow(2).sum().item<double>();
+      auto total = SumMetrics({after}, "clipped." + c.name);
+      ASSERT_TRUE(total.ok()) << total.status();
+      // Replicated: every rank holds every gradient, so the sum over ranks counts them Size()
+      // times.
+      const double whole = c.name == "replicated" ? (*total)[0] / Size() : (*total)[0];
+      EXPECT_NEAR(std::sqrt(whole), expected_norm / 2, 1e-4 * expected_norm);
+      ASSERT_TRUE(sync->Step(/*synchronize=*/false).ok());
+    }
   }
 }
 

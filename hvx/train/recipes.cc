@@ -12,6 +12,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "hvx/torch/gradient_sync.h"
 #include "hvx/torch/optimizer_state.h"
 #include "hvx/torch/version.h"
 
@@ -159,20 +160,11 @@ std::vector<std::pair<int64_t, int64_t>> MicroBatches(int64_t rows, int64_t pass
 }
 
 double ClipGradients(torch::nn::Module& model, double max_norm) {
-  torch::NoGradGuard no_grad;
   std::vector<at::Tensor> grads;
   for (const auto& p : model.parameters()) {
     if (p.grad().defined()) grads.push_back(p.grad());
   }
-  if (grads.empty()) return 0;
-  std::vector<at::Tensor> norms;
-  for (const auto& g : grads) norms.push_back(g.norm().to(at::kDouble));
-  const double norm = torch::stack(norms).norm().item<double>();
-  if (max_norm > 0 && norm > max_norm) {
-    const double scale = max_norm / (norm + 1e-6);
-    for (auto& g : grads) g.mul_(scale);
-  }
-  return norm;
+  return ClipGlobalNorm(grads, max_norm);
 }
 
 at::Tensor TrainingLoss(const at::Tensor& logits, const at::Tensor& labels, double smoothing) {
@@ -259,20 +251,12 @@ LossScaler::LossScaler(double initial_scale, int64_t growth_interval)
   state_.emplace_back("loss_scale", torch::tensor({initial_scale, 0.0, 0.0}, torch::kFloat64));
 }
 
-bool LossScaler::AllFinite(const std::vector<at::Tensor>& grads) {
-  torch::NoGradGuard no_grad;
-  std::vector<at::Tensor> finite;
-  for (const auto& g : grads) finite.push_back(g.isfinite().all());
-  // One synchronisation for every gradient.
-  return finite.empty() || torch::stack(finite).all().item<bool>();
-}
-
 bool LossScaler::UnscaleOrSkip(torch::nn::Module& model) {
   std::vector<at::Tensor> grads;
   for (const auto& p : model.parameters()) {
     if (p.grad().defined()) grads.push_back(p.grad());
   }
-  return UnscaleOrSkip(grads, AllFinite(grads));
+  return UnscaleOrSkip(grads, TensorsAllFinite(grads));
 }
 
 bool LossScaler::UnscaleOrSkip(const std::vector<at::Tensor>& grads, bool all_finite) {

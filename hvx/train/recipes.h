@@ -142,11 +142,9 @@ class LossScaler {
   int64_t skipped_steps() const { return static_cast<int64_t>(values()[2]); }
   // True: the gradients of `model` are unscaled, step. False: some gradient is inf or NaN, skip.
   bool UnscaleOrSkip(torch::nn::Module& model);
-  // The same over `grads`, where `all_finite` is whether every gradient of the step is finite:
-  // AllFinite(grads) when this rank holds them all, its agreement over ranks when each rank holds
-  // slices (ShardedOptimizer).
+  // The same over `grads`, where `all_finite` is whether every gradient of the step is finite
+  // (GradientSync::AllFinite: on every rank, when each rank holds slices).
   bool UnscaleOrSkip(const std::vector<at::Tensor>& grads, bool all_finite);
-  static bool AllFinite(const std::vector<at::Tensor>& grads);
   // "loss_scale": float64 [scale, good steps in a row, skipped steps], for checkpoints.
   std::vector<std::pair<std::string, at::Tensor>>& state() { return state_; }
 

@@ -34,6 +34,7 @@
 #include "hvx/data/pipeline.h"
 #include "hvx/data/shard_plan.h"
 #include "hvx/torch/distributed_optimizer.h"
+#include "hvx/torch/gradient_sync.h"
 #include "hvx/torch/optimizer_state.h"
 #include "hvx/torch/sharded_optimizer.h"
 #include "hvx/torch/tensor.h"
@@ -157,12 +158,14 @@ struct Run {
   std::shared_ptr<const data::Decoder> eval_decoder;
   std::shared_ptr<Classifier> model;
   std::unique_ptr<torch::optim::Optimizer> optimizer;
-  // optimizer.shard NONE: gradients averaged, `optimizer` steps the whole parameters.
-  std::unique_ptr<DistributedOptimizer> distributed;
-  // Otherwise `optimizer` steps this rank's slices of the parameters through `sharded`, and
-  // `replicated`, the same optimizer over the whole parameters, is what checkpoints hold: state is
-  // gathered into it to save and scattered from it after loading, and dropped in between.
-  std::unique_ptr<ShardedOptimizer> sharded;
+  // How a step's gradients meet across ranks and reach `optimizer`: a DistributedOptimizer
+  // (optimizer.shard NONE: gradients averaged, `optimizer` steps the whole parameters) or a
+  // ShardedOptimizer (`optimizer` steps this rank's slices of them). The step asks only this.
+  std::unique_ptr<GradientSync> sync;
+  // With a ShardedOptimizer, that one (owned by `sync`), and `replicated`, the same optimizer over
+  // the whole parameters, which checkpoints hold: state is gathered into it to save and scattered
+  // from it after loading, and dropped in between.
+  ShardedOptimizer* sharded = nullptr;
   std::unique_ptr<torch::optim::Optimizer> replicated;
   // TrainConfig.ema_decay > 0: the parameters' moving average, what evaluation and export use.
   std::unique_ptr<WeightAverage> average;
@@ -557,11 +560,8 @@ absl::Status Checkpoint(Run& run, const TrainingPosition& pos) {
 // Loss scaling: unscales the averaged gradients, or says to skip the step (every rank alike). A
 // sharded optimizer's ranks each hold slices, so they agree on whether all are finite.
 absl::StatusOr<bool> UnscaleOrSkip(Run& run) {
-  if (!run.sharded) return run.scaler->UnscaleOrSkip(*run.model);
-  const std::vector<at::Tensor> grads = run.sharded->Gradients();
-  std::vector<double> bad = {LossScaler::AllFinite(grads) ? 0.0 : 1.0};
-  HVX_RETURN_IF_ERROR(run.sharded->SumOverRanks(&bad, "finite"));
-  return run.scaler->UnscaleOrSkip(grads, bad[0] == 0);
+  HVX_ASSIGN_OR_RETURN(const bool finite, run.sync->AllFinite());
+  return run.scaler->UnscaleOrSkip(run.sync->Gradients(), finite);
 }
 
 // One optimizer step of every rank on this rank's `batch`, at learning rate `lr`, which makes
@@ -579,7 +579,7 @@ absl::StatusOr<StepOutcome> TrainStep(Run& run, std::unique_ptr<data::Batch> bat
   // exactly what the uninterrupted run drew.
   torch::manual_seed(config.seed() * 1000003 + static_cast<uint64_t>(global_step) * 131 + Rank());
   SetLr(*run.optimizer, lr);
-  HVX_RETURN_IF_ERROR(run.sharded ? run.sharded->ZeroGrad() : run.distributed->ZeroGrad());
+  HVX_RETURN_IF_ERROR(run.sync->ZeroGrad());
   const int64_t rows = images.size(0);
   const auto parts = MicroBatches(rows, config.optimizer().backward_passes_per_step());
   StepOutcome outcome;
@@ -590,7 +590,7 @@ absl::StatusOr<StepOutcome> TrainStep(Run& run, std::unique_ptr<data::Batch> bat
     (run.scaler ? loss * run.scaler->scale() : loss).backward();
     outcome.loss += loss.item<double>();
   }
-  HVX_RETURN_IF_ERROR(run.sharded ? run.sharded->Synchronize() : run.distributed->Synchronize());
+  HVX_RETURN_IF_ERROR(run.sync->Synchronize());
   // Every rank sees the same averaged gradients, so every rank skips the same steps.
   if (run.scaler) {
     HVX_ASSIGN_OR_RETURN(const bool step, UnscaleOrSkip(run));
@@ -601,13 +601,10 @@ absl::StatusOr<StepOutcome> TrainStep(Run& run, std::unique_ptr<data::Batch> bat
   }
   // The averaged gradients are the same on every rank, so is their norm and the clipped step.
   const double max_norm = config.optimizer().clip_grad_norm();
-  if (max_norm > 0 && run.sharded) {
-    HVX_ASSIGN_OR_RETURN(outcome.grad_norm, run.sharded->ClipGradNorm(max_norm));
-  } else if (max_norm > 0) {
-    outcome.grad_norm = ClipGradients(*run.model, max_norm);
+  if (max_norm > 0) {
+    HVX_ASSIGN_OR_RETURN(outcome.grad_norm, run.sync->ClipGradNorm(max_norm));
   }
-  HVX_RETURN_IF_ERROR(run.sharded ? run.sharded->Step(/*synchronize=*/false)
-                                  : run.distributed->Step(/*synchronize=*/false));
+  HVX_RETURN_IF_ERROR(run.sync->Step(/*synchronize=*/false));
   if (run.average) run.average->Update(global_step + 1);
   return outcome;
 }
@@ -947,22 +944,24 @@ absl::StatusOr<TrainResult> RunTraining(const TrainConfig& config, const RunOpti
   HVX_ASSIGN_OR_RETURN(dopts.compression, ParseGradientCompression(config.engine().compression()));
   dopts.gradient_predivide_factor = config.engine().gradient_predivide_factor();
   if (config.optimizer().shard() == Sharding::NONE) {
-    HVX_ASSIGN_OR_RETURN(
-        run.distributed,
-        DistributedOptimizer::Create(*run.optimizer, run.model->named_parameters(), dopts));
+    HVX_ASSIGN_OR_RETURN(run.sync, DistributedOptimizer::Create(
+                                       *run.optimizer, run.model->named_parameters(), dopts));
   } else {
     HVX_ASSIGN_OR_RETURN(run.replicated, MakeOptimizer(config.optimizer(), *run.model));
     ShardedOptimizerOptions sopts;
     sopts.stage = config.optimizer().shard() == Sharding::GRADIENTS ? ShardStage::kGradients
                                                                     : ShardStage::kState;
     sopts.exchange = dopts;
-    HVX_ASSIGN_OR_RETURN(run.sharded, ShardedOptimizer::Create(
-                                          *run.optimizer, run.model->named_parameters(), sopts));
+    HVX_ASSIGN_OR_RETURN(
+        std::unique_ptr<ShardedOptimizer> sharded,
+        ShardedOptimizer::Create(*run.optimizer, run.model->named_parameters(), sopts));
+    run.sharded = sharded.get();
     if (auto* lamb = dynamic_cast<Lamb*>(run.optimizer.get())) {
-      lamb->set_norm_sum([sharded = run.sharded.get()](std::vector<double>* squares) {
+      lamb->set_norm_sum([sharded = run.sharded](std::vector<double>* squares) {
         return sharded->SumOverRanks(squares, "lamb");
       });
     }
+    run.sync = std::move(sharded);
   }
   if (Rank() == 0 && !MetricsPath(config).empty()) {
     HVX_ASSIGN_OR_RETURN(run.metrics, MetricsLog::Open(MetricsPath(config)));
