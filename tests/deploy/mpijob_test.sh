@@ -122,23 +122,23 @@ show() { echo "--- $1 stdout"; tail -n 20 "$T/$1.out"; echo "--- $1 stderr"; tai
 # still being pulled): hvxrun waits for them (--host-wait) instead of failing.
 launcher launch1 &
 launcher_pid=$!
+# said PATTERN: waits up to 60 s, while the first launcher runs, for a line of its stderr.
+said() {
+    local i
+    for ((i = 0; i < 600; i++)); do
+        grep -qE "$1" "$T/launch1.err" 2>/dev/null && return 0
+        kill -0 $launcher_pid 2>/dev/null || break
+        sleep 0.1
+    done
+    grep -qE "$1" "$T/launch1.err"
+}
 # The launcher's own name enters DNS once hvxrun has said it waits for it (the pod turned Ready).
-dns_wait='^hvxrun: waiting up to [0-9]+ s \(--host-wait\) for hosts to resolve in DNS: '"$job-launcher"' \(not in DNS: Unknown host\)'
-for ((i = 0; i < 600; i++)); do
-    grep -qE "$dns_wait" "$T/launch1.err" 2>/dev/null && break
-    kill -0 $launcher_pid 2>/dev/null || break
-    sleep 0.1
-done
-grep -qE "$dns_wait" "$T/launch1.err"
+said '^hvxrun: waiting up to [0-9]+ s \(--host-wait\) for hosts to resolve in DNS: '"$job-launcher"' \(not in DNS: Unknown host\)'
 check "the launcher waits for its own name in DNS, saying so" $?
 echo "$subnet.10 $job-launcher.$domain" >"$T/dns/launcher"
 # Then it waits for the workers, which start once it says so.
 worker_wait='^hvxrun: waiting up to [0-9]+ s \(--host-wait\) for hosts to answer the remote shell'
-for ((i = 0; i < 600; i++)); do
-    grep -qE "$worker_wait" "$T/launch1.err" 2>/dev/null && break
-    kill -0 $launcher_pid 2>/dev/null || break
-    sleep 0.1
-done
+said "$worker_wait"
 grep -qE "^hvxrun: host $job-launcher answered after [0-9]+ s" "$T/launch1.err"
 check "it goes on once the name resolves" $?
 ((failures == 0)) || { tail -n 5 "$T/launch1.err" "$T/dnsmasq.log" "$T/dnsmasq.err"; }
