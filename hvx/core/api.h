@@ -55,7 +55,8 @@ struct InitOptions {
   // core to the engine it woke: an async op is still in flight on the submitter's next line (a
   // poll right after submitting sees it pending, as with Horovod). Where a core is free the engine
   // starts at once all the same, and it works (inside a collective) under SCHED_OTHER. "normal":
-  // SCHED_OTHER throughout; a submission's wake-up may preempt the submitter on a busy core.
+  // SCHED_OTHER throughout; a submission's wake-up may preempt the submitter on a busy core. A
+  // process started under another policy (chrt) keeps it either way.
   std::string engine_sched = "batch";
   // Response cache entries (HVX_CACHE_CAPACITY); 0 disables the cache and its one-allreduce fast
   // path, so every cycle gathers requests at the coordinator.

@@ -331,7 +331,9 @@ void Engine::ThreadMain() {
     absl::Duration cycle = absl::Milliseconds(options_.cycle_time_ms);
     int idle_cycles = 0;
     bool running = true;
-    const bool batch_when_idle = options_.engine_sched == "batch";
+    // A policy the user chose for the process (chrt --idle, --fifo, ...) is left as it is.
+    const bool batch_when_idle =
+        options_.engine_sched == "batch" && sched_getscheduler(0) == SCHED_OTHER;
     bool idle_batch = false;
     while (running) {
       std::vector<SetState*> sets;

@@ -2,6 +2,9 @@
 
 #include <sys/prctl.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -34,9 +37,14 @@ namespace {
 
 absl::StatusOr<int> LeadJob(const LaunchOptions& options, const Environment& env,
                             const JobSetup& setup, const HostProbe& probe) {
-  if (setup.host_wait_s > 0 && !options.dry_run && setup.own_name_in_dns) {
-    HVX_RETURN_IF_ERROR(
-        WaitForHosts({HostName()}, setup.host_wait_s, InDns, options.err_fd, kResolveInDns));
+  // One bound for both waits: the launcher's own name in DNS, then the other hosts' remote shell.
+  double wait_s = setup.host_wait_s;
+  if (wait_s > 0 && !options.dry_run && setup.own_name_in_dns) {
+    const auto start = std::chrono::steady_clock::now();
+    HVX_RETURN_IF_ERROR(WaitForHosts({HostName()}, wait_s, InDns, options.err_fd, kResolveInDns));
+    const double waited =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    wait_s = std::max(0.0, std::ceil(wait_s - waited));
   }
   if (setup.host_wait_s > 0 && !options.dry_run) {
     std::vector<std::string> remote;
@@ -46,7 +54,7 @@ absl::StatusOr<int> LeadJob(const LaunchOptions& options, const Environment& env
     // ssh's own bound (ConnectTimeout, a name that does not resolve) decides most asks; this one
     // stops a shell that hangs after connecting.
     HVX_RETURN_IF_ERROR(WaitForHosts(
-        remote, setup.host_wait_s,
+        remote, wait_s,
         [&options](const std::string& host) {
           return RunCapture(RemoteCommand(options, host, "true"), 10).status();
         },

@@ -116,8 +116,8 @@ struct JobSetup {
   // the cluster's ClusterHosts::host_wait_s), and a follower for the leader's ranks beyond
   // --start-timeout.
   double host_wait_s = 0;
-  // The leader also waits (within host_wait_s) for its own name in DNS
-  // (ClusterHosts::own_name_in_dns).
+  // The leader first waits for its own name in DNS (ClusterHosts::own_name_in_dns); that wait and
+  // the one for the other hosts share host_wait_s.
   bool own_name_in_dns = false;
   // Variables the cluster gives every rank (ClusterRankEnvironment); -x of the same name wins.
   std::vector<std::pair<std::string, std::string>> env;

@@ -1,6 +1,5 @@
-// What this build's GPU backend is, for the programs' --version lines: one library that every
-// program running on either kind of build links (the NCCL data plane with --config=cuda, nothing
-// without), so that each says the same.
+// What this build's GPU backend is, for the programs' --version lines (hvx-train, hvx_info), so
+// that each says the same: :gpu_backend_info, which :gpu_backend links with the NCCL data plane.
 //
 //   std::printf("hvx_info: %s\n", hvx::nccl::DescribeGpuBackend().c_str());
 //   // hvx with its GPU backend (--config=cuda), NCCL 2.27.7, CUDA runtime 12.8
@@ -12,7 +11,7 @@
 namespace hvx {
 namespace nccl {
 
-// Whether this program was built with --config=cuda and links the NCCL data plane.
+// Whether this program was built with --config=cuda, where hvx has its NCCL data plane.
 bool HasGpuBackend();
 
 // The backend, with the versions of the NCCL and CUDA runtime libraries loaded (no GPU is

@@ -245,10 +245,22 @@ std::vector<at::Tensor> DistributedOptimizer::Gradients() const {
   return grads;
 }
 
-absl::StatusOr<bool> DistributedOptimizer::AllFinite() { return TensorsAllFinite(Gradients()); }
+absl::StatusOr<bool> DistributedOptimizer::AllFinite() {
+  HVX_RETURN_IF_ERROR(CheckHoldsWholeGradients("AllFinite"));
+  return TensorsAllFinite(Gradients());
+}
 
 absl::StatusOr<double> DistributedOptimizer::ClipGradNorm(double max_norm) {
+  HVX_RETURN_IF_ERROR(CheckHoldsWholeGradients("ClipGradNorm"));
   return ClipGlobalNorm(Gradients(), max_norm);
+}
+
+absl::Status DistributedOptimizer::CheckHoldsWholeGradients(const char* what) const {
+  if (!options_.reduce_scatter) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      what,
+      ": a DistributedOptimizer that reduce-scatters holds only this rank's slices; ask the "
+      "ShardedOptimizer, which agrees over ranks"));
 }
 
 absl::Status DistributedOptimizer::Step(bool synchronize) {

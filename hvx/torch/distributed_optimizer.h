@@ -89,9 +89,10 @@ class DistributedOptimizer : public GradientSync {
 
   // The parameters' gradients (with reduce_scatter, this rank's slices of them: GradientShard).
   std::vector<at::Tensor> Gradients() const override;
-  // Every rank holds the same averages: checked here, without communication.
+  // Every rank holds the same averages: checked here, without communication. With
+  // reduce_scatter a rank holds only slices: FailedPrecondition (ShardedOptimizer answers).
   absl::StatusOr<bool> AllFinite() override;
-  // ClipGlobalNorm of Gradients(), without communication.
+  // ClipGlobalNorm of Gradients(), without communication; FailedPrecondition with reduce_scatter.
   absl::StatusOr<double> ClipGradNorm(double max_norm) override;
 
   // With reduce_scatter, after Synchronize(): this rank's ShardOf slice of the averaged flat
@@ -116,6 +117,8 @@ class DistributedOptimizer : public GradientSync {
   void FinishLocked(Param& p);
   // reduce_scatter: finishes every exchange already complete (from the hooks, during backward).
   void ReleaseScatteredLocked();
+  // FailedPrecondition naming `what` with reduce_scatter, whose ranks hold different slices.
+  absl::Status CheckHoldsWholeGradients(const char* what) const;
 
   torch::optim::Optimizer& optimizer_;
   const DistributedOptimizerOptions options_;

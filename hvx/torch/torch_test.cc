@@ -388,6 +388,19 @@ TEST(TorchTest, BothOptimizersAnswerTheStepsQuestionsAlike) {
   }
 }
 
+// A DistributedOptimizer that reduce-scatters holds only this rank's slices: it does not answer
+// what every rank must answer alike (its ShardedOptimizer does).
+TEST(TorchTest, AReduceScatteringExchangeRefusesTheWholeGradientsQuestions) {
+  auto net = SameNetEverywhere(22);
+  torch::optim::SGD sgd(net->parameters(), torch::optim::SGDOptions(0.1));
+  DistributedOptimizerOptions options;
+  options.reduce_scatter = true;
+  auto d = DistributedOptimizer::Create(sgd, net->named_parameters(), options);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ((*d)->AllFinite().status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*d)->ClipGradNorm(1.0).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
 // State scattered from a replicated optimizer (a checkpoint's) continues as the replicated one
 // does; an optimizer that has state already or a tensor nobody named is refused.
 TEST(TorchTest, ShardedOptimizerTakesAReplicatedStateAndRefusesBadInput) {

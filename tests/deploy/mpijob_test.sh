@@ -141,7 +141,12 @@ worker_wait='^hvxrun: waiting up to [0-9]+ s \(--host-wait\) for hosts to answer
 said "$worker_wait"
 grep -qE "^hvxrun: host $job-launcher answered after [0-9]+ s" "$T/launch1.err"
 check "it goes on once the name resolves" $?
-((failures == 0)) || { tail -n 5 "$T/launch1.err" "$T/dnsmasq.log" "$T/dnsmasq.err"; }
+# Otherwise the launcher would wait out its --host-wait: end it and fail here.
+((failures == 0)) || {
+    tail -n 5 "$T/launch1.err" "$T/dnsmasq.log" "$T/dnsmasq.err"
+    podman rm -f -t 0 hvxct-launch1 >/dev/null 2>&1
+    exit 1
+}
 
 # ---- the workers, as the manifest's worker command
 for ((w = 0; w < WORKERS; w++)); do

@@ -21,9 +21,8 @@ build_image() {
     shift 3
     [[ ${1:-} == --gpu ]] && limit=1500  # 3.6 GB of the torch wheel's libraries to stage
     start=$(date +%s)
-    # hvx_info: beside hvxrun in the build's tree (the tests' data bring it).
+    # hvx_info: stage.sh finds it beside hvxrun in the build's tree (the tests' data bring it).
     HVXRUN=$HVXRUN HVXRUN_RANK=$RANK HVX_TRAIN=$TRAIN HVX_CONFIGS=$configs \
-        HVX_INFO=$(dirname "$HVXRUN")/../hvx_info/hvx_info \
         timeout -k 5 "$limit" "$build" "$@" "$tag" >"$T/build.out" 2>&1
     rc=$?
     check "the image builds from the recipe (rc $rc, $(($(date +%s) - start)) s)" $rc

@@ -8,7 +8,8 @@
 # From the workspace root, after `bazel build //tools/hvxrun //tools/train //tools/hvx_info`:
 #   examples/deploy/sagemaker/stage.sh build/sagemaker
 #   docker build -f examples/deploy/sagemaker/Dockerfile -t hvx-sagemaker build/sagemaker
-# HVXRUN, HVXRUN_RANK, HVX_TRAIN and HVX_INFO name the programs (default: bazel-bin's), HVX_CONFIGS the
+# HVXRUN, HVXRUN_RANK, HVX_TRAIN and HVX_INFO name the programs (default: bazel-bin's; hvx_info
+# beside HVXRUN's tools/hvxrun in its build tree), HVX_CONFIGS the
 # folder of configs (default the workspace's data/). For the GPU image (Dockerfile.gpu),
 # HVX_TORCH_SITE names the site-packages of the PyPI torch the programs were built against: its
 # torch/lib and nvidia/*/lib go to DEST/torch-site as they are (LibTorch finds the NVIDIA
@@ -22,7 +23,8 @@ src=$(cd "$kit/../../.." && pwd)
 hvxrun=${HVXRUN:-$src/bazel-bin/tools/hvxrun/hvxrun}
 rank=${HVXRUN_RANK:-$src/bazel-bin/tools/hvxrun/hvxrun_rank}
 train=${HVX_TRAIN:-$src/bazel-bin/tools/train/train}
-info=${HVX_INFO:-$src/bazel-bin/tools/hvx_info/hvx_info}
+# hvx_info: beside hvxrun in the build's tree unless named.
+info=${HVX_INFO:-$(dirname "$hvxrun")/../hvx_info/hvx_info}
 for f in "$hvxrun" "$rank" "$train" "$info"; do
     [[ -x $f ]] || { echo "stage.sh: $f is not built (bazel build //tools/hvxrun //tools/train //tools/hvx_info)" >&2; exit 1; }
 done
