@@ -80,10 +80,13 @@ check "SageMaker + --max-restarts: the leader restarted and 4 ranks ran the seco
 check "SageMaker + --max-restarts: the follower waited through the restart and ended with the job (rc=$follow_rc)" $?
 [[ $lead_rc == 0 && $follow_rc == 0 ]] || cat "$T"/hvxd1.err "$T"/hvxd2.err
 
-# ---- Kubeflow MPIJob: the launcher pod on hvxd1, two worker pods
+# ---- Kubeflow MPIJob: the launcher pod on hvxd1, two worker pods. These hosts have names in
+# /etc/hosts and no DNS server, and the workers are up: no --host-wait (mpijob_test waits, through
+# a DNS server, for the launcher's own name and the workers' sshd).
 printf 'hvxd2:2\nhvxd3:2\n' >"$T/hostfile"
 on hvxd1 "${kit[@]}" HYDRA_HOST_FILE="$T/hostfile" K_MPI_JOB_ROLE=launcher -- \
-    "$HVXRUN" --verbose --mpiexec "$MPIEXEC" --launcher-exec "$HVX_NETNS_STATE/fakessh" --timeout 60 -- "$INFO" --check
+    "$HVXRUN" --verbose --mpiexec "$MPIEXEC" --launcher-exec "$HVX_NETNS_STATE/fakessh" --timeout 60 \
+    --host-wait 0 -- "$INFO" --check
 rc=$?
 [[ $rc == 0 && $(grep -c '"check":"pass"' "$T/hvxd1.out") == 4 ]] &&
     ! grep -q '"host":"hvxd1"' "$T/hvxd1.out" && grep -q '"host":"hvxd3"' "$T/hvxd1.out"
