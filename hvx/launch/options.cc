@@ -83,7 +83,8 @@ its rank, and stops the whole job when any rank fails.
   --start-timeout S        fail when some rank has not started after S seconds (default 60)
   --host-wait S            first wait up to S seconds for every other host to answer the remote
                            shell (default 1800 on SageMaker and in an MPIJob's launcher, whose
-                           hosts start minutes apart; 0 elsewhere); a follower host waits as long
+                           hosts start minutes apart; 0 elsewhere), an MPIJob's launcher first for
+                           its own name in DNS within the same S; a follower host waits as long
                            for the leader
   --stop-timeout S         after a failure, kill what still runs after S seconds (default 10)
   --timeout S              stop the job after S seconds (default: no limit)
