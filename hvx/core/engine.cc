@@ -334,9 +334,9 @@ void Engine::ThreadMain() {
     // A policy the user chose for the process (chrt --idle, --fifo, ...) is left as it is.
     const bool batch_when_idle =
         options_.engine_sched == "batch" && sched_getscheduler(0) == SCHED_OTHER;
-    bool idle_batch = false;
     while (running) {
       std::vector<SetState*> sets;
+      bool idle_batch = false;  // this cycle's wait ran SCHED_BATCH
       {
         std::unique_lock<std::mutex> lock(mu_);
         auto has_work = [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS {

@@ -159,12 +159,21 @@ std::vector<std::pair<int64_t, int64_t>> MicroBatches(int64_t rows, int64_t pass
   return parts;
 }
 
-double ClipGradients(torch::nn::Module& model, double max_norm) {
+namespace {
+
+// The gradients of `model`'s parameters that have one.
+std::vector<at::Tensor> DefinedGradients(torch::nn::Module& model) {
   std::vector<at::Tensor> grads;
   for (const auto& p : model.parameters()) {
     if (p.grad().defined()) grads.push_back(p.grad());
   }
-  return ClipGlobalNorm(grads, max_norm);
+  return grads;
+}
+
+}  // namespace
+
+double ClipGradients(torch::nn::Module& model, double max_norm) {
+  return ClipGlobalNorm(DefinedGradients(model), max_norm);
 }
 
 at::Tensor TrainingLoss(const at::Tensor& logits, const at::Tensor& labels, double smoothing) {
@@ -252,10 +261,7 @@ LossScaler::LossScaler(double initial_scale, int64_t growth_interval)
 }
 
 bool LossScaler::UnscaleOrSkip(torch::nn::Module& model) {
-  std::vector<at::Tensor> grads;
-  for (const auto& p : model.parameters()) {
-    if (p.grad().defined()) grads.push_back(p.grad());
-  }
+  const std::vector<at::Tensor> grads = DefinedGradients(model);
   return UnscaleOrSkip(grads, TensorsAllFinite(grads));
 }
 
