@@ -9,10 +9,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -48,6 +50,21 @@ absl::StatusOr<std::unique_ptr<torch::optim::OptimizerParamState>> MapStateTenso
 absl::Status ForEachStateTensor(const torch::optim::OptimizerParamState& state,
                                 const std::function<void(const at::Tensor&)>& fn,
                                 const std::string& what);
+
+// A per-parameter state by name: its defined tensors by field ("momentum_buffer" for SGD;
+// "exp_avg", "exp_avg_sq", "max_exp_avg_sq" for Adam and AdamW) and its step count (Adam, AdamW).
+struct StateFields {
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  std::optional<int64_t> step;
+};
+// The fields of `state` (the kinds MapStateTensors knows; Unimplemented naming `what` for others).
+absl::StatusOr<StateFields> GetStateFields(const torch::optim::OptimizerParamState& state,
+                                           const std::string& what);
+// A new state of the kind `optimizer` keeps (by its first param group's options: SGD's, Adam's or
+// AdamW's) holding `fields`. InvalidArgument naming `what` for a field that kind has not;
+// Unimplemented for another kind of optimizer.
+absl::StatusOr<std::unique_ptr<torch::optim::OptimizerParamState>> MakeState(
+    const torch::optim::Optimizer& optimizer, const StateFields& fields, const std::string& what);
 
 // Bytes of every state tensor `optimizer` holds (kinds ForEachStateTensor knows).
 int64_t OptimizerStateBytes(const torch::optim::Optimizer& optimizer);

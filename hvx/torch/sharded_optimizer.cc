@@ -193,6 +193,12 @@ absl::Status ShardedOptimizer::SumOverRanks(std::vector<double>* values, const s
   return absl::OkStatus();
 }
 
+std::vector<ShardedOptimizer::SliceView> ShardedOptimizer::Slices() const {
+  std::vector<SliceView> views;
+  for (const Slice& s : slices_) views.push_back({s.name, s.parameter, s.slice, s.range});
+  return views;
+}
+
 absl::Status ShardedOptimizer::GatherState(torch::optim::Optimizer& full) {
   HVX_RETURN_IF_ERROR(CheckSameGroups(full, optimizer_));
   for (size_t g = 0; g < full.param_groups().size(); ++g) {

@@ -95,6 +95,16 @@ class ShardedOptimizer : public GradientSync {
   // become the wrapped optimizer's.
   absl::Status ScatterState(torch::optim::Optimizer& full);
 
+  // Each parameter's slice on this rank, in the order of named_parameters: the whole parameter,
+  // the tensor the wrapped optimizer steps (its state is keyed by it) and its elements.
+  struct SliceView {
+    std::string name;
+    at::Tensor parameter;
+    at::Tensor slice;
+    ShardRange range;
+  };
+  std::vector<SliceView> Slices() const;
+
   torch::optim::Optimizer& optimizer() { return optimizer_; }
   const ShardedOptimizerOptions& options() const { return options_; }
 

@@ -272,6 +272,31 @@ absl::Status BroadcastBytes(const std::string& name, std::string* bytes, int roo
   return Wait(hvx::Broadcast(name + ".bytes", payload, root_rank));
 }
 
+absl::StatusOr<std::vector<std::string>> AllgatherBytes(const std::string& name,
+                                                        const std::string& bytes) {
+  HVX_ASSIGN_OR_RETURN(
+      at::Tensor lengths,
+      Allgather(name + ".size",
+                at::full({1}, static_cast<int64_t>(bytes.size()), at::dtype(at::kLong))));
+  // A rank with nothing to say still sends one byte: the allgather of rows needs a row.
+  std::string padded = bytes.empty() ? std::string(1, '\0') : bytes;
+  at::Tensor mine = at::from_blob(padded.data(), {static_cast<int64_t>(padded.size())},
+                                  at::dtype(at::kByte));
+  HVX_ASSIGN_OR_RETURN(at::Tensor all, Allgather(name + ".bytes", mine));
+  std::vector<std::string> out;
+  const char* p = reinterpret_cast<const char*>(all.data_ptr<uint8_t>());
+  int64_t at = 0;
+  for (int64_t r = 0; r < lengths.numel(); ++r) {
+    const int64_t n = lengths[r].item<int64_t>();
+    out.emplace_back(p + at, static_cast<size_t>(n));
+    at += std::max<int64_t>(n, 1);
+  }
+  if (at != all.numel()) {
+    return absl::InternalError(absl::StrCat(name, ": gathered ", all.numel(), " bytes, not ", at));
+  }
+  return out;
+}
+
 absl::Status BroadcastOptimizerState(torch::optim::Optimizer& optimizer, int root_rank) {
   // Serializing the whole optimizer carries every kind of state (momentum buffers, Adam moments and
   // step counts) and the param-group options without knowing the optimizer's type.

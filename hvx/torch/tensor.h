@@ -70,6 +70,10 @@ absl::Status BroadcastParameters(const torch::nn::Module& module, int root_rank)
 // Copies `bytes` from root_rank to every rank (length first, then the payload).
 absl::Status BroadcastBytes(const std::string& name, std::string* bytes, int root_rank);
 
+// Every rank's `bytes`, by rank (lengths first, then one allgather of the payloads).
+absl::StatusOr<std::vector<std::string>> AllgatherBytes(const std::string& name,
+                                                        const std::string& bytes);
+
 // Every rank's optimizer takes root_rank's state (SGD momentum buffers, Adam moments and step
 // counts) and param-group options (lr, momentum, ...). Ranks must wrap the same parameter list.
 // A state that does not exist yet on root (before the first step) is cleared on every rank.

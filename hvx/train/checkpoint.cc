@@ -39,6 +39,7 @@
 #include "hvx/common/status.h"
 #include "hvx/core/api.h"
 #include "hvx/torch/tensor.h"
+#include "hvx/train/checkpoint_format.h"
 
 namespace hvx {
 namespace train {
@@ -81,12 +82,14 @@ std::vector<std::pair<int64_t, std::string>> ListCheckpoints(const std::string& 
   return found;
 }
 
-// Checkpoint files in `dir` that a load set aside as damaged ("ckpt-<step>.pt.corrupt").
+// Checkpoints in `dir` that a load set aside as damaged ("ckpt-<step>.pt.corrupt", or
+// "ckpt-<step>.corrupt" for a directory).
 std::vector<std::string> SetAsideAsCorrupt(const std::string& dir) {
   std::vector<std::string> found;
   for (const std::string& name : NamesIn(dir)) {
     absl::string_view base = name;
-    if (absl::ConsumeSuffix(&base, kCorruptSuffix) && CheckpointStep(base)) {
+    if (absl::ConsumeSuffix(&base, kCorruptSuffix) &&
+        (CheckpointStep(base) || CheckpointDirStep(base) >= 0)) {
       found.push_back(absl::StrCat(dir, "/", name));
     }
   }
@@ -94,7 +97,8 @@ std::vector<std::string> SetAsideAsCorrupt(const std::string& dir) {
   return found;
 }
 
-// Removes what writers killed before their rename left in `dir` ("ckpt-N.pt.tmp.*") once it has
+// Removes what writers killed before their rename left in `dir` ("ckpt-N.pt.tmp.*", and
+// "ckpt-N/" directories without an index) once it has
 // not been written to for kStaleTemporaryAge. A younger one may be another writer's in progress
 // (an attempt on a host cut off from this run that still runs, a second job pointed at the same
 // directory) whose rename would then fail; it is left for a later start.
@@ -102,6 +106,21 @@ constexpr absl::Duration kStaleTemporaryAge = absl::Minutes(10);
 
 void RemoveStaleTemporaries(const std::string& dir) {
   for (const std::string& name : NamesIn(dir)) {
+    if (CheckpointDirStep(name) >= 0) {
+      // A checkpoint directory without its index: a save that did not finish.
+      const std::string path = absl::StrCat(dir, "/", name);
+      struct stat st;
+      if (stat(absl::StrCat(path, "/", kIndexFileName).c_str(), &st) == 0 ||
+          lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) ||
+          absl::Now() - absl::FromTimeT(st.st_mtime) < kStaleTemporaryAge) {
+        continue;
+      }
+      const absl::Status removed = RemoveCheckpointDir(path);
+      HVX_LOG(INFO) << (removed.ok() ? "removed " + path +
+                                           ", a checkpoint an earlier attempt did not finish"
+                                     : std::string(removed.message()));
+      continue;
+    }
     if (!CheckpointStep(TempFileTarget(name))) continue;
     const std::string path = absl::StrCat(dir, "/", name);
     struct stat st;
@@ -116,34 +135,6 @@ void RemoveStaleTemporaries(const std::string& dir) {
       HVX_LOG(INFO) << "removed " << path << ", a checkpoint an earlier attempt did not finish";
     }
   }
-}
-
-// Every rank's floating-point buffers, each as [size, numel] on the CPU, in FloatBuffers order.
-// Running statistics differ between ranks (each sees its own batches); a checkpoint keeps all of
-// them so that a resumed run continues with exactly the statistics an uninterrupted run has.
-absl::StatusOr<std::vector<torch::Tensor>> GatherBuffers(Classifier& model) {
-  torch::NoGradGuard no_grad;
-  std::vector<torch::Tensor> gathered;
-  for (const auto& [name, buffer] : FloatBuffers(model)) {
-    HVX_ASSIGN_OR_RETURN(torch::Tensor all, Allgather("checkpoint.buffer." + name,
-                                                      buffer.reshape({1, -1}).contiguous()));
-    gathered.push_back(all.cpu());
-  }
-  return gathered;
-}
-
-// What a checkpoint was written for: one line per parameter and buffer of the model, in
-// named_parameters then named_buffers order, "name dtype [d0, d1, ...]".
-std::vector<std::string> Fingerprint(Classifier& model) {
-  std::vector<std::string> lines;
-  auto add = [&](const std::string& name, const torch::Tensor& t) {
-    std::ostringstream shape;
-    shape << t.sizes();
-    lines.push_back(absl::StrCat(name, " ", c10::toString(t.scalar_type()), " ", shape.str()));
-  };
-  for (const auto& item : model.named_parameters()) add(item.key(), item.value());
-  for (const auto& item : model.named_buffers()) add(item.key(), item.value());
-  return lines;
 }
 
 // Text as a checkpoint stores it: a uint8 tensor of its bytes.
@@ -188,60 +179,49 @@ torch::Tensor ReadNested(torch::serialize::InputArchive& archive, absl::string_v
 absl::Status CheckModelMatches(torch::serialize::InputArchive& archive,
                                torch::serialize::InputArchive& model_archive, Classifier& model,
                                const std::string& path) {
-  const std::vector<std::string> mine = Fingerprint(model);
-  auto refuse = [&](const std::string& what) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "checkpoint ", path, " was written for another model: ", what,
-        " (a checkpoint directory belongs to one model and config: give this run its own "
-        "checkpoint.dir, or --fresh to move the old checkpoints aside)"));
-  };
   torch::Tensor encoded;
   if (archive.try_read("fingerprint", encoded)) {
-    const std::vector<std::string> theirs = DecodeFingerprint(encoded);
-    for (size_t i = 0; i < std::max(mine.size(), theirs.size()); ++i) {
-      if (i < mine.size() && i < theirs.size() && mine[i] == theirs[i]) continue;
-      if (i >= theirs.size()) return refuse(absl::StrCat("it has no '", mine[i], "'"));
-      if (i >= mine.size()) {
-        return refuse(absl::StrCat("it has '", theirs[i], "', which this model has not"));
-      }
-      return refuse(absl::StrCat("its tensor ", i + 1, " is '", theirs[i], "', this model's '",
-                                 mine[i], "'"));
-    }
-    return absl::OkStatus();
+    return CheckFingerprint(ModelFingerprint(model), DecodeFingerprint(encoded), path);
   }
   for (const auto& item : model.named_parameters()) {
     const torch::Tensor t = ReadNested(model_archive, item.key());
-    if (!t.defined()) return refuse(absl::StrCat("it has no parameter ", item.key()));
+    if (!t.defined()) return RefuseOtherModel(path, absl::StrCat("it has no parameter ", item.key()));
     if (t.sizes() != item.value().sizes()) {
       std::ostringstream there, here;
       there << t.sizes();
       here << item.value().sizes();
-      return refuse(absl::StrCat("parameter ", item.key(), " is ", there.str(), " there, ",
-                                 here.str(), " here"));
+      return RefuseOtherModel(path, absl::StrCat("parameter ", item.key(), " is ", there.str(),
+                                                 " there, ", here.str(), " here"));
     }
   }
   return absl::OkStatus();
 }
 
-// Refuses a checkpoint written mid-epoch in another data order than this run's (checkpoint.h,
-// CheckpointExtras::data_order); at an epoch's start the order may change, which is logged.
-// Checkpoints written before the order was stored are taken as they are.
-absl::Status CheckDataOrder(torch::serialize::InputArchive& archive, const TrainingPosition& p,
-                            const std::string* mine, const std::string& path) {
+// The data order check (model_state.h) of a file that recorded its order; older files are taken
+// as they are.
+absl::Status CheckArchiveDataOrder(torch::serialize::InputArchive& archive,
+                                   const TrainingPosition& p, const std::string* mine,
+                                   const std::string& path) {
   torch::Tensor encoded;
   if (mine == nullptr || !archive.try_read("data_order", encoded)) return absl::OkStatus();
-  const std::string theirs = TensorText(encoded);
-  if (theirs == *mine) return absl::OkStatus();
-  if (p.samples_in_epoch == 0) {
-    HVX_LOG(INFO) << path << " was written at the start of epoch " << p.epoch + 1
-                  << " in the data order '" << theirs << "'; this run trains in '" << *mine << "'";
-    return absl::OkStatus();
+  return CheckDataOrder(TensorText(encoded), p, mine, path);
+}
+
+// Removes the oldest checkpoints of either format beyond c.keep() (rank 0).
+void PruneCheckpoints(const CheckpointConfig& c) {
+  std::vector<std::pair<int64_t, std::string>> all = ListCheckpoints(c.dir());
+  const auto dirs = ListCheckpointDirs(c.dir());
+  all.insert(all.end(), dirs.begin(), dirs.end());
+  std::sort(all.begin(), all.end());
+  for (size_t i = 0; i + c.keep() < all.size(); ++i) {
+    const std::string& path = all[i].second;
+    if (CheckpointDirStep(path.substr(path.rfind('/') + 1)) >= 0) {
+      const absl::Status removed = RemoveCheckpointDir(path);
+      if (!removed.ok()) HVX_LOG(WARNING) << "checkpoint.keep: " << removed.message();
+    } else {
+      unlink(path.c_str());
+    }
   }
-  return absl::FailedPreconditionError(absl::StrCat(
-      "checkpoint ", path, " was written mid-epoch ", p.epoch + 1, " (", p.samples_in_epoch,
-      " of its positions trained) in the data order '", theirs, "'; this run's is '", *mine,
-      "': resumed, the epoch would train some samples twice and others never. Resume with the "
-      "checkpoint's shuffle seed, remainder and dataset, or start over with --fresh"));
 }
 
 // Rank 0's part of SaveCheckpoint: the file, as checkpoint.h describes it. The model's buffers are
@@ -279,7 +259,7 @@ absl::Status WriteCheckpoint(const CheckpointConfig& c, Classifier& model,
     archive.write("optimizer", optimizer_archive);
     archive.write("rank_buffers", buffer_archive);
     archive.write("position", torch::tensor(EncodePosition(p), torch::kInt64));
-    archive.write("fingerprint", EncodeFingerprint(Fingerprint(model)));
+    archive.write("fingerprint", EncodeFingerprint(ModelFingerprint(model)));
     if (extras.data_order != nullptr) {
       archive.write("data_order", TextTensor(*extras.data_order));
     }
@@ -321,8 +301,7 @@ absl::Status WriteCheckpoint(const CheckpointConfig& c, Classifier& model,
   Failpoint("checkpoint");
   HVX_RETURN_IF_ERROR(CommitFile(tmp_path, final_path));
   committed = true;
-  auto all = ListCheckpoints(c.dir());
-  for (size_t i = 0; i + c.keep() < all.size(); ++i) unlink(all[i].second.c_str());
+  PruneCheckpoints(c);
   return absl::OkStatus();
 }
 
@@ -497,7 +476,7 @@ absl::Status LoadCheckpoint(const std::string& path, const torch::Device& device
     auto decoded =
         DecodePosition({position.data_ptr<int64_t>(), static_cast<size_t>(position.numel())});
     if (!decoded.ok()) return Annotate(decoded.status(), absl::StrCat("checkpoint ", path));
-    HVX_RETURN_IF_ERROR(CheckDataOrder(archive, *decoded, extras.data_order, path));
+    HVX_RETURN_IF_ERROR(CheckArchiveDataOrder(archive, *decoded, extras.data_order, path));
     model.load(model_archive);
     optimizer.load(optimizer_archive);
     *p = *decoded;
@@ -523,6 +502,7 @@ absl::Status LoadCheckpoint(const std::string& path, const torch::Device& device
 // ListCheckpoints does not look into, and returns its path, or "" when there were none.
 absl::StatusOr<std::string> MoveCheckpointsAside(const std::string& dir) {
   auto all = ListCheckpoints(dir);
+  for (auto& found : ListCheckpointDirs(dir)) all.push_back(std::move(found));
   for (std::string& corrupt : SetAsideAsCorrupt(dir)) all.emplace_back(-1, std::move(corrupt));
   if (all.empty()) return std::string();
   const std::string base = absl::StrCat(dir, "/replaced-", static_cast<int64_t>(time(nullptr)));
@@ -607,16 +587,14 @@ absl::Status ApplyFresh(const CheckpointConfig& c, const std::string& job_id) {
                              /*durable=*/true);
 }
 
-// Rank 0's part of ResumeFromNewestCheckpoint: moves the checkpoints aside when `fresh` (once per
-// job), then loads the newest one, if any, into `model` and `optimizer`, and *rank_buffers.
-ResumeNotice LoadNewestOnRank0(const CheckpointConfig& c, bool fresh,
-                               const std::string& fresh_job_id, const torch::Device& device,
+// Rank 0's part of ResumeFromNewestCheckpoint for checkpoint files, after `status` says whether
+// --fresh (`fresh`) was applied: loads the newest one, if any, into `model` and `optimizer`, and
+// *rank_buffers.
+ResumeNotice LoadNewestOnRank0(const CheckpointConfig& c, bool fresh, const torch::Device& device,
                                Classifier& model, torch::optim::Optimizer& optimizer,
                                std::vector<torch::Tensor>* rank_buffers,
                                const CheckpointExtras& extras, absl::Status* status) {
   ResumeNotice notice;
-  if (fresh) *status = ApplyFresh(c, fresh_job_id);
-  if (status->ok()) RemoveStaleTemporaries(c.dir());
   auto all = ListCheckpoints(c.dir());
   // Newest first. A file that does not load (truncated, corrupt) is moved aside as
   // "<name>.corrupt" and the next older one tried: a bad newest checkpoint must not stop every
@@ -709,26 +687,38 @@ absl::Status ShareRank0Error(const absl::Status& rank0_status) {
 
 }  // namespace
 
-std::vector<std::pair<std::string, torch::Tensor>> FloatBuffers(Classifier& model) {
-  std::vector<std::pair<std::string, torch::Tensor>> buffers;
-  for (const auto& item : model.named_buffers()) {
-    if (item.value().is_floating_point()) buffers.emplace_back(item.key(), item.value());
-  }
-  return buffers;
-}
-
 std::string CheckpointPath(const CheckpointConfig& checkpoint, int64_t global_step) {
+  if (checkpoint.format() == CheckpointConfig::SHARDED) {
+    return CheckpointDirPath(checkpoint, global_step);
+  }
   return absl::StrCat(checkpoint.dir(), "/", kCheckpointPrefix, global_step, kCheckpointSuffix);
 }
 
 absl::Status SaveCheckpoint(const CheckpointConfig& checkpoint, Classifier& model,
-                            torch::optim::Optimizer& optimizer, const TrainingPosition& position,
+                            const CheckpointOptimizer& optimizer, const TrainingPosition& position,
                             const CheckpointExtras& extras) {
   const absl::Time start = MonotonicNow();
-  HVX_ASSIGN_OR_RETURN(std::vector<torch::Tensor> rank_buffers, GatherBuffers(model));
+  if (checkpoint.format() == CheckpointConfig::SHARDED) {
+    HVX_ASSIGN_OR_RETURN(const SavedCheckpoint saved,
+                         SaveCheckpointDir(checkpoint, model, optimizer, position, extras,
+                                           [&checkpoint] { PruneCheckpoints(checkpoint); }));
+    HVX_LOG_RANK0(INFO) << absl::StrFormat(
+        "checkpoint %s: %.1f MB in %.3f s (%.1f MB written by rank 0)", saved.path,
+        saved.bytes_total / 1e6, absl::ToDoubleSeconds(MonotonicNow() - start),
+        saved.bytes_written / 1e6);
+    return absl::OkStatus();
+  }
+  // A sharded optimizer's state is gathered whole for the file, and dropped once written.
+  absl::Cleanup drop_gathered = [&optimizer] {
+    if (optimizer.sharded != nullptr) optimizer.optimizer->state().clear();
+  };
+  if (optimizer.sharded != nullptr) {
+    HVX_RETURN_IF_ERROR(optimizer.sharded->GatherState(*optimizer.optimizer));
+  }
+  HVX_ASSIGN_OR_RETURN(std::vector<torch::Tensor> rank_buffers, GatherRankBuffers(model));
   if (Rank() != 0) return absl::OkStatus();
   HVX_RETURN_IF_ERROR(
-      WriteCheckpoint(checkpoint, model, optimizer, position, rank_buffers, extras));
+      WriteCheckpoint(checkpoint, model, *optimizer.optimizer, position, rank_buffers, extras));
   // What a checkpoint costs, for choosing the interval (checkpoint.every_steps, every_seconds).
   const std::string path = CheckpointPath(checkpoint, position.global_step);
   struct stat st;
@@ -747,16 +737,49 @@ std::string FreshJobId(const Environment& env) {
 
 absl::StatusOr<bool> ResumeFromNewestCheckpoint(const CheckpointConfig& checkpoint, bool fresh,
                                                 const torch::Device& device, Classifier& model,
-                                                torch::optim::Optimizer& optimizer,
+                                                const CheckpointOptimizer& checkpoint_optimizer,
                                                 TrainingPosition* position,
                                                 const CheckpointExtras& extras,
                                                 const std::string& fresh_job_id) {
+  // Rank 0 applies --fresh and tidies, then the directories newer than the newest file are tried
+  // (every rank reads), then the files (rank 0 reads and broadcasts).
   absl::Status rank0_status;
+  std::vector<std::string> dirs;
+  if (Rank() == 0) {
+    if (fresh) rank0_status = ApplyFresh(checkpoint, fresh_job_id);
+    if (rank0_status.ok()) {
+      RemoveStaleTemporaries(checkpoint.dir());
+      const auto files = ListCheckpoints(checkpoint.dir());
+      const int64_t newest_file = files.empty() ? -1 : files.back().first;
+      for (const auto& [step, path] : ListCheckpointDirs(checkpoint.dir())) {
+        if (step > newest_file) dirs.insert(dirs.begin(), path);
+      }
+    }
+  }
+  bool damaged = false;
+  HVX_ASSIGN_OR_RETURN(const DirResume from_dir,
+                       ResumeFromCheckpointDirs(dirs, device, model, checkpoint_optimizer,
+                                                position, extras, &damaged));
+  if (from_dir.loaded) {
+    if (NamedTensors* averages = extras.averages; averages != nullptr && !from_dir.averages) {
+      HVX_LOG_RANK0(INFO) << from_dir.path
+                          << " has no moving average of the weights (written with ema_decay 0); "
+                             "the average starts from its weights";
+      torch::NoGradGuard no_grad;
+      const auto params = model.named_parameters();
+      for (auto& [name, average] : *averages) average.copy_(params[name]);
+    }
+    return true;
+  }
+  torch::optim::Optimizer& optimizer = *checkpoint_optimizer.optimizer;
   std::vector<torch::Tensor> rank_buffers;
   ResumeNotice found;
   if (Rank() == 0) {
-    found = LoadNewestOnRank0(checkpoint, fresh, fresh_job_id, device, model, optimizer,
-                              &rank_buffers, extras, &rank0_status);
+    if (rank0_status.ok()) {
+      found = LoadNewestOnRank0(checkpoint, fresh, device, model, optimizer, &rank_buffers, extras,
+                                &rank0_status);
+    }
+    if (!rank0_status.ok()) found.outcome = ResumeNotice::Outcome::kRank0Failed;
   }
   EncodedNotice encoded = EncodeNotice(found);
   TensorRef ref(DataType::kInt64, TensorShape({static_cast<int64_t>(encoded.size())}),
@@ -787,6 +810,10 @@ absl::StatusOr<bool> ResumeFromNewestCheckpoint(const CheckpointConfig& checkpoi
       const auto params = model.named_parameters();
       for (auto& [name, average] : *averages) average.copy_(params[name]);
     }
+  }
+  if (checkpoint_optimizer.sharded != nullptr) {
+    HVX_RETURN_IF_ERROR(checkpoint_optimizer.sharded->ScatterState(optimizer));
+    optimizer.state().clear();
   }
   return true;
 }
@@ -859,6 +886,10 @@ absl::StatusOr<std::string> ExportModel(Classifier& model, const std::string& pa
 
 absl::Status LoadCheckpointModel(const std::string& path, const torch::Device& device,
                                  Classifier& model, bool use_averages) {
+  struct stat st;
+  if (stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    return LoadCheckpointDirModel(path, device, model, use_averages);
+  }
   HVX_ASSIGN_OR_RETURN(const std::string bytes, ReadCheckedArchive(path));
   try {
     torch::serialize::InputArchive archive, model_archive;

@@ -1,9 +1,12 @@
-// Checkpoints of a training run: rank 0 writes them, every rank resumes from the newest one.
+// Checkpoints of a training run: written in one of two formats (checkpoint.format), every rank
+// resumes from the newest one of either.
 //
 //   HVX_ASSIGN_OR_RETURN(bool resumed, ResumeFromNewestCheckpoint(config.checkpoint(), fresh,
 //                                                                 device, model, optimizer, &pos));
 //   HVX_RETURN_IF_ERROR(SaveCheckpoint(config.checkpoint(), model, optimizer, pos));  // all ranks
 //
+// SHARDED: directories "<checkpoint.dir>/ckpt-<global step>/" that every rank writes a shard of:
+// sharded_checkpoint.h. SINGLE_FILE, the rest of this comment:
 // Files. "<checkpoint.dir>/ckpt-<global step>.pt", the newest checkpoint.keep() of them kept. Each
 // is written to a temporary name, synced and renamed, so a crash leaves the old set or the new one,
 // never a torn file under a checkpoint's name. A file is a torch::serialize archive of:
@@ -23,7 +26,7 @@
 //   "data_order"    CheckpointExtras::data_order (uint8 text), when the run gives one
 //
 // Only rank 0 reads or writes files; the others get the checkpoint by broadcast, so no file system
-// shared between hosts is needed.
+// shared between hosts is needed. checkpoint.keep counts checkpoints of both formats together.
 #ifndef HVX_TRAIN_CHECKPOINT_H_
 #define HVX_TRAIN_CHECKPOINT_H_
 
@@ -37,42 +40,35 @@
 #include "absl/status/statusor.h"
 #include "hvx/common/env.h"
 #include "hvx/train/epoch_position.h"
+#include "hvx/train/model_state.h"
 #include "hvx/train/models.h"
+#include "hvx/train/sharded_checkpoint.h"
 #include "hvx/train/train_config.pb.h"
 
 namespace hvx {
 namespace train {
 
-// Tensors by name that a checkpoint keeps beside the model.
-using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
-
-// What a run keeps beyond model, optimizer and position; null: the run has none. Every rank holds
-// the same values.
-struct CheckpointExtras {
-  NamedTensors* averages = nullptr;  // the parameters' moving average, by parameter name
-  NamedTensors* state = nullptr;     // names without dots, e.g. "loss_scale"
-  // What decides the order of an epoch's samples ("shuffle_seed 1, remainder PAD, 60000 samples
-  // in 1 file, sizes 0123456789abcdef"). Stored; a checkpoint written mid-epoch in another order
-  // is refused at resume (its position counts samples of the order it was written in: resumed in
-  // another, the epoch would train some samples twice and others never).
-  const std::string* data_order = nullptr;
-};
-
-// Writes a checkpoint of `model`, `optimizer`, `position` and `extras` into checkpoint.dir and
-// removes the oldest beyond checkpoint.keep(). Every rank calls it (each rank's buffers are
-// gathered); rank 0 writes. The live model is left as it was.
-// Where SaveCheckpoint writes the checkpoint of `global_step`: "<checkpoint.dir>/ckpt-<step>.pt".
+// Where SaveCheckpoint writes the checkpoint of `global_step`: "<checkpoint.dir>/ckpt-<step>.pt",
+// or the directory "<checkpoint.dir>/ckpt-<step>" with checkpoint.format SHARDED.
 std::string CheckpointPath(const CheckpointConfig& checkpoint, int64_t global_step);
 
+// Writes a checkpoint of `model`, `optimizer`, `position` and `extras` into checkpoint.dir in
+// checkpoint.format and removes the oldest (of either format) beyond checkpoint.keep(). Every rank
+// calls it (each rank's buffers are gathered). SINGLE_FILE: rank 0 writes, a sharded optimizer's
+// state gathered into optimizer.optimizer first; SHARDED: every rank writes
+// (sharded_checkpoint.h) and every rank returns the same status. The live model is left as it
+// was.
 absl::Status SaveCheckpoint(const CheckpointConfig& checkpoint, Classifier& model,
-                            torch::optim::Optimizer& optimizer, const TrainingPosition& position,
+                            const CheckpointOptimizer& optimizer, const TrainingPosition& position,
                             const CheckpointExtras& extras = {});
 
-// Every rank calls it. Rank 0 loads the newest checkpoint in checkpoint.dir onto `device` (after
+// Every rank calls it. The newest checkpoint in checkpoint.dir of either format is loaded (after
 // moving the existing ones into "<dir>/replaced-<unix seconds>[-N]/" when `fresh`, once per job:
 // see FreshJobId), and every rank
 // takes its model, optimizer state and position into `model`, `optimizer` and *position; when the
-// world size is the checkpoint's, each rank also takes its own BatchNorm statistics. Returns false,
+// world size is the checkpoint's, each rank also takes its own BatchNorm statistics. A directory
+// (SHARDED) is read by every rank, each reading what it needs (ResumeFromCheckpointDirs); a file,
+// by rank 0, which broadcasts it (and a sharded optimizer takes its slices of the state). Returns false,
 // changing nothing, when there is no checkpoint; every rank returns rank 0's error when it fails.
 // Every rank also takes the checkpoint's `extras` into them; averages the checkpoint does not have
 // start from the checkpoint's weights (logged), state it does not have keeps its value.
@@ -84,7 +80,7 @@ absl::Status SaveCheckpoint(const CheckpointConfig& checkpoint, Classifier& mode
 // over would lose the run. `fresh` moves the damaged ones aside too.
 absl::StatusOr<bool> ResumeFromNewestCheckpoint(const CheckpointConfig& checkpoint, bool fresh,
                                                 const torch::Device& device, Classifier& model,
-                                                torch::optim::Optimizer& optimizer,
+                                                const CheckpointOptimizer& optimizer,
                                                 TrainingPosition* position,
                                                 const CheckpointExtras& extras = {},
                                                 const std::string& fresh_job_id = "");
@@ -118,15 +114,11 @@ std::string ScriptedExportPath(const std::string& path);
 // ScriptedExportPath(path). Returns what was written, for the log.
 absl::StatusOr<std::string> ExportModel(Classifier& model, const std::string& path);
 
-// Loads the model of a checkpoint file SaveCheckpoint wrote (its BatchNorm statistics averaged
+// Loads the model of a checkpoint (file or directory) SaveCheckpoint wrote (its BatchNorm statistics averaged
 // over ranks) into `model`, on `device`; with `use_averages`, the parameters are the checkpoint's
 // moving averages (FailedPrecondition when it has none). DataLoss naming the file when it cannot.
 absl::Status LoadCheckpointModel(const std::string& path, const torch::Device& device,
                                  Classifier& model, bool use_averages = false);
-
-// The floating-point buffers of `model` (BatchNorm running statistics) by name, in a fixed order,
-// the same on every rank. The tensors share memory with the model's.
-std::vector<std::pair<std::string, torch::Tensor>> FloatBuffers(Classifier& model);
 
 }  // namespace train
 }  // namespace hvx

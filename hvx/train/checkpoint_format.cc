@@ -1,6 +1,8 @@
 #include "hvx/train/checkpoint_format.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -9,7 +11,11 @@
 #include <utility>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/strings/str_join.h"
 #include "hvx/common/failpoint.h"
 #include "hvx/common/files.h"
@@ -25,6 +31,8 @@ constexpr int kFormatVersion = 1;
 // A header larger than this is not one hvx wrote (nor any sane writer): safetensors' own limit.
 constexpr uint64_t kMaxHeaderBytes = uint64_t{100} << 20;
 constexpr uint64_t kMaxIndexBytes = uint64_t{1} << 30;
+// A read of blocks not yet read takes at most this many at once.
+constexpr uint64_t kMaxReadBlocks = 128;
 
 absl::Status Damaged(absl::string_view path, absl::string_view what) {
   return absl::DataLossError(absl::StrCat(path, ": ", what));
@@ -511,6 +519,54 @@ absl::StatusOr<CheckpointIndex> ReadIndex(const std::string& dir) {
   return DecodeIndex(text, path);
 }
 
+int64_t CheckpointDirStep(absl::string_view name) {
+  int64_t step = 0;
+  if (absl::ConsumePrefix(&name, "ckpt-") && !name.empty() &&
+      std::all_of(name.begin(), name.end(), absl::ascii_isdigit) &&
+      absl::SimpleAtoi(name, &step)) {
+    return step;
+  }
+  return -1;
+}
+
+std::vector<std::pair<int64_t, std::string>> ListCheckpointDirs(const std::string& dir) {
+  std::vector<std::pair<int64_t, std::string>> found;
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return found;
+  while (dirent* e = readdir(d)) {
+    const int64_t step = CheckpointDirStep(e->d_name);
+    if (step < 0) continue;
+    const std::string path = absl::StrCat(dir, "/", e->d_name);
+    struct stat st;
+    if (stat(absl::StrCat(path, "/", kIndexFileName).c_str(), &st) == 0) {
+      found.emplace_back(step, path);
+    }
+  }
+  closedir(d);
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+absl::Status RemoveCheckpointDir(const std::string& path) {
+  const std::string index = absl::StrCat(path, "/", kIndexFileName);
+  if (unlink(index.c_str()) != 0 && errno != ENOENT) {
+    return ErrnoToStatus(errno, absl::StrCat("removing ", index));
+  }
+  DIR* d = opendir(path.c_str());
+  if (d == nullptr) return ErrnoToStatus(errno, absl::StrCat("opening ", path));
+  std::vector<std::string> names;
+  while (dirent* e = readdir(d)) {
+    if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) names.push_back(e->d_name);
+  }
+  closedir(d);
+  for (const std::string& name : names) {
+    const std::string entry = absl::StrCat(path, "/", name);
+    if (unlink(entry.c_str()) != 0) return ErrnoToStatus(errno, absl::StrCat("removing ", entry));
+  }
+  if (rmdir(path.c_str()) != 0) return ErrnoToStatus(errno, absl::StrCat("removing ", path));
+  return absl::OkStatus();
+}
+
 IndexReader::IndexReader(std::string dir, const CheckpointIndex& index)
     : dir_(std::move(dir)), index_(index), fds_(index.files.size(), -1) {}
 
@@ -562,42 +618,57 @@ absl::Status IndexReader::ReadPiece(const IndexPiece& piece, int64_t element_byt
   }
   const uint64_t first = piece.offset + from * element_bytes;
   const uint64_t last = first + count * element_bytes;  // one past
-  // Whole blocks, at most kChunkBlocks at a time, each checked before any of it is used.
-  constexpr uint64_t kChunkBlocks = 8;
-  std::string buffer;
-  for (uint64_t block = first / kChecksumBlockBytes; block * kChecksumBlockBytes < last;) {
-    const uint64_t chunk_begin = block * kChecksumBlockBytes;
-    const uint64_t chunk_end =
-        std::min({(block + kChunkBlocks) * kChecksumBlockBytes, file.bytes,
-                  (last + kChecksumBlockBytes - 1) / kChecksumBlockBytes * kChecksumBlockBytes});
-    buffer.resize(chunk_end - chunk_begin);
-    uint64_t got = 0;
-    while (got < buffer.size()) {
-      const ssize_t n = pread(fd, buffer.data() + got, buffer.size() - got, chunk_begin + got);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) return ErrnoToStatus(errno, absl::StrCat("reading checkpoint shard ", path));
-      if (n == 0) {
-        return Damaged(path, absl::StrCat("ends at byte ", chunk_begin + got, "; the index says ",
-                                          file.bytes));
+  const uint64_t first_block = first / kChecksumBlockBytes;
+  const uint64_t end_block = (last + kChecksumBlockBytes - 1) / kChecksumBlockBytes;
+  for (uint64_t block = first_block; block < end_block;) {
+    auto cached = cache_.find({piece.file, block});
+    if (cached == cache_.end()) {
+      // Consecutive blocks not yet read, up to kMaxReadBlocks, in one read; each is checked
+      // before any of it is used, and kept for the tensors that share it.
+      uint64_t run = 1;
+      while (block + run < end_block && run < kMaxReadBlocks &&
+             cache_.count({piece.file, block + run}) == 0) {
+        ++run;
       }
-      got += n;
-    }
-    bytes_read_ += buffer.size();
-    for (uint64_t b = chunk_begin; b < chunk_end; b += kChecksumBlockBytes) {
-      const uint64_t n = std::min<uint64_t>(kChecksumBlockBytes, chunk_end - b);
-      const uint64_t i = b / kChecksumBlockBytes;
-      if (data::Crc32c(buffer.data() + (b - chunk_begin), n) != file.block_crc32c[i]) {
-        return Damaged(path, absl::StrCat("bytes ", b, "..", b + n - 1,
-                                          " differ from what was written (checksum of block ", i,
-                                          ")"));
+      const uint64_t begin = block * kChecksumBlockBytes;
+      const uint64_t end = std::min<uint64_t>((block + run) * kChecksumBlockBytes, file.bytes);
+      std::string buffer(end - begin, '\0');
+      uint64_t got = 0;
+      while (got < buffer.size()) {
+        const ssize_t n = pread(fd, buffer.data() + got, buffer.size() - got, begin + got);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return ErrnoToStatus(errno, absl::StrCat("reading checkpoint shard ", path));
+        if (n == 0) {
+          return Damaged(path, absl::StrCat("ends at byte ", begin + got, "; the index says ",
+                                            file.bytes));
+        }
+        got += n;
       }
+      bytes_read_ += buffer.size();
+      for (uint64_t b = 0; b < run; ++b) {
+        const uint64_t at = b * kChecksumBlockBytes;
+        const uint64_t n = std::min<uint64_t>(kChecksumBlockBytes, buffer.size() - at);
+        if (data::Crc32c(buffer.data() + at, n) != file.block_crc32c[block + b]) {
+          return Damaged(path, absl::StrCat("bytes ", begin + at, "..", begin + at + n - 1,
+                                            " differ from what was written (checksum of block ",
+                                            block + b, ")"));
+        }
+        if (cache_order_.size() >= kCachedBlocks) {
+          cache_.erase(cache_order_.front());
+          cache_order_.pop_front();
+        }
+        cache_[{piece.file, block + b}] = buffer.substr(at, n);
+        cache_order_.push_back({piece.file, block + b});
+      }
+      cached = cache_.find({piece.file, block});
     }
-    const uint64_t copy_begin = std::max(first, chunk_begin);
-    const uint64_t copy_end = std::min(last, chunk_end);
-    memcpy(out + (copy_begin - first), buffer.data() + (copy_begin - chunk_begin),
+    // Copies what this block holds of [first, last).
+    const uint64_t block_begin = block * kChecksumBlockBytes;
+    const uint64_t copy_begin = std::max(first, block_begin);
+    const uint64_t copy_end = std::min<uint64_t>(last, block_begin + cached->second.size());
+    memcpy(out + (copy_begin - first), cached->second.data() + (copy_begin - block_begin),
            copy_end - copy_begin);
-    block = chunk_end / kChecksumBlockBytes;
-    if (chunk_end == file.bytes) break;
+    ++block;
   }
   return absl::OkStatus();
 }

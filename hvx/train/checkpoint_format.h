@@ -19,7 +19,7 @@
 //
 // "index.json" (written last, atomically and durably) says which pieces make each tensor:
 //   {"format": "hvx-checkpoint", "version": 1, "step": S, "world_size": W,
-//    "block_bytes": 1048576, "metadata": {...},
+//    "block_bytes": 65536, "metadata": {...},
 //    "files": [{"name": F, "bytes": N, "crc32c": C, "block_crc32c": [c0, c1, ...]}, ...],
 //    "tensors": {"<name>": {"dtype": "F32", "shape": [...],
 //                           "pieces": [{"file": i, "key": K, "elements": [b, e],
@@ -30,8 +30,10 @@
 #define HVX_TRAIN_CHECKPOINT_FORMAT_H_
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -43,7 +45,7 @@ namespace hvx {
 namespace train {
 
 inline constexpr char kIndexFileName[] = "index.json";
-inline constexpr int64_t kChecksumBlockBytes = int64_t{1} << 20;
+inline constexpr int64_t kChecksumBlockBytes = int64_t{1} << 16;
 
 // Bytes per element of a safetensors dtype ("F32", "BF16", "I64", ...); 0 for a name it has not.
 int64_t SafetensorsDtypeBytes(absl::string_view dtype);
@@ -158,6 +160,14 @@ absl::Status WriteIndex(const std::string& dir, const CheckpointIndex& index);
 // Reads and decodes `dir`/index.json (NotFound when there is none).
 absl::StatusOr<CheckpointIndex> ReadIndex(const std::string& dir);
 
+// The checkpoint directories in `dir`: "ckpt-<step>" holding an index, oldest first.
+std::vector<std::pair<int64_t, std::string>> ListCheckpointDirs(const std::string& dir);
+// The step of a checkpoint directory's name "ckpt-<step>", or -1.
+int64_t CheckpointDirStep(absl::string_view name);
+// Removes the checkpoint directory `path`: its index first (so that it stops being a checkpoint at
+// once), then its files, then itself. Errors name the entry that could not be removed.
+absl::Status RemoveCheckpointDir(const std::string& path);
+
 // Reads element ranges of the index's tensors from their shard files, each block it reads
 // checked against the index. Not thread-safe.
 class IndexReader {
@@ -173,8 +183,10 @@ class IndexReader {
   // size bytes). NotFound when the index has no such tensor, OutOfRange past its end; DataLoss
   // naming the file and block when a file is missing, short or a block's checksum differs.
   absl::Status Read(const std::string& name, int64_t begin, int64_t elements, void* out);
-  // Bytes read from files so far (whole checked blocks).
+  // Bytes read from files so far (whole checked blocks, each read once while it is among the
+  // kCachedBlocks last read: tensors that share a block do not read it again).
   int64_t bytes_read() const { return bytes_read_; }
+  static constexpr size_t kCachedBlocks = 256;
 
  private:
   absl::Status ReadPiece(const IndexPiece& piece, int64_t element_bytes, int64_t from,
@@ -184,6 +196,9 @@ class IndexReader {
   const CheckpointIndex& index_;
   std::vector<int> fds_;  // per file, -1 until opened
   int64_t bytes_read_ = 0;
+  // Checked blocks by (file, block), the oldest evicted first.
+  std::map<std::pair<size_t, uint64_t>, std::string> cache_;
+  std::deque<std::pair<size_t, uint64_t>> cache_order_;
 };
 
 }  // namespace train

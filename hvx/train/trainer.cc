@@ -397,6 +397,13 @@ absl::Status MaybeSummarize(Run& run, absl::string_view tag, double value, int64
   return run.summaries->AddScalar(tag, value, step);
 }
 
+// The optimizer whose state checkpoints hold: with a sharded optimizer, its slices, and the
+// whole-parameter `replicated` a single file gathers them into.
+CheckpointOptimizer CheckpointedOptimizer(Run& run) {
+  if (run.sharded != nullptr) return {run.replicated.get(), run.sharded};
+  return {run.optimizer.get(), nullptr};
+}
+
 bool CheckpointsOn(const TrainConfig& config) { return !config.checkpoint().dir().empty(); }
 
 bool MaxStepsReached(const Run& run, const TrainingPosition& pos) {
@@ -452,16 +459,12 @@ absl::StatusOr<TrainingPosition> StartingPosition(Run& run, int64_t* resumed_fro
   pos.world_size = Size();
   pos.batch_size = config.data().batch_size();
   if (CheckpointsOn(config) && (config.checkpoint().resume() || run.options.fresh)) {
-    torch::optim::Optimizer& optimizer = run.sharded ? *run.replicated : *run.optimizer;
     HVX_ASSIGN_OR_RETURN(
         bool resumed,
         ResumeFromNewestCheckpoint(config.checkpoint(), run.options.fresh, run.device, *run.model,
-                                   optimizer, &pos, Extras(run), run.options.fresh_job_id));
+                                   CheckpointedOptimizer(run), &pos, Extras(run),
+                                   run.options.fresh_job_id));
     if (resumed) *resumed_from_step = pos.global_step;
-    if (resumed && run.sharded) {
-      HVX_RETURN_IF_ERROR(run.sharded->ScatterState(*run.replicated));
-      run.replicated->state().clear();
-    }
   }
   return pos;
 }
@@ -535,20 +538,11 @@ struct StepOutcome {
   bool skipped = false;  // loss scaling found inf or NaN gradients: no optimizer step
 };
 
-// Writes a checkpoint at `pos` (every rank calls it): with a sharded optimizer, of the state
-// gathered from every rank, as a replicated run writes it, so it resumes at any world size and
-// any optimizer.shard.
+// Writes a checkpoint at `pos` (every rank calls it), in checkpoint.format; either resumes at any
+// world size and any optimizer.shard.
 absl::Status Checkpoint(Run& run, const TrainingPosition& pos) {
-  if (!run.sharded) {
-    HVX_RETURN_IF_ERROR(
-        SaveCheckpoint(run.config.checkpoint(), *run.model, *run.optimizer, pos, Extras(run)));
-  } else {
-    HVX_RETURN_IF_ERROR(run.sharded->GatherState(*run.replicated));
-    absl::Status saved =
-        SaveCheckpoint(run.config.checkpoint(), *run.model, *run.replicated, pos, Extras(run));
-    run.replicated->state().clear();
-    HVX_RETURN_IF_ERROR(saved);
-  }
+  HVX_RETURN_IF_ERROR(SaveCheckpoint(run.config.checkpoint(), *run.model,
+                                     CheckpointedOptimizer(run), pos, Extras(run)));
   return Record(run, "checkpoint",
                 {{"path", CheckpointPath(run.config.checkpoint(), pos.global_step)},
                  {"global_step", pos.global_step},

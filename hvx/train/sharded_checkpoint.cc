@@ -1,0 +1,617 @@
+#include "hvx/train/sharded_checkpoint.h"
+
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <numeric>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "hvx/common/clock.h"
+#include "hvx/common/failpoint.h"
+#include "hvx/common/files.h"
+#include "hvx/common/json.h"
+#include "hvx/common/logging.h"
+#include "hvx/common/random_hex.h"
+#include "hvx/common/status.h"
+#include "hvx/core/api.h"
+#include "hvx/torch/optimizer_state.h"
+#include "hvx/torch/tensor.h"
+#include "hvx/train/checkpoint_format.h"
+#include "hvx/train/model_state.h"
+
+namespace hvx {
+namespace train {
+namespace {
+
+constexpr char kCorruptSuffix[] = ".corrupt";
+
+absl::StatusOr<std::string> SafetensorsDtype(torch::ScalarType type) {
+  switch (type) {
+    case torch::kFloat32:
+      return std::string("F32");
+    case torch::kFloat64:
+      return std::string("F64");
+    case torch::kFloat16:
+      return std::string("F16");
+    case torch::kBFloat16:
+      return std::string("BF16");
+    case torch::kInt64:
+      return std::string("I64");
+    case torch::kInt32:
+      return std::string("I32");
+    case torch::kInt16:
+      return std::string("I16");
+    case torch::kInt8:
+      return std::string("I8");
+    case torch::kUInt8:
+      return std::string("U8");
+    case torch::kBool:
+      return std::string("BOOL");
+    default:
+      return absl::UnimplementedError(
+          absl::StrCat("checkpoints do not keep tensors of ", c10::toString(type)));
+  }
+}
+
+std::vector<int64_t> Shape(const torch::Tensor& t) { return t.sizes().vec(); }
+
+// A tensor this rank writes (all of it, or elements [begin, begin + elements) of the logical
+// tensor of `shape`), on the CPU and contiguous.
+struct Item {
+  std::string name;
+  torch::Tensor data;
+  std::vector<int64_t> shape;
+  int64_t begin = 0;
+  int64_t elements = 0;
+};
+
+Item Whole(std::string name, const torch::Tensor& t) {
+  Item item;
+  item.name = std::move(name);
+  item.data = t.detach().cpu().contiguous();
+  item.shape = Shape(t);
+  item.elements = t.numel();
+  return item;
+}
+
+// Where the optimizer's state of one parameter lives on this rank.
+struct StateSlot {
+  std::string name;            // the parameter's
+  torch::Tensor key;           // what the optimizer's state is keyed by
+  std::vector<int64_t> shape;  // the whole parameter's
+  ShardRange range;            // the elements this rank's state holds
+  bool sliced = false;         // a ShardedOptimizer's: its state tensors are [range.size]
+};
+
+absl::StatusOr<std::vector<StateSlot>> Slots(Classifier& model, const CheckpointOptimizer& o) {
+  std::vector<StateSlot> slots;
+  if (o.sharded != nullptr) {
+    for (const auto& s : o.sharded->Slices()) {
+      slots.push_back({s.name, s.slice, Shape(s.parameter), s.range, true});
+    }
+    return slots;
+  }
+  std::map<const void*, std::string> names;
+  for (const auto& item : model.named_parameters()) {
+    names[item.value().unsafeGetTensorImpl()] = item.key();
+  }
+  for (const auto& group : o.optimizer->param_groups()) {
+    for (const torch::Tensor& p : group.params()) {
+      const auto found = names.find(p.unsafeGetTensorImpl());
+      if (found == names.end()) {
+        return absl::InvalidArgumentError(
+            "the optimizer steps a tensor that is not one of the model's parameters");
+      }
+      slots.push_back({found->second, p, Shape(p), ShardRange{0, p.numel()}, false});
+    }
+  }
+  return slots;
+}
+
+torch::optim::Optimizer& StateOwner(const CheckpointOptimizer& o) {
+  return o.sharded != nullptr ? o.sharded->optimizer() : *o.optimizer;
+}
+
+std::string OptimizerName(const std::string& param, const std::string& field) {
+  return absl::StrCat("optimizer/", param, "/", field);
+}
+
+// What this rank writes (checkpoint's header comment: who writes what).
+absl::StatusOr<std::vector<Item>> PlanWrites(Classifier& model, const CheckpointOptimizer& o,
+                                             const CheckpointExtras& extras,
+                                             const std::vector<torch::Tensor>& rank_buffers) {
+  torch::NoGradGuard no_grad;
+  const int rank = Rank(), world = Size();
+  std::vector<Item> alike;  // what every rank holds alike
+  for (const auto& item : model.named_parameters()) {
+    alike.push_back(Whole("model/" + item.key(), item.value()));
+  }
+  std::map<std::string, size_t> float_buffer;
+  const auto buffers = FloatBuffers(model);
+  for (size_t i = 0; i < buffers.size(); ++i) float_buffer[buffers[i].first] = i;
+  for (const auto& item : model.named_buffers()) {
+    const auto found = float_buffer.find(item.key());
+    alike.push_back(Whole("model/" + item.key(),
+                          found == float_buffer.end()
+                              ? item.value()
+                              : rank_buffers[found->second].mean(0).view_as(item.value())));
+  }
+  if (extras.averages != nullptr) {
+    for (const auto& [name, t] : *extras.averages) alike.push_back(Whole("averages/" + name, t));
+  }
+  if (extras.state != nullptr) {
+    for (const auto& [name, t] : *extras.state) alike.push_back(Whole("state/" + name, t));
+  }
+  std::vector<Item> mine;
+  HVX_ASSIGN_OR_RETURN(const std::vector<StateSlot> slots, Slots(model, o));
+  torch::optim::Optimizer& owner = StateOwner(o);
+  for (const StateSlot& slot : slots) {
+    const auto found = owner.state().find(StateKeyOf(slot.key));
+    if (found == owner.state().end()) continue;
+    HVX_ASSIGN_OR_RETURN(StateFields fields, GetStateFields(*found->second, slot.name));
+    std::vector<Item> items;
+    if (fields.step) {
+      items.push_back(Whole(OptimizerName(slot.name, "step"),
+                            torch::tensor(*fields.step, torch::kInt64).reshape({})));
+    }
+    for (const auto& [field, t] : fields.tensors) {
+      Item item = Whole(OptimizerName(slot.name, field), t);
+      item.shape = slot.shape;
+      item.begin = slot.range.begin;
+      items.push_back(std::move(item));
+    }
+    if (!slot.sliced) {
+      for (Item& item : items) alike.push_back(std::move(item));
+    } else if (slot.range.size > 0) {
+      // Each rank its slices; the step once, by the rank holding the first elements.
+      for (Item& item : items) {
+        if (item.name == OptimizerName(slot.name, "step") && slot.range.begin != 0) continue;
+        mine.push_back(std::move(item));
+      }
+    }
+  }
+  // Alike: largest first to the rank that has least so far (ties: the lower rank, then by name),
+  // the same plan on every rank.
+  std::vector<size_t> order(alike.size());
+  std::iota(order.begin(), order.end(), 0);
+  auto bytes = [&](size_t i) { return alike[i].data.numel() * alike[i].data.element_size(); };
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return bytes(a) > bytes(b); });
+  std::vector<int64_t> load(world, 0);
+  for (size_t i : order) {
+    const int to = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
+    load[to] += std::max<int64_t>(bytes(i), 1);
+    if (to == rank) mine.push_back(std::move(alike[i]));
+  }
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    Item row;
+    row.name = "rank_buffers/" + buffers[i].first;
+    row.data = rank_buffers[i][rank].contiguous();
+    row.shape = {world, buffers[i].second.numel()};
+    row.begin = rank * buffers[i].second.numel();
+    row.elements = buffers[i].second.numel();
+    if (row.elements > 0) mine.push_back(std::move(row));
+  }
+  mine.erase(std::remove_if(mine.begin(), mine.end(),
+                            [](const Item& item) { return item.elements == 0; }),
+             mine.end());
+  return mine;
+}
+
+// A rank's failure as the others receive it: "<code> <host> <message>".
+std::string EncodeFailure(const absl::Status& status) {
+  return status.ok() ? std::string()
+                     : absl::StrCat(static_cast<int>(status.code()), " ", Host(), " ",
+                                    status.message());
+}
+
+struct RankFailure {
+  int rank = -1;
+  absl::StatusCode code = absl::StatusCode::kOk;
+  std::string host, message;
+};
+
+RankFailure DecodeFailure(int rank, const std::string& encoded) {
+  RankFailure f;
+  f.rank = rank;
+  std::vector<std::string> parts = absl::StrSplit(encoded, absl::MaxSplits(' ', 2));
+  int code = static_cast<int>(absl::StatusCode::kUnknown);
+  if (parts.size() == 3 && absl::SimpleAtoi(parts[0], &code) && code != 0) {
+    f.host = parts[1];
+    f.message = parts[2];
+  } else {
+    f.message = encoded;
+  }
+  f.code = static_cast<absl::StatusCode>(code);
+  return f;
+}
+
+// The status every rank returns for `f`: this rank's own when it is the failing one, else the
+// same code with the rank and host named.
+absl::Status StatusOf(const RankFailure& f, const absl::Status& own) {
+  if (f.rank == Rank()) return own;
+  return absl::Status(f.code, absl::StrCat("rank ", f.rank, " (host ", f.host, "): ", f.message));
+}
+
+// The failures among every rank's `encoded` (EncodeFailure), by rank.
+std::vector<RankFailure> Failures(const std::vector<std::string>& encoded) {
+  std::vector<RankFailure> failures;
+  for (size_t r = 0; r < encoded.size(); ++r) {
+    if (!encoded[r].empty()) failures.push_back(DecodeFailure(static_cast<int>(r), encoded[r]));
+  }
+  return failures;
+}
+
+// Rank 0, with every rank's file written: checks it sees them all, then writes the index.
+absl::Status CommitIndex(const std::string& dir, int64_t step,
+                         const std::vector<WrittenShard>& shards,
+                         const std::vector<std::string>& hosts, Json metadata) {
+  for (size_t r = 0; r < shards.size(); ++r) {
+    const std::string path = absl::StrCat(dir, "/", shards[r].name);
+    struct stat st;
+    if (stat(path.c_str(), &st) != 0 || static_cast<uint64_t>(st.st_size) != shards[r].bytes) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "rank ", r, " on host ", hosts[r], " wrote ", path, " (", shards[r].bytes,
+          " bytes), which rank 0 on host ", Host(), " does not see",
+          (stat(path.c_str(), &st) == 0 ? absl::StrCat(" whole (", st.st_size, " bytes)") : ""),
+          ": checkpoint.dir must be one file system that every host mounts for "
+          "checkpoint.format SHARDED; without one, use SINGLE_FILE (rank 0 writes)"));
+    }
+  }
+  HVX_ASSIGN_OR_RETURN(CheckpointIndex index,
+                       BuildIndex(step, static_cast<int>(shards.size()), shards,
+                                  std::move(metadata)));
+  Failpoint("checkpoint");
+  return WriteIndex(dir, index);
+}
+
+// Removes the files in `dir` that the index of `token` does not name: an earlier save of the same
+// step (its index was replaced). Temporaries are left (another writer's may be in progress).
+void RemoveOtherSaves(const std::string& dir, const std::string& token) {
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return;
+  std::vector<std::string> stale;
+  while (dirent* e = readdir(d)) {
+    const absl::string_view name = e->d_name;
+    if (absl::StrContains(name, "-shard-") && absl::EndsWith(name, ".safetensors") &&
+        !absl::StartsWith(name, token + "-")) {
+      stale.emplace_back(name);
+    }
+  }
+  closedir(d);
+  for (const std::string& name : stale) unlink(absl::StrCat(dir, "/", name).c_str());
+}
+
+}  // namespace
+
+std::string CheckpointDirPath(const CheckpointConfig& checkpoint, int64_t global_step) {
+  return absl::StrCat(checkpoint.dir(), "/ckpt-", global_step);
+}
+
+absl::StatusOr<SavedCheckpoint> SaveCheckpointDir(
+    const CheckpointConfig& checkpoint, Classifier& model, const CheckpointOptimizer& optimizer,
+    const TrainingPosition& position, const CheckpointExtras& extras,
+    const std::function<void()>& prune) {
+  SavedCheckpoint saved;
+  saved.path = CheckpointDirPath(checkpoint, position.global_step);
+  std::string token = Rank() == 0 ? RandomHex().substr(0, 8) : std::string();
+  HVX_RETURN_IF_ERROR(BroadcastBytes("checkpoint.token", &token, 0));
+  HVX_ASSIGN_OR_RETURN(std::vector<torch::Tensor> rank_buffers, GatherRankBuffers(model));
+  // Each rank writes its file; a failure is every rank's to report, so it is gathered, not
+  // returned at once.
+  absl::StatusOr<WrittenShard> shard = absl::UnknownError("not written");
+  {
+    absl::StatusOr<std::vector<Item>> items = PlanWrites(model, optimizer, extras, rank_buffers);
+    absl::Status made = items.status();
+    if (made.ok()) made = MakeDirs(saved.path);
+    if (made.ok()) {
+      std::vector<PieceToWrite> pieces;
+      for (const Item& item : *items) {
+        absl::StatusOr<std::string> dtype = SafetensorsDtype(item.data.scalar_type());
+        if (!dtype.ok()) {
+          made = Annotate(dtype.status(), item.name);
+          break;
+        }
+        pieces.push_back({item.name, *dtype, item.shape, item.begin, item.elements,
+                          item.data.data_ptr()});
+      }
+      if (made.ok()) {
+        shard = WriteShardFile(
+            saved.path, ShardFileName(token, Rank(), Size()), pieces,
+            {{"format", "hvx-checkpoint shard"},
+             {"step", absl::StrCat(position.global_step)},
+             {"rank", absl::StrCat(Rank(), " of ", Size())}});
+      }
+    }
+    if (!made.ok()) shard = made;
+  }
+  std::string report = shard.ok() ? JsonText(Json{{"host", Host()}, {"shard", ShardToJson(*shard)}})
+                                  : std::string();
+  const std::string failure = EncodeFailure(shard.status());
+  HVX_ASSIGN_OR_RETURN(std::vector<std::string> failures,
+                       AllgatherBytes("checkpoint.written", failure));
+  const std::vector<RankFailure> failed = Failures(failures);
+  if (!failed.empty()) return StatusOf(failed.front(), shard.status());
+  saved.bytes_written = static_cast<int64_t>(shard->bytes);
+  HVX_ASSIGN_OR_RETURN(std::vector<std::string> reports,
+                       AllgatherBytes("checkpoint.shards", report));
+  absl::Status committed;
+  if (Rank() == 0) {
+    std::vector<WrittenShard> shards;
+    std::vector<std::string> hosts;
+    for (size_t r = 0; r < reports.size() && committed.ok(); ++r) {
+      absl::StatusOr<Json> json = ParseJson(reports[r], "a rank's shard report");
+      absl::StatusOr<WrittenShard> s =
+          json.ok() ? ShardFromJson((*json)["shard"], "a rank's shard report") : json.status();
+      if (!s.ok()) {
+        committed = s.status();
+        break;
+      }
+      hosts.push_back((*json)["host"].get<std::string>());
+      shards.push_back(*std::move(s));
+    }
+    std::vector<std::string> fingerprint = ModelFingerprint(model);
+    Json metadata{{"position", EncodePosition(position)},
+                  {"fingerprint", fingerprint},
+                  {"world_size", Size()},
+                  {"optimizer_shard", optimizer.sharded == nullptr ? "NONE" : "SLICES"}};
+    if (extras.data_order != nullptr) metadata["data_order"] = *extras.data_order;
+    if (committed.ok()) {
+      committed = CommitIndex(saved.path, position.global_step, shards, hosts, metadata);
+    }
+    if (committed.ok()) {
+      RemoveOtherSaves(saved.path, token);
+      if (prune) prune();
+    }
+  }
+  std::string outcome = EncodeFailure(committed);
+  HVX_RETURN_IF_ERROR(BroadcastBytes("checkpoint.committed", &outcome, 0));
+  if (!outcome.empty()) return StatusOf(DecodeFailure(0, outcome), committed);
+  HVX_ASSIGN_OR_RETURN(at::Tensor total, Allgather("checkpoint.bytes",
+                                                   torch::full({1}, saved.bytes_written,
+                                                               torch::kInt64)));
+  saved.bytes_total = total.sum().item<int64_t>();
+  return saved;
+}
+
+namespace {
+
+// What one rank read of a checkpoint directory, not yet taken.
+struct DirLoad {
+  std::string path;
+  TrainingPosition position;
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> model;  // destination, value
+  std::vector<std::pair<torch::Tensor, StateFields>> states;   // the optimizer's key, fields
+  bool averages = false, state = false;
+  std::vector<torch::Tensor> average_values, state_values;
+  int64_t bytes_read = 0;
+};
+
+// Reads elements `range` (all when null) of tensor `name`, which must be of `type` and have
+// `total` elements, as a 1-D tensor on the CPU.
+absl::StatusOr<torch::Tensor> ReadElements(IndexReader& reader, const std::string& path,
+                                           const std::string& name, torch::ScalarType type,
+                                           int64_t total, const ShardRange* range = nullptr) {
+  const IndexTensor* t = reader.Find(name);
+  if (t == nullptr) return absl::NotFoundError(absl::StrCat("checkpoint ", path, " has no ", name));
+  HVX_ASSIGN_OR_RETURN(const std::string dtype, SafetensorsDtype(type));
+  if (t->dtype != dtype || t->Elements() != total) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint ", path, ": ", name, " is ", t->dtype, " of ", t->Elements(),
+        " elements there, ", dtype, " of ", total,
+        " here (a checkpoint of another model or precision: --fresh starts over)"));
+  }
+  const int64_t begin = range != nullptr ? range->begin : 0;
+  const int64_t elements = range != nullptr ? range->size : total;
+  torch::Tensor out = torch::empty({elements}, torch::dtype(type));
+  HVX_RETURN_IF_ERROR(reader.Read(name, begin, elements, out.data_ptr()));
+  return out;
+}
+
+// Tensor `name` whole, shaped and typed as `like`.
+absl::StatusOr<torch::Tensor> ReadAs(IndexReader& reader, const std::string& path,
+                                     const std::string& name, const torch::Tensor& like) {
+  HVX_ASSIGN_OR_RETURN(torch::Tensor v,
+                       ReadElements(reader, path, name, like.scalar_type(), like.numel()));
+  return v.view(like.sizes());
+}
+
+absl::StatusOr<std::unique_ptr<DirLoad>> ReadDir(const std::string& path, Classifier& model,
+                                                 const CheckpointOptimizer& optimizer,
+                                                 const CheckpointExtras& extras) {
+  auto load = std::make_unique<DirLoad>();
+  load->path = path;
+  HVX_ASSIGN_OR_RETURN(const CheckpointIndex index, ReadIndex(path));
+  const Json& meta = index.metadata;
+  std::vector<std::string> fingerprint;
+  std::vector<int64_t> position;
+  try {
+    fingerprint = meta.at("fingerprint").get<std::vector<std::string>>();
+    position = meta.at("position").get<std::vector<int64_t>>();
+  } catch (const std::exception& e) {
+    return absl::DataLossError(absl::StrCat(path, "/", kIndexFileName,
+                                            ": no fingerprint or position in its metadata"));
+  }
+  HVX_RETURN_IF_ERROR(CheckFingerprint(ModelFingerprint(model), fingerprint, path));
+  auto decoded = DecodePosition(position);
+  if (!decoded.ok()) return Annotate(decoded.status(), absl::StrCat("checkpoint ", path));
+  load->position = *decoded;
+  if (const Json* order = JsonMember(meta, "data_order"); order != nullptr && order->is_string()) {
+    HVX_RETURN_IF_ERROR(
+        CheckDataOrder(order->get<std::string>(), load->position, extras.data_order, path));
+  }
+  IndexReader reader(path, index);
+  const bool own_rows = index.world_size == Size();
+  std::map<std::string, bool> float_buffer;
+  for (const auto& [name, t] : FloatBuffers(model)) float_buffer[name] = true;
+  for (const auto& item : model.named_parameters()) {
+    HVX_ASSIGN_OR_RETURN(torch::Tensor v, ReadAs(reader, path, "model/" + item.key(), item.value()));
+    load->model.emplace_back(item.value(), v);
+  }
+  for (const auto& item : model.named_buffers()) {
+    const std::string row = "rank_buffers/" + item.key();
+    if (own_rows && float_buffer.count(item.key()) && reader.Find(row) != nullptr) {
+      const int64_t n = item.value().numel();
+      const ShardRange mine{Rank() * n, n};
+      HVX_ASSIGN_OR_RETURN(torch::Tensor v, ReadElements(reader, path, row,
+                                                         item.value().scalar_type(), Size() * n,
+                                                         &mine));
+      load->model.emplace_back(item.value(), v.view(item.value().sizes()));
+      continue;
+    }
+    HVX_ASSIGN_OR_RETURN(torch::Tensor v, ReadAs(reader, path, "model/" + item.key(), item.value()));
+    load->model.emplace_back(item.value(), v);
+  }
+  HVX_ASSIGN_OR_RETURN(const std::vector<StateSlot> slots, Slots(model, optimizer));
+  for (const StateSlot& slot : slots) {
+    StateFields fields;
+    const std::string prefix = OptimizerName(slot.name, "");
+    for (auto it = index.tensors.lower_bound(prefix);
+         it != index.tensors.end() && absl::StartsWith(it->first, prefix); ++it) {
+      const std::string field = it->first.substr(prefix.size());
+      if (field == "step") {
+        int64_t step = 0;
+        if (it->second.dtype != "I64" || it->second.Elements() != 1) {
+          return absl::DataLossError(absl::StrCat(path, ": ", it->first, " is not one int64"));
+        }
+        HVX_RETURN_IF_ERROR(reader.Read(it->first, 0, 1, &step));
+        fields.step = step;
+        continue;
+      }
+      int64_t total = 1;
+      for (int64_t d : slot.shape) total *= d;
+      HVX_ASSIGN_OR_RETURN(torch::Tensor v,
+                           ReadElements(reader, path, it->first, slot.key.scalar_type(), total,
+                                        slot.sliced ? &slot.range : nullptr));
+      fields.tensors.emplace_back(field, slot.sliced ? v : v.view(slot.shape));
+    }
+    if (!fields.tensors.empty() || fields.step) load->states.emplace_back(slot.key, fields);
+  }
+  auto read_all = [&](const NamedTensors* named, const char* prefix,
+                      std::vector<torch::Tensor>* out) -> absl::StatusOr<bool> {
+    if (named == nullptr) return false;
+    for (const auto& [name, t] : *named) {
+      if (reader.Find(prefix + name) == nullptr) {
+        out->clear();
+        return false;
+      }
+      HVX_ASSIGN_OR_RETURN(torch::Tensor v, ReadAs(reader, path, prefix + name, t));
+      out->push_back(v);
+    }
+    return true;
+  };
+  HVX_ASSIGN_OR_RETURN(load->averages, read_all(extras.averages, "averages/", &load->average_values));
+  HVX_ASSIGN_OR_RETURN(load->state, read_all(extras.state, "state/", &load->state_values));
+  load->bytes_read = reader.bytes_read();
+  return load;
+}
+
+// Takes what ReadDir read into the live model, optimizer and extras (it cannot fail but for a
+// state of a kind the optimizer does not keep, which ReadDir's names rule out).
+absl::Status Take(DirLoad& load, const CheckpointOptimizer& optimizer,
+                  const CheckpointExtras& extras) {
+  torch::NoGradGuard no_grad;
+  for (auto& [live, value] : load.model) live.copy_(value);
+  torch::optim::Optimizer& owner = StateOwner(optimizer);
+  owner.state().clear();
+  for (auto& [key, fields] : load.states) {
+    for (auto& [name, t] : fields.tensors) t = t.to(key.device());
+    HVX_ASSIGN_OR_RETURN(auto state, MakeState(owner, fields, load.path));
+    owner.state()[StateKeyOf(key)] = std::move(state);
+  }
+  if (load.averages) {
+    for (size_t i = 0; i < extras.averages->size(); ++i) {
+      (*extras.averages)[i].second.copy_(load.average_values[i]);
+    }
+  }
+  if (load.state) {
+    for (size_t i = 0; i < extras.state->size(); ++i) {
+      (*extras.state)[i].second.copy_(load.state_values[i]);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<DirResume> ResumeFromCheckpointDirs(const std::vector<std::string>& candidates,
+                                                   const torch::Device& device, Classifier& model,
+                                                   const CheckpointOptimizer& optimizer,
+                                                   TrainingPosition* position,
+                                                   const CheckpointExtras& extras,
+                                                   bool* damaged) {
+  for (size_t i = 0;; ++i) {
+    std::string path = Rank() == 0 && i < candidates.size() ? candidates[i] : std::string();
+    HVX_RETURN_IF_ERROR(BroadcastBytes("resume.dir", &path, 0));
+    if (path.empty()) return DirResume{};
+    const absl::Time start = MonotonicNow();
+    absl::StatusOr<std::unique_ptr<DirLoad>> load = ReadDir(path, model, optimizer, extras);
+    HVX_ASSIGN_OR_RETURN(std::vector<std::string> failures,
+                         AllgatherBytes("resume.read", EncodeFailure(load.status())));
+    const std::vector<RankFailure> failed = Failures(failures);
+    const auto other = std::find_if(failed.begin(), failed.end(), [](const RankFailure& f) {
+      return f.code != absl::StatusCode::kDataLoss;
+    });
+    if (other != failed.end()) return StatusOf(*other, load.status());
+    if (!failed.empty()) {
+      *damaged = true;
+      if (Rank() == 0) {
+        const std::string aside = path + kCorruptSuffix;
+        const bool moved = rename(path.c_str(), aside.c_str()) == 0;
+        HVX_LOG(WARNING) << "checkpoint " << path << " is damaged (rank " << failed.front().rank
+                         << " on host " << failed.front().host << ": " << failed.front().message
+                         << ")" << (moved ? "; moved it to " + aside : "")
+                         << (i + 1 < candidates.size() ? "; trying the next older checkpoint"
+                                                       : "; no older checkpoint directory is left");
+      }
+      continue;
+    }
+    HVX_RETURN_IF_ERROR(Take(**load, optimizer, extras));
+    *position = (*load)->position;
+    HVX_LOG(INFO) << absl::StrFormat(
+        "resuming from %s (epoch %d, step %d): this rank read %.1f MB in %.3f s", path,
+        position->epoch + 1, position->global_step, (*load)->bytes_read / 1e6,
+        absl::ToDoubleSeconds(MonotonicNow() - start));
+    DirResume resume;
+    resume.loaded = true;
+    resume.path = path;
+    resume.averages = (*load)->averages;
+    resume.state = (*load)->state;
+    return resume;
+  }
+}
+
+absl::Status LoadCheckpointDirModel(const std::string& dir, const torch::Device& device,
+                                    Classifier& model, bool use_averages) {
+  HVX_ASSIGN_OR_RETURN(const CheckpointIndex index, ReadIndex(dir));
+  IndexReader reader(dir, index);
+  torch::NoGradGuard no_grad;
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> values;
+  for (const auto& item : model.named_parameters()) {
+    const std::string name = (use_averages ? "averages/" : "model/") + item.key();
+    if (use_averages && reader.Find(name) == nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "checkpoint ", dir, " has no moving average of the weights (written with ema_decay 0)"));
+    }
+    HVX_ASSIGN_OR_RETURN(torch::Tensor v, ReadAs(reader, dir, name, item.value()));
+    values.emplace_back(item.value(), v);
+  }
+  for (const auto& item : model.named_buffers()) {
+    HVX_ASSIGN_OR_RETURN(torch::Tensor v, ReadAs(reader, dir, "model/" + item.key(), item.value()));
+    values.emplace_back(item.value(), v);
+  }
+  for (auto& [live, value] : values) live.copy_(value.to(device));
+  return absl::OkStatus();
+}
+
+}  // namespace train
+}  // namespace hvx

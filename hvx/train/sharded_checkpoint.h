@@ -1,0 +1,124 @@
+// Checkpoints as directories that every rank writes a shard of (checkpoint.format SHARDED), and
+// their loading at any world size and optimizer.shard setting.
+//
+//   HVX_RETURN_IF_ERROR(SaveCheckpointDir(config.checkpoint(), model, {&optimizer}, position));
+//   HVX_ASSIGN_OR_RETURN(bool resumed, ResumeFromCheckpointDirs(candidates, device, model,
+//                                                               {&optimizer, sharded}, &pos));
+//
+// "<checkpoint.dir>/ckpt-<step>/" holds one safetensors file per rank and index.json, written by
+// rank 0 only after every rank's file is durably on disk (checkpoint_format.h). What the tensors
+// are, by name:
+//   model/<name>              every parameter and buffer (floating-point buffers averaged over
+//                             the ranks: the checkpoint alone is the model evaluation uses)
+//   rank_buffers/<name>       [world size, numel]: floating-point buffer <name> of every rank
+//   optimizer/<param>/<field> the optimizer's state of parameter <param> (GetStateFields: SGD's
+//                             momentum_buffer; Adam's exp_avg, exp_avg_sq, max_exp_avg_sq), the
+//                             parameter's shape, and optimizer/<param>/step (int64, a scalar)
+//   averages/<param>          the moving average of the weights, when the run keeps one
+//   state/<name>              other training state (the loss scale), when the run has some
+// The index's metadata holds the position (EncodePosition), the model's fingerprint, the data
+// order, the optimizer shard setting and the world size that wrote it.
+//
+// Who writes what: a sharded optimizer's state is written where it lives, each rank its own
+// slices; everything every rank holds alike is divided, whole tensors, largest first to the rank
+// that has written least, so each rank writes about 1/world of it and nothing is written twice.
+// Loading, each rank reads the model and exactly the elements of the optimizer state it holds
+// (its slices, or everything for a replicated optimizer), at whatever world size wrote it.
+// No file system shared between hosts, no sharded checkpoint: rank 0 checks that it sees every
+// rank's file before it writes the index, and says which host's it does not.
+#ifndef HVX_TRAIN_SHARDED_CHECKPOINT_H_
+#define HVX_TRAIN_SHARDED_CHECKPOINT_H_
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "hvx/torch/sharded_optimizer.h"
+#include "hvx/train/epoch_position.h"
+#include "hvx/train/models.h"
+#include "hvx/train/train_config.pb.h"
+
+namespace hvx {
+namespace train {
+
+// Tensors by name that a checkpoint keeps beside the model.
+using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
+
+// What a run keeps beyond model, optimizer and position; null: the run has none. Every rank holds
+// the same values.
+struct CheckpointExtras {
+  NamedTensors* averages = nullptr;  // the parameters' moving average, by parameter name
+  NamedTensors* state = nullptr;     // names without dots, e.g. "loss_scale"
+  // What decides the order of an epoch's samples ("shuffle_seed 1, remainder PAD, 60000 samples
+  // in 1 file, sizes 0123456789abcdef"). Stored; a checkpoint written mid-epoch in another order
+  // is refused at resume (its position counts samples of the order it was written in: resumed in
+  // another, the epoch would train some samples twice and others never).
+  const std::string* data_order = nullptr;
+};
+
+// The optimizer whose state a checkpoint holds: `optimizer`, over the whole parameters; with
+// `sharded`, the state is that one's slices (and `optimizer` is the whole-parameter optimizer a
+// single-file checkpoint gathers it into: checkpoint.h).
+// Implicit from an optimizer: a replicated run's is just that.
+struct CheckpointOptimizer {
+  CheckpointOptimizer(torch::optim::Optimizer& whole) : optimizer(&whole) {}  // NOLINT
+  CheckpointOptimizer(torch::optim::Optimizer* whole, ShardedOptimizer* slices)
+      : optimizer(whole), sharded(slices) {}
+  torch::optim::Optimizer* optimizer = nullptr;
+  ShardedOptimizer* sharded = nullptr;
+};
+
+// "<checkpoint.dir>/ckpt-<step>".
+std::string CheckpointDirPath(const CheckpointConfig& checkpoint, int64_t global_step);
+
+// Writes the checkpoint directory of `position.global_step` (every rank calls it), then removes
+// what checkpoint.keep() no longer keeps (`prune`, rank 0). Every rank returns the same status: a
+// rank's failure names the rank and its host. The live model and optimizer are left as they were.
+// *bytes_written: what this rank wrote.
+struct SavedCheckpoint {
+  std::string path;
+  int64_t bytes_written = 0;  // by this rank
+  int64_t bytes_total = 0;    // by every rank
+};
+absl::StatusOr<SavedCheckpoint> SaveCheckpointDir(
+    const CheckpointConfig& checkpoint, Classifier& model, const CheckpointOptimizer& optimizer,
+    const TrainingPosition& position, const CheckpointExtras& extras,
+    const std::function<void()>& prune);
+
+// What resuming from a checkpoint directory found (the same on every rank).
+struct DirResume {
+  bool loaded = false;
+  std::string path;
+  bool averages = false;  // it had the moving averages
+  bool state = false;     // it had every state tensor
+};
+
+// Every rank calls it with the same `candidates` on rank 0 (checkpoint directories, newest
+// first; ignored elsewhere). Tries each in turn: every rank reads what it needs of it, and only
+// when every rank could is it taken into `model`, `optimizer`, *position and `extras`. One that a
+// rank finds damaged (a missing or short file, a checksum that differs, an index that does not
+// parse) is renamed "<name>.corrupt" by rank 0, saying why and which rank found it, and the next
+// tried; any other failure (another model, another data order, an I/O error) fails every rank,
+// naming the rank. `damaged`: set when one was set aside.
+absl::StatusOr<DirResume> ResumeFromCheckpointDirs(const std::vector<std::string>& candidates,
+                                                   const torch::Device& device, Classifier& model,
+                                                   const CheckpointOptimizer& optimizer,
+                                                   TrainingPosition* position,
+                                                   const CheckpointExtras& extras,
+                                                   bool* damaged);
+
+// Loads the model of checkpoint directory `dir` (its floating-point buffers averaged over ranks)
+// into `model`, on `device`; with `use_averages`, its moving averages as the parameters
+// (FailedPrecondition when it has none). No collectives.
+absl::Status LoadCheckpointDirModel(const std::string& dir, const torch::Device& device,
+                                    Classifier& model, bool use_averages);
+
+}  // namespace train
+}  // namespace hvx
+
+#endif  // HVX_TRAIN_SHARDED_CHECKPOINT_H_

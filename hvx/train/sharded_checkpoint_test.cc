@@ -1,0 +1,350 @@
+// Runs on two ranks (hvx_mpi_test): every test case executes on each rank at once.
+#include "hvx/train/sharded_checkpoint.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "hvx/core/api.h"
+#include "hvx/torch/optimizer_state.h"
+#include "hvx/torch/tensor.h"
+#include "hvx/train/checkpoint.h"
+#include "hvx/train/checkpoint_format.h"
+
+namespace hvx {
+namespace train {
+namespace {
+
+// Linear layers and BatchNorm: parameters of a few sizes, Adam's state and running statistics.
+// Built from one seed: the same parameters on every rank, as a trainer's broadcast leaves them.
+class Net : public Classifier {
+ public:
+  Net() {
+    torch::manual_seed(7);
+    fc_ = register_module("fc", torch::nn::Linear(5, 7));
+    bn_ = register_module("bn", torch::nn::BatchNorm1d(7));
+    out_ = register_module("out", torch::nn::Linear(7, 3));
+  }
+  at::Tensor forward(const at::Tensor& x) override { return out_(bn_(fc_(x))); }
+  torch::nn::BatchNorm1d& bn() { return bn_; }
+
+ private:
+  torch::nn::Linear fc_{nullptr}, out_{nullptr};
+  torch::nn::BatchNorm1d bn_{nullptr};
+};
+
+std::unique_ptr<torch::optim::Adam> MakeAdam(Net& net) {
+  return std::make_unique<torch::optim::Adam>(net.parameters(), torch::optim::AdamOptions(0.01));
+}
+
+// `steps` steps on the same data on every rank (parameters and state agree between ranks), then
+// running statistics of this rank's own.
+void Train(Net& net, torch::optim::Optimizer& optimizer, int steps) {
+  net.train();
+  for (int i = 0; i < steps; ++i) {
+    optimizer.zero_grad();
+    net.forward(torch::arange(20, torch::kFloat32).reshape({4, 5}) / (i + 1)).pow(2).sum().backward();
+    optimizer.step();
+  }
+  torch::NoGradGuard no_grad;
+  net.bn()->running_mean.fill_(0.5 + Rank());
+  net.bn()->running_var.fill_(2.0 + Rank());
+}
+
+std::string TestDir(const std::string& name) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  return absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/", name);
+}
+
+CheckpointConfig Sharded(const std::string& dir, int keep = 3) {
+  CheckpointConfig c;
+  c.set_dir(dir);
+  c.set_keep(keep);
+  c.set_format(CheckpointConfig::SHARDED);
+  return c;
+}
+
+TrainingPosition At(int64_t global_step) {
+  TrainingPosition p;
+  p.epoch = 1;
+  p.steps_in_epoch = 3;
+  p.global_step = global_step;
+  p.world_size = Size();
+  p.batch_size = 4;
+  p.samples_in_epoch = 3 * 4 * Size();
+  return p;
+}
+
+std::vector<std::string> Names(const std::string& dir) {
+  std::vector<std::string> names;
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return names;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] != '.') names.emplace_back(e->d_name);
+  }
+  closedir(d);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// Each state tensor of `optimizer` for `param`, by field, and its step.
+StateFields FieldsOf(torch::optim::Optimizer& optimizer, const torch::Tensor& key) {
+  auto found = optimizer.state().find(StateKeyOf(key));
+  EXPECT_NE(found, optimizer.state().end());
+  if (found == optimizer.state().end()) return {};
+  auto fields = GetStateFields(*found->second, "test");
+  EXPECT_TRUE(fields.ok());
+  return *fields;
+}
+
+void ExpectSameModel(Net& a, Net& b) {
+  auto pa = a.named_parameters(), pb = b.named_parameters();
+  for (const auto& item : pa) {
+    EXPECT_TRUE(torch::equal(item.value(), pb[item.key()])) << item.key();
+  }
+}
+
+TEST(ShardedCheckpointTest, EveryRankWritesItsShardTheIndexLastAndAResumeIsExact) {
+  const std::string dir = TestDir("exact");
+  Net net;
+  auto adam = MakeAdam(net);
+  Train(net, *adam, 3);
+  const CheckpointConfig c = Sharded(dir);
+  ASSERT_TRUE(SaveCheckpoint(c, net, *adam, At(12)).ok());
+  EXPECT_EQ(CheckpointPath(c, 12), dir + "/ckpt-12");
+  const std::vector<std::string> files = Names(dir + "/ckpt-12");
+  ASSERT_EQ(files.size(), 3u) << ::testing::PrintToString(files);  // 2 shards, the index
+  EXPECT_EQ(files.back(), "index.json");
+  EXPECT_TRUE(absl::EndsWith(files[0], "-shard-0-of-2.safetensors")) << files[0];
+  EXPECT_TRUE(absl::EndsWith(files[1], "-shard-1-of-2.safetensors")) << files[1];
+
+  Net again;
+  {
+    torch::NoGradGuard no_grad;  // another start: everything must come from the checkpoint
+    for (auto& p : again.parameters()) p.uniform_();
+  }
+  auto again_adam = MakeAdam(again);
+  TrainingPosition position;
+  auto resumed = ResumeFromNewestCheckpoint(c, false, torch::kCPU, again, *again_adam, &position);
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  EXPECT_TRUE(*resumed);
+  EXPECT_EQ(position.global_step, 12);
+  EXPECT_EQ(position.samples_in_epoch, 3 * 4 * Size());
+  ExpectSameModel(net, again);
+  EXPECT_TRUE(torch::equal(again.bn()->running_mean, net.bn()->running_mean));  // its own
+  EXPECT_TRUE(torch::equal(again.bn()->running_var, net.bn()->running_var));
+  for (const auto& item : net.named_parameters()) {
+    const StateFields want = FieldsOf(*adam, item.value());
+    const StateFields got = FieldsOf(*again_adam, again.named_parameters()[item.key()]);
+    EXPECT_EQ(got.step, want.step) << item.key();
+    ASSERT_EQ(got.tensors.size(), want.tensors.size()) << item.key();
+    for (size_t i = 0; i < want.tensors.size(); ++i) {
+      EXPECT_EQ(got.tensors[i].first, want.tensors[i].first);
+      EXPECT_TRUE(torch::equal(got.tensors[i].second, want.tensors[i].second)) << item.key();
+    }
+  }
+  // Both go on alike: the next step is the same.
+  Train(net, *adam, 1);
+  Train(again, *again_adam, 1);
+  ExpectSameModel(net, again);
+}
+
+TEST(ShardedCheckpointTest, EachRankWritesAboutHalfAndNothingTwice) {
+  const std::string dir = TestDir("halves");
+  Net net;
+  auto adam = MakeAdam(net);
+  Train(net, *adam, 1);
+  ASSERT_TRUE(SaveCheckpoint(Sharded(dir), net, *adam, At(1)).ok());
+  auto index = ReadIndex(dir + "/ckpt-1");
+  ASSERT_TRUE(index.ok()) << index.status();
+  ASSERT_EQ(index->files.size(), 2u);
+  const double a = index->files[0].bytes, b = index->files[1].bytes;
+  EXPECT_GT(std::min(a, b) / std::max(a, b), 0.5) << a << " and " << b << " bytes";
+  // Model, Adam's two moments and step of every parameter, each buffer and its rows.
+  EXPECT_EQ(index->tensors.count("model/fc.weight"), 1u);
+  EXPECT_EQ(index->tensors.count("optimizer/fc.weight/exp_avg"), 1u);
+  EXPECT_EQ(index->tensors.count("optimizer/fc.weight/step"), 1u);
+  EXPECT_EQ(index->tensors.count("rank_buffers/bn.running_mean"), 1u);
+  EXPECT_EQ(index->tensors.at("rank_buffers/bn.running_mean").pieces.size(), 2u);
+  EXPECT_EQ(index->metadata["world_size"], 2);
+  // The model's buffers there are the ranks' average.
+  IndexReader reader(dir + "/ckpt-1", *index);
+  std::vector<float> mean(7);
+  ASSERT_TRUE(reader.Read("model/bn.running_mean", 0, 7, mean.data()).ok());
+  EXPECT_FLOAT_EQ(mean[0], 1.0f);  // (0.5 + 1.5) / 2
+}
+
+// ZeRO's slices written and read where they live, in both directions against a replicated run.
+TEST(ShardedCheckpointTest, ASlicedOptimizerAndAReplicatedOneReadEachOthersCheckpoints) {
+  const std::string dir = TestDir("slices");
+  Net net;
+  auto adam = MakeAdam(net);
+  Train(net, *adam, 2);
+  ASSERT_TRUE(SaveCheckpoint(Sharded(dir), net, *adam, At(2)).ok());
+
+  // Replicated -> sliced: each rank takes its own elements of each moment.
+  Net sliced_net;
+  auto slice_adam = MakeAdam(sliced_net);
+  auto whole_adam = MakeAdam(sliced_net);
+  ShardedOptimizerOptions options;
+  auto sharded = ShardedOptimizer::Create(*slice_adam, sliced_net.named_parameters(), options);
+  ASSERT_TRUE(sharded.ok()) << sharded.status();
+  TrainingPosition position;
+  auto resumed = ResumeFromNewestCheckpoint(Sharded(dir), false, torch::kCPU, sliced_net,
+                                            CheckpointOptimizer(whole_adam.get(), sharded->get()),
+                                            &position);
+  ASSERT_TRUE(resumed.ok() && *resumed) << resumed.status();
+  for (const auto& s : (*sharded)->Slices()) {
+    const StateFields want = FieldsOf(*adam, net.named_parameters()[s.name]);
+    const StateFields got = FieldsOf(*slice_adam, s.slice);
+    EXPECT_EQ(got.step, want.step);
+    ASSERT_EQ(got.tensors.size(), want.tensors.size());
+    for (size_t i = 0; i < want.tensors.size(); ++i) {
+      EXPECT_TRUE(torch::equal(got.tensors[i].second,
+                               want.tensors[i].second.flatten().narrow(0, s.range.begin,
+                                                                       s.range.size)))
+          << s.name << " " << got.tensors[i].first;
+    }
+  }
+  EXPECT_TRUE(whole_adam->state().empty());
+
+  // Sliced -> its own directory -> replicated: the whole moments again.
+  const std::string dir2 = TestDir("slices_back");
+  ASSERT_TRUE(SaveCheckpoint(Sharded(dir2), sliced_net,
+                             CheckpointOptimizer(whole_adam.get(), sharded->get()), At(3))
+                  .ok());
+  auto index = ReadIndex(dir2 + "/ckpt-3");
+  ASSERT_TRUE(index.ok()) << index.status();
+  EXPECT_EQ(index->tensors.at("optimizer/fc.weight/exp_avg").pieces.size(), 2u);  // one a rank
+  Net back;
+  auto back_adam = MakeAdam(back);
+  resumed = ResumeFromNewestCheckpoint(Sharded(dir2), false, torch::kCPU, back, *back_adam,
+                                       &position);
+  ASSERT_TRUE(resumed.ok() && *resumed) << resumed.status();
+  EXPECT_EQ(position.global_step, 3);
+  for (const auto& item : net.named_parameters()) {
+    const StateFields want = FieldsOf(*adam, item.value());
+    const StateFields got = FieldsOf(*back_adam, back.named_parameters()[item.key()]);
+    ASSERT_EQ(got.tensors.size(), want.tensors.size());
+    for (size_t i = 0; i < want.tensors.size(); ++i) {
+      EXPECT_TRUE(torch::equal(got.tensors[i].second, want.tensors[i].second)) << item.key();
+    }
+  }
+}
+
+TEST(ShardedCheckpointTest, ADamagedShardIsSetAsideAndTheNextOlderResumed) {
+  const std::string dir = TestDir("damaged");
+  Net net;
+  auto adam = MakeAdam(net);
+  Train(net, *adam, 1);
+  const CheckpointConfig c = Sharded(dir);
+  ASSERT_TRUE(SaveCheckpoint(c, net, *adam, At(4)).ok());
+  Train(net, *adam, 1);
+  ASSERT_TRUE(SaveCheckpoint(c, net, *adam, At(8)).ok());
+  ASSERT_TRUE(WaitAll({Barrier()}).ok());
+  if (Rank() == 1) {
+    // A byte of rank 1's file, which some rank reads: every rank needs the whole model.
+    const std::vector<std::string> files = Names(dir + "/ckpt-8");
+    const std::string path = dir + "/ckpt-8/" + files[1];
+    const int fd = open(path.c_str(), O_RDWR);
+    ASSERT_GE(fd, 0);
+    struct stat st;
+    ASSERT_EQ(fstat(fd, &st), 0);
+    char byte = 0;
+    ASSERT_EQ(pread(fd, &byte, 1, st.st_size - 3), 1);
+    byte ^= 0x11;
+    ASSERT_EQ(pwrite(fd, &byte, 1, st.st_size - 3), 1);
+    close(fd);
+  }
+  ASSERT_TRUE(WaitAll({Barrier()}).ok());
+  Net again;
+  auto again_adam = MakeAdam(again);
+  TrainingPosition position;
+  auto resumed = ResumeFromNewestCheckpoint(c, false, torch::kCPU, again, *again_adam, &position);
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  EXPECT_TRUE(*resumed);
+  EXPECT_EQ(position.global_step, 4);
+  struct stat st;
+  EXPECT_EQ(stat((dir + "/ckpt-8.corrupt").c_str(), &st), 0);
+}
+
+TEST(ShardedCheckpointTest, AnotherModelIsRefusedOnEveryRankNamingTheTensor) {
+  const std::string dir = TestDir("other_model");
+  Net net;
+  auto adam = MakeAdam(net);
+  ASSERT_TRUE(SaveCheckpoint(Sharded(dir), net, *adam, At(2)).ok());
+  class Wider : public Classifier {
+   public:
+    Wider() { fc_ = register_module("fc", torch::nn::Linear(6, 7)); }
+    at::Tensor forward(const at::Tensor& x) override { return fc_(x); }
+    torch::nn::Linear fc_{nullptr};
+  } wider;
+  torch::optim::SGD sgd(wider.parameters(), torch::optim::SGDOptions(0.1));
+  TrainingPosition position;
+  auto resumed = ResumeFromNewestCheckpoint(Sharded(dir), false, torch::kCPU, wider, sgd, &position);
+  EXPECT_TRUE(absl::IsFailedPrecondition(resumed.status())) << resumed.status();
+  EXPECT_NE(resumed.status().message().find("fc.weight"), std::string::npos) << resumed.status();
+  struct stat st;
+  EXPECT_EQ(stat((dir + "/ckpt-2/index.json").c_str(), &st), 0);  // left in place
+}
+
+TEST(ShardedCheckpointTest, KeepCountsBothFormatsAndTheNewestOfEitherResumes) {
+  const std::string dir = TestDir("mixed");
+  Net net;
+  auto adam = MakeAdam(net);
+  Train(net, *adam, 1);
+  CheckpointConfig file = Sharded(dir, 2);
+  file.set_format(CheckpointConfig::SINGLE_FILE);
+  ASSERT_TRUE(SaveCheckpoint(file, net, *adam, At(1)).ok());
+  ASSERT_TRUE(SaveCheckpoint(Sharded(dir, 2), net, *adam, At(2)).ok());
+  TrainingPosition position;
+  {
+    Net again;
+    auto again_adam = MakeAdam(again);
+    auto resumed =
+        ResumeFromNewestCheckpoint(file, false, torch::kCPU, again, *again_adam, &position);
+    ASSERT_TRUE(resumed.ok() && *resumed) << resumed.status();
+    EXPECT_EQ(position.global_step, 2);  // the directory, though this config writes files
+  }
+  ASSERT_TRUE(SaveCheckpoint(file, net, *adam, At(3)).ok());
+  ASSERT_TRUE(WaitAll({Barrier()}).ok());
+  EXPECT_EQ(Names(dir), (std::vector<std::string>{"ckpt-2", "ckpt-3.pt"}));
+  Net again;
+  auto again_adam = MakeAdam(again);
+  auto resumed =
+      ResumeFromNewestCheckpoint(Sharded(dir), false, torch::kCPU, again, *again_adam, &position);
+  ASSERT_TRUE(resumed.ok() && *resumed) << resumed.status();
+  EXPECT_EQ(position.global_step, 3);
+  ExpectSameModel(net, again);
+  // And --fresh moves both kinds aside.
+  resumed = ResumeFromNewestCheckpoint(Sharded(dir), true, torch::kCPU, again, *again_adam,
+                                       &position);
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  EXPECT_FALSE(*resumed);
+}
+
+TEST(ShardedCheckpointTest, TheModelAloneLoadsFromADirectoryForExport) {
+  const std::string dir = TestDir("export");
+  Net net;
+  auto adam = MakeAdam(net);
+  Train(net, *adam, 2);
+  ASSERT_TRUE(SaveCheckpoint(Sharded(dir), net, *adam, At(5)).ok());
+  Net loaded;
+  ASSERT_TRUE(LoadCheckpointModel(dir + "/ckpt-5", torch::kCPU, loaded).ok());
+  ExpectSameModel(net, loaded);
+  EXPECT_FLOAT_EQ(loaded.bn()->running_mean[0].item<float>(), 1.0f);  // the average
+  const absl::Status no_averages = LoadCheckpointModel(dir + "/ckpt-5", torch::kCPU, loaded, true);
+  EXPECT_TRUE(absl::IsFailedPrecondition(no_averages)) << no_averages;
+}
+
+}  // namespace
+}  // namespace train
+}  // namespace hvx
