@@ -578,7 +578,7 @@ absl::StatusOr<DirResume> ResumeFromCheckpointDirs(const std::vector<std::string
     HVX_RETURN_IF_ERROR(Take(**load, optimizer, extras));
     *position = (*load)->position;
     HVX_LOG(INFO) << absl::StrFormat(
-        "resuming from %s (epoch %d, step %d): this rank read %.1f MB in %.3f s", path,
+        "resuming from %s (epoch %d, step %d): this rank read %.3f MB in %.3f s", path,
         position->epoch + 1, position->global_step, (*load)->bytes_read / 1e6,
         absl::ToDoubleSeconds(MonotonicNow() - start));
     DirResume resume;

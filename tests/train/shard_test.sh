@@ -8,7 +8,9 @@
 #   processes over MPI without a fixed reduction order, train as replicated within rounding;
 # - resume: a 4-process GRADIENTS run stopped mid-epoch resumes at 2 processes with STATE and at
 #   3 with NONE; each prints the losses of an uninterrupted run at that size and setting from the
-#   same checkpoint (checkpoints hold whole tensors, whatever the setting).
+#   same checkpoint (checkpoints hold whole tensors, whatever the setting);
+# - the same resumes, 4 -> 2 -> 3 processes and GRADIENTS -> STATE -> NONE, from sharded
+#   checkpoints print the losses of the chain through single files.
 #   shard_test.sh TRAIN MAKE_IDX LIB
 set -uo pipefail
 TRAIN=$(readlink -f "$1"); MAKE_IDX=$(readlink -f "$2"); source "$3"
@@ -110,6 +112,39 @@ for target in "2 STATE" "3 NONE"; do
     [[ $(losses "$T/resumed$1-$2.out" | wc -l) -gt 0 ]]; check "$1 processes: the resumed run trained" $?
     same_losses "resumed at $1 processes" "resumed$1-$other" "resumed$1-$2"
 done
+
+# The same from sharded checkpoints (checkpoint.format SHARDED): the 4-process GRADIENTS run
+# writes 4 shard files and an index; resumed at 2 processes with STATE (stopped again at step 20,
+# its own sharded checkpoint) and then at 3 with NONE, every run prints the losses of the same
+# chain through single files, and a rank of the sliced run reads less than a replicated one.
+sharded() {  # sharded DIR: the checkpoint block of a sharded run in DIR
+    echo "checkpoint { dir: \"$1\" format: SHARDED }"
+}
+run dstop4 "$four optimizer { shard: GRADIENTS } $(sharded "$T/ckd")" --max_steps=10
+files=$(ls "$T/ckd/ckpt-10" 2>/dev/null | grep -c -- '-shard-[0-3]-of-4\.safetensors$')
+[[ $files == 4 && -f $T/ckd/ckpt-10/index.json ]]
+check "the sharded run left ckpt-10/ with 4 shard files and the index (found $files)" $?
+same_losses "4 processes, GRADIENTS, until the stop" stop4 dstop4
+cp -r "$T/ckd" "$T/ckd_chain"
+cp -r "$T/ck" "$T/ck_chain"
+run dchain2 "launch { num_processes: \"2\" } $adam optimizer { shard: STATE } $(sharded "$T/ckd_chain")" --max_steps=20
+run chain2 "launch { num_processes: \"2\" } $adam optimizer { shard: STATE } checkpoint { dir: \"$T/ck_chain\" }" --max_steps=20
+grep -q "resuming from $T/ckd_chain/ckpt-10 " "$T/dchain2.err"
+check "2 processes with STATE resumed from the sharded checkpoint" $?
+same_losses "4 -> 2 processes, GRADIENTS -> STATE" chain2 dchain2
+[[ -f $T/ckd_chain/ckpt-20/index.json ]]; check "the 2-process run left ckpt-20/" $?
+run dchain3 "launch { num_processes: \"3\" } $adam optimizer { shard: NONE } $(sharded "$T/ckd_chain")"
+run chain3 "launch { num_processes: \"3\" } $adam optimizer { shard: NONE } checkpoint { dir: \"$T/ck_chain\" }"
+grep -q "resuming from $T/ckd_chain/ckpt-20 " "$T/dchain3.err"
+check "3 processes with NONE resumed from the 2-process sharded checkpoint" $?
+[[ $(losses "$T/dchain3.out" | wc -l) -gt 0 ]]; check "3 processes: the chain's last run trained" $?
+same_losses "2 -> 3 processes, STATE -> NONE" chain3 dchain3
+read_mb() {  # read_mb ERR: rank 0's "this rank read N MB" at its resume
+    sed -nE 's/^\[0\] .*this rank read ([0-9.]+) MB.*/\1/p' "$1" | head -1
+}
+sliced=$(read_mb "$T/dchain2.err"); whole=$(read_mb "$T/dchain3.err")
+python3 -c "import sys; s, w = float(sys.argv[1] or 0), float(sys.argv[2] or 0); sys.exit(0 if 0 < s < 0.8 * w else 1)" "$sliced" "$whole"
+check "a rank resuming STATE at 2 processes reads less than one resuming NONE ($sliced MB, $whole MB)" $?
 
 echo "failures: $failures"
 [[ $failures == 0 ]]
