@@ -224,6 +224,15 @@ void PruneCheckpoints(const CheckpointConfig& c) {
   }
 }
 
+// Rank 0's line about a checkpoint directory written: what it cost, for choosing the interval.
+void LogSaved(const SavedCheckpoint& saved) {
+  HVX_LOG_RANK0(INFO) << absl::StrFormat(
+      "checkpoint %s: %.1f MB from %d ranks in %.3f s, training paused %.3f s (rank 0 wrote "
+      "%.1f MB)",
+      saved.path, saved.bytes_total / 1e6, Size(), saved.seconds, saved.pause_s,
+      saved.bytes_written / 1e6);
+}
+
 // Rank 0's part of SaveCheckpoint: the file, as checkpoint.h describes it. The model's buffers are
 // replaced by their average over ranks while it is written, then restored.
 absl::Status WriteCheckpoint(const CheckpointConfig& c, Classifier& model,
@@ -697,17 +706,14 @@ std::string CheckpointPath(const CheckpointConfig& checkpoint, int64_t global_st
 absl::Status SaveCheckpoint(const CheckpointConfig& checkpoint, Classifier& model,
                             const CheckpointOptimizer& optimizer, const TrainingPosition& position,
                             const CheckpointExtras& extras) {
-  const absl::Time start = MonotonicNow();
   if (checkpoint.format() == CheckpointConfig::SHARDED) {
     HVX_ASSIGN_OR_RETURN(const SavedCheckpoint saved,
                          SaveCheckpointDir(checkpoint, model, optimizer, position, extras,
                                            [&checkpoint] { PruneCheckpoints(checkpoint); }));
-    HVX_LOG_RANK0(INFO) << absl::StrFormat(
-        "checkpoint %s: %.1f MB in %.3f s (%.1f MB written by rank 0)", saved.path,
-        saved.bytes_total / 1e6, absl::ToDoubleSeconds(MonotonicNow() - start),
-        saved.bytes_written / 1e6);
+    LogSaved(saved);
     return absl::OkStatus();
   }
+  const absl::Time start = MonotonicNow();
   // A sharded optimizer's state is gathered whole for the file, and dropped once written.
   absl::Cleanup drop_gathered = [&optimizer] {
     if (optimizer.sharded != nullptr) optimizer.optimizer->state().clear();
@@ -725,6 +731,25 @@ absl::Status SaveCheckpoint(const CheckpointConfig& checkpoint, Classifier& mode
   const double mb = stat(path.c_str(), &st) == 0 ? st.st_size / 1e6 : 0.0;
   HVX_LOG(INFO) << absl::StrFormat("checkpoint %s: %.1f MB in %.3f s", path, mb,
                                    absl::ToDoubleSeconds(MonotonicNow() - start));
+  return absl::OkStatus();
+}
+
+absl::Status Checkpointer::Save(Classifier& model, const CheckpointOptimizer& optimizer,
+                                const TrainingPosition& position, const CheckpointExtras& extras) {
+  if (checkpoint_.format() != CheckpointConfig::SHARDED) {
+    return SaveCheckpoint(checkpoint_, model, optimizer, position, extras);
+  }
+  HVX_RETURN_IF_ERROR(Finish());
+  const bool background = !checkpoint_.has_background() || checkpoint_.background();
+  HVX_RETURN_IF_ERROR(writer_.Start(checkpoint_, model, optimizer, position, extras, background));
+  return background ? absl::OkStatus() : Finish();
+}
+
+absl::Status Checkpointer::Finish() {
+  if (!writer_.pending()) return absl::OkStatus();
+  HVX_ASSIGN_OR_RETURN(const SavedCheckpoint saved,
+                       writer_.Finish([this] { PruneCheckpoints(checkpoint_); }));
+  LogSaved(saved);
   return absl::OkStatus();
 }
 

@@ -62,6 +62,25 @@ absl::Status SaveCheckpoint(const CheckpointConfig& checkpoint, Classifier& mode
                             const CheckpointOptimizer& optimizer, const TrainingPosition& position,
                             const CheckpointExtras& extras = {});
 
+// A training run's checkpoints, one at a time: Save writes one (SaveCheckpoint), or with
+// checkpoint.format SHARDED and checkpoint.background (the default) starts writing it in the
+// background (CheckpointDirWriter); Finish commits the one in progress. Collective, as
+// CheckpointDirWriter says: Save finishes the previous one first.
+class Checkpointer {
+ public:
+  explicit Checkpointer(const CheckpointConfig& checkpoint) : checkpoint_(checkpoint) {}
+  absl::Status Save(Classifier& model, const CheckpointOptimizer& optimizer,
+                    const TrainingPosition& position, const CheckpointExtras& extras = {});
+  // This rank's background write is still running.
+  bool Writing() const { return writer_.writing(); }
+  // Waits for the checkpoint in progress and commits it (OK when there is none): every rank.
+  absl::Status Finish();
+
+ private:
+  const CheckpointConfig checkpoint_;
+  CheckpointDirWriter writer_;
+};
+
 // Every rank calls it. The newest checkpoint in checkpoint.dir of either format is loaded (after
 // moving the existing ones into "<dir>/replaced-<unix seconds>[-N]/" when `fresh`, once per job:
 // see FreshJobId), and every rank

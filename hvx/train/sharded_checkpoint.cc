@@ -5,10 +5,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <map>
 #include <memory>
 #include <numeric>
+#include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -297,25 +299,70 @@ std::string CheckpointDirPath(const CheckpointConfig& checkpoint, int64_t global
   return absl::StrCat(checkpoint.dir(), "/ckpt-", global_step);
 }
 
-absl::StatusOr<SavedCheckpoint> SaveCheckpointDir(
-    const CheckpointConfig& checkpoint, Classifier& model, const CheckpointOptimizer& optimizer,
-    const TrainingPosition& position, const CheckpointExtras& extras,
-    const std::function<void()>& prune) {
+struct CheckpointDirWriter::Write {
   SavedCheckpoint saved;
-  saved.path = CheckpointDirPath(checkpoint, position.global_step);
-  std::string token = Rank() == 0 ? RandomHex().substr(0, 8) : std::string();
-  HVX_RETURN_IF_ERROR(BroadcastBytes("checkpoint.token", &token, 0));
-  HVX_ASSIGN_OR_RETURN(std::vector<torch::Tensor> rank_buffers, GatherRankBuffers(model));
-  // Each rank writes its file; a failure is every rank's to report, so it is gathered, not
-  // returned at once.
+  std::string token;
+  int64_t step = 0;
+  Json metadata;
+  std::vector<Item> items;  // this rank's share, copied: training goes on meanwhile
   absl::StatusOr<WrittenShard> shard = absl::UnknownError("not written");
-  {
-    absl::StatusOr<std::vector<Item>> items = PlanWrites(model, optimizer, extras, rank_buffers);
-    absl::Status made = items.status();
-    if (made.ok()) made = MakeDirs(saved.path);
-    if (made.ok()) {
+  std::atomic<bool> done{false};
+  std::thread thread;
+  absl::Time started;
+  double pause_s = 0;  // what Start took: training waited for it
+};
+
+CheckpointDirWriter::CheckpointDirWriter() = default;
+
+CheckpointDirWriter::~CheckpointDirWriter() {
+  if (write_ != nullptr && write_->thread.joinable()) write_->thread.join();
+}
+
+bool CheckpointDirWriter::writing() const {
+  return write_ != nullptr && !write_->done.load(std::memory_order_acquire);
+}
+
+absl::Status CheckpointDirWriter::Start(const CheckpointConfig& checkpoint, Classifier& model,
+                                        const CheckpointOptimizer& optimizer,
+                                        const TrainingPosition& position,
+                                        const CheckpointExtras& extras, bool background) {
+  if (pending()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("a checkpoint (", write_->saved.path, ") is still being written"));
+  }
+  auto w = std::make_unique<Write>();
+  w->started = MonotonicNow();
+  w->saved.path = CheckpointDirPath(checkpoint, position.global_step);
+  w->step = position.global_step;
+  w->token = Rank() == 0 ? RandomHex().substr(0, 8) : std::string();
+  HVX_RETURN_IF_ERROR(BroadcastBytes("checkpoint.token", &w->token, 0));
+  HVX_ASSIGN_OR_RETURN(std::vector<torch::Tensor> rank_buffers, GatherRankBuffers(model));
+  w->metadata = Json{{"position", EncodePosition(position)},
+                     {"fingerprint", ModelFingerprint(model)},
+                     {"world_size", Size()},
+                     {"optimizer_shard", optimizer.sharded == nullptr ? "NONE" : "SLICES"}};
+  if (extras.data_order != nullptr) w->metadata["data_order"] = *extras.data_order;
+  // A failure from here on is every rank's to report, so it is kept for Finish's agreement, not
+  // returned at once.
+  absl::StatusOr<std::vector<Item>> items = PlanWrites(model, optimizer, extras, rank_buffers);
+  if (items.ok()) {
+    w->items = *std::move(items);
+    // A copy of what may still share memory with the live model and optimizer (CPU tensors;
+    // .cpu() of a GPU tensor is a copy already).
+    torch::NoGradGuard no_grad;
+    for (Item& item : w->items) {
+      if (background) item.data = item.data.clone();
+    }
+  } else {
+    w->shard = items.status();
+  }
+  Write* raw = w.get();
+  auto write = [raw, failed = !items.ok()] {
+    if (!failed) {
+      absl::Status made = MakeDirs(raw->saved.path);
       std::vector<PieceToWrite> pieces;
-      for (const Item& item : *items) {
+      for (const Item& item : raw->items) {
+        if (!made.ok()) break;
         absl::StatusOr<std::string> dtype = SafetensorsDtype(item.data.scalar_type());
         if (!dtype.ok()) {
           made = Annotate(dtype.status(), item.name);
@@ -324,24 +371,39 @@ absl::StatusOr<SavedCheckpoint> SaveCheckpointDir(
         pieces.push_back({item.name, *dtype, item.shape, item.begin, item.elements,
                           item.data.data_ptr()});
       }
-      if (made.ok()) {
-        shard = WriteShardFile(
-            saved.path, ShardFileName(token, Rank(), Size()), pieces,
-            {{"format", "hvx-checkpoint shard"},
-             {"step", absl::StrCat(position.global_step)},
-             {"rank", absl::StrCat(Rank(), " of ", Size())}});
-      }
+      raw->shard = made.ok() ? WriteShardFile(raw->saved.path,
+                                              ShardFileName(raw->token, Rank(), Size()), pieces,
+                                              {{"format", "hvx-checkpoint shard"},
+                                               {"step", absl::StrCat(raw->step)},
+                                               {"rank", absl::StrCat(Rank(), " of ", Size())}})
+                             : absl::StatusOr<WrittenShard>(made);
     }
-    if (!made.ok()) shard = made;
+    raw->items.clear();  // the copies go as soon as they are on disk
+    raw->done.store(true, std::memory_order_release);
+  };
+  write_ = std::move(w);
+  if (background) {
+    write_->thread = std::thread(write);
+  } else {
+    write();
   }
-  std::string report = shard.ok() ? JsonText(Json{{"host", Host()}, {"shard", ShardToJson(*shard)}})
-                                  : std::string();
-  const std::string failure = EncodeFailure(shard.status());
+  write_->pause_s = absl::ToDoubleSeconds(MonotonicNow() - write_->started);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<SavedCheckpoint> CheckpointDirWriter::Finish(const std::function<void()>& prune) {
+  if (write_ == nullptr) return absl::FailedPreconditionError("no checkpoint is being written");
+  std::unique_ptr<Write> w = std::move(write_);
+  if (w->thread.joinable()) w->thread.join();
+  SavedCheckpoint saved = w->saved;
+  saved.pause_s = w->pause_s;
   HVX_ASSIGN_OR_RETURN(std::vector<std::string> failures,
-                       AllgatherBytes("checkpoint.written", failure));
+                       AllgatherBytes("checkpoint.written", EncodeFailure(w->shard.status())));
   const std::vector<RankFailure> failed = Failures(failures);
-  if (!failed.empty()) return StatusOf(failed.front(), shard.status());
-  saved.bytes_written = static_cast<int64_t>(shard->bytes);
+  if (!failed.empty()) return StatusOf(failed.front(), w->shard.status());
+  saved.bytes_written = static_cast<int64_t>(w->shard->bytes);
+  const std::string report =
+      JsonText(Json{{"host", Host()}, {"shard", ShardToJson(*w->shard)}});
   HVX_ASSIGN_OR_RETURN(std::vector<std::string> reports,
                        AllgatherBytes("checkpoint.shards", report));
   absl::Status committed;
@@ -359,17 +421,11 @@ absl::StatusOr<SavedCheckpoint> SaveCheckpointDir(
       hosts.push_back((*json)["host"].get<std::string>());
       shards.push_back(*std::move(s));
     }
-    std::vector<std::string> fingerprint = ModelFingerprint(model);
-    Json metadata{{"position", EncodePosition(position)},
-                  {"fingerprint", fingerprint},
-                  {"world_size", Size()},
-                  {"optimizer_shard", optimizer.sharded == nullptr ? "NONE" : "SLICES"}};
-    if (extras.data_order != nullptr) metadata["data_order"] = *extras.data_order;
     if (committed.ok()) {
-      committed = CommitIndex(saved.path, position.global_step, shards, hosts, metadata);
+      committed = CommitIndex(saved.path, w->step, shards, hosts, w->metadata);
     }
     if (committed.ok()) {
-      RemoveOtherSaves(saved.path, token);
+      RemoveOtherSaves(saved.path, w->token);
       if (prune) prune();
     }
   }
@@ -380,7 +436,18 @@ absl::StatusOr<SavedCheckpoint> SaveCheckpointDir(
                                                    torch::full({1}, saved.bytes_written,
                                                                torch::kInt64)));
   saved.bytes_total = total.sum().item<int64_t>();
+  saved.seconds = absl::ToDoubleSeconds(MonotonicNow() - w->started);
   return saved;
+}
+
+absl::StatusOr<SavedCheckpoint> SaveCheckpointDir(
+    const CheckpointConfig& checkpoint, Classifier& model, const CheckpointOptimizer& optimizer,
+    const TrainingPosition& position, const CheckpointExtras& extras,
+    const std::function<void()>& prune) {
+  CheckpointDirWriter writer;
+  HVX_RETURN_IF_ERROR(writer.Start(checkpoint, model, optimizer, position, extras,
+                                   /*background=*/false));
+  return writer.Finish(prune);
 }
 
 namespace {

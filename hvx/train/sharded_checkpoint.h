@@ -32,6 +32,8 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -76,15 +78,49 @@ struct CheckpointOptimizer {
 // "<checkpoint.dir>/ckpt-<step>".
 std::string CheckpointDirPath(const CheckpointConfig& checkpoint, int64_t global_step);
 
-// Writes the checkpoint directory of `position.global_step` (every rank calls it), then removes
-// what checkpoint.keep() no longer keeps (`prune`, rank 0). Every rank returns the same status: a
-// rank's failure names the rank and its host. The live model and optimizer are left as they were.
-// *bytes_written: what this rank wrote.
+// A checkpoint directory written.
 struct SavedCheckpoint {
   std::string path;
   int64_t bytes_written = 0;  // by this rank
   int64_t bytes_total = 0;    // by every rank
+  double pause_s = 0;         // what training waited for: the copy of this rank's share
+  double seconds = 0;         // from the start to the index
 };
+
+// Writes checkpoint directories, in the background if asked: Start copies this rank's share (the
+// pause training sees) and writes it on a thread of its own while training goes on; Finish waits
+// for it, agrees with every rank and commits (rank 0 writes the index). Both are collective, and
+// every rank calls Finish at the same point: the trainer when its per-step agreement says no rank
+// is still writing, before the next Start, and at the end of training or a preemption. A writer
+// destroyed with a write pending waits for the thread; that checkpoint never gets its index.
+class CheckpointDirWriter {
+ public:
+  CheckpointDirWriter();
+  ~CheckpointDirWriter();
+  CheckpointDirWriter(const CheckpointDirWriter&) = delete;
+  CheckpointDirWriter& operator=(const CheckpointDirWriter&) = delete;
+
+  // The checkpoint of `position.global_step`. FailedPrecondition while one is pending.
+  absl::Status Start(const CheckpointConfig& checkpoint, Classifier& model,
+                     const CheckpointOptimizer& optimizer, const TrainingPosition& position,
+                     const CheckpointExtras& extras, bool background);
+  // Started and not yet finished.
+  bool pending() const { return write_ != nullptr; }
+  // This rank's file is still being written.
+  bool writing() const;
+  // Waits for this rank's file, then commits the checkpoint and removes what checkpoint.keep no
+  // longer keeps (`prune`, rank 0). Every rank returns the same status: a rank's failure (a full
+  // disk) names the rank and its host, and the checkpoint before stays the newest.
+  absl::StatusOr<SavedCheckpoint> Finish(const std::function<void()>& prune);
+
+ private:
+  struct Write;
+  std::unique_ptr<Write> write_;
+};
+
+// Writes the checkpoint directory of `position.global_step` at once (every rank calls it):
+// CheckpointDirWriter's Start without background, then Finish. The live model and optimizer are
+// left as they were.
 absl::StatusOr<SavedCheckpoint> SaveCheckpointDir(
     const CheckpointConfig& checkpoint, Classifier& model, const CheckpointOptimizer& optimizer,
     const TrainingPosition& position, const CheckpointExtras& extras,

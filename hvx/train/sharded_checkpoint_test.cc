@@ -345,6 +345,52 @@ TEST(ShardedCheckpointTest, TheModelAloneLoadsFromADirectoryForExport) {
   EXPECT_TRUE(absl::IsFailedPrecondition(no_averages)) << no_averages;
 }
 
+TEST(ShardedCheckpointTest, ABackgroundWriteKeepsTheModelAsItWasAndHasNoIndexUntilFinished) {
+  const std::string dir = TestDir("background");
+  Net net;
+  auto adam = MakeAdam(net);
+  Train(net, *adam, 2);
+  Net snapshot;
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& item : snapshot.named_parameters()) item.value().copy_(net.named_parameters()[item.key()]);
+  }
+  CheckpointConfig c = Sharded(dir);  // background by default
+  Checkpointer checkpointer(c);
+  ASSERT_TRUE(checkpointer.Save(net, *adam, At(6)).ok());
+  Train(net, *adam, 2);  // training goes on while the shards are written
+  while (checkpointer.Writing()) usleep(1000);
+  ASSERT_TRUE(WaitAll({Barrier()}).ok());
+  struct stat st;
+  EXPECT_NE(stat((dir + "/ckpt-6/index.json").c_str(), &st), 0) << "committed before Finish";
+  ASSERT_TRUE(checkpointer.Finish().ok());
+  EXPECT_EQ(stat((dir + "/ckpt-6/index.json").c_str(), &st), 0);
+  EXPECT_FALSE(checkpointer.Writing());
+  ASSERT_TRUE(checkpointer.Finish().ok());  // nothing pending: nothing to do
+
+  Net again;
+  auto again_adam = MakeAdam(again);
+  TrainingPosition position;
+  auto resumed = ResumeFromNewestCheckpoint(c, false, torch::kCPU, again, *again_adam, &position);
+  ASSERT_TRUE(resumed.ok() && *resumed) << resumed.status();
+  ExpectSameModel(snapshot, again);  // the model when Save was called, not after
+}
+
+TEST(ShardedCheckpointTest, SaveWaitsForAndCommitsTheCheckpointInProgress) {
+  const std::string dir = TestDir("one_at_a_time");
+  Net net;
+  auto adam = MakeAdam(net);
+  Train(net, *adam, 1);
+  Checkpointer checkpointer(Sharded(dir, 5));
+  ASSERT_TRUE(checkpointer.Save(net, *adam, At(1)).ok());
+  Train(net, *adam, 1);
+  ASSERT_TRUE(checkpointer.Save(net, *adam, At(2)).ok());
+  struct stat st;
+  EXPECT_EQ(stat((dir + "/ckpt-1/index.json").c_str(), &st), 0);
+  ASSERT_TRUE(checkpointer.Finish().ok());
+  EXPECT_EQ(stat((dir + "/ckpt-2/index.json").c_str(), &st), 0);
+}
+
 }  // namespace
 }  // namespace train
 }  // namespace hvx

@@ -167,6 +167,8 @@ struct Run {
   // from it after loading, and dropped in between.
   ShardedOptimizer* sharded = nullptr;
   std::unique_ptr<torch::optim::Optimizer> replicated;
+  // The run's checkpoints (checkpoint.dir), one in progress at a time.
+  std::unique_ptr<Checkpointer> checkpointer;
   // TrainConfig.ema_decay > 0: the parameters' moving average, what evaluation and export use.
   std::unique_ptr<WeightAverage> average;
   // precision: what autocast computes in (kFloat: nothing is cast), and the loss scaling of
@@ -229,11 +231,13 @@ class CheckpointRequestHandlers {
   bool restored_ = false;
 };
 
-// What the ranks agreed after a step, in one 8-byte allreduce (max), so that all act on the same
-// step: some rank has the launcher's checkpoint request; rank 0's checkpoint.every_seconds is due.
+// What the ranks agreed after a step, in one 12-byte allreduce (max), so that all act on the same
+// step: some rank has the launcher's checkpoint request; rank 0's checkpoint.every_seconds is due;
+// some rank is still writing its share of a checkpoint in the background.
 struct AfterStep {
   bool preempt = false;
   bool checkpoint_due = false;
+  bool still_writing = false;
 };
 absl::StatusOr<AfterStep> AgreeAfterStep(const Run& run);
 
@@ -412,15 +416,16 @@ bool MaxStepsReached(const Run& run, const TrainingPosition& pos) {
 
 absl::StatusOr<AfterStep> AgreeAfterStep(const Run& run) {
   const double every_s = run.config.checkpoint().every_seconds();
-  int32_t flags[2] = {
+  int32_t flags[3] = {
       g_checkpoint_request.load() ? 1 : 0,
       Rank() == 0 && every_s > 0 && Seconds(Clock::now() - run.last_checkpoint) >= every_s,
+      run.checkpointer != nullptr && run.checkpointer->Writing() ? 1 : 0,
   };
-  TensorRef t(DataType::kInt32, {2}, flags);
+  TensorRef t(DataType::kInt32, {3}, flags);
   AllreduceOptions o;
   o.op = ReduceOp::kMax;
   HVX_RETURN_IF_ERROR(Wait(Allreduce("trainer.after_step", t, t, o)));
-  return AfterStep{flags[0] != 0, flags[1] != 0};
+  return AfterStep{flags[0] != 0, flags[1] != 0, flags[2] != 0};
 }
 
 // Whether the run ends after this step: RunOptions::max_steps, or an agreed checkpoint request.
@@ -541,8 +546,8 @@ struct StepOutcome {
 // Writes a checkpoint at `pos` (every rank calls it), in checkpoint.format; either resumes at any
 // world size and any optimizer.shard.
 absl::Status Checkpoint(Run& run, const TrainingPosition& pos) {
-  HVX_RETURN_IF_ERROR(SaveCheckpoint(run.config.checkpoint(), *run.model,
-                                     CheckpointedOptimizer(run), pos, Extras(run)));
+  HVX_RETURN_IF_ERROR(
+      run.checkpointer->Save(*run.model, CheckpointedOptimizer(run), pos, Extras(run)));
   return Record(run, "checkpoint",
                 {{"path", CheckpointPath(run.config.checkpoint(), pos.global_step)},
                  {"global_step", pos.global_step},
@@ -708,6 +713,9 @@ absl::StatusOr<EpochSteps> TrainEpoch(Run& run, int64_t epoch, TrainingPosition*
     const bool last_step = pos->steps_in_epoch == run.steps_per_epoch;
     HVX_ASSIGN_OR_RETURN(const AfterStep agreed, AgreeAfterStep(run));
     run.preempted = run.preempted || agreed.preempt;
+    // A checkpoint written in the background by every rank is committed at the first step
+    // boundary after the last rank finished, on every rank alike.
+    if (!agreed.still_writing) HVX_RETURN_IF_ERROR(run.checkpointer->Finish());
     const bool stop = StopAfterThisStep(run, *pos);
     if (pos->global_step % config.logging().log_every_steps() == 0 || last_step || stop) {
       HVX_RETURN_IF_ERROR(ReportProgress(run, epoch, *pos, lr, since_progress));
@@ -825,6 +833,8 @@ absl::StatusOr<TrainResult> Train(Run& run) {
     HVX_RETURN_IF_ERROR(EndEpoch(run, epoch, steps.seconds, &pos, &result));
     if (StopAfterThisStep(run, pos)) break;
   }
+  // The end of training and a preemption wait for the checkpoint in progress.
+  HVX_RETURN_IF_ERROR(run.checkpointer->Finish());
   if (run.preempted) {
     result.preempted = true;
     HVX_LOG_RANK0(INFO) << "preempted at step " << pos.global_step << "; "
@@ -901,6 +911,7 @@ absl::StatusOr<TrainResult> RunTraining(const TrainConfig& config, const RunOpti
   HVX_RETURN_IF_ERROR(ValidateTrainConfig(config, "config"));
   CheckpointRequestHandlers handlers;
   Run run{config, options};
+  run.checkpointer = std::make_unique<Checkpointer>(config.checkpoint());
   HVX_ASSIGN_OR_RETURN(run.device, SelectTrainingDevice(config.device()));
   HVX_LOG_RANK0(INFO) << "training on " << run.device.str();
   HVX_RETURN_IF_ERROR(SetUpPrecision(config, &run));
