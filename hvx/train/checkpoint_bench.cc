@@ -1,7 +1,7 @@
 // What a checkpoint costs training, in both formats, in one run: ResNet-50 (or --model) with Adam
 // (its state made by one step), every rank at once.
 //
-//   bazel build -c opt //hvx/train:checkpoint_bench
+//   bazel build //hvx/train:checkpoint_bench
 //   mpiexec -n 2 bazel-bin/hvx/train/checkpoint_bench [--model=resnet50] [--rounds=3]
 //       [--dir=/tmp/hvx-checkpoint-bench] [--steps=4] [--image=64] [--batch=4]
 //
