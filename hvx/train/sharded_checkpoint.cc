@@ -400,7 +400,13 @@ absl::StatusOr<SavedCheckpoint> CheckpointDirWriter::Finish(const std::function<
   HVX_ASSIGN_OR_RETURN(std::vector<std::string> failures,
                        AllgatherBytes("checkpoint.written", EncodeFailure(w->shard.status())));
   const std::vector<RankFailure> failed = Failures(failures);
-  if (!failed.empty()) return StatusOf(failed.front(), w->shard.status());
+  if (!failed.empty()) {
+    // Nothing of a checkpoint that will never have its index stays behind: each rank removes its
+    // own file, then rank 0 the directory, if nothing else is in it.
+    if (w->shard.ok()) unlink(absl::StrCat(saved.path, "/", w->shard->name).c_str());
+    if (AllgatherBytes("checkpoint.removed", "").ok() && Rank() == 0) rmdir(saved.path.c_str());
+    return StatusOf(failed.front(), w->shard.status());
+  }
   saved.bytes_written = static_cast<int64_t>(w->shard->bytes);
   const std::string report =
       JsonText(Json{{"host", Host()}, {"shard", ShardToJson(*w->shard)}});

@@ -52,5 +52,31 @@ check "it resumed from ckpt-2.pt" $?
 diff <(losses "$T/full.out" | tail -n 10) <(losses "$T/resumed.out") >/dev/null
 check "steps 3-12 have the uninterrupted run's losses and learning rates" $?
 
+# The same with sharded checkpoints written in the background (checkpoint.format SHARDED): the
+# rank whose shard does not fit is named with the file and ENOSPC on every rank, its checkpoint
+# leaves nothing behind, and the one before resumes exactly.
+sharded='checkpoint { format: SHARDED }'
+run dfull "$T/dck_full" --override="$sharded"
+check "uninterrupted sharded run exits 0 (rc=$rc)" $rc
+size=$(du -sb "$T/dck_full/ckpt-2" | cut -f1)
+umount "$small" && mount -t tmpfs -o size=$(((size * 3 / 2 + 4095) / 4096 * 4))k tmpfs "$small" ||
+    { echo "FAIL: remounting the small tmpfs"; exit 1; }
+run dfilled "$small" --override="$sharded"
+[[ $rc != 0 ]]; check "the sharded run whose disk filled fails (rc=$rc)" $?
+grep -qE "^\[[01]\] .*rank [01] \(host [^)]+\): writing checkpoint shard $small/ckpt-4/[0-9a-f]+-shard-[01]-of-2\.safetensors: No space left on device" "$T/dfilled.out" "$T/dfilled.err" ||
+    grep -qE "writing checkpoint shard $small/ckpt-4/[0-9a-f]+-shard-[01]-of-2\.safetensors: No space left on device" "$T/dfilled.err"
+check "the error names the shard file and ENOSPC" $?
+[[ $rc != 0 ]] || tail -n 20 "$T/dfilled.out" "$T/dfilled.err"
+left=$(ls "$small")
+[[ $left == ckpt-2 && -f $small/ckpt-2/index.json ]]
+check "only the previous checkpoint is left (${left//$'\n'/ })" $?
+mkdir -p "$T/dck_resumed" && cp -r "$small/ckpt-2" "$T/dck_resumed/"
+run dresumed "$T/dck_resumed" --override="$sharded"
+check "the resumed sharded run exits 0 (rc=$rc)" $rc
+grep -q "resuming from $T/dck_resumed/ckpt-2 " "$T/dresumed.out" "$T/dresumed.err"
+check "it resumed from ckpt-2/" $?
+diff <(losses "$T/dfull.out" | tail -n 10) <(losses "$T/dresumed.out") >/dev/null
+check "steps 3-12 have the uninterrupted sharded run's losses" $?
+
 echo "failures: $failures"
 [[ $failures == 0 ]]
