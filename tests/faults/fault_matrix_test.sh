@@ -7,7 +7,8 @@
 # frozen at a communicator split, too, and one frozen while the others call hvx::Shutdown after
 # their failed collective (shutdown_after: bounded by the collective timeout alone). A checkpoint
 # write cut short leaves the last complete checkpoint, and resuming from it repeats the
-# uninterrupted run's losses. Then settings that differ between ranks fail every rank within 5 s.
+# uninterrupted run's losses; so does a rank that dies or freezes writing its shard of a sharded
+# checkpoint in the background. Then settings that differ between ranks fail every rank within 5 s.
 # Prints the matrix as a table (phase x fault: seconds to stop, exit code).
 #   fault_matrix_test.sh HVXRUN FAULT_PROBE TRAIN MPIEXEC NETNS_HOSTS MAKE_IDX TRAIN_LIB
 # Needs root; where namespaces cannot be created it prints SKIPPED with the reason and passes.
@@ -104,6 +105,26 @@ for action in exit kill abort stop; do
     echo "$out" >"$T/resumed.out"
     diff <(losses "$T/full.out" | tail -n +3) <(losses "$T/resumed.out") >/dev/null
     check "checkpoint x $action: the resumed losses repeat the uninterrupted run's, steps 3-12" $?
+done
+
+# ---- sharded checkpoints written in the background (checkpoint.format SHARDED): rank 3, on the
+# second host, dies or freezes while its shard of the second checkpoint is being written; ckpt-4/
+# never gets its index, and a resume from ckpt-2/ repeats the uninterrupted run's losses.
+for action in kill stop; do
+    dir=$T/dck_$action
+    bound=15
+    [[ $action == stop ]] && bound=$((TIMEOUT_S + 15))
+    label="ckpt_shard" fault checkpoint_shard "$action:2" 3 "$bound" "$TRAIN" --config="$T/tiny.pbtxt" \
+        --override="checkpoint { dir: \"$dir\" every_steps: 2 format: SHARDED }"
+    [[ -f $dir/ckpt-2/index.json && ! -e $dir/ckpt-4/index.json ]]
+    check "checkpoint_shard x $action: ckpt-2/ has its index, ckpt-4/ none ($(ls "$dir" | tr '\n' ' '))" $?
+    launch -np 4 -H hvxq1:2,hvxq2:2 --stop-timeout 5 "${knobs[@]}" -- "$TRAIN" --config="$T/tiny.pbtxt" \
+        --override="checkpoint { dir: \"$dir\" every_steps: 2 format: SHARDED }"
+    check "checkpoint_shard x $action: the resumed run exits 0 (rc=$rc)" $rc
+    grep -q "resuming from $dir/ckpt-2 " <<<"$out$err"; check "checkpoint_shard x $action: it resumed from ckpt-2/" $?
+    echo "$out" >"$T/resumed.out"
+    diff <(losses "$T/full.out" | tail -n +3) <(losses "$T/resumed.out") >/dev/null
+    check "checkpoint_shard x $action: the resumed losses repeat the uninterrupted run's, steps 3-12" $?
 done
 
 # ---- settings that differ between ranks: every rank fails, naming the setting, within 5 s
