@@ -3,6 +3,8 @@
 #include <caffe2/serialize/inline_container.h>
 #include <caffe2/serialize/read_adapter_interface.h>
 #include <dirent.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <torch/csrc/jit/serialization/export.h>
 #include <torch/csrc/jit/serialization/pickler.h>
@@ -674,15 +676,16 @@ absl::Status BroadcastRankBuffers(Classifier& model,
   return absl::OkStatus();
 }
 
-// Every rank's error when rank 0 could not resume: rank 0's own, and on the other ranks the same
-// code and message prefixed "rank 0: ", so that whichever rank's line an operator reads names the
-// file at fault and what to do.
+// Every rank's error when rank 0 could not resume (or claim the directory): rank 0's own, and on
+// the other ranks the same code and message prefixed "rank 0: ", so that whichever rank's line an
+// operator reads names the file at fault and what to do. OK everywhere when rank 0's is.
 absl::Status ShareRank0Error(const absl::Status& rank0_status) {
   std::string shared =
-      Rank() == 0 ? absl::StrCat(static_cast<int>(rank0_status.code()), " ", rank0_status.message())
-                  : std::string();
+      Rank() == 0 && !rank0_status.ok()
+          ? absl::StrCat(static_cast<int>(rank0_status.code()), " ", rank0_status.message())
+          : std::string();
   HVX_RETURN_IF_ERROR(BroadcastBytes("resume.error", &shared, 0));
-  if (Rank() == 0) return rank0_status;
+  if (Rank() == 0 || shared.empty()) return rank0_status;
   int code = 0;
   std::pair<absl::string_view, absl::string_view> parts =
       absl::StrSplit(shared, absl::MaxSplits(' ', 1));
@@ -743,6 +746,63 @@ absl::Status Checkpointer::Save(Classifier& model, const CheckpointOptimizer& op
   const bool background = !checkpoint_.has_background() || checkpoint_.background();
   HVX_RETURN_IF_ERROR(writer_.Start(checkpoint_, model, optimizer, position, extras, background));
   return background ? absl::OkStatus() : Finish();
+}
+
+Checkpointer::~Checkpointer() {
+  if (lock_fd_ >= 0) close(lock_fd_);  // releases the flock
+}
+
+namespace {
+
+// Rank 0's part of Checkpointer::Claim: the locked descriptor, or why not.
+absl::StatusOr<int> ClaimDir(const std::string& dir, const std::string& job_id) {
+  HVX_RETURN_IF_ERROR(MakeDirs(dir));
+  const std::string path = dir + "/hvx-job.lock";
+  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0640);
+  if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("opening ", path));
+  if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
+    const std::string who =
+        absl::StrCat("job ", job_id.empty() ? "(none)" : job_id, ", pid ", getpid(), " on host ",
+                     Host(), ", since ", absl::FormatTime(absl::Now(), absl::UTCTimeZone()), "\n");
+    if (ftruncate(fd, 0) != 0 || !WriteFully(fd, who)) {
+      const int err = errno;
+      close(fd);
+      return ErrnoToStatus(err, absl::StrCat("writing ", path));
+    }
+    return fd;
+  }
+  const int err = errno;
+  char held[512] = {};
+  const ssize_t n = pread(fd, held, sizeof(held) - 1, 0);
+  close(fd);
+  if (err != EWOULDBLOCK) return ErrnoToStatus(err, absl::StrCat("flock ", path));
+  std::string holder = n > 0 ? std::string(held, n) : std::string("another process");
+  absl::StripTrailingAsciiWhitespace(&holder);
+  if (!job_id.empty() && absl::StartsWith(holder, absl::StrCat("job ", job_id, ","))) {
+    HVX_LOG(WARNING) << "checkpoint.dir " << dir << " is held by " << holder
+                     << ", an earlier attempt of this job that may still run; this attempt "
+                        "writes it now";
+    return -1;
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "checkpoint.dir ", dir, " is in use by another job (", holder, ", ", path,
+      "): two jobs writing one directory would replace and remove each other's checkpoints. "
+      "Give this run its own checkpoint.dir, or stop the other job"));
+}
+
+}  // namespace
+
+absl::Status Checkpointer::Claim(const std::string& job_id) {
+  absl::Status claimed;
+  if (Rank() == 0 && lock_fd_ < 0) {
+    absl::StatusOr<int> fd = ClaimDir(checkpoint_.dir(), job_id);
+    if (fd.ok()) {
+      lock_fd_ = *fd;
+    } else {
+      claimed = fd.status();
+    }
+  }
+  return ShareRank0Error(claimed);
 }
 
 absl::Status Checkpointer::Finish() {

@@ -69,6 +69,17 @@ absl::Status SaveCheckpoint(const CheckpointConfig& checkpoint, Classifier& mode
 class Checkpointer {
  public:
   explicit Checkpointer(const CheckpointConfig& checkpoint) : checkpoint_(checkpoint) {}
+  ~Checkpointer();
+  Checkpointer(const Checkpointer&) = delete;
+  Checkpointer& operator=(const Checkpointer&) = delete;
+
+  // Collective, before the first checkpoint: rank 0 takes checkpoint.dir for this job (an
+  // exclusive flock(2) on "<dir>/hvx-job.lock", which says who holds it) until the Checkpointer
+  // is destroyed or the process ends. Two jobs writing one directory would replace and remove
+  // each other's checkpoints: another job's claim is FailedPrecondition on every rank naming its
+  // job id, process and host. A claim of the same `job_id` (FreshJobId: a restart while an attempt
+  // cut off from the job may still run) is taken over with a warning; "" is no job's.
+  absl::Status Claim(const std::string& job_id);
   absl::Status Save(Classifier& model, const CheckpointOptimizer& optimizer,
                     const TrainingPosition& position, const CheckpointExtras& extras = {});
   // This rank's background write is still running.
@@ -79,6 +90,7 @@ class Checkpointer {
  private:
   const CheckpointConfig checkpoint_;
   CheckpointDirWriter writer_;
+  int lock_fd_ = -1;
 };
 
 // Every rank calls it. The newest checkpoint in checkpoint.dir of either format is loaded (after

@@ -391,6 +391,20 @@ TEST(ShardedCheckpointTest, SaveWaitsForAndCommitsTheCheckpointInProgress) {
   EXPECT_EQ(stat((dir + "/ckpt-2/index.json").c_str(), &st), 0);
 }
 
+TEST(ShardedCheckpointTest, ADirectoryClaimedByAnotherJobIsRefusedOnEveryRank) {
+  const std::string dir = TestDir("claimed");
+  auto first = std::make_unique<Checkpointer>(Sharded(dir));
+  ASSERT_TRUE(first->Claim("job-a").ok());
+  Checkpointer second(Sharded(dir));
+  const absl::Status refused = second.Claim("job-b");
+  EXPECT_TRUE(absl::IsFailedPrecondition(refused)) << refused;
+  EXPECT_NE(refused.message().find("in use by another job (job job-a, pid "), std::string::npos)
+      << refused;
+  EXPECT_TRUE(second.Claim("job-a").ok());  // a restart of the same job takes it over
+  first.reset();                            // the holder ends: the lock goes with it
+  EXPECT_TRUE(second.Claim("job-b").ok());
+}
+
 }  // namespace
 }  // namespace train
 }  // namespace hvx

@@ -463,6 +463,7 @@ absl::StatusOr<TrainingPosition> StartingPosition(Run& run, int64_t* resumed_fro
   TrainingPosition pos;
   pos.world_size = Size();
   pos.batch_size = config.data().batch_size();
+  if (CheckpointsOn(config)) HVX_RETURN_IF_ERROR(run.checkpointer->Claim(run.options.fresh_job_id));
   if (CheckpointsOn(config) && (config.checkpoint().resume() || run.options.fresh)) {
     HVX_ASSIGN_OR_RETURN(
         bool resumed,
