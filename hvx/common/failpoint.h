@@ -18,11 +18,11 @@
 // publish and fold), "shutdown" (before the transport's finalization), "checkpoint" (the trainer's
 // checkpoint file written but not yet renamed into place; for a sharded checkpoint, every shard
 // written but the index not yet), "checkpoint_shard" (a rank's shard of a sharded checkpoint
-// written but not yet renamed, on the thread that writes it in the background), "shm_create" (the shared-memory plane's
-// region created under its name, before the ranks have exchanged names), "split" (a communicator
-// split: a process set's, the host gather's at Init, the shared-memory plane's at its first
-// allreduce; before the ranks meet for it) and "in_split" (the same, after they met, as
-// MPI_Comm_split is called).
+// written but not yet renamed, on the thread that writes it in the background), "shm_create" (the
+// shared-memory plane's region created under its name, before the ranks have exchanged names),
+// "split" (a communicator split: a process set's, the host gather's at Init, the shared-memory
+// plane's at its first allreduce; before the ranks meet for it) and "in_split" (the same, after
+// they met, as MPI_Comm_split is called).
 #ifndef HVX_COMMON_FAILPOINT_H_
 #define HVX_COMMON_FAILPOINT_H_
 

@@ -274,14 +274,13 @@ absl::Status BroadcastBytes(const std::string& name, std::string* bytes, int roo
 
 absl::StatusOr<std::vector<std::string>> AllgatherBytes(const std::string& name,
                                                         const std::string& bytes) {
-  HVX_ASSIGN_OR_RETURN(
-      at::Tensor lengths,
-      Allgather(name + ".size",
-                at::full({1}, static_cast<int64_t>(bytes.size()), at::dtype(at::kLong))));
+  HVX_ASSIGN_OR_RETURN(at::Tensor lengths,
+                       Allgather(name + ".size", at::full({1}, static_cast<int64_t>(bytes.size()),
+                                                          at::dtype(at::kLong))));
   // A rank with nothing to say still sends one byte: the allgather of rows needs a row.
   std::string padded = bytes.empty() ? std::string(1, '\0') : bytes;
-  at::Tensor mine = at::from_blob(padded.data(), {static_cast<int64_t>(padded.size())},
-                                  at::dtype(at::kByte));
+  at::Tensor mine =
+      at::from_blob(padded.data(), {static_cast<int64_t>(padded.size())}, at::dtype(at::kByte));
   HVX_ASSIGN_OR_RETURN(at::Tensor all, Allgather(name + ".bytes", mine));
   std::vector<std::string> out;
   const char* p = reinterpret_cast<const char*>(all.data_ptr<uint8_t>());

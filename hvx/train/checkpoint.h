@@ -99,13 +99,13 @@ class Checkpointer {
 // takes its model, optimizer state and position into `model`, `optimizer` and *position; when the
 // world size is the checkpoint's, each rank also takes its own BatchNorm statistics. A directory
 // (SHARDED) is read by every rank, each reading what it needs (ResumeFromCheckpointDirs); a file,
-// by rank 0, which broadcasts it (and a sharded optimizer takes its slices of the state). Returns false,
-// changing nothing, when there is no checkpoint; every rank returns rank 0's error when it fails.
-// Every rank also takes the checkpoint's `extras` into them; averages the checkpoint does not have
-// start from the checkpoint's weights (logged), state it does not have keeps its value.
-// A file is read and checked before LibTorch sees it, and only one proven damaged (its zip
-// container or a record unreadable; TorchScript code in it, which would run while loading) is set
-// aside as "<name>.corrupt" for the next older one: DataLoss when none is left. Any other failure
+// by rank 0, which broadcasts it (and a sharded optimizer takes its slices of the state). Returns
+// false, changing nothing, when there is no checkpoint; every rank returns rank 0's error when it
+// fails. Every rank also takes the checkpoint's `extras` into them; averages the checkpoint does
+// not have start from the checkpoint's weights (logged), state it does not have keeps its value. A
+// file is read and checked before LibTorch sees it, and only one proven damaged (its zip container
+// or a record unreadable; TorchScript code in it, which would run while loading) is set aside as
+// "<name>.corrupt" for the next older one: DataLoss when none is left. Any other failure
 // (permission, I/O, memory, a format of another LibTorch) fails the run, the file left in place.
 // With no checkpoint but some set aside as damaged, and not `fresh`, FailedPrecondition: starting
 // over would lose the run. `fresh` moves the damaged ones aside too.
@@ -145,9 +145,10 @@ std::string ScriptedExportPath(const std::string& path);
 // ScriptedExportPath(path). Returns what was written, for the log.
 absl::StatusOr<std::string> ExportModel(Classifier& model, const std::string& path);
 
-// Loads the model of a checkpoint (file or directory) SaveCheckpoint wrote (its BatchNorm statistics averaged
-// over ranks) into `model`, on `device`; with `use_averages`, the parameters are the checkpoint's
-// moving averages (FailedPrecondition when it has none). DataLoss naming the file when it cannot.
+// Loads the model of a checkpoint (file or directory) SaveCheckpoint wrote (its BatchNorm
+// statistics averaged over ranks) into `model`, on `device`; with `use_averages`, the parameters
+// are the checkpoint's moving averages (FailedPrecondition when it has none). DataLoss naming the
+// file when it cannot.
 absl::Status LoadCheckpointModel(const std::string& path, const torch::Device& device,
                                  Classifier& model, bool use_averages = false);
 

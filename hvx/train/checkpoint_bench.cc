@@ -3,7 +3,11 @@
 //
 //   bazel build //hvx/train:checkpoint_bench
 //   mpiexec -n 2 bazel-bin/hvx/train/checkpoint_bench [--model=resnet50] [--rounds=3]
-//       [--dir=/tmp/hvx-checkpoint-bench] [--steps=4] [--image=64] [--batch=4]
+//       [--dir=/tmp/hvx-checkpoint-bench] [--steps=4] [--image=64] [--batch=4] [--shard]
+//
+// --shard: the optimizer state sharded (optimizer.shard STATE, a ShardedOptimizer): the single
+// file gathers it to rank 0 first, the sharded checkpoint writes and reads each rank's slices.
+// Rank 0's log lines say what each rank wrote and read.
 //
 // Each round, alternating the formats so a busy machine slows each alike:
 //   single file   SaveCheckpoint SINGLE_FILE: every rank waits until rank 0 wrote the whole file
@@ -31,6 +35,7 @@
 #include "absl/strings/strip.h"
 #include "hvx/common/files.h"
 #include "hvx/core/api.h"
+#include "hvx/torch/sharded_optimizer.h"
 #include "hvx/torch/tensor.h"
 #include "hvx/train/checkpoint.h"
 #include "hvx/train/models.h"
@@ -41,8 +46,7 @@ namespace train {
 namespace {
 
 double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 // The slowest rank's `seconds`: what every rank waits for.
@@ -59,6 +63,7 @@ struct Options {
   int steps = 4;
   int image = 64;
   int batch = 4;
+  bool shard = false;
 };
 
 bool ParseFlags(int argc, char** argv, Options* o) {
@@ -74,6 +79,8 @@ bool ParseFlags(int argc, char** argv, Options* o) {
       if (!absl::SimpleAtoi(a, &o->steps) || o->steps < 1) return false;
     } else if (absl::ConsumePrefix(&a, "--image=")) {
       if (!absl::SimpleAtoi(a, &o->image) || o->image < 32) return false;
+    } else if (a == "--shard") {
+      o->shard = true;
     } else if (absl::ConsumePrefix(&a, "--batch=")) {
       if (!absl::SimpleAtoi(a, &o->batch) || o->batch < 1) return false;
     } else {
@@ -106,12 +113,32 @@ int Main(int argc, char** argv) {
   OptimizerConfig oc;
   oc.set_kind(OptimizerConfig::ADAM);
   oc.set_lr(1e-4);
+  // With --shard, `optimizer` steps this rank's slices and `whole` is the whole-parameter one a
+  // single file gathers the state into.
   auto optimizer = *MakeOptimizer(oc, *model);
+  auto whole = *MakeOptimizer(oc, *model);
+  std::unique_ptr<ShardedOptimizer> sharded;
+  if (o.shard) {
+    auto made = ShardedOptimizer::Create(*optimizer, model->named_parameters(), {});
+    if (!made.ok()) {
+      fprintf(stderr, "%s\n", made.status().ToString().c_str());
+      return 1;
+    }
+    sharded = *std::move(made);
+  }
+  const CheckpointOptimizer held =
+      o.shard ? CheckpointOptimizer(whole.get(), sharded.get()) : CheckpointOptimizer(*optimizer);
   const int channels = o.model == "resnet18" || o.model == "resnet50" ? 3 : 1;
   const int side = channels == 3 ? o.image : 28;
   torch::Tensor images = torch::randn({o.batch, channels, side, side});
   torch::Tensor labels = torch::randint(0, mc.num_classes(), {o.batch}, torch::kInt64);
   auto step = [&] {
+    if (sharded) {
+      (void)sharded->ZeroGrad();
+      torch::nn::functional::cross_entropy(model->forward(images), labels).backward();
+      (void)sharded->Step();
+      return;
+    }
     optimizer->zero_grad();
     torch::nn::functional::cross_entropy(model->forward(images), labels).backward();
     for (auto& p : model->parameters()) {
@@ -125,8 +152,11 @@ int Main(int argc, char** argv) {
   for (const auto& p : model->parameters()) param_bytes += p.numel() * p.element_size();
   state_bytes = 2 * param_bytes;
   if (Rank() == 0) {
-    printf("checkpoint_bench: %s with Adam, %d ranks, %.1f MB of parameters and %.1f MB of state\n",
-           o.model.c_str(), Size(), param_bytes / 1e6, state_bytes / 1e6);
+    printf(
+        "checkpoint_bench: %s with Adam, %d ranks, %.1f MB of parameters and %.1f MB of state "
+        "(%s)\n",
+        o.model.c_str(), Size(), param_bytes / 1e6, state_bytes / 1e6,
+        o.shard ? "sharded: optimizer.shard STATE" : "replicated");
   }
   const std::string dir = absl::StrCat(o.dir, "/", Size(), "ranks");
   if (Rank() == 0) (void)MakeDirs(dir);
@@ -140,16 +170,16 @@ int Main(int argc, char** argv) {
     CheckpointConfig file;
     file.set_dir(dir);
     file.set_keep(2);
-    CheckpointConfig sharded = file;
-    sharded.set_format(CheckpointConfig::SHARDED);
+    CheckpointConfig dir_config = file;
+    dir_config.set_format(CheckpointConfig::SHARDED);
     pos.global_step = 10 * round + 1;
     double t = Now();
-    if (!SaveCheckpoint(file, *model, *optimizer, pos).ok()) return 1;
+    if (!SaveCheckpoint(file, *model, held, pos).ok()) return 1;
     (void)WaitAll({Barrier()});
     best_file = std::min(best_file, Slowest(Now() - t, "bench.file"));
     pos.global_step += 1;
     t = Now();
-    if (!SaveCheckpoint(sharded, *model, *optimizer, pos).ok()) return 1;
+    if (!SaveCheckpoint(dir_config, *model, held, pos).ok()) return 1;
     best_sync = std::min(best_sync, Slowest(Now() - t, "bench.sync"));
     // Resume from each: the file is the older one, so it is moved away while the directory is
     // read and vice versa: each resume finds only its own format.
@@ -164,14 +194,12 @@ int Main(int argc, char** argv) {
       }
       (void)WaitAll({Barrier()});
       t = Now();
-      if (!ResumeFromNewestCheckpoint(only_file, false, torch::kCPU, *model, *optimizer, &got)
-               .ok()) {
+      if (!ResumeFromNewestCheckpoint(only_file, false, torch::kCPU, *model, held, &got).ok()) {
         return 1;
       }
       best_file_resume = std::min(best_file_resume, Slowest(Now() - t, "bench.file_resume"));
       t = Now();
-      if (!ResumeFromNewestCheckpoint(sharded, false, torch::kCPU, *model, *optimizer, &got)
-               .ok()) {
+      if (!ResumeFromNewestCheckpoint(dir_config, false, torch::kCPU, *model, held, &got).ok()) {
         return 1;
       }
       best_dir_resume = std::min(best_dir_resume, Slowest(Now() - t, "bench.dir_resume"));
@@ -180,10 +208,10 @@ int Main(int argc, char** argv) {
     t = Now();
     for (int i = 0; i < o.steps; ++i) step();
     best_plain = std::min(best_plain, Slowest((Now() - t) / o.steps, "bench.plain"));
-    Checkpointer checkpointer(sharded);
+    Checkpointer checkpointer(dir_config);
     pos.global_step += 1;
     t = Now();
-    if (!checkpointer.Save(*model, *optimizer, pos).ok()) return 1;
+    if (!checkpointer.Save(*model, held, pos).ok()) return 1;
     const double pause = Now() - t;
     best_pause = std::min(best_pause, Slowest(pause, "bench.pause"));
     t = Now();

@@ -15,8 +15,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/strip.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "hvx/common/failpoint.h"
 #include "hvx/common/files.h"
 #include "hvx/common/status.h"
@@ -103,18 +103,17 @@ class ChecksummedWriter {
 };
 
 Json PieceToJson(const WrittenPiece& p) {
-  return Json{{"tensor", p.tensor}, {"dtype", p.dtype},   {"shape", p.shape},
-              {"begin", p.begin},   {"elements", p.elements}, {"key", p.key},
-              {"offset", p.offset}};
+  return Json{{"tensor", p.tensor},     {"dtype", p.dtype}, {"shape", p.shape},  {"begin", p.begin},
+              {"elements", p.elements}, {"key", p.key},     {"offset", p.offset}};
 }
 
 }  // namespace
 
 int64_t SafetensorsDtypeBytes(absl::string_view dtype) {
   static const auto* sizes = new std::map<std::string, int64_t, std::less<>>{
-      {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E4M3", 1}, {"F8_E5M2", 1}, {"I16", 2},
-      {"U16", 2},  {"F16", 2}, {"BF16", 2}, {"I32", 4},     {"U32", 4},     {"F32", 4},
-      {"I64", 8},  {"U64", 8}, {"F64", 8}};
+      {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E4M3", 1}, {"F8_E5M2", 1},
+      {"I16", 2},  {"U16", 2}, {"F16", 2}, {"BF16", 2},    {"I32", 4},
+      {"U32", 4},  {"F32", 4}, {"I64", 8}, {"U64", 8},     {"F64", 8}};
   const auto found = sizes->find(dtype);
   return found == sizes->end() ? 0 : found->second;
 }
@@ -124,7 +123,8 @@ std::string EncodeSafetensorsHeader(const std::vector<SafetensorsEntry>& entries
   Json header = Json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   for (const SafetensorsEntry& e : entries) {
-    header[e.key] = Json{{"dtype", e.dtype}, {"shape", e.shape}, {"data_offsets", {e.begin, e.end}}};
+    header[e.key] =
+        Json{{"dtype", e.dtype}, {"shape", e.shape}, {"data_offsets", {e.begin, e.end}}};
   }
   std::string json = JsonText(header);
   json.append((8 - json.size() % 8) % 8, ' ');
@@ -219,8 +219,8 @@ absl::StatusOr<WrittenShard> WriteShardFile(const std::string& dir, const std::s
     const int64_t element_bytes = SafetensorsDtypeBytes(p.dtype);
     const int64_t whole = ShapeElements(p.shape);
     if (element_bytes == 0 || p.begin < 0 || p.elements <= 0 || p.begin + p.elements > whole) {
-      return absl::InvalidArgumentError(absl::StrCat("shard ", name, ": piece of ", p.tensor,
-                                                     " is not elements of its tensor"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("shard ", name, ": piece of ", p.tensor, " is not elements of its tensor"));
     }
     SafetensorsEntry e;
     e.dtype = p.dtype;
@@ -245,7 +245,9 @@ absl::StatusOr<WrittenShard> WriteShardFile(const std::string& dir, const std::s
     if (!committed) unlink(tmp.path.c_str());
   };
   ChecksummedWriter out(tmp.fd);
-  auto failed = [&] { return ErrnoToStatus(errno, absl::StrCat("writing checkpoint shard ", path)); };
+  auto failed = [&] {
+    return ErrnoToStatus(errno, absl::StrCat("writing checkpoint shard ", path));
+  };
   if (!out.Write(header.data(), header.size())) return failed();
   for (size_t i = 0; i < pieces.size(); ++i) {
     WrittenPiece w;
@@ -290,14 +292,15 @@ absl::StatusOr<WrittenShard> ShardFromJson(const Json& json, absl::string_view w
   }
   shard.name = name->get<std::string>();
   if (shard.name.empty() || shard.name.find('/') != std::string::npos || shard.name[0] == '.') {
-    return absl::DataLossError(absl::StrCat(what, ": file name \"", shard.name,
-                                            "\" is not a name within the checkpoint"));
+    return absl::DataLossError(
+        absl::StrCat(what, ": file name \"", shard.name, "\" is not a name within the checkpoint"));
   }
   HVX_ASSIGN_OR_RETURN(shard.bytes, Unsigned(json, "bytes", what));
   HVX_ASSIGN_OR_RETURN(const uint64_t crc, Unsigned(json, "crc32c", what));
   shard.crc32c = static_cast<uint32_t>(crc);
   for (const Json& b : *blocks) {
-    if (!b.is_number_unsigned()) return absl::DataLossError(absl::StrCat(what, ": a bad block crc"));
+    if (!b.is_number_unsigned())
+      return absl::DataLossError(absl::StrCat(what, ": a bad block crc"));
     shard.block_crc32c.push_back(b.get<uint32_t>());
   }
   const uint64_t expected_blocks = (shard.bytes + kChecksumBlockBytes - 1) / kChecksumBlockBytes;
@@ -335,8 +338,7 @@ absl::StatusOr<WrittenShard> ShardFromJson(const Json& json, absl::string_view w
 int64_t IndexTensor::Elements() const { return ShapeElements(shape); }
 
 absl::StatusOr<CheckpointIndex> BuildIndex(int64_t step, int world_size,
-                                           const std::vector<WrittenShard>& shards,
-                                           Json metadata) {
+                                           const std::vector<WrittenShard>& shards, Json metadata) {
   CheckpointIndex index;
   index.step = step;
   index.world_size = world_size;
@@ -355,8 +357,8 @@ absl::StatusOr<CheckpointIndex> BuildIndex(int64_t step, int world_size,
       }
       const uint64_t end = p.offset + p.elements * SafetensorsDtypeBytes(p.dtype);
       if (end > file.bytes) {
-        return absl::InternalError(absl::StrCat(file.name, ": a piece of ", p.tensor,
-                                                " ends past the file"));
+        return absl::InternalError(
+            absl::StrCat(file.name, ": a piece of ", p.tensor, " ends past the file"));
       }
       t.pieces.push_back(IndexPiece{f, p.key, p.begin, p.elements, p.offset});
     }
@@ -369,10 +371,9 @@ absl::StatusOr<CheckpointIndex> BuildIndex(int64_t step, int world_size,
     int64_t at = 0;
     for (const IndexPiece& p : t.pieces) {
       if (p.begin != at) {
-        return absl::InternalError(absl::StrCat("checkpoint step ", step, ": elements ",
-                                                std::min(at, p.begin), " of ", name,
-                                                " were written ", p.begin > at ? "by no rank" :
-                                                "twice"));
+        return absl::InternalError(
+            absl::StrCat("checkpoint step ", step, ": elements ", std::min(at, p.begin), " of ",
+                         name, " were written ", p.begin > at ? "by no rank" : "twice"));
       }
       at += p.elements;
     }
@@ -403,10 +404,14 @@ std::string EncodeIndex(const CheckpointIndex& index) {
     }
     tensors[name] = Json{{"dtype", t.dtype}, {"shape", t.shape}, {"pieces", pieces}};
   }
-  Json json{{"format", kFormatName},   {"version", kFormatVersion},
-            {"step", index.step},      {"world_size", index.world_size},
-            {"block_bytes", kChecksumBlockBytes}, {"metadata", index.metadata},
-            {"files", files},          {"tensors", tensors}};
+  Json json{{"format", kFormatName},
+            {"version", kFormatVersion},
+            {"step", index.step},
+            {"world_size", index.world_size},
+            {"block_bytes", kChecksumBlockBytes},
+            {"metadata", index.metadata},
+            {"files", files},
+            {"tensors", tensors}};
   return json.dump(1) + "\n";
 }
 
@@ -426,8 +431,8 @@ absl::StatusOr<CheckpointIndex> DecodeIndex(absl::string_view text, absl::string
   }
   HVX_ASSIGN_OR_RETURN(const uint64_t block_bytes, Unsigned(json, "block_bytes", path));
   if (block_bytes != static_cast<uint64_t>(kChecksumBlockBytes)) {
-    return Damaged(path, absl::StrCat("block_bytes ", block_bytes, " is not ",
-                                      kChecksumBlockBytes));
+    return Damaged(path,
+                   absl::StrCat("block_bytes ", block_bytes, " is not ", kChecksumBlockBytes));
   }
   CheckpointIndex index;
   HVX_ASSIGN_OR_RETURN(const uint64_t step, Unsigned(json, "step", path));
@@ -480,15 +485,16 @@ absl::StatusOr<CheckpointIndex> DecodeIndex(absl::string_view text, absl::string
       if (file >= index.files.size() || piece.begin != at || piece.elements <= 0 ||
           piece.elements > (INT64_MAX - static_cast<int64_t>(piece.offset)) / element_bytes ||
           piece.offset + piece.elements * element_bytes > index.files[file].bytes) {
-        return absl::DataLossError(absl::StrCat(what, ": its pieces do not lie in order within "
-                                                      "the files"));
+        return absl::DataLossError(absl::StrCat(what,
+                                                ": its pieces do not lie in order within "
+                                                "the files"));
       }
       at = end;
       tensor.pieces.push_back(std::move(piece));
     }
     if (at != tensor.Elements()) {
-      return absl::DataLossError(absl::StrCat(what, ": its pieces hold ", at, " of its ",
-                                              tensor.Elements(), " elements"));
+      return absl::DataLossError(
+          absl::StrCat(what, ": its pieces hold ", at, " of its ", tensor.Elements(), " elements"));
     }
     index.tensors.emplace(name, std::move(tensor));
   }
@@ -522,8 +528,7 @@ absl::StatusOr<CheckpointIndex> ReadIndex(const std::string& dir) {
 int64_t CheckpointDirStep(absl::string_view name) {
   int64_t step = 0;
   if (absl::ConsumePrefix(&name, "ckpt-") && !name.empty() &&
-      std::all_of(name.begin(), name.end(), absl::ascii_isdigit) &&
-      absl::SimpleAtoi(name, &step)) {
+      std::all_of(name.begin(), name.end(), absl::ascii_isdigit) && absl::SimpleAtoi(name, &step)) {
     return step;
   }
   return -1;
@@ -639,8 +644,8 @@ absl::Status IndexReader::ReadPiece(const IndexPiece& piece, int64_t element_byt
         if (n < 0 && errno == EINTR) continue;
         if (n < 0) return ErrnoToStatus(errno, absl::StrCat("reading checkpoint shard ", path));
         if (n == 0) {
-          return Damaged(path, absl::StrCat("ends at byte ", begin + got, "; the index says ",
-                                            file.bytes));
+          return Damaged(
+              path, absl::StrCat("ends at byte ", begin + got, "; the index says ", file.bytes));
         }
         got += n;
       }

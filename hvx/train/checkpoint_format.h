@@ -2,7 +2,8 @@
 // safetensors format, the index that makes a directory a checkpoint, and reads of any element
 // range of any tensor with every byte read checked.
 //
-//   HVX_ASSIGN_OR_RETURN(WrittenShard mine, WriteShardFile(dir, ShardFileName(token, r, w), pieces));
+//   HVX_ASSIGN_OR_RETURN(WrittenShard mine, WriteShardFile(dir, ShardFileName(token, r, w),
+//   pieces));
 //   ... rank 0, with every rank's WrittenShard:
 //   HVX_ASSIGN_OR_RETURN(CheckpointIndex index, BuildIndex(step, world, shards, metadata));
 //   HVX_RETURN_IF_ERROR(WriteIndex(dir, index));  // the checkpoint exists from here on

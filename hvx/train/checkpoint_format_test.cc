@@ -112,7 +112,8 @@ TEST(CheckpointFormatTest, TheIndexRoundTripsAndReadsAnyRangeAcrossPieces) {
   ASSERT_TRUE(reader.Read("optimizer/fc.weight/step", 0, 1, &step).ok());
   EXPECT_EQ(step, 7);
   // Four reads of tensors that share their files' only block: each file read once.
-  EXPECT_EQ(reader.bytes_read(), static_cast<int64_t>(index->files[0].bytes + index->files[1].bytes));
+  EXPECT_EQ(reader.bytes_read(),
+            static_cast<int64_t>(index->files[0].bytes + index->files[1].bytes));
   EXPECT_TRUE(absl::IsNotFound(reader.Read("model/other", 0, 1, &step)));
   EXPECT_TRUE(absl::IsOutOfRange(reader.Read("model/fc.bias", 2, 2, bias.data())));
 }
@@ -155,8 +156,8 @@ TEST(CheckpointFormatTest, ARangeOfALargePieceReadsOnlyItsBlocks) {
   auto shard = WriteShardFile(dir, ShardFileName("t1", 0, 1),
                               {{"big", "F32", {1 << 20}, 0, 1 << 20, big.data()}}, {});
   ASSERT_TRUE(shard.ok()) << shard.status();
-  EXPECT_EQ(shard->block_crc32c.size(), (shard->bytes + kChecksumBlockBytes - 1) /
-                                           kChecksumBlockBytes);
+  EXPECT_EQ(shard->block_crc32c.size(),
+            (shard->bytes + kChecksumBlockBytes - 1) / kChecksumBlockBytes);
   auto index = BuildIndex(1, 1, {*shard}, Json::object());
   ASSERT_TRUE(index.ok());
   IndexReader reader(dir, *index);
@@ -195,8 +196,8 @@ TEST(CheckpointFormatTest, HeadersThatLieAboutTheirDataAreRefused) {
   EXPECT_TRUE(ParseSafetensorsHeader(good, good.size() + 8, "f").ok());
   EXPECT_TRUE(absl::IsDataLoss(ParseSafetensorsHeader(good, good.size() + 4, "f").status()));
   const std::string wrong_size = EncodeSafetensorsHeader({{"x", "F32", {3}, 0, 8}}, {});
-  EXPECT_TRUE(absl::IsDataLoss(ParseSafetensorsHeader(wrong_size, wrong_size.size() + 8, "f")
-                                   .status()));
+  EXPECT_TRUE(
+      absl::IsDataLoss(ParseSafetensorsHeader(wrong_size, wrong_size.size() + 8, "f").status()));
   const std::string unknown = EncodeSafetensorsHeader({{"x", "Q7", {2}, 0, 8}}, {});
   EXPECT_TRUE(absl::IsDataLoss(ParseSafetensorsHeader(unknown, unknown.size() + 8, "f").status()));
   std::string huge = good;

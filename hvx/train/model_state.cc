@@ -63,14 +63,14 @@ absl::Status CheckFingerprint(const std::vector<std::string>& mine,
                               const std::vector<std::string>& theirs, const std::string& path) {
   for (size_t i = 0; i < std::max(mine.size(), theirs.size()); ++i) {
     if (i < mine.size() && i < theirs.size() && mine[i] == theirs[i]) continue;
-    if (i >= theirs.size()) return RefuseOtherModel(path, absl::StrCat("it has no '", mine[i], "'"));
+    if (i >= theirs.size())
+      return RefuseOtherModel(path, absl::StrCat("it has no '", mine[i], "'"));
     if (i >= mine.size()) {
       return RefuseOtherModel(path,
                               absl::StrCat("it has '", theirs[i], "', which this model has not"));
     }
-    return RefuseOtherModel(
-        path, absl::StrCat("its tensor ", i + 1, " is '", theirs[i], "', this model's '", mine[i],
-                           "'"));
+    return RefuseOtherModel(path, absl::StrCat("its tensor ", i + 1, " is '", theirs[i],
+                                               "', this model's '", mine[i], "'"));
   }
   return absl::OkStatus();
 }

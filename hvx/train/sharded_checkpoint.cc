@@ -76,10 +76,12 @@ struct Item {
   int64_t elements = 0;
 };
 
+// `t` as a whole tensor to write; it stays where it is (a GPU's memory) until PlanWrites picks
+// what this rank writes.
 Item Whole(std::string name, const torch::Tensor& t) {
   Item item;
   item.name = std::move(name);
-  item.data = t.detach().cpu().contiguous();
+  item.data = t.detach();
   item.shape = Shape(t);
   item.elements = t.numel();
   return item;
@@ -127,10 +129,13 @@ std::string OptimizerName(const std::string& param, const std::string& field) {
   return absl::StrCat("optimizer/", param, "/", field);
 }
 
-// What this rank writes (checkpoint's header comment: who writes what).
+// What this rank writes (checkpoint's header comment: who writes what), on the CPU and
+// contiguous; with `copy`, in memory of its own (what the live model and optimizer share is
+// copied: a GPU's tensors once, to the host).
 absl::StatusOr<std::vector<Item>> PlanWrites(Classifier& model, const CheckpointOptimizer& o,
                                              const CheckpointExtras& extras,
-                                             const std::vector<torch::Tensor>& rank_buffers) {
+                                             const std::vector<torch::Tensor>& rank_buffers,
+                                             bool copy) {
   torch::NoGradGuard no_grad;
   const int rank = Rank(), world = Size();
   std::vector<Item> alike;  // what every rank holds alike
@@ -203,17 +208,26 @@ absl::StatusOr<std::vector<Item>> PlanWrites(Classifier& model, const Checkpoint
     row.elements = buffers[i].second.numel();
     if (row.elements > 0) mine.push_back(std::move(row));
   }
-  mine.erase(std::remove_if(mine.begin(), mine.end(),
-                            [](const Item& item) { return item.elements == 0; }),
-             mine.end());
+  mine.erase(
+      std::remove_if(mine.begin(), mine.end(), [](const Item& item) { return item.elements == 0; }),
+      mine.end());
+  for (Item& item : mine) {
+    if (!item.data.is_cpu()) {
+      item.data = item.data.to(torch::kCPU).contiguous();
+    } else if (copy) {
+      item.data = item.data.clone(at::MemoryFormat::Contiguous);
+    } else {
+      item.data = item.data.contiguous();
+    }
+  }
   return mine;
 }
 
 // A rank's failure as the others receive it: "<code> <host> <message>".
 std::string EncodeFailure(const absl::Status& status) {
-  return status.ok() ? std::string()
-                     : absl::StrCat(static_cast<int>(status.code()), " ", Host(), " ",
-                                    status.message());
+  return status.ok()
+             ? std::string()
+             : absl::StrCat(static_cast<int>(status.code()), " ", Host(), " ", status.message());
 }
 
 struct RankFailure {
@@ -269,9 +283,8 @@ absl::Status CommitIndex(const std::string& dir, int64_t step,
           "checkpoint.format SHARDED; without one, use SINGLE_FILE (rank 0 writes)"));
     }
   }
-  HVX_ASSIGN_OR_RETURN(CheckpointIndex index,
-                       BuildIndex(step, static_cast<int>(shards.size()), shards,
-                                  std::move(metadata)));
+  HVX_ASSIGN_OR_RETURN(CheckpointIndex index, BuildIndex(step, static_cast<int>(shards.size()),
+                                                         shards, std::move(metadata)));
   Failpoint("checkpoint");
   return WriteIndex(dir, index);
 }
@@ -344,15 +357,11 @@ absl::Status CheckpointDirWriter::Start(const CheckpointConfig& checkpoint, Clas
   if (extras.data_order != nullptr) w->metadata["data_order"] = *extras.data_order;
   // A failure from here on is every rank's to report, so it is kept for Finish's agreement, not
   // returned at once.
-  absl::StatusOr<std::vector<Item>> items = PlanWrites(model, optimizer, extras, rank_buffers);
+  // In the background, training changes the live tensors meanwhile: what is written is a copy.
+  absl::StatusOr<std::vector<Item>> items =
+      PlanWrites(model, optimizer, extras, rank_buffers, /*copy=*/background);
   if (items.ok()) {
     w->items = *std::move(items);
-    // A copy of what may still share memory with the live model and optimizer (CPU tensors;
-    // .cpu() of a GPU tensor is a copy already).
-    torch::NoGradGuard no_grad;
-    for (Item& item : w->items) {
-      if (background) item.data = item.data.clone();
-    }
   } else {
     w->shard = items.status();
   }
@@ -368,8 +377,8 @@ absl::Status CheckpointDirWriter::Start(const CheckpointConfig& checkpoint, Clas
           made = Annotate(dtype.status(), item.name);
           break;
         }
-        pieces.push_back({item.name, *dtype, item.shape, item.begin, item.elements,
-                          item.data.data_ptr()});
+        pieces.push_back(
+            {item.name, *dtype, item.shape, item.begin, item.elements, item.data.data_ptr()});
       }
       raw->shard = made.ok() ? WriteShardFile(raw->saved.path,
                                               ShardFileName(raw->token, Rank(), Size()), pieces,
@@ -408,8 +417,7 @@ absl::StatusOr<SavedCheckpoint> CheckpointDirWriter::Finish(const std::function<
     return StatusOf(failed.front(), w->shard.status());
   }
   saved.bytes_written = static_cast<int64_t>(w->shard->bytes);
-  const std::string report =
-      JsonText(Json{{"host", Host()}, {"shard", ShardToJson(*w->shard)}});
+  const std::string report = JsonText(Json{{"host", Host()}, {"shard", ShardToJson(*w->shard)}});
   HVX_ASSIGN_OR_RETURN(std::vector<std::string> reports,
                        AllgatherBytes("checkpoint.shards", report));
   absl::Status committed;
@@ -438,18 +446,20 @@ absl::StatusOr<SavedCheckpoint> CheckpointDirWriter::Finish(const std::function<
   std::string outcome = EncodeFailure(committed);
   HVX_RETURN_IF_ERROR(BroadcastBytes("checkpoint.committed", &outcome, 0));
   if (!outcome.empty()) return StatusOf(DecodeFailure(0, outcome), committed);
-  HVX_ASSIGN_OR_RETURN(at::Tensor total, Allgather("checkpoint.bytes",
-                                                   torch::full({1}, saved.bytes_written,
-                                                               torch::kInt64)));
+  HVX_ASSIGN_OR_RETURN(
+      at::Tensor total,
+      Allgather("checkpoint.bytes", torch::full({1}, saved.bytes_written, torch::kInt64)));
   saved.bytes_total = total.sum().item<int64_t>();
   saved.seconds = absl::ToDoubleSeconds(MonotonicNow() - w->started);
   return saved;
 }
 
-absl::StatusOr<SavedCheckpoint> SaveCheckpointDir(
-    const CheckpointConfig& checkpoint, Classifier& model, const CheckpointOptimizer& optimizer,
-    const TrainingPosition& position, const CheckpointExtras& extras,
-    const std::function<void()>& prune) {
+absl::StatusOr<SavedCheckpoint> SaveCheckpointDir(const CheckpointConfig& checkpoint,
+                                                  Classifier& model,
+                                                  const CheckpointOptimizer& optimizer,
+                                                  const TrainingPosition& position,
+                                                  const CheckpointExtras& extras,
+                                                  const std::function<void()>& prune) {
   CheckpointDirWriter writer;
   HVX_RETURN_IF_ERROR(writer.Start(checkpoint, model, optimizer, position, extras,
                                    /*background=*/false));
@@ -478,10 +488,10 @@ absl::StatusOr<torch::Tensor> ReadElements(IndexReader& reader, const std::strin
   if (t == nullptr) return absl::NotFoundError(absl::StrCat("checkpoint ", path, " has no ", name));
   HVX_ASSIGN_OR_RETURN(const std::string dtype, SafetensorsDtype(type));
   if (t->dtype != dtype || t->Elements() != total) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "checkpoint ", path, ": ", name, " is ", t->dtype, " of ", t->Elements(),
-        " elements there, ", dtype, " of ", total,
-        " here (a checkpoint of another model or precision: --fresh starts over)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("checkpoint ", path, ": ", name, " is ", t->dtype, " of ", t->Elements(),
+                     " elements there, ", dtype, " of ", total,
+                     " here (a checkpoint of another model or precision: --fresh starts over)"));
   }
   const int64_t begin = range != nullptr ? range->begin : 0;
   const int64_t elements = range != nullptr ? range->size : total;
@@ -511,8 +521,8 @@ absl::StatusOr<std::unique_ptr<DirLoad>> ReadDir(const std::string& path, Classi
     fingerprint = meta.at("fingerprint").get<std::vector<std::string>>();
     position = meta.at("position").get<std::vector<int64_t>>();
   } catch (const std::exception& e) {
-    return absl::DataLossError(absl::StrCat(path, "/", kIndexFileName,
-                                            ": no fingerprint or position in its metadata"));
+    return absl::DataLossError(
+        absl::StrCat(path, "/", kIndexFileName, ": no fingerprint or position in its metadata"));
   }
   HVX_RETURN_IF_ERROR(CheckFingerprint(ModelFingerprint(model), fingerprint, path));
   auto decoded = DecodePosition(position);
@@ -527,7 +537,8 @@ absl::StatusOr<std::unique_ptr<DirLoad>> ReadDir(const std::string& path, Classi
   std::map<std::string, bool> float_buffer;
   for (const auto& [name, t] : FloatBuffers(model)) float_buffer[name] = true;
   for (const auto& item : model.named_parameters()) {
-    HVX_ASSIGN_OR_RETURN(torch::Tensor v, ReadAs(reader, path, "model/" + item.key(), item.value()));
+    HVX_ASSIGN_OR_RETURN(torch::Tensor v,
+                         ReadAs(reader, path, "model/" + item.key(), item.value()));
     load->model.emplace_back(item.value(), v);
   }
   for (const auto& item : model.named_buffers()) {
@@ -535,13 +546,14 @@ absl::StatusOr<std::unique_ptr<DirLoad>> ReadDir(const std::string& path, Classi
     if (own_rows && float_buffer.count(item.key()) && reader.Find(row) != nullptr) {
       const int64_t n = item.value().numel();
       const ShardRange mine{Rank() * n, n};
-      HVX_ASSIGN_OR_RETURN(torch::Tensor v, ReadElements(reader, path, row,
-                                                         item.value().scalar_type(), Size() * n,
-                                                         &mine));
+      HVX_ASSIGN_OR_RETURN(
+          torch::Tensor v,
+          ReadElements(reader, path, row, item.value().scalar_type(), Size() * n, &mine));
       load->model.emplace_back(item.value(), v.view(item.value().sizes()));
       continue;
     }
-    HVX_ASSIGN_OR_RETURN(torch::Tensor v, ReadAs(reader, path, "model/" + item.key(), item.value()));
+    HVX_ASSIGN_OR_RETURN(torch::Tensor v,
+                         ReadAs(reader, path, "model/" + item.key(), item.value()));
     load->model.emplace_back(item.value(), v);
   }
   HVX_ASSIGN_OR_RETURN(const std::vector<StateSlot> slots, Slots(model, optimizer));
@@ -582,7 +594,8 @@ absl::StatusOr<std::unique_ptr<DirLoad>> ReadDir(const std::string& path, Classi
     }
     return true;
   };
-  HVX_ASSIGN_OR_RETURN(load->averages, read_all(extras.averages, "averages/", &load->average_values));
+  HVX_ASSIGN_OR_RETURN(load->averages,
+                       read_all(extras.averages, "averages/", &load->average_values));
   HVX_ASSIGN_OR_RETURN(load->state, read_all(extras.state, "state/", &load->state_values));
   load->bytes_read = reader.bytes_read();
   return load;
@@ -620,8 +633,7 @@ absl::StatusOr<DirResume> ResumeFromCheckpointDirs(const std::vector<std::string
                                                    const torch::Device& device, Classifier& model,
                                                    const CheckpointOptimizer& optimizer,
                                                    TrainingPosition* position,
-                                                   const CheckpointExtras& extras,
-                                                   bool* damaged) {
+                                                   const CheckpointExtras& extras, bool* damaged) {
   for (size_t i = 0;; ++i) {
     std::string path = Rank() == 0 && i < candidates.size() ? candidates[i] : std::string();
     HVX_RETURN_IF_ERROR(BroadcastBytes("resume.dir", &path, 0));

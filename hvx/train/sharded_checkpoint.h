@@ -121,10 +121,12 @@ class CheckpointDirWriter {
 // Writes the checkpoint directory of `position.global_step` at once (every rank calls it):
 // CheckpointDirWriter's Start without background, then Finish. The live model and optimizer are
 // left as they were.
-absl::StatusOr<SavedCheckpoint> SaveCheckpointDir(
-    const CheckpointConfig& checkpoint, Classifier& model, const CheckpointOptimizer& optimizer,
-    const TrainingPosition& position, const CheckpointExtras& extras,
-    const std::function<void()>& prune);
+absl::StatusOr<SavedCheckpoint> SaveCheckpointDir(const CheckpointConfig& checkpoint,
+                                                  Classifier& model,
+                                                  const CheckpointOptimizer& optimizer,
+                                                  const TrainingPosition& position,
+                                                  const CheckpointExtras& extras,
+                                                  const std::function<void()>& prune);
 
 // What resuming from a checkpoint directory found (the same on every rank).
 struct DirResume {
@@ -145,8 +147,7 @@ absl::StatusOr<DirResume> ResumeFromCheckpointDirs(const std::vector<std::string
                                                    const torch::Device& device, Classifier& model,
                                                    const CheckpointOptimizer& optimizer,
                                                    TrainingPosition* position,
-                                                   const CheckpointExtras& extras,
-                                                   bool* damaged);
+                                                   const CheckpointExtras& extras, bool* damaged);
 
 // Loads the model of checkpoint directory `dir` (its floating-point buffers averaged over ranks)
 // into `model`, on `device`; with `use_averages`, its moving averages as the parameters

@@ -51,7 +51,10 @@ void Train(Net& net, torch::optim::Optimizer& optimizer, int steps) {
   net.train();
   for (int i = 0; i < steps; ++i) {
     optimizer.zero_grad();
-    net.forward(torch::arange(20, torch::kFloat32).reshape({4, 5}) / (i + 1)).pow(2).sum().backward();
+    net.forward(torch::arange(20, torch::kFloat32).reshape({4, 5}) / (i + 1))
+        .pow(2)
+        .sum()
+        .backward();
     optimizer.step();
   }
   torch::NoGradGuard no_grad;
@@ -198,9 +201,9 @@ TEST(ShardedCheckpointTest, ASlicedOptimizerAndAReplicatedOneReadEachOthersCheck
   auto sharded = ShardedOptimizer::Create(*slice_adam, sliced_net.named_parameters(), options);
   ASSERT_TRUE(sharded.ok()) << sharded.status();
   TrainingPosition position;
-  auto resumed = ResumeFromNewestCheckpoint(Sharded(dir), false, torch::kCPU, sliced_net,
-                                            CheckpointOptimizer(whole_adam.get(), sharded->get()),
-                                            &position);
+  auto resumed =
+      ResumeFromNewestCheckpoint(Sharded(dir), false, torch::kCPU, sliced_net,
+                                 CheckpointOptimizer(whole_adam.get(), sharded->get()), &position);
   ASSERT_TRUE(resumed.ok() && *resumed) << resumed.status();
   for (const auto& s : (*sharded)->Slices()) {
     const StateFields want = FieldsOf(*adam, net.named_parameters()[s.name]);
@@ -208,9 +211,8 @@ TEST(ShardedCheckpointTest, ASlicedOptimizerAndAReplicatedOneReadEachOthersCheck
     EXPECT_EQ(got.step, want.step);
     ASSERT_EQ(got.tensors.size(), want.tensors.size());
     for (size_t i = 0; i < want.tensors.size(); ++i) {
-      EXPECT_TRUE(torch::equal(got.tensors[i].second,
-                               want.tensors[i].second.flatten().narrow(0, s.range.begin,
-                                                                       s.range.size)))
+      EXPECT_TRUE(torch::equal(got.tensors[i].second, want.tensors[i].second.flatten().narrow(
+                                                          0, s.range.begin, s.range.size)))
           << s.name << " " << got.tensors[i].first;
     }
   }
@@ -226,8 +228,8 @@ TEST(ShardedCheckpointTest, ASlicedOptimizerAndAReplicatedOneReadEachOthersCheck
   EXPECT_EQ(index->tensors.at("optimizer/fc.weight/exp_avg").pieces.size(), 2u);  // one a rank
   Net back;
   auto back_adam = MakeAdam(back);
-  resumed = ResumeFromNewestCheckpoint(Sharded(dir2), false, torch::kCPU, back, *back_adam,
-                                       &position);
+  resumed =
+      ResumeFromNewestCheckpoint(Sharded(dir2), false, torch::kCPU, back, *back_adam, &position);
   ASSERT_TRUE(resumed.ok() && *resumed) << resumed.status();
   EXPECT_EQ(position.global_step, 3);
   for (const auto& item : net.named_parameters()) {
@@ -289,7 +291,8 @@ TEST(ShardedCheckpointTest, AnotherModelIsRefusedOnEveryRankNamingTheTensor) {
   } wider;
   torch::optim::SGD sgd(wider.parameters(), torch::optim::SGDOptions(0.1));
   TrainingPosition position;
-  auto resumed = ResumeFromNewestCheckpoint(Sharded(dir), false, torch::kCPU, wider, sgd, &position);
+  auto resumed =
+      ResumeFromNewestCheckpoint(Sharded(dir), false, torch::kCPU, wider, sgd, &position);
   EXPECT_TRUE(absl::IsFailedPrecondition(resumed.status())) << resumed.status();
   EXPECT_NE(resumed.status().message().find("fc.weight"), std::string::npos) << resumed.status();
   struct stat st;
@@ -325,8 +328,8 @@ TEST(ShardedCheckpointTest, KeepCountsBothFormatsAndTheNewestOfEitherResumes) {
   EXPECT_EQ(position.global_step, 3);
   ExpectSameModel(net, again);
   // And --fresh moves both kinds aside.
-  resumed = ResumeFromNewestCheckpoint(Sharded(dir), true, torch::kCPU, again, *again_adam,
-                                       &position);
+  resumed =
+      ResumeFromNewestCheckpoint(Sharded(dir), true, torch::kCPU, again, *again_adam, &position);
   ASSERT_TRUE(resumed.ok()) << resumed.status();
   EXPECT_FALSE(*resumed);
 }
@@ -353,7 +356,8 @@ TEST(ShardedCheckpointTest, ABackgroundWriteKeepsTheModelAsItWasAndHasNoIndexUnt
   Net snapshot;
   {
     torch::NoGradGuard no_grad;
-    for (auto& item : snapshot.named_parameters()) item.value().copy_(net.named_parameters()[item.key()]);
+    for (auto& item : snapshot.named_parameters())
+      item.value().copy_(net.named_parameters()[item.key()]);
   }
   CheckpointConfig c = Sharded(dir);  // background by default
   Checkpointer checkpointer(c);

@@ -466,10 +466,9 @@ absl::StatusOr<TrainingPosition> StartingPosition(Run& run, int64_t* resumed_fro
   if (CheckpointsOn(config)) HVX_RETURN_IF_ERROR(run.checkpointer->Claim(run.options.fresh_job_id));
   if (CheckpointsOn(config) && (config.checkpoint().resume() || run.options.fresh)) {
     HVX_ASSIGN_OR_RETURN(
-        bool resumed,
-        ResumeFromNewestCheckpoint(config.checkpoint(), run.options.fresh, run.device, *run.model,
-                                   CheckpointedOptimizer(run), &pos, Extras(run),
-                                   run.options.fresh_job_id));
+        bool resumed, ResumeFromNewestCheckpoint(config.checkpoint(), run.options.fresh, run.device,
+                                                 *run.model, CheckpointedOptimizer(run), &pos,
+                                                 Extras(run), run.options.fresh_job_id));
     if (resumed) *resumed_from_step = pos.global_step;
   }
   return pos;

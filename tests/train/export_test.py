@@ -1,6 +1,7 @@
 """--export: the trainer's final weights, and those of a checkpoint (--export_from), load in PyTorch
 (torch.load, load_state_dict into the same CNN defined in Python) and reproduce the trainer's
-evaluation; a run already complete exports the same weights again.
+evaluation; a run already complete exports the same weights again, and a sharded checkpoint
+directory exports the weights the same run's single file does.
 """
 import pytest
 import torch
@@ -65,3 +66,16 @@ def test_export_from_without_export_is_refused(trainer, trained):
                       "--export_from=" + trainer.path("ck", "ckpt-40.pt"), timeout=60)
     assert bad.rc not in (0, None)
     assert "--export_from needs --export=PATH" in bad.output
+
+
+def test_a_sharded_checkpoint_exports_the_weights_the_same_runs_file_does(trainer, trained):
+    sharded = trainer.run("sharded", "--config=" + trainer.config, timeout=300, overrides=[
+        'checkpoint { dir: "%s" keep: 10 format: SHARDED }' % trainer.path("ck_sharded")]).check()
+    assert trainer.path("ck_sharded", "ckpt-40") in [c["path"] for c in sharded.checkpoints]
+    for name, checkpoint in (("file40.pt", trainer.path("ck", "ckpt-40.pt")),
+                             ("dir40.pt", trainer.path("ck_sharded", "ckpt-40"))):
+        train(trainer, "export_" + name, "--export_from=" + checkpoint,
+              "--export=" + trainer.path(name)).check()
+    a, b = torch.load(trainer.path("file40.pt")), torch.load(trainer.path("dir40.pt"))
+    assert a and a.keys() == b.keys()
+    assert all(torch.equal(a[k], b[k]) for k in a)
