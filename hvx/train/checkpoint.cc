@@ -113,11 +113,18 @@ void RemoveStaleTemporaries(const std::string& dir) {
       // A checkpoint directory without its index: a save that did not finish.
       const std::string path = absl::StrCat(dir, "/", name);
       struct stat st;
-      if (stat(absl::StrCat(path, "/", kIndexFileName).c_str(), &st) == 0 ||
-          lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) ||
-          absl::Now() - absl::FromTimeT(st.st_mtime) < kStaleTemporaryAge) {
-        continue;
+      // Only a directory proven to have no index (not one whose index could not be looked at),
+      // none of whose files was written to for kStaleTemporaryAge.
+      const bool indexed =
+          stat(absl::StrCat(path, "/", kIndexFileName).c_str(), &st) == 0 || errno != ENOENT;
+      if (indexed || lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) continue;
+      absl::Time newest = absl::FromTimeT(st.st_mtime);
+      for (const std::string& entry : NamesIn(path)) {
+        if (stat(absl::StrCat(path, "/", entry).c_str(), &st) == 0) {
+          newest = std::max(newest, absl::FromTimeT(st.st_mtime));
+        }
       }
+      if (absl::Now() - newest < kStaleTemporaryAge) continue;
       const absl::Status removed = RemoveCheckpointDir(path);
       HVX_LOG(INFO) << (removed.ok()
                             ? "removed " + path + ", a checkpoint an earlier attempt did not finish"
@@ -408,8 +415,10 @@ absl::Status Checkpointer::Save(Classifier& model, const CheckpointOptimizer& op
   return background ? absl::OkStatus() : Finish();
 }
 
-Checkpointer::~Checkpointer() {
-  if (lock_fd_ >= 0) close(lock_fd_);  // releases the flock
+Checkpointer::~Checkpointer() = default;
+
+Checkpointer::Claimed::~Claimed() {
+  if (fd >= 0) close(fd);  // releases the flock
 }
 
 namespace {
@@ -435,6 +444,13 @@ absl::StatusOr<int> ClaimDir(const std::string& dir, const std::string& job_id) 
   char held[512] = {};
   const ssize_t n = pread(fd, held, sizeof(held) - 1, 0);
   close(fd);
+  if (err == ENOLCK || err == ENOSYS || err == EOPNOTSUPP || err == EINVAL) {
+    // A file system without locks (Lustre without flock, a FUSE mount, NFS without its lock
+    // daemon): the run goes on unguarded, as it did before claims.
+    HVX_LOG(WARNING) << "checkpoint.dir " << dir << " cannot be claimed for this job (flock "
+                     << path << ": " << strerror(err) << "); make sure no other job writes into it";
+    return -1;
+  }
   if (err != EWOULDBLOCK) return ErrnoToStatus(err, absl::StrCat("flock ", path));
   std::string holder = n > 0 ? std::string(held, n) : std::string("another process");
   absl::StripTrailingAsciiWhitespace(&holder);
@@ -454,10 +470,10 @@ absl::StatusOr<int> ClaimDir(const std::string& dir, const std::string& job_id) 
 
 absl::Status Checkpointer::Claim(const std::string& job_id) {
   absl::Status claimed;
-  if (Rank() == 0 && lock_fd_ < 0) {
+  if (Rank() == 0 && claimed_.fd < 0) {
     absl::StatusOr<int> fd = ClaimDir(checkpoint_.dir(), job_id);
     if (fd.ok()) {
-      lock_fd_ = *fd;
+      claimed_.fd = *fd;
     } else {
       claimed = fd.status();
     }

@@ -88,9 +88,15 @@ class Checkpointer {
   absl::Status Finish();
 
  private:
+  // The claim's locked descriptor; declared before the writer so that a write in progress is
+  // joined before the claim goes.
+  struct Claimed {
+    ~Claimed();
+    int fd = -1;
+  };
   const CheckpointConfig checkpoint_;
+  Claimed claimed_;
   CheckpointDirWriter writer_;
-  int lock_fd_ = -1;
 };
 
 // Every rank calls it. The newest checkpoint in checkpoint.dir of either format is loaded (after

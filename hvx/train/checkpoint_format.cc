@@ -303,7 +303,8 @@ absl::StatusOr<WrittenShard> ShardFromJson(const Json& json, absl::string_view w
       return absl::DataLossError(absl::StrCat(what, ": a bad block crc"));
     shard.block_crc32c.push_back(b.get<uint32_t>());
   }
-  const uint64_t expected_blocks = (shard.bytes + kChecksumBlockBytes - 1) / kChecksumBlockBytes;
+  const uint64_t expected_blocks =
+      shard.bytes / kChecksumBlockBytes + (shard.bytes % kChecksumBlockBytes != 0 ? 1 : 0);
   if (shard.block_crc32c.size() != expected_blocks) {
     return absl::DataLossError(absl::StrCat(what, ": ", shard.name, " has ",
                                             shard.block_crc32c.size(), " block checksums for ",
@@ -437,6 +438,9 @@ absl::StatusOr<CheckpointIndex> DecodeIndex(absl::string_view text, absl::string
   CheckpointIndex index;
   HVX_ASSIGN_OR_RETURN(const uint64_t step, Unsigned(json, "step", path));
   HVX_ASSIGN_OR_RETURN(const uint64_t world, Unsigned(json, "world_size", path));
+  if (step > static_cast<uint64_t>(INT64_MAX) || world == 0 || world > (1u << 24)) {
+    return Damaged(path, absl::StrCat("step ", step, " or world_size ", world, " is out of range"));
+  }
   index.step = static_cast<int64_t>(step);
   index.world_size = static_cast<int>(world);
   if (const Json* metadata = JsonMember(json, "metadata"); metadata != nullptr) {
@@ -479,17 +483,20 @@ absl::StatusOr<CheckpointIndex> DecodeIndex(absl::string_view text, absl::string
       HVX_ASSIGN_OR_RETURN(piece.offset, Unsigned(p, "offset", what));
       piece.file = file;
       piece.key = key->get<std::string>();
-      piece.begin = (*elements)[0].get<int64_t>();
-      const int64_t end = (*elements)[1].get<int64_t>();
-      piece.elements = end - piece.begin;
-      if (file >= index.files.size() || piece.begin != at || piece.elements <= 0 ||
-          piece.elements > (INT64_MAX - static_cast<int64_t>(piece.offset)) / element_bytes ||
-          piece.offset + piece.elements * element_bytes > index.files[file].bytes) {
-        return absl::DataLossError(absl::StrCat(what,
-                                                ": its pieces do not lie in order within "
-                                                "the files"));
+      // In uint64 until proven to fit: the values come from a file.
+      const uint64_t begin = (*elements)[0].get<uint64_t>();
+      const uint64_t end = (*elements)[1].get<uint64_t>();
+      const uint64_t bytes = static_cast<uint64_t>(element_bytes);
+      if (file >= index.files.size() || begin != static_cast<uint64_t>(at) || end <= begin ||
+          end > static_cast<uint64_t>(tensor.Elements()) ||
+          end - begin > (UINT64_MAX - piece.offset) / bytes ||
+          piece.offset + (end - begin) * bytes > index.files[file].bytes) {
+        return absl::DataLossError(
+            absl::StrCat(what, ": its pieces do not lie in order within the files"));
       }
-      at = end;
+      piece.begin = static_cast<int64_t>(begin);
+      piece.elements = static_cast<int64_t>(end - begin);
+      at = static_cast<int64_t>(end);
       tensor.pieces.push_back(std::move(piece));
     }
     if (at != tensor.Elements()) {
@@ -553,6 +560,12 @@ std::vector<std::pair<int64_t, std::string>> ListCheckpointDirs(const std::strin
 }
 
 absl::Status RemoveCheckpointDir(const std::string& path) {
+  struct stat link;
+  if (lstat(path.c_str(), &link) == 0 && S_ISLNK(link.st_mode)) {
+    // A checkpoint linked in from elsewhere: the link goes, what it points to stays.
+    if (unlink(path.c_str()) != 0) return ErrnoToStatus(errno, absl::StrCat("removing ", path));
+    return absl::OkStatus();
+  }
   const std::string index = absl::StrCat(path, "/", kIndexFileName);
   if (unlink(index.c_str()) != 0 && errno != ENOENT) {
     return ErrnoToStatus(errno, absl::StrCat("removing ", index));

@@ -188,6 +188,14 @@ TEST(CheckpointFormatTest, AnIndexOfANewerVersionIsRefusedAsSuchAndGarbageAsDama
       DecodeIndex(R"({"format": "hvx-checkpoint", "version": 9, "block_bytes": 1048576})", "i");
   EXPECT_TRUE(absl::IsFailedPrecondition(newer.status())) << newer.status();
   EXPECT_TRUE(absl::IsDataLoss(DecodeIndex("{\"format\": 1}", "i").status()));
+  // Numbers past what the reader can hold are damage, not values that wrap around.
+  const std::string huge_step = R"({"format": "hvx-checkpoint", "version": 1, "block_bytes": 65536,
+      "step": 18446744073709551615, "world_size": 1, "files": [], "tensors": {}})";
+  EXPECT_TRUE(absl::IsDataLoss(DecodeIndex(huge_step, "i").status()));
+  const std::string huge_file = R"({"format": "hvx-checkpoint", "version": 1, "block_bytes": 65536,
+      "step": 1, "world_size": 1, "tensors": {},
+      "files": [{"name": "f", "bytes": 18446744073709551615, "crc32c": 0, "block_crc32c": []}]})";
+  EXPECT_TRUE(absl::IsDataLoss(DecodeIndex(huge_file, "i").status()));
   EXPECT_TRUE(absl::IsDataLoss(DecodeIndex("not json", "i").status()));
 }
 

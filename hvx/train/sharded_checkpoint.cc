@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -16,6 +17,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "hvx/common/clock.h"
 #include "hvx/common/failpoint.h"
@@ -289,21 +291,17 @@ absl::Status CommitIndex(const std::string& dir, int64_t step,
   return WriteIndex(dir, index);
 }
 
-// Removes the files in `dir` that the index of `token` does not name: an earlier save of the same
-// step (its index was replaced). Temporaries are left (another writer's may be in progress).
-void RemoveOtherSaves(const std::string& dir, const std::string& token) {
-  DIR* d = opendir(dir.c_str());
-  if (d == nullptr) return;
-  std::vector<std::string> stale;
-  while (dirent* e = readdir(d)) {
-    const absl::string_view name = e->d_name;
-    if (absl::StrContains(name, "-shard-") && absl::EndsWith(name, ".safetensors") &&
-        !absl::StartsWith(name, token + "-")) {
-      stale.emplace_back(name);
+// Removes the files of `replaced`, the index an earlier save of the same step left in `dir`, that
+// the new index does not name (each save's files have a token of their own). Files no index names
+// (a save that failed, another writer's in progress) are left to the directory's pruning.
+void RemoveReplaced(const std::string& dir, const absl::StatusOr<CheckpointIndex>& replaced,
+                    const std::string& token) {
+  if (!replaced.ok()) return;
+  for (const WrittenShard& file : replaced->files) {
+    if (!absl::StartsWith(file.name, token + "-")) {
+      unlink(absl::StrCat(dir, "/", file.name).c_str());
     }
   }
-  closedir(d);
-  for (const std::string& name : stale) unlink(absl::StrCat(dir, "/", name).c_str());
 }
 
 }  // namespace
@@ -358,8 +356,15 @@ absl::Status CheckpointDirWriter::Start(const CheckpointConfig& checkpoint, Clas
   // A failure from here on is every rank's to report, so it is kept for Finish's agreement, not
   // returned at once.
   // In the background, training changes the live tensors meanwhile: what is written is a copy.
-  absl::StatusOr<std::vector<Item>> items =
-      PlanWrites(model, optimizer, extras, rank_buffers, /*copy=*/background);
+  // LibTorch's exceptions (host memory for the copy) become this rank's failure, reported to
+  // every rank at Finish.
+  absl::StatusOr<std::vector<Item>> items = absl::UnknownError("not planned");
+  try {
+    items = PlanWrites(model, optimizer, extras, rank_buffers, /*copy=*/background);
+  } catch (const std::exception& e) {
+    items = absl::ResourceExhaustedError(
+        absl::StrCat("copying checkpoint ", w->saved.path, ": ", e.what()));
+  }
   if (items.ok()) {
     w->items = *std::move(items);
   } else {
@@ -435,11 +440,12 @@ absl::StatusOr<SavedCheckpoint> CheckpointDirWriter::Finish(const std::function<
       hosts.push_back((*json)["host"].get<std::string>());
       shards.push_back(*std::move(s));
     }
+    const absl::StatusOr<CheckpointIndex> replaced = ReadIndex(saved.path);
     if (committed.ok()) {
       committed = CommitIndex(saved.path, w->step, shards, hosts, w->metadata);
     }
     if (committed.ok()) {
-      RemoveOtherSaves(saved.path, w->token);
+      RemoveReplaced(saved.path, replaced, w->token);
       if (prune) prune();
     }
   }
@@ -473,7 +479,8 @@ struct DirLoad {
   std::string path;
   TrainingPosition position;
   std::vector<std::pair<torch::Tensor, torch::Tensor>> model;  // destination, value
-  std::vector<std::pair<torch::Tensor, StateFields>> states;   // the optimizer's key, fields
+  // The optimizer's state by the tensor it is keyed by, made and on that tensor's device.
+  std::vector<std::pair<torch::Tensor, std::unique_ptr<torch::optim::OptimizerParamState>>> states;
   bool averages = false, state = false;
   std::vector<torch::Tensor> average_values, state_values;
   int64_t bytes_read = 0;
@@ -503,14 +510,21 @@ absl::StatusOr<torch::Tensor> ReadElements(IndexReader& reader, const std::strin
 // Tensor `name` whole, shaped and typed as `like`.
 absl::StatusOr<torch::Tensor> ReadAs(IndexReader& reader, const std::string& path,
                                      const std::string& name, const torch::Tensor& like) {
+  const IndexTensor* t = reader.Find(name);
+  if (t != nullptr && t->shape != like.sizes().vec()) {
+    return RefuseOtherModel(
+        path, absl::StrCat(name, " has the shape [", absl::StrJoin(t->shape, ", "), "] there, [",
+                           absl::StrJoin(like.sizes().vec(), ", "), "] here"));
+  }
   HVX_ASSIGN_OR_RETURN(torch::Tensor v,
                        ReadElements(reader, path, name, like.scalar_type(), like.numel()));
   return v.view(like.sizes());
 }
 
-absl::StatusOr<std::unique_ptr<DirLoad>> ReadDir(const std::string& path, Classifier& model,
-                                                 const CheckpointOptimizer& optimizer,
-                                                 const CheckpointExtras& extras) {
+absl::StatusOr<std::unique_ptr<DirLoad>> ReadDirUnguarded(const std::string& path,
+                                                          Classifier& model,
+                                                          const CheckpointOptimizer& optimizer,
+                                                          const CheckpointExtras& extras) {
   auto load = std::make_unique<DirLoad>();
   load->path = path;
   HVX_ASSIGN_OR_RETURN(const CheckpointIndex index, ReadIndex(path));
@@ -579,7 +593,10 @@ absl::StatusOr<std::unique_ptr<DirLoad>> ReadDir(const std::string& path, Classi
                                         slot.sliced ? &slot.range : nullptr));
       fields.tensors.emplace_back(field, slot.sliced ? v : v.view(slot.shape));
     }
-    if (!fields.tensors.empty() || fields.step) load->states.emplace_back(slot.key, fields);
+    if (fields.tensors.empty() && !fields.step) continue;
+    for (auto& [name, t] : fields.tensors) t = t.to(slot.key.device());
+    HVX_ASSIGN_OR_RETURN(auto state, MakeState(StateOwner(optimizer), fields, path));
+    load->states.emplace_back(slot.key, std::move(state));
   }
   auto read_all = [&](const NamedTensors* named, const char* prefix,
                       std::vector<torch::Tensor>* out) -> absl::StatusOr<bool> {
@@ -601,6 +618,18 @@ absl::StatusOr<std::unique_ptr<DirLoad>> ReadDir(const std::string& path, Classi
   return load;
 }
 
+// ReadDirUnguarded, with LibTorch's exceptions (memory, a device) as a status: a rank must report
+// its failure to the others' agreement, not end while they wait in it.
+absl::StatusOr<std::unique_ptr<DirLoad>> ReadDir(const std::string& path, Classifier& model,
+                                                 const CheckpointOptimizer& optimizer,
+                                                 const CheckpointExtras& extras) {
+  try {
+    return ReadDirUnguarded(path, model, optimizer, extras);
+  } catch (const std::exception& e) {
+    return absl::ResourceExhaustedError(absl::StrCat("reading checkpoint ", path, ": ", e.what()));
+  }
+}
+
 // Takes what ReadDir read into the live model, optimizer and extras (it cannot fail but for a
 // state of a kind the optimizer does not keep, which ReadDir's names rule out).
 absl::Status Take(DirLoad& load, const CheckpointOptimizer& optimizer,
@@ -609,11 +638,7 @@ absl::Status Take(DirLoad& load, const CheckpointOptimizer& optimizer,
   for (auto& [live, value] : load.model) live.copy_(value);
   torch::optim::Optimizer& owner = StateOwner(optimizer);
   owner.state().clear();
-  for (auto& [key, fields] : load.states) {
-    for (auto& [name, t] : fields.tensors) t = t.to(key.device());
-    HVX_ASSIGN_OR_RETURN(auto state, MakeState(owner, fields, load.path));
-    owner.state()[StateKeyOf(key)] = std::move(state);
-  }
+  for (auto& [key, state] : load.states) owner.state()[StateKeyOf(key)] = std::move(state);
   if (load.averages) {
     for (size_t i = 0; i < extras.averages->size(); ++i) {
       (*extras.averages)[i].second.copy_(load.average_values[i]);
@@ -634,10 +659,18 @@ absl::StatusOr<DirResume> ResumeFromCheckpointDirs(const std::vector<std::string
                                                    const CheckpointOptimizer& optimizer,
                                                    TrainingPosition* position,
                                                    const CheckpointExtras& extras, bool* damaged) {
+  // Rank 0's reason to stop trying: a damaged checkpoint it could not set aside, which would be
+  // tried again at every start (and counted by checkpoint.keep) were it left to look whole.
+  std::string stuck;
   for (size_t i = 0;; ++i) {
     std::string path = Rank() == 0 && i < candidates.size() ? candidates[i] : std::string();
+    if (!stuck.empty()) path = "!" + stuck;
     HVX_RETURN_IF_ERROR(BroadcastBytes("resume.dir", &path, 0));
     if (path.empty()) return DirResume{};
+    if (path[0] == '!') {
+      return absl::FailedPreconditionError(
+          absl::StrCat(Rank() == 0 ? "" : "rank 0: ", path.substr(1)));
+    }
     const absl::Time start = MonotonicNow();
     absl::StatusOr<std::unique_ptr<DirLoad>> load = ReadDir(path, model, optimizer, extras);
     HVX_ASSIGN_OR_RETURN(std::vector<std::string> failures,
@@ -651,10 +684,15 @@ absl::StatusOr<DirResume> ResumeFromCheckpointDirs(const std::vector<std::string
       *damaged = true;
       if (Rank() == 0) {
         const std::string aside = path + kCorruptSuffix;
-        const bool moved = rename(path.c_str(), aside.c_str()) == 0;
-        HVX_LOG(WARNING) << "checkpoint " << path << " is damaged (rank " << failed.front().rank
-                         << " on host " << failed.front().host << ": " << failed.front().message
-                         << ")" << (moved ? "; moved it to " + aside : "")
+        const std::string why =
+            absl::StrCat("checkpoint ", path, " is damaged (rank ", failed.front().rank,
+                         " on host ", failed.front().host, ": ", failed.front().message, ")");
+        if (rename(path.c_str(), aside.c_str()) != 0) {
+          stuck = absl::StrCat(why, ", and setting it aside as ", aside,
+                               " failed: ", strerror(errno), ". Move it away, then start again");
+          continue;
+        }
+        HVX_LOG(WARNING) << why << "; moved it to " << aside
                          << (i + 1 < candidates.size() ? "; trying the next older checkpoint"
                                                        : "; no older checkpoint directory is left");
       }
@@ -678,6 +716,11 @@ absl::StatusOr<DirResume> ResumeFromCheckpointDirs(const std::vector<std::string
 absl::Status LoadCheckpointDirModel(const std::string& dir, const torch::Device& device,
                                     Classifier& model, bool use_averages) {
   HVX_ASSIGN_OR_RETURN(const CheckpointIndex index, ReadIndex(dir));
+  if (const Json* fingerprint = JsonMember(index.metadata, "fingerprint"); fingerprint != nullptr) {
+    HVX_ASSIGN_OR_RETURN(std::vector<std::string> theirs,
+                         JsonStrings(*fingerprint, dir + "/index.json: fingerprint"));
+    HVX_RETURN_IF_ERROR(CheckFingerprint(ModelFingerprint(model), theirs, dir));
+  }
   IndexReader reader(dir, index);
   torch::NoGradGuard no_grad;
   std::vector<std::pair<torch::Tensor, torch::Tensor>> values;

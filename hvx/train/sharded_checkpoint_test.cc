@@ -409,6 +409,65 @@ TEST(ShardedCheckpointTest, ADirectoryClaimedByAnotherJobIsRefusedOnEveryRank) {
   EXPECT_TRUE(second.Claim("job-b").ok());
 }
 
+TEST(ShardedCheckpointTest, KeepRemovesALinkedInCheckpointsLinkNotWhatItPointsTo) {
+  const std::string elsewhere = TestDir("pretrained"), dir = TestDir("linked");
+  Net net;
+  auto adam = MakeAdam(net);
+  ASSERT_TRUE(SaveCheckpoint(Sharded(elsewhere), net, *adam, At(1)).ok());
+  if (Rank() == 0) {
+    ASSERT_EQ(mkdir(dir.c_str(), 0750), 0);
+    ASSERT_EQ(symlink((elsewhere + "/ckpt-1").c_str(), (dir + "/ckpt-1").c_str()), 0);
+  }
+  ASSERT_TRUE(WaitAll({Barrier()}).ok());
+  ASSERT_TRUE(SaveCheckpoint(Sharded(dir, 1), net, *adam, At(2)).ok());
+  ASSERT_TRUE(WaitAll({Barrier()}).ok());
+  struct stat st;
+  EXPECT_NE(lstat((dir + "/ckpt-1").c_str(), &st), 0);                  // the link is gone
+  EXPECT_EQ(stat((elsewhere + "/ckpt-1/index.json").c_str(), &st), 0);  // its checkpoint is not
+}
+
+TEST(ShardedCheckpointTest, ADamagedCheckpointThatCannotBeSetAsideStopsEveryRank) {
+  const std::string dir = TestDir("stuck");
+  Net net;
+  auto adam = MakeAdam(net);
+  const CheckpointConfig c = Sharded(dir);
+  ASSERT_TRUE(SaveCheckpoint(c, net, *adam, At(3)).ok());
+  ASSERT_TRUE(WaitAll({Barrier()}).ok());
+  if (Rank() == 0) {
+    // Damage: a shard file truncated; and "ckpt-3.corrupt" already taken by a directory.
+    const std::vector<std::string> files = Names(dir + "/ckpt-3");
+    ASSERT_EQ(truncate((dir + "/ckpt-3/" + files[0]).c_str(), 10), 0);
+    ASSERT_EQ(mkdir((dir + "/ckpt-3.corrupt").c_str(), 0750), 0);
+    ASSERT_EQ(mkdir((dir + "/ckpt-3.corrupt/x").c_str(), 0750), 0);
+  }
+  ASSERT_TRUE(WaitAll({Barrier()}).ok());
+  Net again;
+  auto again_adam = MakeAdam(again);
+  TrainingPosition position;
+  auto resumed = ResumeFromNewestCheckpoint(c, false, torch::kCPU, again, *again_adam, &position);
+  EXPECT_TRUE(absl::IsFailedPrecondition(resumed.status())) << resumed.status();
+  EXPECT_NE(
+      resumed.status().message().find("setting it aside as " + dir + "/ckpt-3.corrupt failed"),
+      std::string::npos)
+      << resumed.status();
+}
+
+TEST(ShardedCheckpointTest, ExportRefusesADirectoryOfAnotherModel) {
+  const std::string dir = TestDir("export_other");
+  Net net;
+  auto adam = MakeAdam(net);
+  ASSERT_TRUE(SaveCheckpoint(Sharded(dir), net, *adam, At(1)).ok());
+  class Transposed : public Classifier {
+   public:
+    Transposed() { fc_ = register_module("fc", torch::nn::Linear(7, 5)); }
+    at::Tensor forward(const at::Tensor& x) override { return fc_(x); }
+    torch::nn::Linear fc_{nullptr};
+  } other;
+  const absl::Status refused = LoadCheckpointModel(dir + "/ckpt-1", torch::kCPU, other);
+  EXPECT_TRUE(absl::IsFailedPrecondition(refused)) << refused;
+  EXPECT_NE(refused.message().find("another model"), std::string::npos) << refused;
+}
+
 }  // namespace
 }  // namespace train
 }  // namespace hvx
