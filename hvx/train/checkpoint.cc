@@ -407,12 +407,21 @@ absl::Status SaveCheckpoint(const CheckpointConfig& checkpoint, Classifier& mode
 absl::Status Checkpointer::Save(Classifier& model, const CheckpointOptimizer& optimizer,
                                 const TrainingPosition& position, const CheckpointExtras& extras) {
   if (checkpoint_.format() != CheckpointConfig::SHARDED) {
-    return SaveCheckpoint(checkpoint_, model, optimizer, position, extras);
+    HVX_RETURN_IF_ERROR(SaveCheckpoint(checkpoint_, model, optimizer, position, extras));
+    committed_.push_back({CheckpointPath(checkpoint_, position.global_step), position});
+    return absl::OkStatus();
   }
   HVX_RETURN_IF_ERROR(Finish());
   const bool background = !checkpoint_.has_background() || checkpoint_.background();
   HVX_RETURN_IF_ERROR(writer_.Start(checkpoint_, model, optimizer, position, extras, background));
+  writing_ = position;
   return background ? absl::OkStatus() : Finish();
+}
+
+std::vector<Checkpointer::Committed> Checkpointer::TakeCommitted() {
+  std::vector<Committed> taken;
+  taken.swap(committed_);
+  return taken;
 }
 
 Checkpointer::~Checkpointer() = default;
@@ -486,6 +495,7 @@ absl::Status Checkpointer::Finish() {
   HVX_ASSIGN_OR_RETURN(const SavedCheckpoint saved,
                        writer_.Finish([this] { PruneCheckpoints(checkpoint_); }));
   LogSaved(saved);
+  committed_.push_back({saved.path, writing_, saved.bytes_total, saved.pause_s, saved.seconds});
   return absl::OkStatus();
 }
 

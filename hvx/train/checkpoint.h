@@ -87,6 +87,17 @@ class Checkpointer {
   // Waits for the checkpoint in progress and commits it (OK when there is none): every rank.
   absl::Status Finish();
 
+  // A checkpoint written whole: where, of which position, and for a sharded one its bytes (every
+  // rank's), the pause training saw and the seconds from its start to its index.
+  struct Committed {
+    std::string path;
+    TrainingPosition position;
+    int64_t bytes = -1;
+    double pause_s = 0, seconds = 0;
+  };
+  // The checkpoints committed since the last call, oldest first (for the run's records).
+  std::vector<Committed> TakeCommitted();
+
  private:
   // The claim's locked descriptor; declared before the writer so that a write in progress is
   // joined before the claim goes.
@@ -97,6 +108,8 @@ class Checkpointer {
   const CheckpointConfig checkpoint_;
   Claimed claimed_;
   CheckpointDirWriter writer_;
+  TrainingPosition writing_;  // the position of the checkpoint writer_ has pending
+  std::vector<Committed> committed_;
 };
 
 // Every rank calls it. The newest checkpoint in checkpoint.dir of either format is loaded (after

@@ -380,6 +380,24 @@ TEST(ShardedCheckpointTest, ABackgroundWriteKeepsTheModelAsItWasAndHasNoIndexUnt
   ExpectSameModel(snapshot, again);  // the model when Save was called, not after
 }
 
+TEST(ShardedCheckpointTest, WithoutBackgroundSaveCommitsAtOnceAndSaysWhatItWrote) {
+  const std::string dir = TestDir("foreground");
+  Net net;
+  auto adam = MakeAdam(net);
+  CheckpointConfig c = Sharded(dir);
+  c.set_background(false);
+  Checkpointer checkpointer(c);
+  ASSERT_TRUE(checkpointer.Save(net, *adam, At(4)).ok());
+  struct stat st;
+  EXPECT_EQ(stat((dir + "/ckpt-4/index.json").c_str(), &st), 0);
+  const std::vector<Checkpointer::Committed> committed = checkpointer.TakeCommitted();
+  ASSERT_EQ(committed.size(), 1u);
+  EXPECT_EQ(committed[0].path, dir + "/ckpt-4");
+  EXPECT_EQ(committed[0].position.global_step, 4);
+  EXPECT_GT(committed[0].bytes, 0);
+  EXPECT_TRUE(checkpointer.TakeCommitted().empty());
+}
+
 TEST(ShardedCheckpointTest, SaveWaitsForAndCommitsTheCheckpointInProgress) {
   const std::string dir = TestDir("one_at_a_time");
   Net net;

@@ -545,15 +545,35 @@ struct StepOutcome {
 
 // Writes a checkpoint at `pos` (every rank calls it), in checkpoint.format; either resumes at any
 // world size and any optimizer.shard.
+// The "checkpoint" record of each checkpoint committed since the last: a checkpoint written in
+// the background is recorded when it is whole, not when it started.
+absl::Status RecordCommitted(Run& run) {
+  for (const Checkpointer::Committed& c : run.checkpointer->TakeCommitted()) {
+    Json record = {{"path", c.path},
+                   {"global_step", c.position.global_step},
+                   {"epochs_done", c.position.epoch},
+                   {"steps_in_epoch", c.position.steps_in_epoch},
+                   {"samples_in_epoch", c.position.samples_in_epoch}};
+    if (c.bytes >= 0) {
+      record["bytes"] = c.bytes;
+      record["pause_s"] = c.pause_s;
+      record["seconds"] = c.seconds;
+    }
+    HVX_RETURN_IF_ERROR(Record(run, "checkpoint", record));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Checkpoint(Run& run, const TrainingPosition& pos) {
   HVX_RETURN_IF_ERROR(
       run.checkpointer->Save(*run.model, CheckpointedOptimizer(run), pos, Extras(run)));
-  return Record(run, "checkpoint",
-                {{"path", CheckpointPath(run.config.checkpoint(), pos.global_step)},
-                 {"global_step", pos.global_step},
-                 {"epochs_done", pos.epoch},
-                 {"steps_in_epoch", pos.steps_in_epoch},
-                 {"samples_in_epoch", pos.samples_in_epoch}});
+  return RecordCommitted(run);
+}
+
+// Commits the checkpoint written in the background, if any (every rank).
+absl::Status FinishCheckpoint(Run& run) {
+  HVX_RETURN_IF_ERROR(run.checkpointer->Finish());
+  return RecordCommitted(run);
 }
 
 // Loss scaling: unscales the averaged gradients, or says to skip the step (every rank alike). A
@@ -715,7 +735,7 @@ absl::StatusOr<EpochSteps> TrainEpoch(Run& run, int64_t epoch, TrainingPosition*
     run.preempted = run.preempted || agreed.preempt;
     // A checkpoint written in the background by every rank is committed at the first step
     // boundary after the last rank finished, on every rank alike.
-    if (!agreed.still_writing) HVX_RETURN_IF_ERROR(run.checkpointer->Finish());
+    if (!agreed.still_writing) HVX_RETURN_IF_ERROR(FinishCheckpoint(run));
     const bool stop = StopAfterThisStep(run, *pos);
     if (pos->global_step % config.logging().log_every_steps() == 0 || last_step || stop) {
       HVX_RETURN_IF_ERROR(ReportProgress(run, epoch, *pos, lr, since_progress));
@@ -834,7 +854,7 @@ absl::StatusOr<TrainResult> Train(Run& run) {
     if (StopAfterThisStep(run, pos)) break;
   }
   // The end of training and a preemption wait for the checkpoint in progress.
-  HVX_RETURN_IF_ERROR(run.checkpointer->Finish());
+  HVX_RETURN_IF_ERROR(FinishCheckpoint(run));
   if (run.preempted) {
     result.preempted = true;
     HVX_LOG_RANK0(INFO) << "preempted at step " << pos.global_step << "; "

@@ -3,6 +3,8 @@
 evaluation; a run already complete exports the same weights again, and a sharded checkpoint
 directory exports the weights the same run's single file does.
 """
+import os
+
 import pytest
 import torch
 
@@ -72,6 +74,11 @@ def test_a_sharded_checkpoint_exports_the_weights_the_same_runs_file_does(traine
     sharded = trainer.run("sharded", "--config=" + trainer.config, timeout=300, overrides=[
         'checkpoint { dir: "%s" keep: 10 format: SHARDED }' % trainer.path("ck_sharded")]).check()
     assert trainer.path("ck_sharded", "ckpt-40") in [c["path"] for c in sharded.checkpoints]
+    # Written in the background, each is recorded once whole: its index is there, with its size
+    # and the pause training saw.
+    for c in sharded.checkpoints:
+        assert os.path.exists(os.path.join(c["path"], "index.json")), c
+        assert c["bytes"] > 0 and 0 <= c["pause_s"] <= c["seconds"], c
     for name, checkpoint in (("file40.pt", trainer.path("ck", "ckpt-40.pt")),
                              ("dir40.pt", trainer.path("ck_sharded", "ckpt-40"))):
         train(trainer, "export_" + name, "--export_from=" + checkpoint,
