@@ -1,9 +1,13 @@
 // Checkpoints as directories that every rank writes a shard of (checkpoint.format SHARDED), and
 // their loading at any world size and optimizer.shard setting.
 //
-//   HVX_RETURN_IF_ERROR(SaveCheckpointDir(config.checkpoint(), model, {&optimizer}, position));
-//   HVX_ASSIGN_OR_RETURN(bool resumed, ResumeFromCheckpointDirs(candidates, device, model,
-//                                                               {&optimizer, sharded}, &pos));
+//   CheckpointDirWriter writer;                                  // every rank, collectively:
+//   HVX_RETURN_IF_ERROR(writer.Start(config.checkpoint(), model, {whole, sharded}, position,
+//                                    extras, /*background=*/true));
+//   ... training steps ...
+//   HVX_ASSIGN_OR_RETURN(SavedCheckpoint saved, writer.Finish(prune));
+//   HVX_ASSIGN_OR_RETURN(DirResume resumed, ResumeFromCheckpointDirs(
+//       candidates, device, model, {whole, sharded}, &position, extras, &damaged));
 //
 // "<checkpoint.dir>/ckpt-<step>/" holds one safetensors file per rank and index.json, written by
 // rank 0 only after every rank's file is durably on disk (checkpoint_format.h). What the tensors
