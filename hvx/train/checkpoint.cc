@@ -390,18 +390,27 @@ absl::Status SaveCheckpoint(const CheckpointConfig& checkpoint, Classifier& mode
     HVX_RETURN_IF_ERROR(optimizer.sharded->GatherState(*optimizer.optimizer));
   }
   HVX_ASSIGN_OR_RETURN(std::vector<torch::Tensor> rank_buffers, GatherRankBuffers(model));
-  if (Rank() != 0) return absl::OkStatus();
-  HVX_RETURN_IF_ERROR(MakeDirs(checkpoint.dir()));
-  HVX_RETURN_IF_ERROR(WriteCheckpointFile(CheckpointPath(checkpoint, position.global_step), model,
-                                          *optimizer.optimizer, position, rank_buffers, extras));
-  PruneCheckpoints(checkpoint);
-  // What a checkpoint costs, for choosing the interval (checkpoint.every_steps, every_seconds).
-  const std::string path = CheckpointPath(checkpoint, position.global_step);
-  struct stat st;
-  const double mb = stat(path.c_str(), &st) == 0 ? st.st_size / 1e6 : 0.0;
-  HVX_LOG(INFO) << absl::StrFormat("checkpoint %s: %.1f MB in %.3f s", path, mb,
-                                   absl::ToDoubleSeconds(MonotonicNow() - start));
-  return absl::OkStatus();
+  // Rank 0 writes; its outcome is every rank's, so that a full disk fails the job on every rank
+  // with rank 0's reason, not on rank 0 alone while the others wait for it.
+  absl::Status written;
+  if (Rank() == 0) {
+    const std::string path = CheckpointPath(checkpoint, position.global_step);
+    written = MakeDirs(checkpoint.dir());
+    if (written.ok()) {
+      written =
+          WriteCheckpointFile(path, model, *optimizer.optimizer, position, rank_buffers, extras);
+    }
+    if (written.ok()) {
+      PruneCheckpoints(checkpoint);
+      // What a checkpoint costs, for choosing the interval (checkpoint.every_steps,
+      // every_seconds).
+      struct stat st;
+      const double mb = stat(path.c_str(), &st) == 0 ? st.st_size / 1e6 : 0.0;
+      HVX_LOG(INFO) << absl::StrFormat("checkpoint %s: %.1f MB in %.3f s", path, mb,
+                                       absl::ToDoubleSeconds(MonotonicNow() - start));
+    }
+  }
+  return ShareRank0Error(written);
 }
 
 absl::Status Checkpointer::Save(Classifier& model, const CheckpointOptimizer& optimizer,

@@ -635,8 +635,11 @@ TEST(CheckpointTest, NoTemporaryIsLeftBehind) {
     ASSERT_EQ(mkdir((c.dir() + "/ckpt-6.pt/in_the_way").c_str(), 0755), 0);
   }
   const absl::Status s = SaveCheckpoint(c, net, *optimizer, SomePosition(6));
+  // Every rank fails with rank 0's reason.
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find(c.dir() + "/ckpt-6.pt"), std::string::npos) << s;
+  if (Rank() != 0) EXPECT_EQ(s.message().rfind("rank 0: ", 0), 0u) << s;
   if (Rank() == 0) {
-    EXPECT_FALSE(s.ok());
     EXPECT_EQ(temporaries(), 0);
     ASSERT_EQ(rmdir((c.dir() + "/ckpt-6.pt/in_the_way").c_str()), 0);
     ASSERT_EQ(rmdir((c.dir() + "/ckpt-6.pt").c_str()), 0);
