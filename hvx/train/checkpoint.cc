@@ -341,6 +341,14 @@ absl::Status BroadcastRankBuffers(Classifier& model,
   return absl::OkStatus();
 }
 
+// A checkpoint without the weights' moving averages: they start from its weights, the same on
+// every rank.
+void StartAveragesFromWeights(Classifier& model, NamedTensors& averages) {
+  torch::NoGradGuard no_grad;
+  const auto params = model.named_parameters();
+  for (auto& [name, average] : averages) average.copy_(params[name]);
+}
+
 // Every rank's error when rank 0 could not resume (or claim the directory): rank 0's own, and on
 // the other ranks the same code and message prefixed "rank 0: ", so that whichever rank's line an
 // operator reads names the file at fault and what to do. OK everywhere when rank 0's is.
@@ -536,18 +544,15 @@ absl::StatusOr<bool> ResumeFromNewestCheckpoint(const CheckpointConfig& checkpoi
       }
     }
   }
-  bool damaged = false;
-  HVX_ASSIGN_OR_RETURN(const DirResume from_dir,
-                       ResumeFromCheckpointDirs(dirs, device, model, checkpoint_optimizer, position,
-                                                extras, &damaged));
+  HVX_ASSIGN_OR_RETURN(
+      const DirResume from_dir,
+      ResumeFromCheckpointDirs(dirs, model, checkpoint_optimizer, position, extras));
   if (from_dir.loaded) {
-    if (NamedTensors* averages = extras.averages; averages != nullptr && !from_dir.averages) {
+    if (extras.averages != nullptr && !from_dir.averages) {
       HVX_LOG_RANK0(INFO) << from_dir.path
                           << " has no moving average of the weights (written with ema_decay 0); "
                              "the average starts from its weights";
-      torch::NoGradGuard no_grad;
-      const auto params = model.named_parameters();
-      for (auto& [name, average] : *averages) average.copy_(params[name]);
+      StartAveragesFromWeights(model, *extras.averages);
     }
     return true;
   }
@@ -585,10 +590,7 @@ absl::StatusOr<bool> ResumeFromNewestCheckpoint(const CheckpointConfig& checkpoi
     if (found.averages) {
       HVX_RETURN_IF_ERROR(BroadcastTensors(*averages, 0, "resume.average."));
     } else {
-      // They start from the weights just broadcast, the same on every rank.
-      torch::NoGradGuard no_grad;
-      const auto params = model.named_parameters();
-      for (auto& [name, average] : *averages) average.copy_(params[name]);
+      StartAveragesFromWeights(model, *averages);  // the weights just broadcast
     }
   }
   if (checkpoint_optimizer.sharded != nullptr) {

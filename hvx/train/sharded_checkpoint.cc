@@ -208,7 +208,7 @@ absl::StatusOr<std::vector<Item>> PlanWrites(Classifier& model, const Checkpoint
     row.shape = {world, buffers[i].second.numel()};
     row.begin = rank * buffers[i].second.numel();
     row.elements = buffers[i].second.numel();
-    if (row.elements > 0) mine.push_back(std::move(row));
+    mine.push_back(std::move(row));
   }
   mine.erase(
       std::remove_if(mine.begin(), mine.end(), [](const Item& item) { return item.elements == 0; }),
@@ -353,11 +353,9 @@ absl::Status CheckpointDirWriter::Start(const CheckpointConfig& checkpoint, Clas
                      {"world_size", Size()},
                      {"optimizer_shard", optimizer.sharded == nullptr ? "NONE" : "SLICES"}};
   if (extras.data_order != nullptr) w->metadata["data_order"] = *extras.data_order;
-  // A failure from here on is every rank's to report, so it is kept for Finish's agreement, not
-  // returned at once.
-  // In the background, training changes the live tensors meanwhile: what is written is a copy.
-  // LibTorch's exceptions (host memory for the copy) become this rank's failure, reported to
-  // every rank at Finish.
+  // A failure from here on (LibTorch's exceptions too: host memory for the copy) is every rank's
+  // to report, so it is kept for Finish's agreement, not returned at once. In the background,
+  // training changes the live tensors meanwhile: what is written is a copy.
   absl::StatusOr<std::vector<Item>> items = absl::UnknownError("not planned");
   try {
     items = PlanWrites(model, optimizer, extras, rank_buffers, /*copy=*/background);
@@ -521,40 +519,37 @@ absl::StatusOr<torch::Tensor> ReadAs(IndexReader& reader, const std::string& pat
   return v.view(like.sizes());
 }
 
-absl::StatusOr<std::unique_ptr<DirLoad>> ReadDirUnguarded(const std::string& path,
-                                                          Classifier& model,
-                                                          const CheckpointOptimizer& optimizer,
-                                                          const CheckpointExtras& extras) {
-  auto load = std::make_unique<DirLoad>();
-  load->path = path;
-  HVX_ASSIGN_OR_RETURN(const CheckpointIndex index, ReadIndex(path));
-  const Json& meta = index.metadata;
-  std::vector<std::string> fingerprint;
-  std::vector<int64_t> position;
-  try {
-    fingerprint = meta.at("fingerprint").get<std::vector<std::string>>();
-    position = meta.at("position").get<std::vector<int64_t>>();
-  } catch (const std::exception& e) {
+// Refuses, before anything is read, a checkpoint written for another model than `model`.
+absl::Status CheckIndexFingerprint(const CheckpointIndex& index, Classifier& model,
+                                   const std::string& path) {
+  const Json* fingerprint = JsonMember(index.metadata, "fingerprint");
+  if (fingerprint == nullptr) {
     return absl::DataLossError(
-        absl::StrCat(path, "/", kIndexFileName, ": no fingerprint or position in its metadata"));
+        absl::StrCat(path, "/", kIndexFileName, ": no fingerprint in its metadata"));
   }
-  HVX_RETURN_IF_ERROR(CheckFingerprint(ModelFingerprint(model), fingerprint, path));
-  auto decoded = DecodePosition(position);
-  if (!decoded.ok()) return Annotate(decoded.status(), absl::StrCat("checkpoint ", path));
-  load->position = *decoded;
-  if (const Json* order = JsonMember(meta, "data_order"); order != nullptr && order->is_string()) {
-    HVX_RETURN_IF_ERROR(
-        CheckDataOrder(order->get<std::string>(), load->position, extras.data_order, path));
+  HVX_ASSIGN_OR_RETURN(std::vector<std::string> theirs,
+                       JsonStrings(*fingerprint, absl::StrCat(path, "/", kIndexFileName)));
+  return CheckFingerprint(ModelFingerprint(model), theirs, path);
+}
+
+// The values of `model`'s parameters (the moving averages with `use_averages`) and buffers, by
+// destination: buffers averaged over ranks, or this rank's own row of each floating-point buffer
+// with `own_rows` (the checkpoint's world size is this run's) where the checkpoint has it.
+absl::StatusOr<std::vector<std::pair<torch::Tensor, torch::Tensor>>> ReadModel(
+    IndexReader& reader, const std::string& path, Classifier& model, bool use_averages,
+    bool own_rows) {
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> values;
+  for (const auto& item : model.named_parameters()) {
+    const std::string name = (use_averages ? "averages/" : "model/") + item.key();
+    if (use_averages && reader.Find(name) == nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "checkpoint ", path, " has no moving average of the weights (written with ema_decay 0)"));
+    }
+    HVX_ASSIGN_OR_RETURN(torch::Tensor v, ReadAs(reader, path, name, item.value()));
+    values.emplace_back(item.value(), v);
   }
-  IndexReader reader(path, index);
-  const bool own_rows = index.world_size == Size();
   std::map<std::string, bool> float_buffer;
   for (const auto& [name, t] : FloatBuffers(model)) float_buffer[name] = true;
-  for (const auto& item : model.named_parameters()) {
-    HVX_ASSIGN_OR_RETURN(torch::Tensor v,
-                         ReadAs(reader, path, "model/" + item.key(), item.value()));
-    load->model.emplace_back(item.value(), v);
-  }
   for (const auto& item : model.named_buffers()) {
     const std::string row = "rank_buffers/" + item.key();
     if (own_rows && float_buffer.count(item.key()) && reader.Find(row) != nullptr) {
@@ -563,13 +558,42 @@ absl::StatusOr<std::unique_ptr<DirLoad>> ReadDirUnguarded(const std::string& pat
       HVX_ASSIGN_OR_RETURN(
           torch::Tensor v,
           ReadElements(reader, path, row, item.value().scalar_type(), Size() * n, &mine));
-      load->model.emplace_back(item.value(), v.view(item.value().sizes()));
+      values.emplace_back(item.value(), v.view(item.value().sizes()));
       continue;
     }
     HVX_ASSIGN_OR_RETURN(torch::Tensor v,
                          ReadAs(reader, path, "model/" + item.key(), item.value()));
-    load->model.emplace_back(item.value(), v);
+    values.emplace_back(item.value(), v);
   }
+  return values;
+}
+
+absl::StatusOr<std::unique_ptr<DirLoad>> ReadDirUnguarded(const std::string& path,
+                                                          Classifier& model,
+                                                          const CheckpointOptimizer& optimizer,
+                                                          const CheckpointExtras& extras) {
+  auto load = std::make_unique<DirLoad>();
+  load->path = path;
+  HVX_ASSIGN_OR_RETURN(const CheckpointIndex index, ReadIndex(path));
+  const Json& meta = index.metadata;
+  HVX_RETURN_IF_ERROR(CheckIndexFingerprint(index, model, path));
+  std::vector<int64_t> position;
+  try {
+    position = meta.at("position").get<std::vector<int64_t>>();
+  } catch (const std::exception& e) {
+    return absl::DataLossError(
+        absl::StrCat(path, "/", kIndexFileName, ": no position in its metadata"));
+  }
+  auto decoded = DecodePosition(position);
+  if (!decoded.ok()) return Annotate(decoded.status(), absl::StrCat("checkpoint ", path));
+  load->position = *decoded;
+  if (const Json* order = JsonMember(meta, "data_order"); order != nullptr && order->is_string()) {
+    HVX_RETURN_IF_ERROR(
+        CheckDataOrder(order->get<std::string>(), load->position, extras.data_order, path));
+  }
+  IndexReader reader(path, index);
+  HVX_ASSIGN_OR_RETURN(load->model, ReadModel(reader, path, model, /*use_averages=*/false,
+                                              /*own_rows=*/index.world_size == Size()));
   HVX_ASSIGN_OR_RETURN(const std::vector<StateSlot> slots, Slots(model, optimizer));
   for (const StateSlot& slot : slots) {
     StateFields fields;
@@ -630,10 +654,9 @@ absl::StatusOr<std::unique_ptr<DirLoad>> ReadDir(const std::string& path, Classi
   }
 }
 
-// Takes what ReadDir read into the live model, optimizer and extras (it cannot fail but for a
-// state of a kind the optimizer does not keep, which ReadDir's names rule out).
-absl::Status Take(DirLoad& load, const CheckpointOptimizer& optimizer,
-                  const CheckpointExtras& extras) {
+// Takes what ReadDir read (and made: the optimizer's states) into the live model, optimizer and
+// extras. Nothing is allocated here, so nothing fails once every rank agreed to take it.
+void Take(DirLoad& load, const CheckpointOptimizer& optimizer, const CheckpointExtras& extras) {
   torch::NoGradGuard no_grad;
   for (auto& [live, value] : load.model) live.copy_(value);
   torch::optim::Optimizer& owner = StateOwner(optimizer);
@@ -649,16 +672,15 @@ absl::Status Take(DirLoad& load, const CheckpointOptimizer& optimizer,
       (*extras.state)[i].second.copy_(load.state_values[i]);
     }
   }
-  return absl::OkStatus();
 }
 
 }  // namespace
 
 absl::StatusOr<DirResume> ResumeFromCheckpointDirs(const std::vector<std::string>& candidates,
-                                                   const torch::Device& device, Classifier& model,
+                                                   Classifier& model,
                                                    const CheckpointOptimizer& optimizer,
                                                    TrainingPosition* position,
-                                                   const CheckpointExtras& extras, bool* damaged) {
+                                                   const CheckpointExtras& extras) {
   // Rank 0's reason to stop trying: a damaged checkpoint it could not set aside, which would be
   // tried again at every start (and counted by checkpoint.keep) were it left to look whole.
   std::string stuck;
@@ -681,7 +703,6 @@ absl::StatusOr<DirResume> ResumeFromCheckpointDirs(const std::vector<std::string
     });
     if (other != failed.end()) return StatusOf(*other, load.status());
     if (!failed.empty()) {
-      *damaged = true;
       if (Rank() == 0) {
         const std::string aside = path + kCorruptSuffix;
         const std::string why =
@@ -698,7 +719,7 @@ absl::StatusOr<DirResume> ResumeFromCheckpointDirs(const std::vector<std::string
       }
       continue;
     }
-    HVX_RETURN_IF_ERROR(Take(**load, optimizer, extras));
+    Take(**load, optimizer, extras);
     *position = (*load)->position;
     HVX_LOG(INFO) << absl::StrFormat(
         "resuming from %s (epoch %d, step %d): this rank read %.3f MB in %.3f s", path,
@@ -716,27 +737,11 @@ absl::StatusOr<DirResume> ResumeFromCheckpointDirs(const std::vector<std::string
 absl::Status LoadCheckpointDirModel(const std::string& dir, const torch::Device& device,
                                     Classifier& model, bool use_averages) {
   HVX_ASSIGN_OR_RETURN(const CheckpointIndex index, ReadIndex(dir));
-  if (const Json* fingerprint = JsonMember(index.metadata, "fingerprint"); fingerprint != nullptr) {
-    HVX_ASSIGN_OR_RETURN(std::vector<std::string> theirs,
-                         JsonStrings(*fingerprint, dir + "/index.json: fingerprint"));
-    HVX_RETURN_IF_ERROR(CheckFingerprint(ModelFingerprint(model), theirs, dir));
-  }
+  HVX_RETURN_IF_ERROR(CheckIndexFingerprint(index, model, dir));
   IndexReader reader(dir, index);
+  HVX_ASSIGN_OR_RETURN(auto values,
+                       ReadModel(reader, dir, model, use_averages, /*own_rows=*/false));
   torch::NoGradGuard no_grad;
-  std::vector<std::pair<torch::Tensor, torch::Tensor>> values;
-  for (const auto& item : model.named_parameters()) {
-    const std::string name = (use_averages ? "averages/" : "model/") + item.key();
-    if (use_averages && reader.Find(name) == nullptr) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "checkpoint ", dir, " has no moving average of the weights (written with ema_decay 0)"));
-    }
-    HVX_ASSIGN_OR_RETURN(torch::Tensor v, ReadAs(reader, dir, name, item.value()));
-    values.emplace_back(item.value(), v);
-  }
-  for (const auto& item : model.named_buffers()) {
-    HVX_ASSIGN_OR_RETURN(torch::Tensor v, ReadAs(reader, dir, "model/" + item.key(), item.value()));
-    values.emplace_back(item.value(), v);
-  }
   for (auto& [live, value] : values) live.copy_(value.to(device));
   return absl::OkStatus();
 }

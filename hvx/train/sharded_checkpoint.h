@@ -7,7 +7,7 @@
 //   ... training steps ...
 //   HVX_ASSIGN_OR_RETURN(SavedCheckpoint saved, writer.Finish(prune));
 //   HVX_ASSIGN_OR_RETURN(DirResume resumed, ResumeFromCheckpointDirs(
-//       candidates, device, model, {whole, sharded}, &position, extras, &damaged));
+//       candidates, model, {whole, sharded}, &position, extras));
 //
 // "<checkpoint.dir>/ckpt-<step>/" holds one safetensors file per rank and index.json, written by
 // rank 0 only after every rank's file is durably on disk (checkpoint_format.h). What the tensors
@@ -146,12 +146,13 @@ struct DirResume {
 // rank finds damaged (a missing or short file, a checksum that differs, an index that does not
 // parse) is renamed "<name>.corrupt" by rank 0, saying why and which rank found it, and the next
 // tried; any other failure (another model, another data order, an I/O error) fails every rank,
-// naming the rank. `damaged`: set when one was set aside.
+// naming the rank, and so does a damaged one rank 0 cannot rename. The states are made on the
+// device of the tensors the optimizer keys them by.
 absl::StatusOr<DirResume> ResumeFromCheckpointDirs(const std::vector<std::string>& candidates,
-                                                   const torch::Device& device, Classifier& model,
+                                                   Classifier& model,
                                                    const CheckpointOptimizer& optimizer,
                                                    TrainingPosition* position,
-                                                   const CheckpointExtras& extras, bool* damaged);
+                                                   const CheckpointExtras& extras);
 
 // Loads the model of checkpoint directory `dir` (its floating-point buffers averaged over ranks)
 // into `model`, on `device`; with `use_averages`, its moving averages as the parameters
