@@ -83,6 +83,7 @@ absl::StatusOr<InitOptions> InitOptions::FromEnv(const Environment& env) {
   knobs.Read("HVX_NCCL_HALF_IN_FLOAT32", &o.nccl_half_in_float32);
   knobs.Read("HVX_SHUTDOWN_TIMEOUT_S", &o.shutdown_timeout_s, 0.0, kMaxSeconds);
   knobs.Read("HVX_COLLECTIVE_TIMEOUT_S", &o.collective_timeout_s, 0.0, kMaxSeconds);
+  knobs.Read("HVX_FLIGHT_RECORDER", &o.flight_recorder);
   HVX_RETURN_IF_ERROR(knobs.status());
   HVX_RETURN_IF_ERROR(o.Validate());
   if (auto sev = ParseLogSeverity(o.log_level); !sev.ok()) {

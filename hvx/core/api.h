@@ -105,6 +105,10 @@ struct InitOptions {
   // held in one past it ends with kSetupTimeoutExitCode, saying why.
   // Generous, because a peer may legitimately be slow: starting late, or in a long evaluation.
   double collective_timeout_s = 300.0;
+  // Keep the flight recorder, the ring of this rank's recent collectives that hvxrun reads when a
+  // job fails or hangs (HVX_FLIGHT_RECORDER; it records only under hvxrun, which hands each rank
+  // its ring).
+  bool flight_recorder = true;
   // Process sets created during Init, in this order, on every rank (ids 1, 2, ...).
   std::vector<std::vector<int>> process_sets;
   // Name of the registered transport; empty = the only one registered ("mpi" with //hvx/mpi).

@@ -5,15 +5,20 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "hvx/common/clock.h"
@@ -94,7 +99,32 @@ Engine::Engine(const InitOptions& options, std::unique_ptr<Transport> transport,
                EngineOptions engine_options)
     : options_(options),
       engine_options_(std::move(engine_options)),
-      transport_(std::move(transport)) {}
+      transport_(std::move(transport)) {
+  AttachFlightRecorder();
+}
+
+void Engine::AttachFlightRecorder() {
+  if (!options_.flight_recorder) return;
+  if (engine_options_.flight_memory != nullptr) {
+    flight_.Attach(engine_options_.flight_memory, FlightRingBytes());
+    return;
+  }
+  const char* text = std::getenv(kFlightFdVariable);
+  int fd = -1;
+  struct stat st {};
+  if (text == nullptr || !absl::SimpleAtoi(text, &fd) || fd < 0 || fstat(fd, &st) != 0 ||
+      st.st_size < static_cast<off_t>(FlightRingBytes())) {
+    return;
+  }
+  void* memory = mmap(nullptr, FlightRingBytes(), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (memory == MAP_FAILED) {
+    HVX_LOG(WARNING) << "the flight recorder is off: mapping " << kFlightFdVariable << "=" << text
+                     << " failed: " << std::strerror(errno);
+    return;
+  }
+  flight_mapping_ = memory;
+  flight_.Attach(memory, FlightRingBytes());
+}
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(const InitOptions& options,
                                                       std::unique_ptr<Transport> transport,
@@ -144,6 +174,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(const InitOptions& options
 Engine::~Engine() {
   Shutdown().IgnoreError();
   if (thread_.joinable()) thread_.join();
+  if (flight_mapping_ != nullptr) munmap(flight_mapping_, FlightRingBytes());
 }
 
 absl::Status Engine::Setup() {
@@ -538,6 +569,24 @@ Handle Engine::Submit(int set_id, std::vector<Entry> entries,
           e.request.rank = my_rank;
           e.state = state;
           e.submitted = MonotonicNow();
+          ++set.submitted;
+          if (flight_.enabled()) {
+            e.flight_id = next_flight_id_++;
+            const int64_t bytes =
+                NumElements(e.request.shape) * static_cast<int64_t>(DataTypeSize(e.request.dtype));
+            const absl::string_view op = OpTypeName(e.request.type);
+            const absl::string_view dtype = DataTypeName(e.request.dtype);
+            FlightRing::Op record;
+            record.op_id = e.flight_id;
+            record.seq = set.submitted;
+            record.set_id = set_id;
+            record.op = std::string_view(op.data(), op.size());
+            record.dtype = std::string_view(dtype.data(), dtype.size());
+            record.bytes = bytes;
+            record.name = e.request.name;
+            record.now_ns = absl::ToUnixNanos(e.submitted);
+            e.flight_slot = flight_.Submitted(record);
+          }
           set.inflight.insert(e.request.name);
           set.incoming.push_back(std::move(e));
         }

@@ -27,6 +27,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "hvx/common/flight_ring.h"
 #include "hvx/core/agreement.h"
 #include "hvx/core/api.h"
 #include "hvx/core/coordinator.h"
@@ -92,6 +93,10 @@ struct EngineOptions {
   // Most tensor ids a set's coordinator holds (CoordinatorOptions::max_tensor_ids); tests make it
   // small to see ids retired and reused.
   size_t max_tensor_ids = 65536;
+  // The flight recorder's ring (flight_ring.h), FlightRingBytes() bytes that outlive the engine;
+  // null: the memfd the rank wrapper hands over as HVX_FLIGHT_FD, and no recorder without one.
+  // Either way InitOptions::flight_recorder false turns it off.
+  void* flight_memory = nullptr;
 };
 
 class Engine {
@@ -142,6 +147,9 @@ class Engine {
     std::shared_ptr<internal::OpState> state;
     absl::Time submitted;
     bool sent = false;
+    // Its slot in the flight recorder's ring and its id there.
+    uint32_t flight_slot = 0;
+    uint64_t flight_id = 0;
   };
   struct SetState;
 
@@ -249,6 +257,8 @@ class Engine {
   absl::StatusOr<TensorRef> AllocateOutputOrThrow(Entry& entry, const TensorShape& s,
                                                   int64_t bytes);
   void CompleteEntry(SetState& set, const std::string& name, absl::Status status);
+  // Maps the wrapper's ring (HVX_FLIGHT_FD) or engine_options_.flight_memory into flight_.
+  void AttachFlightRecorder();
   void FailEverything(absl::Status status);
 
   const InitOptions options_;
@@ -257,6 +267,10 @@ class Engine {
   Topology topology_;
   std::vector<std::string> hosts_;  // of every rank, from Setup on
   std::unique_ptr<Timeline> timeline_;
+  // The last collectives of this rank (flight_ring.h); written under mu_ at submission and on the
+  // background thread after, each slot's writers excluding each other.
+  FlightRing flight_;
+  void* flight_mapping_ = nullptr;  // what AttachFlightRecorder mapped, unmapped at destruction
 
   mutable std::mutex mu_;
   std::condition_variable cv_;  // any change below
@@ -268,6 +282,7 @@ class Engine {
   absl::Status finalize_status_ ABSL_GUARDED_BY(mu_);
   absl::Status stop_cause_ ABSL_GUARDED_BY(mu_);  // why the engine stopped, when not a shutdown
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t next_flight_id_ ABSL_GUARDED_BY(mu_) = 1;
   std::atomic<bool> stopped_{false};
 
   // Background thread only.
@@ -304,6 +319,7 @@ struct Engine::SetState {
 
   // Guarded by Engine::mu_.
   std::deque<Entry> incoming;
+  uint64_t submitted = 0;  // ops this rank submitted to the set: the flight recorder's seq
   std::set<std::string> inflight;
 
   // Background thread only.

@@ -186,6 +186,53 @@ TEST(EngineTest, MismatchReachesEveryRank) {
   });
 }
 
+// The flight recorder: each rank's ring holds its ops with their set, sequence and states; an op
+// one rank never submitted stays failed by the timeout on the other, naming the absent rank, and
+// the absent rank's ring shows it never had it.
+TEST(EngineTest, TheFlightRecorderKeepsEachRanksOpsAndTheirStates) {
+  std::vector<std::vector<char>> rings(2, std::vector<char>(FlightRingBytes()));
+  InitOptions options = Options();
+  options.collective_timeout_s = 1;
+  RunInProcessRanks(
+      2,
+      [](Engine& e, int rank) {
+        std::vector<float> x(1024, 1.0f);
+        TensorRef t(DataType::kFloat32, {1024}, x.data());
+        ASSERT_TRUE(Wait(e.Allreduce("grad.a", t, t, {})).ok());
+        if (rank == 0) {
+          const absl::Status s = Wait(e.Allreduce("grad.b", t, t, {}));
+          EXPECT_TRUE(absl::IsDeadlineExceeded(s)) << s;
+        } else {
+          absl::SleepFor(absl::Seconds(2));
+        }
+      },
+      options, {}, nullptr, {rings[0].data(), rings[1].data()});
+  const std::vector<FlightEvent> r0 = ReadFlightRing(rings[0].data(), rings[0].size());
+  const std::vector<FlightEvent> r1 = ReadFlightRing(rings[1].data(), rings[1].size());
+  ASSERT_EQ(r0.size(), 2u);
+  ASSERT_EQ(r1.size(), 1u);
+  for (const FlightEvent& a : {r0[0], r1[0]}) {
+    EXPECT_EQ(a.name, "grad.a");
+    EXPECT_EQ(a.state, FlightState::kDone);
+    EXPECT_EQ(a.seq, 1u);
+    EXPECT_EQ(a.set_id, 0);
+    EXPECT_EQ(a.op, "ALLREDUCE");
+    EXPECT_EQ(a.dtype, "float32");
+    EXPECT_EQ(a.bytes, 4096);
+    EXPECT_GT(a.submitted_ns, 0);
+    EXPECT_GE(a.negotiated_ns, a.submitted_ns);
+    EXPECT_GE(a.done_ns, a.negotiated_ns);
+  }
+  const FlightEvent& b = r0[1];
+  EXPECT_EQ(b.name, "grad.b");
+  EXPECT_EQ(b.seq, 2u);
+  EXPECT_EQ(b.state, FlightState::kFailed);
+  EXPECT_EQ(b.code, static_cast<int>(absl::StatusCode::kDeadlineExceeded));
+  EXPECT_TRUE(absl::StrContains(b.error, "rank 1")) << b.error;
+  EXPECT_EQ(b.negotiated_ns, 0);  // it never got past negotiation
+  EXPECT_GE(b.done_ns - b.submitted_ns, 1000000000);
+}
+
 // An output on another device than its input: a plane would write where the input lives through
 // the output's pointer. Refused at the call, like a size or dtype that differs.
 TEST(EngineTest, AnAllreduceOutputOnAnotherDeviceIsRefused) {

@@ -1,6 +1,7 @@
 // The engine's execution of agreed responses: one executor per op type. Every rank of a set runs
 // the same responses in the same order; each executor runs this rank's part on the data plane.
 #include <algorithm>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -13,14 +14,28 @@
 namespace hvx {
 namespace {
 
-// Marks activities of every tensor of one response in the timeline (which may be null).
+// The system Abseil's string_view is its own type.
+std::string_view Std(absl::string_view s) { return std::string_view(s.data(), s.size()); }
+
+// Marks activities of every tensor of one response in the timeline (which may be null), and the
+// first, where the response enters its data plane, in the flight recorder's ring.
+template <typename EntryT>
 class Recorder : public ActivityRecorder {
  public:
-  Recorder(Timeline* timeline, const std::vector<std::string>* names)
-      : timeline_(timeline), names_(names) {}
+  Recorder(Timeline* timeline, const std::vector<std::string>* names, FlightRing* flight,
+           const std::vector<EntryT*>* entries)
+      : timeline_(timeline), names_(names), flight_(flight), entries_(entries) {}
   void Start(absl::string_view activity) override {
     if (timeline_) {
       for (const auto& n : *names_) timeline_->ActivityStart(n, activity);
+    }
+    if (!marked_ && flight_->enabled()) {
+      marked_ = true;
+      const int64_t now = FlightNowNs();
+      for (const EntryT* e : *entries_) {
+        if (e != nullptr)
+          flight_->Mark(e->flight_slot, e->flight_id, FlightState::kDataPlane, now, Std(activity));
+      }
     }
   }
   void End() override {
@@ -32,6 +47,9 @@ class Recorder : public ActivityRecorder {
  private:
   Timeline* timeline_;
   const std::vector<std::string>* names_;
+  FlightRing* flight_;
+  const std::vector<EntryT*>* entries_;
+  bool marked_ = false;
 };
 
 std::string ShapeJson(const TensorRef& t) {
@@ -67,7 +85,13 @@ absl::Status Engine::Execute(SetState& set, const Response& r) {
   if (timeline && r.type != OpType::kError) {
     for (const std::string& n : r.names) timeline->OpStart(n, r.type);
   }
-  Recorder recorder(timeline, &r.names);
+  if (flight_.enabled() && r.type != OpType::kError) {
+    const int64_t now = FlightNowNs();
+    for (const Entry* e : entries) {
+      if (e != nullptr) flight_.Mark(e->flight_slot, e->flight_id, FlightState::kNegotiated, now);
+    }
+  }
+  Recorder<Entry> recorder(timeline, &r.names, &flight_, &entries);
   const Execution x{set, r, entries, &recorder};
   const bool first_is_join =
       !entries.empty() && entries[0] != nullptr && entries[0]->request.type == OpType::kJoin;
@@ -315,6 +339,10 @@ void Engine::CompleteEntry(SetState& set, const std::string& name, absl::Status 
   auto it = set.pending.find(name);
   if (it == set.pending.end()) return;
   std::shared_ptr<internal::OpState> state = it->second.state;
+  if (flight_.enabled()) {
+    flight_.Finish(it->second.flight_slot, it->second.flight_id, static_cast<int>(status.code()),
+                   Std(status.message()), FlightNowNs());
+  }
   set.pending.erase(it);
   set.order.erase(std::find(set.order.begin(), set.order.end(), name));
   {

@@ -26,12 +26,14 @@ inline InitOptions InProcessOptions() {
   return o;
 }
 
-// Runs fn(engine, rank) on n in-process ranks, rank r on host hosts[r] ("host" when empty), and
-// shuts each down after its fn returns.
+// Runs fn(engine, rank) on n in-process ranks, rank r on host hosts[r] ("host" when empty),
+// recording into flight_memory[r] when given (EngineOptions::flight_memory), and shuts each down
+// after its fn returns.
 inline void RunInProcessRanks(int n, const std::function<void(Engine&, int)>& fn,
                               InitOptions options = InProcessOptions(),
                               std::vector<std::string> hosts = {},
-                              std::shared_ptr<FakeHub> hub = nullptr) {
+                              std::shared_ptr<FakeHub> hub = nullptr,
+                              std::vector<void*> flight_memory = {}) {
   if (!hub) hub = std::make_shared<FakeHub>(n);
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
@@ -40,6 +42,7 @@ inline void RunInProcessRanks(int n, const std::function<void(Engine&, int)>& fn
       eo.hostname = hosts.empty() ? "host" : hosts[r];
       eo.command_line = "prog";
       eo.exit_on_finalize_timeout = false;
+      if (!flight_memory.empty()) eo.flight_memory = flight_memory[r];
       auto engine = Engine::Start(options, std::make_unique<FakeTransport>(hub, r), eo);
       ASSERT_TRUE(engine.ok()) << engine.status();
       fn(**engine, r);

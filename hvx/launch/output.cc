@@ -118,6 +118,10 @@ std::optional<ControlRecord> ParseControlRecord(absl::string_view body) {
     r.kind = ControlRecord::Kind::kExit;
   } else if (kind == "error") {
     r.kind = ControlRecord::Kind::kError;
+  } else if (kind == "flight") {
+    r.kind = ControlRecord::Kind::kFlight;
+  } else if (kind == "flightev") {
+    r.kind = ControlRecord::Kind::kFlightEvent;
   } else {
     return std::nullopt;
   }
@@ -139,9 +143,22 @@ std::optional<ControlRecord> ParseControlRecord(absl::string_view body) {
       if (!absl::SimpleAtoi(v, &r.signal)) return std::nullopt;
     } else if (absl::ConsumePrefix(&v, "host=")) {
       r.host = std::string(v);
+    } else if (absl::ConsumePrefix(&v, "proc=")) {
+      r.proc = std::string(v);
+    } else if (absl::ConsumePrefix(&v, "wchan=")) {
+      r.wchan = v == "-" ? "" : std::string(v);
+    } else if (absl::ConsumePrefix(&v, "why=")) {
+      r.why = std::string(v);
+    } else if (absl::ConsumePrefix(&v, "now=")) {
+      if (!absl::SimpleAtoi(v, &r.now_ns)) return std::nullopt;
+    } else if (absl::ConsumePrefix(&v, "events=")) {
+      if (!absl::SimpleAtoi(v, &r.events) || r.events < 0) return std::nullopt;
+    } else if (absl::ConsumePrefix(&v, "ev=")) {
+      if (!DecodeFlightEvent(std::string_view(v.data(), v.size()), &r.event)) return std::nullopt;
     }
   }
   if (!has_rank) return std::nullopt;
+  if (r.kind == ControlRecord::Kind::kFlightEvent && r.event.op_id == 0) return std::nullopt;
   return r;
 }
 

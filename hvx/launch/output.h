@@ -27,6 +27,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "hvx/common/flight_ring.h"
 #include "hvx/launch/options.h"
 #include "hvx/launch/plan.h"
 #include "hvx/launch/records.h"
@@ -65,7 +66,7 @@ class StreamDemuxer {
 
 // A control record (records.h) as hvxrun reads it.
 struct ControlRecord {
-  enum class Kind { kStart, kExit, kError };
+  enum class Kind { kStart, kExit, kError, kFlight, kFlightEvent };
   Kind kind = Kind::kStart;
   int rank = -1;
   std::string host;
@@ -73,6 +74,14 @@ struct ControlRecord {
   int exit_code = 0;    // kExit: exit status, or 0 when signal != 0; kError: the exit status asked
   int signal = 0;       // kExit: the signal that ended the rank
   std::string message;  // kError
+  // kFlight: the rank's process state, where it slept, why the wrapper sent its ring, and the
+  // wrapper's monotonic clock then (FormatFlightRecord).
+  std::string proc;
+  std::string wchan;
+  std::string why;
+  int64_t now_ns = 0;
+  int64_t events = 0;  // kFlight: how many kFlightEvent records follow
+  FlightEvent event;   // kFlightEvent
 };
 
 // Parses the text after kControlMagic (without the newline).

@@ -135,6 +135,46 @@ TEST(ControlRecordTest, SignalsAndErrors) {
   EXPECT_FALSE(ParseControlRecord("bogus rank=1").has_value());
 }
 
+// The flight recorder's records: a header, then one event each, as the wrapper writes them.
+TEST(ControlRecordTest, FlightRecordsCarryTheRingThrough) {
+  auto body = [](const std::string& record) {
+    return record.substr(std::string(kControlMagic).size(),
+                         record.size() - std::string(kControlMagic).size() - 1);
+  };
+  auto h = ParseControlRecord(
+      body(FormatFlightRecord(3, "h2", "T", "do_signal_stop", 123456789, 2, "stop")));
+  ASSERT_TRUE(h.has_value());
+  EXPECT_EQ(h->kind, ControlRecord::Kind::kFlight);
+  EXPECT_EQ(h->rank, 3);
+  EXPECT_EQ(h->host, "h2");
+  EXPECT_EQ(h->proc, "T");
+  EXPECT_EQ(h->wchan, "do_signal_stop");
+  EXPECT_EQ(h->now_ns, 123456789);
+  EXPECT_EQ(h->events, 2);
+  EXPECT_EQ(h->why, "stop");
+  auto empty = ParseControlRecord(body(FormatFlightRecord(3, "h2", "", "", 1, 0, "stale")));
+  ASSERT_TRUE(empty.has_value());
+  EXPECT_EQ(empty->wchan, "");
+
+  FlightEvent e;
+  e.state = FlightState::kDataPlane;
+  e.op_id = 9;
+  e.seq = 4;
+  e.name = "grad w";
+  e.op = "ALLREDUCE";
+  e.plane = "SHM_ALLREDUCE";
+  auto ev = ParseControlRecord(body(FormatFlightEventRecord(3, EncodeFlightEvent(e))));
+  ASSERT_TRUE(ev.has_value());
+  EXPECT_EQ(ev->kind, ControlRecord::Kind::kFlightEvent);
+  EXPECT_EQ(ev->event.name, "grad w");
+  EXPECT_EQ(ev->event.plane, "SHM_ALLREDUCE");
+  EXPECT_EQ(ev->event.seq, 4u);
+  // A damaged event is no record (and so is shown as output, never half-read).
+  EXPECT_FALSE(ParseControlRecord("flightev rank=3 ev=1,2,x").has_value());
+  EXPECT_FALSE(ParseControlRecord("flightev rank=3").has_value());
+  EXPECT_FALSE(ParseControlRecord("flight rank=3 events=-1").has_value());
+}
+
 TEST(PrefixTest, Modes) {
   RankPlacement p;
   p.rank = 5;

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -20,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "hvx/common/flight_ring.h"
 #include "hvx/launch/cpu_binding.h"
 #include "hvx/launch/placement.h"
 #include "hvx/launch/records.h"
@@ -34,6 +36,11 @@ constexpr int kForwardedSignals[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, 
 
 volatile sig_atomic_t g_child_pid = 0;
 volatile sig_atomic_t g_exit_code = 0;
+// Set when the program has a flight recorder: hydra's SIGINT (the job being stopped) then waits
+// for the wrapper to send the ring before it goes on to the program (g_sigint_held meanwhile),
+// and no longer ends the wrapper once the program has ended.
+volatile sig_atomic_t g_flight_on = 0;
+volatile sig_atomic_t g_sigint_held = 0;
 // SIGCHLD writes a byte here, so the PMI relay's poll wakes when the program ends.
 int g_child_pipe[2] = {-1, -1};
 
@@ -47,6 +54,16 @@ void OnChild(int) {
 // While the program runs, signals go to it; once it has ended, a signal (hydra stopping the job)
 // ends the wrapper at once with the program's status.
 void ForwardSignal(int sig) {
+  if (sig == SIGINT && g_flight_on) {
+    if (g_child_pid > 0) {
+      g_sigint_held = 1;
+      OnChild(0);  // wakes the relay's poll, which sends the ring and then passes SIGINT on
+    }
+    // Once the program has ended the wrapper finishes its records (and its abort's wait) first:
+    // hydra kills every rank of a host as soon as one wrapper ends, and the others may still be
+    // sending their rings.
+    return;
+  }
   if (g_child_pid > 0) {
     kill(g_child_pid, sig);
   } else {
@@ -372,18 +389,146 @@ class PmiRelay {
   bool released_ = false;
 };
 
+// The program's flight recorder (flight_ring.h): a memfd the wrapper makes and the program
+// inherits as HVX_FLIGHT_FD. The wrapper reads it, whatever state the program is in, and sends
+// its recent ops to hvxrun as records when the program fails or the job is being stopped.
+class FlightDump {
+ public:
+  // What a dump sends: the unfinished ops among the last this many, and the last finished ones.
+  static constexpr size_t kDumpedUnfinished = 64;
+  static constexpr size_t kDumpedFinished = 32;
+
+  FlightDump(int rank, std::string host) : rank_(rank), host_(std::move(host)) {}
+  ~FlightDump() {
+    if (memory_ != nullptr) munmap(memory_, FlightRingBytes());
+    if (fd_ >= 0) close(fd_);
+  }
+  FlightDump(const FlightDump&) = delete;
+  FlightDump& operator=(const FlightDump&) = delete;
+
+  // Makes the ring and exports HVX_FLIGHT_FD, unless HVX_FLIGHT_RECORDER=0. Without one (no
+  // memfd), the program runs without a recorder.
+  void Open() {
+    const char* off = getenv("HVX_FLIGHT_RECORDER");
+    if (off != nullptr && (!strcmp(off, "0") || !strcmp(off, "false"))) return;
+    fd_ = memfd_create("hvx-flight", 0);  // not close-on-exec: the program's
+    if (fd_ < 0) return;
+    if (ftruncate(fd_, static_cast<off_t>(FlightRingBytes())) != 0) return Close();
+    void* m = mmap(nullptr, FlightRingBytes(), PROT_READ, MAP_SHARED, fd_, 0);
+    if (m == MAP_FAILED) return Close();
+    memory_ = m;
+    setenv(kFlightFdVariable, std::to_string(fd_).c_str(), 1);
+    g_flight_on = 1;
+    // The collective timeout the program runs with (hvx's default when unset or unreadable).
+    double timeout_s = 300;
+    const char* text = getenv("HVX_COLLECTIVE_TIMEOUT_S");
+    if (text != nullptr && *text != '\0') {
+      char* end = nullptr;
+      const double v = std::strtod(text, &end);
+      if (*end == '\0' && v > 0 && v < 1e7) timeout_s = v;
+    }
+    idle_ns_ = static_cast<int64_t>(std::max(0.5, timeout_s - std::max(1.0, timeout_s / 4)) * 1e9);
+  }
+
+  // Called as the relay's loop turns (at least every kTickMs). When no op of the program has
+  // moved on for most of the collective timeout, sends the ring: a rank the others wait for
+  // (stuck in its own code, frozen, waiting in another op) and the ranks that wait have all sent
+  // theirs before the timeout ends the job, when hydra's stop may cut the output short. When an
+  // op moves on again, tells hvxrun the ring it has is no longer current (an op that fails, as
+  // the waiting ones do at the timeout, leaves it current).
+  void Tick(OutputRelay& output, pid_t child) {
+    if (memory_ == nullptr) return;
+    const int64_t last = FlightRingLastProgress(memory_, FlightRingBytes());
+    if (current_ && last != sent_last_) {
+      output.WriteRecord(FormatFlightRecord(rank_, host_, "", "", FlightNowNs(), 0, "stale"));
+      current_ = false;
+    }
+    if (!current_ && last != 0 && last != sent_last_ && FlightNowNs() - last >= idle_ns_) {
+      Send(output, child, "idle");
+    }
+  }
+
+  // Sends the ring: the process state of `child` (0: it has ended), then its events. "idle" at
+  // most once per quiet spell; "stop" and "exit" whenever asked.
+  void Send(OutputRelay& output, pid_t child, const char* why);
+
+  static constexpr int kTickMs = 250;
+  bool on() const { return memory_ != nullptr; }
+
+ private:
+  void Close() {
+    close(fd_);
+    fd_ = -1;
+  }
+
+  const int rank_;
+  const std::string host_;
+  int fd_ = -1;
+  void* memory_ = nullptr;
+  int64_t idle_ns_ = 0;
+  bool current_ = false;   // hvxrun has the ring as it is now
+  int64_t sent_last_ = 0;  // FlightRingLastProgress at the last send
+};
+
+// The first line of /proc/<pid>/<file>, "" when it cannot be read.
+std::string ProcFile(pid_t pid, const char* file) {
+  const std::string path = "/proc/" + std::to_string(pid) + "/" + file;
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "";
+  char buf[512];
+  const ssize_t n = read(fd, buf, sizeof(buf) - 1);
+  close(fd);
+  if (n <= 0) return "";
+  std::string text(buf, static_cast<size_t>(n));
+  return text.substr(0, text.find('\n'));
+}
+
+void FlightDump::Send(OutputRelay& output, pid_t child, const char* why) {
+  if (memory_ == nullptr || !IsFlightRing(memory_, FlightRingBytes())) return;
+  sent_last_ = FlightRingLastProgress(memory_, FlightRingBytes());
+  current_ = true;
+  std::string proc = "exited", wchan;
+  if (child > 0) {
+    // /proc/<pid>/stat: "pid (comm) S ...", comm may hold spaces and parentheses.
+    const std::string stat = ProcFile(child, "stat");
+    const size_t close_paren = stat.rfind(')');
+    if (close_paren != std::string::npos && close_paren + 2 < stat.size()) {
+      proc = stat.substr(close_paren + 2, 1);
+    }
+    wchan = ProcFile(child, "wchan");
+    if (wchan == "0") wchan.clear();
+  }
+  const std::vector<FlightEvent> events =
+      SelectForDump(ReadFlightRing(memory_, FlightRingBytes()), kDumpedUnfinished, kDumpedFinished);
+  output.WriteRecord(
+      FormatFlightRecord(rank_, host_, proc, wchan, FlightNowNs(), events.size(), why));
+  for (const FlightEvent& e : events) {
+    output.WriteRecord(FormatFlightEventRecord(rank_, EncodeFlightEvent(e)));
+  }
+}
+
 // Relays the program's output (and its PMI connection, with `pmi`) until `child` ends; returns
 // its wait status, once what it wrote before it ended has gone on.
-int RelayUntilExit(pid_t child, OutputRelay& output, PmiRelay* pmi) {
+int RelayUntilExit(pid_t child, OutputRelay& output, PmiRelay* pmi, FlightDump& flight) {
   int status = 0;
   while (!Reaped(child, /*block=*/false, &status)) {
+    if (g_sigint_held && g_child_pid > 0) {
+      flight.Send(output, child, "stop");
+      g_sigint_held = 0;
+      kill(child, SIGINT);
+    }
+    flight.Tick(output, child);
     pollfd fds[5] = {{g_child_pipe[0], POLLIN, 0},
                      {output.fd(0), static_cast<short>(output.fd(0) >= 0 ? POLLIN : 0), 0},
                      {output.fd(1), static_cast<short>(output.fd(1) >= 0 ? POLLIN : 0), 0},
                      {-1, 0, 0},
                      {-1, 0, 0}};
     if (pmi != nullptr) pmi->PollFds(fds + 3);
-    if (poll(fds, 5, pmi != nullptr ? pmi->PollTimeout() : -1) < 0 && errno != EINTR) {
+    int timeout_ms = pmi != nullptr ? pmi->PollTimeout() : -1;
+    if (flight.on()) {
+      timeout_ms = timeout_ms < 0 ? FlightDump::kTickMs : std::min(timeout_ms, FlightDump::kTickMs);
+    }
+    if (poll(fds, 5, timeout_ms) < 0 && errno != EINTR) {
       Reaped(child, /*block=*/true, &status);
       break;
     }
@@ -514,6 +659,8 @@ int MaybeRunRankWrapper(int argc, char** argv) {
     AbortJob(rc);
     return rc;
   }
+  FlightDump flight(rank, p.host);
+  flight.Open();
   int pmi_fd = -1;
   std::optional<PmiRelay> relay;
   int program_pmi_fd = -1;
@@ -560,8 +707,9 @@ int MaybeRunRankWrapper(int argc, char** argv) {
   g_child_pid = child;
   sigprocmask(SIG_UNBLOCK, &forwarded, nullptr);  // what came meanwhile goes to the program now
   shm::WatchProcess(sweeper, child);
-  const int status = RelayUntilExit(child, output, relay ? &*relay : nullptr);
+  const int status = RelayUntilExit(child, output, relay ? &*relay : nullptr, flight);
   const int code = WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+  if (code != 0 && code != kPreemptedExitCode) flight.Send(output, 0, "exit");
   shm::RemoveRegionsTagged(shm_tag);
   output.WriteRecord(FormatExitRecord(rank, p.host, status));
   if (relay && relay->aborted()) {

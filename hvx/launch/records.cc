@@ -31,6 +31,32 @@ std::string FormatErrorRecord(int rank, const std::string& host, const std::stri
          " code=" + std::to_string(exit_code) + " msg=" + flat + "\n";
 }
 
+namespace {
+
+// A record's field is one word: what is not printable ASCII or is a space becomes '_'.
+std::string Word(const std::string& text) {
+  std::string out = text.empty() ? "-" : text;
+  for (char& c : out) {
+    if (c <= ' ' || c > '~') c = '_';
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string FormatFlightRecord(int rank, const std::string& host, const std::string& proc,
+                               const std::string& wchan, long long now_ns, size_t events,
+                               const std::string& why) {
+  return std::string(kControlMagic) + "flight rank=" + std::to_string(rank) + " host=" + host +
+         " proc=" + Word(proc) + " wchan=" + Word(wchan) + " now=" + std::to_string(now_ns) +
+         " events=" + std::to_string(events) + " why=" + Word(why) + "\n";
+}
+
+std::string FormatFlightEventRecord(int rank, const std::string& encoded_event) {
+  return std::string(kControlMagic) + "flightev rank=" + std::to_string(rank) +
+         " ev=" + Word(encoded_event) + "\n";
+}
+
 std::string EscapeMarkerBytes(const char* data, size_t size) {
   std::string out;
   out.reserve(size);

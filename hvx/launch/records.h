@@ -34,6 +34,15 @@ std::string FormatExitRecord(int rank, const std::string& host, int wait_status)
 std::string FormatErrorRecord(int rank, const std::string& host, const std::string& message,
                               int exit_code = 1);
 
+// The flight recorder's dump (flight_ring.h): a header naming the rank's process state (`proc`:
+// /proc's state letter, R S D T Z, or "exited"), the kernel function its main thread waits in
+// (`wchan`, "" when running or unknown), the wrapper's monotonic clock in ns and why it dumped
+// ("exit": the program failed, "stop": hydra is stopping the job), then one record per event.
+std::string FormatFlightRecord(int rank, const std::string& host, const std::string& proc,
+                               const std::string& wchan, long long now_ns, size_t events,
+                               const std::string& why);
+std::string FormatFlightEventRecord(int rank, const std::string& encoded_event);
+
 // A program's output as the wrapper passes it on: every \x01 (the byte that begins hydra's rank
 // marker and kControlMagic) becomes the four characters "\x01", so that nothing a rank prints can
 // read as a marker or a record. Every other byte is kept.

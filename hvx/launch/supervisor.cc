@@ -14,6 +14,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -22,6 +23,7 @@
 #include "hvx/common/files.h"
 #include "hvx/common/status.h"
 #include "hvx/launch/command.h"
+#include "hvx/launch/flight_verdict.h"
 #include "hvx/launch/output.h"
 #include "hvx/launch/rank_wrapper.h"
 #include "hvx/launch/records.h"
@@ -108,7 +110,16 @@ class Supervisor {
 
  private:
   void OnControl(const ControlRecord& r);
+  // The verdict from the ranks' flight recorders, when any sent theirs, and where the merged
+  // record was written.
+  void ReportFlights();
   void BeginStop(const char* why);
+  // BeginStop for a failing rank; when the ranks' flight recorders speak, after kFlightGrace, so
+  // that the ranks failing with it (a collective timing out fails every rank that waited in it)
+  // send theirs first: hydra's stop cuts their output short.
+  void StopSoon();
+  static constexpr Clock::duration kFlightGrace = std::chrono::milliseconds(500);
+  std::optional<Clock::time_point> stop_soon_;
   void Say(absl::string_view text) {
     WriteAll(options_.err_fd, absl::StrCat("hvxrun: ", text, "\n"));
     if (reporting_) report_.emplace_back(text);
@@ -132,6 +143,24 @@ class Supervisor {
   Clock::time_point start_;
   std::set<int> started_;
   std::map<int, ControlRecord> exits_;
+  // A dump being received becomes the rank's flight record once its events are all in.
+  void CommitFlight(int rank) {
+    auto it = incoming_flights_.find(rank);
+    if (it == incoming_flights_.end() ||
+        static_cast<int64_t>(it->second.events.size()) < expected_events_[rank]) {
+      return;
+    }
+    flights_[rank] = std::move(it->second);
+    incoming_flights_.erase(it);
+  }
+
+  std::map<int, RankFlight> flights_;  // the flight recorders the wrappers sent
+  std::map<int, RankFlight> incoming_flights_;
+  std::map<int, int64_t> expected_events_;
+  // What the last "idle" dump of each rank read of its process (state, wchan): read while the
+  // job ran, unlike the dumps at its end.
+  std::map<int, std::pair<std::string, std::string>> idle_proc_;
+  std::set<int> ended_before_stop_;  // ranks whose exit came before the job was being stopped
   std::optional<Failure> failure_;
   bool stopping_ = false;
   bool killed_ = false;
@@ -149,6 +178,7 @@ class Supervisor {
   std::function<std::string()> more_slots_;
   std::string growing_;  // what appeared, once the ranks were asked to checkpoint for it
   Clock::time_point next_growth_check_;
+  Clock::time_point stop_began_;
   Clock::time_point kill_at_;
   std::optional<Clock::time_point> all_exited_at_;
   // The first rank that ended with kPreemptedExitCode unasked (no notice, no growth) while others
@@ -204,12 +234,13 @@ void Supervisor::OnControl(const ControlRecord& r) {
       break;
     case ControlRecord::Kind::kExit:
       exits_[r.rank] = r;
+      if (!stopping_) ended_before_stop_.insert(r.rank);
       // A rank that does not handle the checkpoint request ends by it: the stop that was asked.
       if ((preempting_ || !growing_.empty()) && r.signal == SIGUSR1) {
         BeginStop("a rank ended on the checkpoint request");
       } else if (!EndedCleanly(r) && !failure_ && !stopping_) {
         failure_ = Failure{r.rank, r.host, r.exit_code, r.signal, "", Clock::now()};
-        BeginStop("a rank failed");
+        StopSoon();
       } else if (r.exit_code == kPreemptedExitCode && !preempting_ && growing_.empty() &&
                  !lone_stop_) {
         lone_stop_ = r.rank;
@@ -217,20 +248,60 @@ void Supervisor::OnControl(const ControlRecord& r) {
       }
       if (static_cast<int>(exits_.size()) == plan_.size) all_exited_at_ = Clock::now();
       break;
+    case ControlRecord::Kind::kFlight: {
+      if (r.why == "stale") {  // the rank's ops moved on since the ring it sent
+        flights_.erase(r.rank);
+        incoming_flights_.erase(r.rank);
+        break;
+      }
+      // A dump replaces the last one only once all its events have come: hydra's stop may cut
+      // it short.
+      RankFlight& f = incoming_flights_[r.rank];
+      f = RankFlight();
+      f.dumped = true;
+      f.proc = r.proc;
+      f.wchan = r.wchan;
+      f.why = r.why;
+      f.now_ns = r.now_ns;
+      f.received = Clock::now();
+      expected_events_[r.rank] = std::min<int64_t>(r.events, kFlightSlots);
+      if (r.why == "idle") {
+        idle_proc_[r.rank] = {r.proc, r.wchan};
+      }
+      CommitFlight(r.rank);
+      break;
+    }
+    case ControlRecord::Kind::kFlightEvent: {
+      auto it = incoming_flights_.find(r.rank);
+      if (it == incoming_flights_.end()) break;
+      it->second.events.push_back(r.event);
+      CommitFlight(r.rank);
+      break;
+    }
     case ControlRecord::Kind::kError:
       if (!failure_ && !stopping_) {
         failure_ =
             Failure{r.rank, r.host, r.exit_code != 0 ? r.exit_code : 1, 0, r.message, Clock::now()};
-        BeginStop("a rank failed");
+        StopSoon();
       }
       break;
   }
 }
 
+void Supervisor::StopSoon() {
+  if (stopping_ || stop_soon_) return;
+  if (flights_.empty() && incoming_flights_.empty()) {
+    BeginStop("a rank failed");
+    return;
+  }
+  stop_soon_ = Clock::now() + kFlightGrace;
+}
+
 void Supervisor::BeginStop(const char* why) {
   if (stopping_) return;
   stopping_ = true;
-  kill_at_ = Clock::now() + FromSeconds(options_.stop_timeout_s);
+  stop_began_ = Clock::now();
+  kill_at_ = stop_began_ + FromSeconds(options_.stop_timeout_s);
   if (options_.verbose) Say(absl::StrCat("stopping the job: ", why));
   router_.set_show_mpiexec(options_.verbose);
   // Hydra's Ctrl-C path: it signals every rank on every host and exits.
@@ -253,6 +324,9 @@ int Supervisor::Run(Child child) {
     if (!stopping_ && static_cast<int>(started_.size()) < plan_.size && now > start_deadline) {
       start_failed_ = true;
       BeginStop("ranks did not start in time");
+    }
+    if (stop_soon_ && !stopping_ && (now >= *stop_soon_ || all_exited_at_)) {
+      BeginStop("a rank failed");
     }
     if (preempting_ && !stopping_ && now > preempt_deadline_) {
       BeginStop("--preempt-grace expired");
@@ -361,9 +435,51 @@ std::vector<std::string>& FailureSummary() {
 int Supervisor::Report(int mpiexec_status) {
   reporting_ = true;
   const int rc = Summarize(mpiexec_status);
+  if (rc != 0 && rc != kPreemptedExitCode) ReportFlights();
   reporting_ = false;
   if (rc != 0 && rc != kPreemptedExitCode) FailureSummary() = report_;
   return rc;
+}
+
+void Supervisor::ReportFlights() {
+  if (flights_.empty()) return;
+  for (const auto& [rank, exit] : exits_) {
+    RankFlight& f = flights_[rank];
+    f.exited = true;
+    f.exit_code = exit.exit_code;
+    f.signal = exit.signal;
+    f.ended_itself = ended_before_stop_.count(rank) != 0;
+    f.first_failure = failure_ && failure_->rank == rank;
+  }
+  for (auto& [rank, f] : flights_) {
+    if (idle_proc_.count(rank)) std::tie(f.idle_proc, f.idle_wchan) = idle_proc_[rank];
+    if (stopping_ && f.dumped && f.received < stop_began_) {
+      f.before_stop_s = Seconds(stop_began_ - f.received);
+    }
+  }
+  const Verdict verdict = JudgeFlights(plan_, flights_);
+  if (!verdict.line.empty()) {
+    Say(absl::StrCat("verdict: ", verdict.line));
+    for (const std::string& d : verdict.details) Say(absl::StrCat("  ", d));
+  }
+  std::string dir = options_.output_dir;
+  if (dir.empty()) {
+    const char* tmp = getenv("TMPDIR");
+    std::string pattern = absl::StrCat(tmp && *tmp ? tmp : "/tmp", "/hvx-flight-XXXXXX");
+    if (mkdtemp(pattern.data()) == nullptr) return;
+    dir = pattern;
+  }
+  const std::string json = absl::StrCat(dir, "/flight.json");
+  const std::string trace = absl::StrCat(dir, "/flight.trace.json");
+  absl::Status s =
+      WriteFileAtomically(json, FlightJson(plan_, flights_, verdict), "flight record", false);
+  if (s.ok()) s = WriteFileAtomically(trace, FlightTrace(plan_, flights_), "flight trace", false);
+  if (!s.ok()) {
+    Say(absl::StrCat("the ranks' flight records could not be written: ", s.message()));
+    return;
+  }
+  Say(absl::StrCat("every rank's last collectives: ", json, " (JSON) and ", trace,
+                   " (a trace for ui.perfetto.dev)"));
 }
 
 int Supervisor::Summarize(int mpiexec_status) {

@@ -9,7 +9,8 @@
 # write cut short leaves the last complete checkpoint, and resuming from it repeats the
 # uninterrupted run's losses; so does a rank that dies or freezes writing its shard of a sharded
 # checkpoint in the background. Then settings that differ between ranks fail every rank within 5 s.
-# Prints the matrix as a table (phase x fault: seconds to stop, exit code).
+# Prints the matrix as a table (phase x fault: seconds to stop, exit code) and hvxrun's verdict
+# line of each case; where a rank froze in a collective, the verdict must name it and the tensor.
 #   fault_matrix_test.sh HVXRUN FAULT_PROBE TRAIN MPIEXEC NETNS_HOSTS MAKE_IDX TRAIN_LIB
 # Needs root; where namespaces cannot be created it prints SKIPPED with the reason and passes.
 set -uo pipefail
@@ -26,6 +27,7 @@ T=${TEST_TMPDIR:-$(mktemp -d)}
 TIMEOUT_S=6
 
 hosts_up 2
+verdicts=()
 knobs=(-x HVX_COLLECTIVE_TIMEOUT_S=$TIMEOUT_S -x HVX_SHUTDOWN_TIMEOUT_S=$TIMEOUT_S -x HVX_ALLOW_FAILPOINTS=1)
 table=()
 
@@ -37,6 +39,15 @@ fault() {
     local s
     s=$(awk "BEGIN { printf \"%.1f\", $elapsed_ms / 1000 }")
     table+=("$(printf '| %-14s | %-9s | %5s s | %3s |' "${label:-$phase}" "$action" "$s" "$rc")")
+    local verdict
+    verdict=$(grep -m1 '^hvxrun: verdict: ' <<<"$err")
+    verdicts+=("${label:-$phase} x $action: ${verdict:-(none)}")
+    # A hang (a rank frozen in a collective or before it): the verdict names that rank, its host
+    # and the tensor the others waited for.
+    if [[ $action == stop && ($phase == negotiation || $phase == allreduce) && -z ${label:-} ]]; then
+        grep -qE "^hvxrun: verdict: rank $rank \(host hvxq2, local rank 1\) held up allreduce '(big|small)' .*stopped \(SIGSTOP" <<<"$verdict"
+        check "$phase x $action: the verdict names rank $rank on hvxq2 and the tensor it held up" $?
+    fi
     local ok=0
     [[ $rc != 0 ]] || ok=1
     ((elapsed_ms <= bound * 1000)) || ok=1
@@ -167,5 +178,8 @@ echo
 echo "| phase          | fault     | to stop | rc  |"
 echo "|----------------|-----------|---------|-----|"
 printf '%s\n' "${table[@]}"
+echo
+echo "hvxrun's verdict in each case:"
+printf '%s\n' "${verdicts[@]}"
 echo "failures: $failures"
 [[ $failures == 0 ]]

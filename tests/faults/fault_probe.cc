@@ -2,13 +2,24 @@
 // small ones, each checked, then hvx::Shutdown. Faults come from HVX_FAILPOINT (hvx/common/
 // failpoint.h); this program adds the point "before_init".
 //
-//   fault_probe [--steps N] [--seconds S] [--shutdown-after-failure]
+//   fault_probe [--steps N] [--seconds S] [--shutdown-after-failure] [--step-names]
+//               [--fault KIND:RANK:STEP]
 //
 // With --seconds, the steps go on until rank 0 has run S seconds of them (on the monotonic clock;
 // every rank learns it through the step's allreduce). With --shutdown-after-failure a rank whose
 // step failed calls hvx::Shutdown before exiting 1, as a Python script's `finally:
 // hvd.shutdown()` does, and prints what it returned and how long it took. Prints "rank R done, wall
 // clock T" (T: the rank's time(), seconds since the epoch) after the last step.
+//
+// With --step-names the tensors are "big.S" and "small.S" at step S, as a program whose
+// collectives are numbered names them; then a rank that skips one waits in the next step's while
+// the others wait for it. --fault makes rank RANK at step STEP go wrong the way a program does
+// (the cases hvxrun's verdict tells apart): skip (it does not submit "small"), own_code (it sleeps
+// in its own code before the step's collectives), rename (it names "small" otherwise), mismatch
+// (its "small" has another shape), set (ranks 1.. allreduce "set.S" in a process set of their
+// own too, and it skips that one).
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -24,6 +35,9 @@ int main(int argc, char** argv) {
   int steps = 5;
   double seconds = 0;
   bool shutdown_after_failure = false;
+  bool step_names = false;
+  std::string fault;
+  int fault_rank = -1, fault_step = -1;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--steps") && i + 1 < argc) {
       steps = std::atoi(argv[++i]);
@@ -32,9 +46,19 @@ int main(int argc, char** argv) {
       steps = 1 << 30;
     } else if (!std::strcmp(argv[i], "--shutdown-after-failure")) {
       shutdown_after_failure = true;
+    } else if (!std::strcmp(argv[i], "--step-names")) {
+      step_names = true;
+    } else if (!std::strcmp(argv[i], "--fault") && i + 1 < argc) {
+      char kind[32];
+      if (std::sscanf(argv[++i], "%31[a-z_]:%d:%d", kind, &fault_rank, &fault_step) != 3) {
+        std::fprintf(stderr, "--fault KIND:RANK:STEP, not '%s'\n", argv[i]);
+        return 2;
+      }
+      fault = kind;
     } else {
       std::fprintf(stderr,
-                   "usage: fault_probe [--steps N] [--seconds S] [--shutdown-after-failure]\n");
+                   "usage: fault_probe [--steps N] [--seconds S] [--shutdown-after-failure] "
+                   "[--step-names] [--fault KIND:RANK:STEP]\n");
       return 2;
     }
   }
@@ -46,7 +70,18 @@ int main(int argc, char** argv) {
   }
   const int rank = hvx::Rank();
   const float n = static_cast<float>(hvx::Size());
-  std::vector<float> big(4 << 20), small(64);
+  hvx::ProcessSet but_rank0;
+  if (fault == "set") {
+    std::vector<int> ranks;
+    for (int r = 1; r < hvx::Size(); ++r) ranks.push_back(r);
+    absl::StatusOr<hvx::ProcessSet> set = hvx::AddProcessSet(ranks);
+    if (!set.ok()) {
+      std::fprintf(stderr, "AddProcessSet: %s\n", set.status().ToString().c_str());
+      return 1;
+    }
+    but_rank0 = *set;
+  }
+  std::vector<float> big(4 << 20), small(64), in_set(64);
   const auto start = std::chrono::steady_clock::now();
   for (int step = 0; step < steps; ++step) {
     std::fill(big.begin(), big.end(), static_cast<float>(rank + 1));
@@ -60,9 +95,31 @@ int main(int argc, char** argv) {
             : 0.0f;
     hvx::AllreduceOptions sum;
     sum.op = hvx::ReduceOp::kSum;
+    const bool faulty = rank == fault_rank && step == fault_step;
+    if (faulty && fault == "own_code") {
+      std::fprintf(stderr, "rank %d step %d: stuck in its own code\n", rank, step);
+      sleep(1000);
+    }
+    const std::string at = step_names ? "." + std::to_string(step) : "";
     hvx::TensorRef b(hvx::DataType::kFloat32, {static_cast<int64_t>(big.size())}, big.data());
-    hvx::TensorRef t(hvx::DataType::kFloat32, {static_cast<int64_t>(small.size())}, small.data());
-    s = hvx::WaitAll({hvx::Allreduce("big", b, b, sum), hvx::Allreduce("small", t, t, sum)});
+    hvx::TensorRef t(
+        hvx::DataType::kFloat32,
+        {static_cast<int64_t>(small.size()) - (faulty && fault == "mismatch" ? 32 : 0)},
+        small.data());
+    std::vector<hvx::Handle> handles = {hvx::Allreduce("big" + at, b, b, sum)};
+    if (!(faulty && fault == "skip")) {
+      handles.push_back(hvx::Allreduce(
+          (faulty && fault == "rename" ? "small_renamed" : "small") + at, t, t, sum));
+    }
+    hvx::TensorRef u(hvx::DataType::kFloat32, {static_cast<int64_t>(in_set.size())}, in_set.data());
+    if (fault == "set" && rank != 0 && !faulty) {
+      hvx::AllreduceOptions options = sum;
+      options.process_set = but_rank0;
+      handles.push_back(hvx::Allreduce("set" + at, u, u, options));
+    }
+    s = hvx::WaitAll(handles);
+    // Its own sum of "small" never ran; the step goes on as if it had.
+    if (faulty && (fault == "skip" || fault == "rename")) small[0] = n;
     if (!s.ok() || big[0] != n * (n + 1) / 2 || small[0] != n) {
       std::fprintf(stderr, "rank %d step %d: %s\n", rank, step, s.ToString().c_str());
       if (shutdown_after_failure) {
