@@ -193,20 +193,19 @@ TEST(EngineTest, TheFlightRecorderKeepsEachRanksOpsAndTheirStates) {
   std::vector<std::vector<char>> rings(2, std::vector<char>(FlightRingBytes()));
   InitOptions options = Options();
   options.collective_timeout_s = 1;
-  RunInProcessRanks(
-      2,
-      [](Engine& e, int rank) {
-        std::vector<float> x(1024, 1.0f);
-        TensorRef t(DataType::kFloat32, {1024}, x.data());
-        ASSERT_TRUE(Wait(e.Allreduce("grad.a", t, t, {})).ok());
-        if (rank == 0) {
-          const absl::Status s = Wait(e.Allreduce("grad.b", t, t, {}));
-          EXPECT_TRUE(absl::IsDeadlineExceeded(s)) << s;
-        } else {
-          absl::SleepFor(absl::Seconds(2));
-        }
-      },
-      options, {}, nullptr, {rings[0].data(), rings[1].data()});
+  RunInProcessRanks(2,
+                    [](Engine& e, int rank) {
+                      std::vector<float> x(1024, 1.0f);
+                      TensorRef t(DataType::kFloat32, {1024}, x.data());
+                      ASSERT_TRUE(Wait(e.Allreduce("grad.a", t, t, {})).ok());
+                      if (rank == 0) {
+                        const absl::Status s = Wait(e.Allreduce("grad.b", t, t, {}));
+                        EXPECT_TRUE(absl::IsDeadlineExceeded(s)) << s;
+                      } else {
+                        absl::SleepFor(absl::Seconds(2));
+                      }
+                    },
+                    options, {}, nullptr, {rings[0].data(), rings[1].data()});
   const std::vector<FlightEvent> r0 = ReadFlightRing(rings[0].data(), rings[0].size());
   const std::vector<FlightEvent> r1 = ReadFlightRing(rings[1].data(), rings[1].size());
   ASSERT_EQ(r0.size(), 2u);
