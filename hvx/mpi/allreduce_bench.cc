@@ -30,6 +30,7 @@
 #include "absl/time/time.h"
 #include "hvx/common/clock.h"
 #include "hvx/common/env.h"
+#include "hvx/common/flight_ring.h"
 #include "hvx/common/memory.h"
 #include "hvx/common/status.h"
 #include "hvx/core/api.h"
@@ -742,6 +743,34 @@ void CompareSetStrategies(Buffers& b, const Settings& s) {
 
 // The same work through hvx (initialized here, shut down before returning); with --compare, what
 // the engine adds to the bare ring.
+// The flight recorder's own work for one op, in ns: its submission, negotiation, data-plane and
+// done records in a ring of its own (hvx/common/flight_ring.h), names as long as a ResNet-50
+// parameter's, the median of `reps` runs of 20000 ops.
+double FlightRecorderNsPerOp(int reps) {
+  std::vector<char> memory(hvx::FlightRingBytes());
+  hvx::FlightRing ring;
+  ring.Attach(memory.data(), memory.size());
+  std::vector<std::string> names;
+  for (int i = 0; i < 161; ++i) names.push_back(absl::StrCat("grad.layer3.", i, ".conv2.weight"));
+  constexpr int kOps = 20000;
+  uint64_t id = 0;
+  std::vector<double> ns;
+  for (int r = 0; r < std::max(3, reps); ++r) {
+    const absl::Time start = hvx::MonotonicNow();
+    for (int i = 0; i < kOps; ++i) {
+      ++id;
+      const int64_t now = hvx::FlightNowNs();
+      const uint32_t slot =
+          ring.Submitted({id, id, 0, "ALLREDUCE", "float32", 4096, names[id % names.size()], now});
+      ring.Mark(slot, id, hvx::FlightState::kNegotiated, hvx::FlightNowNs());
+      ring.Mark(slot, id, hvx::FlightState::kDataPlane, hvx::FlightNowNs(), "SHM_ALLREDUCE");
+      ring.Finish(slot, id, 0, "", hvx::FlightNowNs());
+    }
+    ns.push_back(absl::ToDoubleNanoseconds(hvx::MonotonicNow() - start) / kOps);
+  }
+  return Median(ns);
+}
+
 Result MeasureHvx(Buffers& b, const Settings& s) {
   // The default environment: knobs only if the user set HVX_* variables.
   auto options = hvx::InitOptions::FromEnv(hvx::Environment::Process());
@@ -829,6 +858,7 @@ int main(int argc, char** argv) {
   const Result raw = MeasureRawMpi(buffers, settings);
   if (!settings.quick) Diagnose(buffers, settings);
   if (settings.compare) CompareSetStrategies(buffers, settings);
+  const double flight_ns = FlightRecorderNsPerOp(settings.reps);
   const Result hvx = MeasureHvx(buffers, settings);
 
   Ratio("(a) raw MPI / hvx", raw.big, hvx.big);
@@ -842,6 +872,18 @@ int main(int argc, char** argv) {
       engine_us, parts.handoffs, parts.vote, parts.allreduce,
       parts.handoffs + parts.vote + parts.allreduce,
       engine_us - parts.handoffs - parts.vote - parts.allreduce));
+  // Under hvxrun the engine above recorded every op (the wrapper hands it the ring).
+  const char* off = std::getenv("HVX_FLIGHT_RECORDER");
+  const bool recorded =
+      std::getenv(hvx::kFlightFdVariable) != nullptr &&
+      !(off != nullptr && (std::strcmp(off, "0") == 0 || std::strcmp(off, "false") == 0));
+  const double set_us = flight_ns * static_cast<double>(buffers.sizes.size()) / 1e3;
+  g_lines.push_back(absl::StrFormat(
+      "(f) the flight recorder's work per op %.0f ns: the ResNet-50 set's %zu ops %.1f us, %.3f%% "
+      "of (b) through the engine; %.3f%% of (c)'s op (the engine %s)",
+      flight_ns, buffers.sizes.size(), set_us, 100 * set_us / (1e3 * hvx.set),
+      100 * flight_ns / (1e6 * hvx.tiny),
+      recorded ? "recorded its ops: run under hvxrun" : "recorded nothing: not under hvxrun"));
   if (g_rank == 0) {
     std::printf(
         "ranks %d; ResNet-50 set: %zu tensors, %lld elements; medians of the slowest rank\n", size,

@@ -2,6 +2,7 @@
 """hvx.torch's DistributedOptimizer against torch.nn.parallel.DistributedDataParallel on gloo.
 
     python3 ddp_bench.py [--procs 2] [--rounds 3] [--steps N]   # the driver
+    python3 ddp_bench.py --flight --rounds 5   # hvx's flight recorder on against off
 
 The driver starts each measurement as its own job, alternating them in every round so all see the
 same machine: hvx under hvxrun (which binds each rank to its block of the CPUs) and again with
@@ -40,6 +41,9 @@ parser.add_argument("--rounds", type=int, default=3)
 parser.add_argument("--grad-steps", type=int, default=10)
 parser.add_argument("--cnn-steps", type=int, default=40)
 parser.add_argument("--hvxrun", default="hvxrun")
+parser.add_argument("--flight", action="store_true",
+                    help="only hvx, with its flight recorder on and off (HVX_FLIGHT_RECORDER=0) "
+                         "in turn: what the recorder costs")
 parser.add_argument("--worker", choices=["hvx", "ddp", "single", "bare"], help=argparse.SUPPRESS)
 parser.add_argument("--rank", type=int, default=0, help=argparse.SUPPRESS)
 parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
@@ -188,9 +192,12 @@ def worker(args):
 def run_job(args, kind):
     me = os.path.abspath(__file__)
     common = ["--grad-steps", str(args.grad_steps), "--cnn-steps", str(args.cnn_steps)]
-    if kind in ("hvx", "hvx_unbound"):
+    if kind in ("hvx", "hvx_unbound", "hvx_no_flight"):
         cmd = [args.hvxrun, "-np", str(args.procs), "--bind-to",
-               "core" if kind == "hvx" else "none", "--", sys.executable, me, "--worker", "hvx"]
+               "none" if kind == "hvx_unbound" else "core"]
+        if kind == "hvx_no_flight":
+            cmd += ["-x", "HVX_FLIGHT_RECORDER=0"]
+        cmd += ["--", sys.executable, me, "--worker", "hvx"]
         outs = [subprocess.run(cmd + common, capture_output=True, text=True, timeout=900)]
     elif kind in ("single", "bare"):
         outs = [subprocess.run([sys.executable, me, "--worker", kind] + common,
@@ -247,14 +254,32 @@ def main():
     args = parser.parse_args()
     if args.worker:
         return worker(args)
-    runs = {"hvx": [], "hvx_unbound": [], "ddp": [], "ddp_bound": [], "ddp_kept": [],
-            "bare_procs": [], "single": [], "bare": []}
+    if args.flight:
+        runs = {"hvx": [], "hvx_no_flight": []}
+    else:
+        runs = {"hvx": [], "hvx_unbound": [], "ddp": [], "ddp_bound": [], "ddp_kept": [],
+                "bare_procs": [], "single": [], "bare": []}
     for _ in range(args.rounds):
         for kind in runs:
             runs[kind].append(run_job(args, kind))
 
     def med(kind, key):
         return statistics.median(r[key] for r in runs[kind])
+    if args.flight:
+        on, off = runs["hvx"], runs["hvx_no_flight"]
+        print("%d processes, %d rounds, hvx with its flight recorder on and off in turn (medians)"
+              % (args.procs, args.rounds))
+        print("CNN samples/s: on %.0f, off %.0f -> on / off %.4f (rounds %s)" % (
+            med("hvx", "cnn_samples_per_s"), med("hvx_no_flight", "cnn_samples_per_s"),
+            med("hvx", "cnn_samples_per_s") / med("hvx_no_flight", "cnn_samples_per_s"),
+            ", ".join("%.3f" % (a["cnn_samples_per_s"] / b["cnn_samples_per_s"])
+                      for a, b in zip(on, off))))
+        print("ResNet-50 gradient set per step: on %.2f ms, off %.2f ms -> on / off %.4f "
+              "(rounds %s)" % (
+                  1e3 * med("hvx", "grads_s"), 1e3 * med("hvx_no_flight", "grads_s"),
+                  med("hvx", "grads_s") / med("hvx_no_flight", "grads_s"),
+                  ", ".join("%.3f" % (a["grads_s"] / b["grads_s"]) for a, b in zip(on, off))))
+        return
     mb = 4 * sum(p.numel() for p in GradientSet().parameters()) / 1e6
     print("%d processes, %d rounds (medians; each round runs hvx, hvx unbound, DDP, DDP bound, "
           "DDP with kept memory, %d bare processes, single, bare in turn)"
