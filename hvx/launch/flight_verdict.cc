@@ -107,6 +107,7 @@ std::string ProcessNote(const RankFlight& f) {
 bool EndedByItself(const RankFlight& f) { return f.ended_itself; }
 
 std::string HowItEnded(const RankFlight& f) {
+  if (!f.failure.empty()) return absl::StrCat("failed: ", f.failure);
   if (f.signal != 0) {
     const char* name = strsignal(f.signal);
     return absl::StrCat("was killed by signal ", f.signal, " (", name ? name : "?", ")");
@@ -262,9 +263,25 @@ Verdict JudgeFlights(const Plan& plan, const std::map<int, RankFlight>& flights)
     }
   }
   if (waiters.empty()) {
+    // A stopped rank first (the others may have failed waiting for it outside any collective, at
+    // the end of the job), then the first to fail, then any that ended by itself.
     std::vector<int> died;
     for (const auto& [r, f] : flights) {
-      if (EndedByItself(f)) died.push_back(r);
+      if (f.dumped && (f.proc == "T" || f.proc == "t")) {
+        const FlightEvent* last = LastFinished(f);
+        v.line = absl::StrCat(
+            Who(plan, r), " stands still: ", ProcessNote(f),
+            last ? absl::StrCat("; its last op was ", OpName(*last), ", ", Where(f, *last)) : "");
+        AddDetails(plan, flights, {r}, &v);
+        return v;
+      }
+      if (EndedByItself(f)) {
+        if (f.first_failure) {
+          died.insert(died.begin(), r);
+        } else {
+          died.push_back(r);
+        }
+      }
     }
     if (!died.empty()) {
       const RankFlight& f = flights.at(died[0]);
@@ -308,19 +325,22 @@ Verdict JudgeFlights(const Plan& plan, const std::map<int, RankFlight>& flights)
   // A rank that ended by itself inside the op (a crash, a kill), not as one that gave up waiting:
   // the others' records, cut short by the stop, may not show that they reached it.
   // The job's first failure first: a peer's crash fails the ranks in the op with it.
+  // The job's first failure may have sent no ring at all (an abort ends it at once).
   int crashed = -1;
-  for (int r : came) {
-    const RankFlight& f = flights.at(r);
-    if (EndedByItself(f) && !TimedOut(f) &&
+  for (const auto& [r, f] : flights) {
+    const bool reached = std::count(came.begin(), came.end(), r) != 0;
+    if (EndedByItself(f) && !TimedOut(f) && (reached || f.first_failure) &&
         (crashed < 0 || (f.first_failure && !flights.at(crashed).first_failure))) {
       crashed = r;
     }
   }
   const bool unknown = std::any_of(missing.begin(), missing.end(), [&](int m) {
     auto it = flights.find(m);
-    return it == flights.end() || !it->second.dumped;
+    return it == flights.end() || !it->second.dumped || it->second.events.empty();
   });
-  if (crashed >= 0 && unknown) missing.clear();
+  if (crashed >= 0 && (unknown || std::count(missing.begin(), missing.end(), crashed))) {
+    missing.clear();
+  }
 
   if (!missing.empty()) {
     const int m = missing[0];
@@ -378,6 +398,7 @@ Verdict JudgeFlights(const Plan& plan, const std::map<int, RankFlight>& flights)
     return v;
   }
   const RankFlight& f = flights.at(culprit);
+  if (f.events.empty()) absl::StrAppend(&why, " (its ring did not reach hvxrun)");
   const FlightEvent* mine = nullptr;
   for (const FlightEvent& e : f.events) {
     if (e.set_id == hung->set && e.name == hung->name && Waiting(e)) mine = &e;

@@ -37,6 +37,7 @@ struct RankFlight {
   // It ended by itself, before hvxrun began stopping the job (a crash, a kill, its own exit).
   bool ended_itself = false;
   bool first_failure = false;  // its end was the job's first failure
+  std::string failure;         // what its wrapper's error record said (an abort), if one did
   std::string why;             // "exit" (the program failed) or "stop" (the job was being stopped)
   int64_t now_ns = 0;          // the wrapper's monotonic clock at the dump
   // Seconds from hvxrun's receipt of the dump to the moment it began stopping the job (0 for a

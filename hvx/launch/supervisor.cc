@@ -449,7 +449,15 @@ void Supervisor::ReportFlights() {
     f.exit_code = exit.exit_code;
     f.signal = exit.signal;
     f.ended_itself = ended_before_stop_.count(rank) != 0;
-    f.first_failure = failure_ && failure_->rank == rank;
+  }
+  if (failure_) {  // from an exit record, or from an error record (an abort) that came first
+    RankFlight& f = flights_[failure_->rank];
+    f.first_failure = f.ended_itself = true;
+    f.failure = failure_->message;
+    if (!f.exited) {
+      f.exit_code = failure_->exit_code;
+      f.signal = failure_->signal;
+    }
   }
   for (auto& [rank, f] : flights_) {
     if (idle_proc_.count(rank)) std::tie(f.idle_proc, f.idle_wchan) = idle_proc_[rank];
