@@ -427,15 +427,19 @@ class FlightDump {
       const double v = std::strtod(text, &end);
       if (*end == '\0' && v > 0 && v < 1e7) timeout_s = v;
     }
-    idle_ns_ = static_cast<int64_t>(std::max(0.5, timeout_s - std::max(1.0, timeout_s / 4)) * 1e9);
+    // Three quarters of the timeout (at least 1 s before it), and at most kMaxIdleS: a Ctrl-C on a
+    // job hung for longer finds every ring at hvxrun already.
+    const double idle_s =
+        std::min(kMaxIdleS, std::max(0.5, timeout_s - std::max(1.0, timeout_s / 4)));
+    idle_ns_ = static_cast<int64_t>(idle_s * 1e9);
   }
 
   // Called as the relay's loop turns (at least every kTickMs). When no op of the program has
-  // moved on for most of the collective timeout, sends the ring: a rank the others wait for
-  // (stuck in its own code, frozen, waiting in another op) and the ranks that wait have all sent
-  // theirs before the timeout ends the job, when hydra's stop may cut the output short. When an
-  // op moves on again, tells hvxrun the ring it has is no longer current (an op that fails, as
-  // the waiting ones do at the timeout, leaves it current).
+  // moved on for most of the collective timeout (or kMaxIdleS), sends the ring: a rank the others
+  // wait for (stuck in its own code, frozen, waiting in another op) and the ranks that wait have
+  // all sent theirs before the timeout ends the job, when hydra's stop may cut the output short.
+  // When an op moves on again, tells hvxrun the ring it has is no longer current (an op that fails,
+  // as the waiting ones do at the timeout, leaves it current).
   void Tick(OutputRelay& output, pid_t child) {
     if (memory_ == nullptr) return;
     const int64_t last = FlightRingLastProgress(memory_, FlightRingBytes());
@@ -453,6 +457,7 @@ class FlightDump {
   void Send(OutputRelay& output, pid_t child, const char* why);
 
   static constexpr int kTickMs = 250;
+  static constexpr double kMaxIdleS = 30;
   bool on() const { return memory_ != nullptr; }
 
  private:

@@ -6,7 +6,8 @@
 # under another name, sat in its own code, skipped one in a process set, froze (SIGSTOP) inside the
 # data plane or before negotiation, died inside the data plane, sent another shape. Each verdict
 # line is printed. The merged record must be JSON naming every rank, and the trace a Chrome JSON
-# trace. With HVX_SEPARATE_BOOT_ID=1 (the _tcp target) the hosts talk over TCP.
+# trace. Ctrl-C on hvxrun while a job hangs prints the verdict too. With HVX_SEPARATE_BOOT_ID=1 (the
+# _tcp target) the hosts talk over TCP.
 #   verdict_test.sh HVXRUN FAULT_PROBE MPIEXEC NETNS_HOSTS
 # Needs root; where namespaces cannot be created it prints SKIPPED with the reason and passes.
 set -uo pipefail
@@ -71,6 +72,23 @@ all_ranks=0 verdict died "^hvxrun: verdict: $who held up allreduce 'big' .*kille
     "${failpoints[@]}" -x HVX_FAILPOINT=allreduce:3:kill -- "$PROBE" --steps 3
 all_ranks=0 verdict mismatch "^hvxrun: verdict: allreduce 'small\.2' .*mismatched ALLREDUCE shapes: rank 0 sent \[64\], rank 3 sent \[32\]" \
     -- "${probe[@]}" --fault mismatch:3:2
+
+# On demand: Ctrl-C on hvxrun (here on this host, 4 ranks; --preempt-grace 0: a signal stops the
+# job instead of asking the ranks to checkpoint) while rank 3 sits in its own code and the others
+# wait, before the collective timeout (8 s) ends the job.
+rm -rf "$T/ctrl_c"
+"$HVXRUN" --mpiexec "$MPIEXEC" -np 4 --preempt-grace 0 --output-dir "$T/ctrl_c" -x HVX_COLLECTIVE_TIMEOUT_S=8 \
+    -- "${probe[@]}" --fault own_code:3:2 >"$T/ctrl_c.out" 2>"$T/ctrl_c.err" </dev/null &
+hvxrun_pid=$!
+sleep 7
+kill -INT "$hvxrun_pid"
+wait "$hvxrun_pid"
+rc=$?
+line=$(grep -m1 '^hvxrun: verdict: ' "$T/ctrl_c.err")
+lines+=("ctrl_c: ${line#hvxrun: verdict: }")
+[[ $rc == 130 ]] && grep -qE "^hvxrun: verdict: rank 3 \(host [^,]+, local rank 3\) did not submit allreduce '(big|small)\.2' .*in its own code" <<<"$line"
+check "Ctrl-C on a hung job: rc $rc, the verdict names rank 3 in its own code" $?
+[[ $rc == 130 && -n $line ]] || cat "$T/ctrl_c.err"
 
 # A job that ends well leaves no verdict and no record behind.
 launch -np 4 -H hvxv1:2,hvxv2:2 -- "${probe[@]}"
