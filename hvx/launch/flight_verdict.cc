@@ -338,9 +338,7 @@ Verdict JudgeFlights(const Plan& plan, const std::map<int, RankFlight>& flights)
     auto it = flights.find(m);
     return it == flights.end() || !it->second.dumped || it->second.events.empty();
   });
-  if (crashed >= 0 && (unknown || std::count(missing.begin(), missing.end(), crashed))) {
-    missing.clear();
-  }
+  if (crashed >= 0 && unknown) missing.clear();
 
   if (!missing.empty()) {
     const int m = missing[0];

@@ -173,6 +173,23 @@ TEST(FlightVerdict, ARankThatCrashedInsideAnOpIsBlamedEvenWhenTheOthersRecordsAr
   EXPECT_THAT(v.line, HasSubstr("killed by signal 9"));
 }
 
+// Over TCP a rank in its own code may fail first: its MPI aborts once the ranks that timed out
+// are gone. Its ring still shows that it never submitted the op.
+TEST(FlightVerdict, ARankThatFailedFirstButNeverReachedTheOpDidNotSubmitIt) {
+  auto flights = Waiting("big.2");
+  for (auto& [r, f] : flights) f.events.erase(f.events.begin() + 2);
+  flights[3] = Rank(
+      {Op(1, "big.1", FlightState::kDone, 9), Op(2, "small.1", FlightState::kDone, 8.9)}, "idle");
+  flights[3].ended_itself = flights[3].first_failure = true;
+  flights[3].failure = "ended the job through MPI_Abort (exit code 17)";
+  const Verdict v = JudgeFlights(FourRanks(), flights);
+  EXPECT_THAT(v.line,
+              StartsWith("rank 3 (host h2, local rank 1) did not submit allreduce 'big.2'"));
+  EXPECT_THAT(v.line,
+              HasSubstr("it failed: ended the job through MPI_Abort (exit code 17) before it "
+                        "submitted it; no collective of it is pending"));
+}
+
 TEST(FlightVerdict, ADisagreementNamesItself) {
   auto flights = Waiting("small.2");
   FlightEvent& e = flights[1].events.back();
