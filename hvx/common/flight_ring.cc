@@ -130,6 +130,8 @@ bool FlightRing::Attach(void* memory, size_t size) {
   }
   slots_ = reinterpret_cast<FlightSlot*>(static_cast<char*>(memory) + sizeof(FlightHeader));
   count_ = kFlightSlots;
+  // A rank quiet since its engine started (stuck before its first op) counts from here.
+  header_->last_progress_ns.store(FlightNowNs(), std::memory_order_relaxed);
   return true;
 }
 

@@ -69,8 +69,8 @@ struct FlightHeader {
   uint32_t slots;
   uint32_t slot_bytes;
   std::atomic<uint64_t> recorded;  // ops submitted so far
-  // When an op last moved on (submitted, negotiated, into the data plane, done: not failed), on
-  // the monotonic clock; 0 before any.
+  // When an op last moved on (submitted, negotiated, into the data plane, done: not failed), or
+  // the writer attached, on the monotonic clock; 0 before that.
   std::atomic<int64_t> last_progress_ns;
   int64_t reserved[4];
 };

@@ -67,6 +67,25 @@ TEST(FlightRing, AStateNeverGoesBackAndAnOverwrittenSlotIsLeftAlone) {
   for (const FlightEvent& e : events) EXPECT_EQ(e.state, FlightState::kSubmitted);
 }
 
+// A ring's quiet spell counts from its last progress: its writer attaching, a submission, a step
+// on, a success; never a failure (a rank that timed out waits as it did).
+TEST(FlightRing, ProgressIsAttachingAndEveryStepOnButNotAFailure) {
+  Ring r;
+  const int64_t attached = FlightRingLastProgress(r.memory.data(), r.memory.size());
+  EXPECT_GT(attached, 0);
+  const uint32_t a = r.ring.Submitted(Op(1, "a", attached + 10));
+  EXPECT_EQ(FlightRingLastProgress(r.memory.data(), r.memory.size()), attached + 10);
+  r.ring.Mark(a, 1, FlightState::kNegotiated, attached + 20);
+  EXPECT_EQ(FlightRingLastProgress(r.memory.data(), r.memory.size()), attached + 20);
+  r.ring.Finish(a, 1, 4, "timed out", attached + 30);
+  EXPECT_EQ(FlightRingLastProgress(r.memory.data(), r.memory.size()), attached + 20);
+  const uint32_t b = r.ring.Submitted(Op(2, "b", attached + 40));
+  r.ring.Finish(b, 2, 0, "", attached + 50);
+  EXPECT_EQ(FlightRingLastProgress(r.memory.data(), r.memory.size()), attached + 50);
+  std::vector<char> junk(FlightRingBytes(), 'x');
+  EXPECT_EQ(FlightRingLastProgress(junk.data(), junk.size()), 0);
+}
+
 TEST(FlightRing, NamesLongerThanTheFieldAreCut) {
   Ring r;
   const std::string longname(300, 'n');

@@ -461,11 +461,25 @@ void Engine::ReleaseCommunicators() {
 
 void Engine::FailEverything(absl::Status status) {
   std::vector<std::shared_ptr<internal::OpState>> states;
+  // The flight recorder keeps where each op was (its times) and that it failed, and why.
+  const std::string_view why(status.message().data(), status.message().size());
+  const int64_t now = FlightNowNs();
+  auto record = [&](const Entry& e) {
+    if (flight_.enabled()) {
+      flight_.Finish(e.flight_slot, e.flight_id, static_cast<int>(status.code()), why, now);
+    }
+  };
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& s : sets_) {
-      for (auto& e : s->incoming) states.push_back(e.state);
-      for (auto& [name, e] : s->pending) states.push_back(e.state);
+      for (auto& e : s->incoming) {
+        states.push_back(e.state);
+        record(e);
+      }
+      for (auto& [name, e] : s->pending) {
+        states.push_back(e.state);
+        record(e);
+      }
       s->incoming.clear();
       s->pending.clear();
       s->order.clear();

@@ -294,12 +294,12 @@ Verdict JudgeFlights(const Plan& plan, const std::map<int, RankFlight>& flights)
     }
     return v;
   }
-  // The op the job hung on: one that timed out (the first timeout stops the job, so a later op
-  // that waits only because of it has not), then the one most ranks reached (a rank that went on
-  // without an op waits in a later one alone), then the most timeouts, then the oldest.
+  // The op the job hung on: the one most ranks reached (a rank that went on without an op waits
+  // in a later one alone), then one that timed out (the first timeout stops the job, so a later op
+  // that waits only because of it has not), then the most timeouts, then the oldest.
   const Key* hung = nullptr;
   auto rank_of = [&](const Key& k) {
-    return std::make_tuple(timed_out[k] > 0, waiters[k].size(), timed_out[k], oldest[k]);
+    return std::make_tuple(waiters[k].size(), timed_out[k] > 0, timed_out[k], oldest[k]);
   };
   for (const auto& entry : waiters) {
     if (hung == nullptr || rank_of(entry.first) > rank_of(*hung)) hung = &entry.first;

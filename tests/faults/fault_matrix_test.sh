@@ -45,7 +45,7 @@ fault() {
     # A hang (a rank frozen in a collective or before it): the verdict names that rank, its host
     # and the tensor the others waited for.
     if [[ $action == stop && ($phase == negotiation || $phase == allreduce) && -z ${label:-} ]]; then
-        grep -qE "^hvxrun: verdict: rank $rank \(host hvxq2, local rank 1\) held up allreduce '(big|small)' .*stopped \(SIGSTOP" <<<"$verdict"
+        grep -qE "^hvxrun: verdict: rank $rank \(host hvxq2, local rank 1\) (held up|did not submit) allreduce '(big|small)' .*stopped \(SIGSTOP" <<<"$verdict"
         check "$phase x $action: the verdict names rank $rank on hvxq2 and the tensor it held up" $?
     fi
     local ok=0
