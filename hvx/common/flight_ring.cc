@@ -1,5 +1,6 @@
 #include "hvx/common/flight_ring.h"
 
+#include <sched.h>
 #include <time.h>
 
 #include <algorithm>
@@ -14,6 +15,8 @@ namespace {
 constexpr char kMagic[8] = {'H', 'V', 'X', 'F', 'L', 'T', '1', '\0'};
 constexpr int kReadTries = 8;
 constexpr int kFields = 16;
+// Yields while another writer holds a slot, up to this many times.
+constexpr int kSpinsBeforeTakeOver = 100000;
 
 static_assert(std::is_standard_layout<FlightSlot>::value, "the ring is shared between processes");
 static_assert(std::atomic<uint32_t>::is_always_lock_free, "a version word in shared memory");
@@ -137,8 +140,17 @@ bool FlightRing::Attach(void* memory, size_t size) {
 
 bool FlightRing::Lock(FlightSlot& slot, uint64_t op_id) {
   uint32_t v = slot.version.load(std::memory_order_relaxed);
-  for (;;) {
+  for (int spins = 0;; ++spins) {
     if (v & 1) {
+      // Held: by this process's other writer for a few stores, or by a writer that died while
+      // writing (an earlier program on the same ring), which never lets go: then take it over.
+      if (spins > kSpinsBeforeTakeOver) {
+        slot.version.compare_exchange_strong(v, v + 1, std::memory_order_relaxed);
+        v = slot.version.load(std::memory_order_relaxed);
+        spins = 0;
+        continue;
+      }
+      if (spins > 64) sched_yield();
       v = slot.version.load(std::memory_order_relaxed);
       continue;
     }
@@ -147,6 +159,9 @@ bool FlightRing::Lock(FlightSlot& slot, uint64_t op_id) {
       break;
     }
   }
+  // The odd version is visible before any of the stores that follow (a reader on a weakly ordered
+  // CPU must not see new data under the old even version).
+  std::atomic_thread_fence(std::memory_order_release);
   if (op_id != 0 && slot.op_id != op_id) {
     Unlock(slot);
     return false;
@@ -156,14 +171,14 @@ bool FlightRing::Lock(FlightSlot& slot, uint64_t op_id) {
 
 void FlightRing::Unlock(FlightSlot& slot) { slot.version.fetch_add(1, std::memory_order_release); }
 
-uint32_t FlightRing::Submitted(const Op& op) {
-  if (!enabled()) return 0;
+FlightRing::Ticket FlightRing::Submitted(const Op& op) {
+  if (!enabled()) return {};
   const uint64_t n = header_->recorded.fetch_add(1, std::memory_order_relaxed);
-  const uint32_t index = static_cast<uint32_t>(n % count_);
-  FlightSlot& s = slots_[index];
+  const Ticket ticket{static_cast<uint32_t>(n % count_), n + 1};
+  FlightSlot& s = slots_[ticket.slot];
   Lock(s, 0);
   s.state = static_cast<uint32_t>(FlightState::kSubmitted);
-  s.op_id = op.op_id;
+  s.op_id = ticket.id;
   s.seq = op.seq;
   s.set_id = op.set_id;
   s.code = 0;
@@ -177,7 +192,7 @@ uint32_t FlightRing::Submitted(const Op& op) {
   s.error[0] = '\0';
   Unlock(s);
   header_->last_progress_ns.store(op.now_ns, std::memory_order_relaxed);
-  return index;
+  return ticket;
 }
 
 void FlightRing::Mark(uint32_t index, uint64_t op_id, FlightState state, int64_t now_ns,
@@ -224,14 +239,20 @@ int64_t FlightRingLastProgress(const void* memory, size_t size) {
   return static_cast<const FlightHeader*>(memory)->last_progress_ns.load(std::memory_order_relaxed);
 }
 
+uint64_t FlightRing::recorded() const {
+  return enabled() ? header_->recorded.load(std::memory_order_relaxed) : 0;
+}
+
 std::vector<FlightEvent> ReadFlightRing(const void* memory, size_t size) {
   std::vector<FlightEvent> events;
   if (!IsFlightRing(memory, size)) return events;
-  const auto* header = static_cast<const FlightHeader*>(memory);
+  // Read once: the writer's memory may change under the reader.
+  const uint64_t count = std::min<uint64_t>(static_cast<const FlightHeader*>(memory)->slots,
+                                            (size - sizeof(FlightHeader)) / sizeof(FlightSlot));
   const auto* slots =
       reinterpret_cast<const FlightSlot*>(static_cast<const char*>(memory) + sizeof(FlightHeader));
   alignas(FlightSlot) unsigned char copy[sizeof(FlightSlot)];
-  for (uint32_t i = 0; i < header->slots; ++i) {
+  for (uint64_t i = 0; i < count; ++i) {
     const FlightSlot& s = slots[i];
     bool consistent = false;
     for (int t = 0; t < kReadTries && !consistent; ++t) {
@@ -254,13 +275,20 @@ std::vector<FlightEvent> ReadFlightRing(const void* memory, size_t size) {
 std::vector<FlightEvent> SelectForDump(const std::vector<FlightEvent>& events,
                                        size_t max_unfinished, size_t max_finished) {
   std::vector<bool> keep(events.size(), false);
-  size_t unfinished = 0, finished = 0;
+  std::vector<size_t> unfinished;
+  size_t finished = 0;
   for (size_t i = events.size(); i-- > 0;) {
     if (Finished(events[i])) {
       if (finished < max_finished) keep[i] = true, ++finished;
-    } else if (unfinished < max_unfinished) {
-      keep[i] = true, ++unfinished;
+    } else {
+      unfinished.push_back(i);  // newest first
     }
+  }
+  // The newest half and the oldest half: the op a rank is stuck in is its oldest pending one, and
+  // a rank that went on is told by its newest.
+  const size_t newest = max_unfinished - max_unfinished / 2;
+  for (size_t k = 0; k < unfinished.size(); ++k) {
+    if (k < newest || unfinished.size() - k <= max_unfinished / 2) keep[unfinished[k]] = true;
   }
   std::vector<FlightEvent> out;
   for (size_t i = 0; i < events.size(); ++i) {

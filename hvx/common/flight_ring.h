@@ -31,6 +31,9 @@ namespace hvx {
 
 // The descriptor of the ring's memfd in the program, set by the rank wrapper.
 inline constexpr char kFlightFdVariable[] = "HVX_FLIGHT_FD";
+// The memfd's name: a writer maps HVX_FLIGHT_FD only when /proc/self/fd shows it ("/memfd:NAME"),
+// never another file a program has open under that number.
+inline constexpr char kFlightMemfdName[] = "hvx-flight";
 inline constexpr uint32_t kFlightSlots = 512;
 
 enum class FlightState : uint32_t {
@@ -106,9 +109,10 @@ class FlightRing {
   // Returns false, recording nothing, when `size` is too small.
   bool Attach(void* memory, size_t size);
   bool enabled() const { return slots_ != nullptr; }
+  // Ops recorded in this ring so far, by every writer it has had.
+  uint64_t recorded() const;
 
   struct Op {
-    uint64_t op_id;
     uint64_t seq;
     int set_id;
     std::string_view op;
@@ -117,8 +121,14 @@ class FlightRing {
     std::string_view name;
     int64_t now_ns;
   };
-  // Records a submission in the next slot (overwriting the oldest) and returns its index.
-  uint32_t Submitted(const Op& op);
+  // Where an op went: its slot and its id, unique among every writer the ring has had (a second
+  // engine in the process, or a program the first started, numbers on).
+  struct Ticket {
+    uint32_t slot = 0;
+    uint64_t id = 0;
+  };
+  // Records a submission in the next slot (overwriting the oldest); {0, 0} when disabled.
+  Ticket Submitted(const Op& op);
   // Moves the op in `slot` on to `state` at `now_ns`, when the slot still holds `op_id` and the op
   // is not past that state; `plane` (kDataPlane) names the data plane.
   void Mark(uint32_t slot, uint64_t op_id, FlightState state, int64_t now_ns,
@@ -143,8 +153,8 @@ bool IsFlightRing(const void* memory, size_t size);
 int64_t FlightRingLastProgress(const void* memory, size_t size);
 // The non-empty slots of the ring in `memory`, oldest op first; empty when it is not a ring.
 std::vector<FlightEvent> ReadFlightRing(const void* memory, size_t size);
-// The slots a dump sends: every unfinished op among the last `max_unfinished`, and the last
-// `max_finished` finished ones, oldest first.
+// The slots a dump sends, oldest first: the newest and the oldest unfinished ops, `max_unfinished`
+// in all, and the last `max_finished` finished ones.
 std::vector<FlightEvent> SelectForDump(const std::vector<FlightEvent>& events,
                                        size_t max_unfinished, size_t max_finished);
 

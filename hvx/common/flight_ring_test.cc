@@ -20,18 +20,19 @@ struct Ring {
   std::vector<FlightEvent> Read() const { return ReadFlightRing(memory.data(), memory.size()); }
 };
 
-FlightRing::Op Op(uint64_t id, const char* name, int64_t now = 100) {
-  return {id, id, 0, "allreduce", "float32", 4096, name, now};
+// An op with sequence number `seq`; a single writer's ops get ids 1, 2, ... as seqs here.
+FlightRing::Op Op(uint64_t seq, const char* name, int64_t now = 100) {
+  return {seq, 0, "allreduce", "float32", 4096, name, now};
 }
 
 TEST(FlightRing, RecordsEachOpThroughItsStates) {
   Ring r;
-  const uint32_t a = r.ring.Submitted(Op(1, "grad.a", 100));
-  const uint32_t b = r.ring.Submitted(Op(2, "grad.b", 110));
-  r.ring.Mark(a, 1, FlightState::kNegotiated, 120);
-  r.ring.Mark(a, 1, FlightState::kDataPlane, 130, "SHM_ALLREDUCE");
-  r.ring.Finish(a, 1, 0, "", 140);
-  r.ring.Finish(b, 2, 4, "timed out after 6 s waiting for rank 3", 150);
+  const FlightRing::Ticket a = r.ring.Submitted(Op(1, "grad.a", 100));
+  const FlightRing::Ticket b = r.ring.Submitted(Op(2, "grad.b", 110));
+  r.ring.Mark(a.slot, a.id, FlightState::kNegotiated, 120);
+  r.ring.Mark(a.slot, a.id, FlightState::kDataPlane, 130, "SHM_ALLREDUCE");
+  r.ring.Finish(a.slot, a.id, 0, "", 140);
+  r.ring.Finish(b.slot, b.id, 4, "timed out after 6 s waiting for rank 3", 150);
   const std::vector<FlightEvent> events = r.Read();
   ASSERT_EQ(events.size(), 2u);
   EXPECT_EQ(events[0].name, "grad.a");
@@ -52,14 +53,14 @@ TEST(FlightRing, RecordsEachOpThroughItsStates) {
 
 TEST(FlightRing, AStateNeverGoesBackAndAnOverwrittenSlotIsLeftAlone) {
   Ring r;
-  const uint32_t a = r.ring.Submitted(Op(1, "x"));
-  r.ring.Mark(a, 1, FlightState::kDataPlane, 130, "MPI_ALLREDUCE");
-  r.ring.Mark(a, 1, FlightState::kNegotiated, 140);
+  const FlightRing::Ticket a = r.ring.Submitted(Op(1, "x"));
+  r.ring.Mark(a.slot, a.id, FlightState::kDataPlane, 130, "MPI_ALLREDUCE");
+  r.ring.Mark(a.slot, a.id, FlightState::kNegotiated, 140);
   EXPECT_EQ(r.Read()[0].state, FlightState::kDataPlane);
   EXPECT_EQ(r.Read()[0].negotiated_ns, 130);
   // kFlightSlots later the slot holds another op: late marks of the first change nothing.
   for (uint64_t id = 2; id <= kFlightSlots + 1; ++id) r.ring.Submitted(Op(id, "y"));
-  r.ring.Finish(a, 1, 0, "", 999);
+  r.ring.Finish(a.slot, a.id, 0, "", 999);
   const std::vector<FlightEvent> events = r.Read();
   ASSERT_EQ(events.size(), kFlightSlots);
   EXPECT_EQ(events.front().op_id, 2u);
@@ -73,14 +74,14 @@ TEST(FlightRing, ProgressIsAttachingAndEveryStepOnButNotAFailure) {
   Ring r;
   const int64_t attached = FlightRingLastProgress(r.memory.data(), r.memory.size());
   EXPECT_GT(attached, 0);
-  const uint32_t a = r.ring.Submitted(Op(1, "a", attached + 10));
+  const FlightRing::Ticket a = r.ring.Submitted(Op(1, "a", attached + 10));
   EXPECT_EQ(FlightRingLastProgress(r.memory.data(), r.memory.size()), attached + 10);
-  r.ring.Mark(a, 1, FlightState::kNegotiated, attached + 20);
+  r.ring.Mark(a.slot, a.id, FlightState::kNegotiated, attached + 20);
   EXPECT_EQ(FlightRingLastProgress(r.memory.data(), r.memory.size()), attached + 20);
-  r.ring.Finish(a, 1, 4, "timed out", attached + 30);
+  r.ring.Finish(a.slot, a.id, 4, "timed out", attached + 30);
   EXPECT_EQ(FlightRingLastProgress(r.memory.data(), r.memory.size()), attached + 20);
-  const uint32_t b = r.ring.Submitted(Op(2, "b", attached + 40));
-  r.ring.Finish(b, 2, 0, "", attached + 50);
+  const FlightRing::Ticket b = r.ring.Submitted(Op(2, "b", attached + 40));
+  r.ring.Finish(b.slot, b.id, 0, "", attached + 50);
   EXPECT_EQ(FlightRingLastProgress(r.memory.data(), r.memory.size()), attached + 50);
   std::vector<char> junk(FlightRingBytes(), 'x');
   EXPECT_EQ(FlightRingLastProgress(junk.data(), junk.size()), 0);
@@ -102,7 +103,7 @@ TEST(FlightRing, NotARingReadsAsNothing) {
   EXPECT_TRUE(ReadFlightRing(r.memory.data(), 100).empty());  // cut short
   FlightRing small;
   EXPECT_FALSE(small.Attach(junk.data(), 100));
-  EXPECT_EQ(small.Submitted(Op(1, "a")), 0u);  // disabled: records nothing, fails nothing
+  EXPECT_EQ(small.Submitted(Op(1, "a")).id, 0u);  // disabled: records nothing, fails nothing
 }
 
 TEST(FlightRing, AWriterKilledMidWriteLeavesATornSlot) {
@@ -128,9 +129,10 @@ TEST(FlightRing, AReaderInAnotherProcessSeesOnlyWholeSlots) {
   if (child == 0) {
     for (uint64_t id = 1;; ++id) {
       const std::string name = "t" + std::to_string(id);
-      const uint32_t s = ring.Submitted({id, id, 0, "allreduce", "float32",
-                                         static_cast<int64_t>(id), name, static_cast<int64_t>(id)});
-      ring.Finish(s, id, 0, "", static_cast<int64_t>(id) + 1);
+      const FlightRing::Ticket t =
+          ring.Submitted({id, 0, "allreduce", "float32", static_cast<int64_t>(id), name,
+                          static_cast<int64_t>(id)});
+      ring.Finish(t.slot, t.id, 0, "", static_cast<int64_t>(id) + 1);
     }
   }
   // Reading starts once the writer has gone round the ring twice.
@@ -184,15 +186,34 @@ TEST(FlightRing, EventsGoThroughTheirEncodingUnchanged) {
   EXPECT_TRUE(DecodeFlightEvent("1,1,1,0,0,1,1,1,1,1,0,,,,,", &back));
 }
 
-TEST(FlightRing, ADumpKeepsEveryRecentUnfinishedOpAndTheLastFinishedOnes) {
-  std::vector<FlightEvent> events(10);
+TEST(FlightRing, ADumpKeepsTheOldestAndNewestUnfinishedOpsAndTheLastFinishedOnes) {
+  std::vector<FlightEvent> events(20);
   for (size_t i = 0; i < events.size(); ++i) {
     events[i].op_id = i + 1;
-    events[i].state = i == 1 || i == 8 ? FlightState::kSubmitted : FlightState::kDone;
+    events[i].state = i < 10 ? FlightState::kSubmitted : FlightState::kDone;
   }
   std::vector<uint64_t> ids;
-  for (const FlightEvent& e : SelectForDump(events, 8, 3)) ids.push_back(e.op_id);
-  EXPECT_EQ(ids, (std::vector<uint64_t>{2, 7, 8, 9, 10}));
+  for (const FlightEvent& e : SelectForDump(events, 4, 3)) ids.push_back(e.op_id);
+  // The oldest pending (where a rank is stuck), the newest pending, the last finished.
+  EXPECT_EQ(ids, (std::vector<uint64_t>{1, 2, 9, 10, 18, 19, 20}));
+  ids.clear();
+  for (const FlightEvent& e : SelectForDump(events, 64, 32)) ids.push_back(e.op_id);
+  EXPECT_EQ(ids.size(), 20u);
+}
+
+// A writer that died holding a slot (killed between its lock and unlock, in an earlier program on
+// the same ring) does not hang the next one: it takes the slot over.
+TEST(FlightRing, ASlotLeftLockedByADeadWriterIsTakenOver) {
+  Ring r;
+  r.ring.Submitted(Op(1, "a"));
+  auto* slot = reinterpret_cast<FlightSlot*>(r.memory.data() + sizeof(FlightHeader));
+  slot->version.fetch_add(1);
+  for (uint64_t id = 2; id <= kFlightSlots + 1; ++id) r.ring.Submitted(Op(id, "b"));
+  const std::vector<FlightEvent> events = r.Read();
+  ASSERT_EQ(events.size(), kFlightSlots);
+  EXPECT_EQ(events.back().op_id, kFlightSlots + 1);
+  EXPECT_FALSE(events.back().torn);
+  EXPECT_EQ(r.ring.recorded(), kFlightSlots + 1);
 }
 
 }  // namespace

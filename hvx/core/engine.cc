@@ -18,6 +18,7 @@
 #include <mutex>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -113,7 +114,15 @@ void Engine::AttachFlightRecorder() {
   int fd = -1;
   struct stat st {};
   if (text == nullptr || !absl::SimpleAtoi(text, &fd) || fd < 0 || fstat(fd, &st) != 0 ||
-      st.st_size < static_cast<off_t>(FlightRingBytes())) {
+      st.st_size != static_cast<off_t>(FlightRingBytes())) {
+    return;
+  }
+  // Only the wrapper's memfd: never a file the program happens to hold open under that number.
+  char target[64] = {};
+  const std::string link = absl::StrCat("/proc/self/fd/", fd);
+  const ssize_t n = readlink(link.c_str(), target, sizeof(target) - 1);
+  if (n <= 0 ||
+      !absl::StartsWith(absl::string_view(target, n), absl::StrCat("/memfd:", kFlightMemfdName))) {
     return;
   }
   void* memory = mmap(nullptr, FlightRingBytes(), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -585,13 +594,11 @@ Handle Engine::Submit(int set_id, std::vector<Entry> entries,
           e.submitted = MonotonicNow();
           ++set.submitted;
           if (flight_.enabled()) {
-            e.flight_id = next_flight_id_++;
             const int64_t bytes =
                 NumElements(e.request.shape) * static_cast<int64_t>(DataTypeSize(e.request.dtype));
             const absl::string_view op = OpTypeName(e.request.type);
             const absl::string_view dtype = DataTypeName(e.request.dtype);
             FlightRing::Op record;
-            record.op_id = e.flight_id;
             record.seq = set.submitted;
             record.set_id = set_id;
             record.op = std::string_view(op.data(), op.size());
@@ -599,7 +606,9 @@ Handle Engine::Submit(int set_id, std::vector<Entry> entries,
             record.bytes = bytes;
             record.name = e.request.name;
             record.now_ns = absl::ToUnixNanos(e.submitted);
-            e.flight_slot = flight_.Submitted(record);
+            const FlightRing::Ticket ticket = flight_.Submitted(record);
+            e.flight_slot = ticket.slot;
+            e.flight_id = ticket.id;
           }
           set.inflight.insert(e.request.name);
           set.incoming.push_back(std::move(e));

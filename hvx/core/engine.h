@@ -282,7 +282,6 @@ class Engine {
   absl::Status finalize_status_ ABSL_GUARDED_BY(mu_);
   absl::Status stop_cause_ ABSL_GUARDED_BY(mu_);  // why the engine stopped, when not a shutdown
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
-  uint64_t next_flight_id_ ABSL_GUARDED_BY(mu_) = 1;
   std::atomic<bool> stopped_{false};
 
   // Background thread only.

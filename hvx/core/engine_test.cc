@@ -5,6 +5,8 @@
 
 #include <dirent.h>
 #include <sched.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -230,6 +232,44 @@ TEST(EngineTest, TheFlightRecorderKeepsEachRanksOpsAndTheirStates) {
   EXPECT_TRUE(absl::StrContains(b.error, "rank 1")) << b.error;
   EXPECT_EQ(b.negotiated_ns, 0);  // it never got past negotiation
   EXPECT_GE(b.done_ns - b.submitted_ns, 1000000000);
+}
+
+// HVX_FLIGHT_FD is honoured only for the rank wrapper's memfd: a program that holds another file
+// open under that number (inherited the variable from a process it was started by) keeps it
+// intact; the memfd gets the ops.
+TEST(EngineTest, TheFlightRecorderMapsOnlyTheWrappersMemfd) {
+  auto run_one_op = [] {
+    RunInProcessRanks(2, [](Engine& e, int) {
+      std::vector<float> x(16, 1.0f);
+      TensorRef t(DataType::kFloat32, {16}, x.data());
+      ASSERT_TRUE(Wait(e.Allreduce("x", t, t, {})).ok());
+    });
+  };
+  char path[] = "/tmp/hvx-flight-test-XXXXXX";
+  const int file = mkstemp(path);
+  ASSERT_GE(file, 0);
+  unlink(path);
+  ASSERT_EQ(ftruncate(file, static_cast<off_t>(FlightRingBytes())), 0);
+  setenv(kFlightFdVariable, std::to_string(file).c_str(), 1);
+  run_one_op();
+  std::vector<char> bytes(FlightRingBytes());
+  ASSERT_EQ(pread(file, bytes.data(), bytes.size(), 0), static_cast<ssize_t>(bytes.size()));
+  EXPECT_TRUE(std::all_of(bytes.begin(), bytes.end(), [](char c) { return c == 0; }));
+  close(file);
+
+  const int memfd = memfd_create(kFlightMemfdName, 0);
+  ASSERT_GE(memfd, 0);
+  ASSERT_EQ(ftruncate(memfd, static_cast<off_t>(FlightRingBytes())), 0);
+  setenv(kFlightFdVariable, std::to_string(memfd).c_str(), 1);
+  run_one_op();
+  unsetenv(kFlightFdVariable);
+  ASSERT_EQ(pread(memfd, bytes.data(), bytes.size(), 0), static_cast<ssize_t>(bytes.size()));
+  const std::vector<FlightEvent> events = ReadFlightRing(bytes.data(), bytes.size());
+  // Both in-process ranks share the one ring here, each numbering on from the other's ops.
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].name, "x");
+  EXPECT_NE(events[0].op_id, events[1].op_id);
+  close(memfd);
 }
 
 // An output on another device than its input: a plane would write where the input lives through

@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "hvx/common/json.h"
 #include "hvx/common/logging.h"
@@ -18,7 +19,8 @@ namespace {
 std::string_view Std(absl::string_view s) { return std::string_view(s.data(), s.size()); }
 
 // Marks activities of every tensor of one response in the timeline (which may be null), and the
-// first, where the response enters its data plane, in the flight recorder's ring.
+// first that is not a copy, where the response enters its data plane, in the flight recorder's
+// ring.
 template <typename EntryT>
 class Recorder : public ActivityRecorder {
  public:
@@ -29,7 +31,8 @@ class Recorder : public ActivityRecorder {
     if (timeline_) {
       for (const auto& n : *names_) timeline_->ActivityStart(n, activity);
     }
-    if (!marked_ && flight_->enabled()) {
+    // The data plane proper: a copy into the fusion buffer or the output comes before it.
+    if (!marked_ && flight_->enabled() && !absl::StartsWith(activity, "MEMCPY")) {
       marked_ = true;
       const int64_t now = FlightNowNs();
       for (const EntryT* e : *entries_) {

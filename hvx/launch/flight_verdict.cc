@@ -38,12 +38,15 @@ bool StillInside(const FlightEvent& e) {
 
 // Seconds from t to when hvxrun began stopping the job.
 double Ago(const RankFlight& f, int64_t t) {
-  return t > 0 ? (f.now_ns - t) / 1e9 + f.before_stop_s : 0;
+  return t > 0 ? (static_cast<double>(f.now_ns) - static_cast<double>(t)) / 1e9 + f.before_stop_s
+               : 0;
 }
 
 // How long `e` waited: until it failed, or until the job was stopped.
 double Waited(const RankFlight& f, const FlightEvent& e) {
-  if (e.done_ns > 0) return (e.done_ns - e.submitted_ns) / 1e9;
+  if (e.done_ns > 0) {
+    return (static_cast<double>(e.done_ns) - static_cast<double>(e.submitted_ns)) / 1e9;
+  }
   return Ago(f, e.submitted_ns);
 }
 
@@ -229,8 +232,9 @@ Verdict JudgeFlights(const Plan& plan, const std::map<int, RankFlight>& flights)
   int refused_on = -1;
   for (const auto& [r, f] : flights) {
     for (const FlightEvent& e : f.events) {
+      // The lowest rank's latest (monotonic clocks of different hosts do not compare).
       if (e.state == FlightState::kFailed && e.code == kInvalidArgument &&
-          (refused == nullptr || e.submitted_ns < refused->submitted_ns)) {
+          (refused == nullptr || refused_on == r)) {
         refused = &e;
         refused_on = r;
       }
@@ -340,6 +344,15 @@ Verdict JudgeFlights(const Plan& plan, const std::map<int, RankFlight>& flights)
   });
   if (crashed >= 0 && unknown) missing.clear();
 
+  // First the ranks whose ring shows that they did not reach it, then those whose ring is empty,
+  // then those without one.
+  auto evidence = [&](int m) {
+    auto it = flights.find(m);
+    if (it == flights.end() || !it->second.dumped) return 2;
+    return it->second.events.empty() ? 1 : 0;
+  };
+  std::stable_sort(missing.begin(), missing.end(),
+                   [&](int a, int b) { return evidence(a) < evidence(b); });
   if (!missing.empty()) {
     const int m = missing[0];
     v.line = absl::StrCat(Who(plan, m), " did not submit ", OpName(*op), " that ",
@@ -450,13 +463,14 @@ std::string FlightJson(const Plan& plan, const std::map<int, RankFlight>& flight
 }
 
 std::string FlightTrace(const Plan& plan, const std::map<int, RankFlight>& flights) {
-  // Each rank's times are on its own host's clock: they are aligned at the dumps, which the
-  // wrappers made within moments of each other, and start at the earliest event.
+  // Each rank's times are on its own host's clock: they are aligned at the moment hvxrun began
+  // stopping the job (each dump's time plus how long before that hvxrun had it), and start at
+  // the earliest event.
   int64_t earliest = 0;
   bool any = false;
   for (const auto& [r, f] : flights) {
     for (const FlightEvent& e : f.events) {
-      const int64_t t = e.submitted_ns - f.now_ns;
+      const int64_t t = e.submitted_ns - f.now_ns - static_cast<int64_t>(f.before_stop_s * 1e9);
       if (!any || t < earliest) earliest = t;
       any = true;
     }
@@ -468,7 +482,11 @@ std::string FlightTrace(const Plan& plan, const std::map<int, RankFlight>& fligh
         "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":", r,
         ",\"args\":{\"name\":", JsonQuote(absl::StrCat("rank ", r, " (", host, ")")), "}}"));
     for (const FlightEvent& e : f.events) {
-      const auto us = [&](int64_t t) { return (t - f.now_ns - earliest) / 1000.0; };
+      const auto us = [&](int64_t t) {
+        return (static_cast<double>(t) - static_cast<double>(f.now_ns) - f.before_stop_s * 1e9 -
+                static_cast<double>(earliest)) /
+               1000.0;
+      };
       const int64_t end = e.done_ns > 0 ? e.done_ns : f.now_ns;
       out.push_back(absl::StrFormat(
           "{\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"name\":%s,\"ts\":%.3f,\"dur\":%.3f,"

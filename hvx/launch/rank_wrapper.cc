@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <csignal>
 #include <cstdint>
@@ -99,20 +100,30 @@ int Fail(int rank, const std::string& host, const std::string& message) {
 // Tells hydra to end the whole job with `code`, unless hvxrun has stopped it first. After a clean
 // MPI_Finalize the proxy has closed its end: the write fails with EPIPE (SIGPIPE is ignored) and
 // nothing happens.
+int64_t NowMs() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+}
+
+// Waits `ms` whatever signals come meanwhile (a handler's return cuts poll short: hydra's SIGINT,
+// which the wrapper no longer ends at once, must not shorten the waits below), or, with `p`,
+// until it is readable.
+void WaitMs(int64_t ms, pollfd* p = nullptr) {
+  const int64_t until = NowMs() + ms;
+  for (int64_t left = ms; left > 0; left = until - NowMs()) {
+    if (poll(p, p ? 1 : 0, static_cast<int>(left)) > 0) return;
+  }
+}
+
 void AbortJob(int code) {
-  poll(nullptr, 0, kStopWaitMs);
+  WaitMs(kStopWaitMs);
   int fd = -1;
   if (!ParseInt(getenv("PMI_FD"), &fd) || fd < 0) return;
   const std::string cmd = "cmd=abort exitcode=" + std::to_string(code) + "\n";
   if (write(fd, cmd.data(), cmd.size()) != static_cast<ssize_t>(cmd.size())) return;
   pollfd p{fd, POLLIN, 0};
-  poll(&p, 1, kAbortWaitMs);
-}
-
-int64_t NowMs() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+  WaitMs(kAbortWaitMs, &p);
 }
 
 // Whether `child` has ended; if so *status is its wait status. The pid is forgotten (g_child_pid),
@@ -283,8 +294,7 @@ class PmiRelay {
   // Sends a held abort once its wait is over (the job goes on ending if hvxrun has not ended it).
   void FinishAbort() {
     if (abort_at_ < 0) return;
-    const int64_t left = abort_at_ - NowMs();
-    if (left > 0) poll(nullptr, 0, static_cast<int>(left));
+    WaitMs(abort_at_ - NowMs());
     Release();
   }
 
@@ -409,9 +419,9 @@ class FlightDump {
   // Makes the ring and exports HVX_FLIGHT_FD, unless HVX_FLIGHT_RECORDER=0. Without one (no
   // memfd), the program runs without a recorder.
   void Open() {
-    const char* off = getenv("HVX_FLIGHT_RECORDER");
-    if (off != nullptr && (!strcmp(off, "0") || !strcmp(off, "false"))) return;
-    fd_ = memfd_create("hvx-flight", 0);  // not close-on-exec: the program's
+    unsetenv(kFlightFdVariable);  // none inherited from an outer job reaches the program
+    if (Off(getenv("HVX_FLIGHT_RECORDER"))) return;
+    fd_ = memfd_create(kFlightMemfdName, 0);  // not close-on-exec: the program's
     if (fd_ < 0) return;
     if (ftruncate(fd_, static_cast<off_t>(FlightRingBytes())) != 0) return Close();
     void* m = mmap(nullptr, FlightRingBytes(), PROT_READ, MAP_SHARED, fd_, 0);
@@ -425,6 +435,7 @@ class FlightDump {
     if (text != nullptr && *text != '\0') {
       char* end = nullptr;
       const double v = std::strtod(text, &end);
+      while (*end == ' ' || *end == '\t') ++end;
       if (*end == '\0' && v > 0 && v < 1e7) timeout_s = v;
     }
     // Three quarters of the timeout (at least 1 s before it), and at most kMaxIdleS: a Ctrl-C on a
@@ -441,7 +452,7 @@ class FlightDump {
   // When an op moves on again, tells hvxrun the ring it has is no longer current (an op that fails,
   // as the waiting ones do at the timeout, leaves it current).
   void Tick(OutputRelay& output, pid_t child) {
-    if (memory_ == nullptr) return;
+    if (memory_ == nullptr || final_) return;
     const int64_t last = FlightRingLastProgress(memory_, FlightRingBytes());
     if (current_ && last != sent_last_) {
       output.WriteRecord(FormatFlightRecord(rank_, host_, "", "", FlightNowNs(), 0, "stale"));
@@ -458,6 +469,14 @@ class FlightDump {
 
   static constexpr int kTickMs = 250;
   static constexpr double kMaxIdleS = 30;
+
+  // HVX_FLIGHT_RECORDER's "off" as hvx's knobs spell it (0, false, no, off, any case).
+  static bool Off(const char* value) {
+    if (value == nullptr) return false;
+    std::string v(value);
+    for (char& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return v == "0" || v == "false" || v == "no" || v == "off";
+  }
   bool on() const { return memory_ != nullptr; }
 
  private:
@@ -472,6 +491,7 @@ class FlightDump {
   void* memory_ = nullptr;
   int64_t idle_ns_ = 0;
   bool current_ = false;   // hvxrun has the ring as it is now
+  bool final_ = false;     // a "stop" or "exit" dump went: the job is ending, no more idle ones
   int64_t sent_last_ = 0;  // FlightRingLastProgress at the last send
 };
 
@@ -492,6 +512,7 @@ void FlightDump::Send(OutputRelay& output, pid_t child, const char* why) {
   if (memory_ == nullptr || !IsFlightRing(memory_, FlightRingBytes())) return;
   sent_last_ = FlightRingLastProgress(memory_, FlightRingBytes());
   current_ = true;
+  if (strcmp(why, "idle") != 0) final_ = true;
   std::string proc = "exited", wchan;
   if (child > 0) {
     // /proc/<pid>/stat: "pid (comm) S ...", comm may hold spaces and parentheses.

@@ -118,7 +118,8 @@ class Supervisor {
   // that the ranks failing with it (a collective timing out fails every rank that waited in it)
   // send theirs first: hydra's stop cuts their output short.
   void StopSoon();
-  static constexpr Clock::duration kFlightGrace = std::chrono::milliseconds(500);
+  // Well inside the 1 s a failing rank's wrapper waits for hvxrun before it aborts the job.
+  static constexpr Clock::duration kFlightGrace = std::chrono::milliseconds(300);
   std::optional<Clock::time_point> stop_soon_;
   void Say(absl::string_view text) {
     WriteAll(options_.err_fd, absl::StrCat("hvxrun: ", text, "\n"));
@@ -252,6 +253,7 @@ void Supervisor::OnControl(const ControlRecord& r) {
       if (r.why == "stale") {  // the rank's ops moved on since the ring it sent
         flights_.erase(r.rank);
         incoming_flights_.erase(r.rank);
+        idle_proc_.erase(r.rank);
         break;
       }
       // A dump replaces the last one only once all its events have come: hydra's stop may cut
@@ -379,7 +381,8 @@ int Supervisor::Run(Child child) {
       for (ssize_t k = 0; k < n; ++k) {
         if (sigs[k] == SIGCHLD) continue;
         const bool notice = sigs[k] == SIGTERM || sigs[k] == SIGINT;
-        if (got_signal_ == 0 && notice && options_.preempt_grace_s > 0 && !stopping_) {
+        if (got_signal_ == 0 && notice && options_.preempt_grace_s > 0 && !stopping_ &&
+            !stop_soon_) {
           // Hydra forwards SIGUSR1 to every rank on every host.
           got_signal_ = sigs[k];
           preempting_ = true;

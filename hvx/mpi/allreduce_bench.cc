@@ -760,11 +760,11 @@ double FlightRecorderNsPerOp(int reps) {
     for (int i = 0; i < kOps; ++i) {
       ++id;
       const int64_t now = hvx::FlightNowNs();
-      const uint32_t slot =
-          ring.Submitted({id, id, 0, "ALLREDUCE", "float32", 4096, names[id % names.size()], now});
-      ring.Mark(slot, id, hvx::FlightState::kNegotiated, hvx::FlightNowNs());
-      ring.Mark(slot, id, hvx::FlightState::kDataPlane, hvx::FlightNowNs(), "SHM_ALLREDUCE");
-      ring.Finish(slot, id, 0, "", hvx::FlightNowNs());
+      const hvx::FlightRing::Ticket t =
+          ring.Submitted({id, 0, "ALLREDUCE", "float32", 4096, names[id % names.size()], now});
+      ring.Mark(t.slot, t.id, hvx::FlightState::kNegotiated, hvx::FlightNowNs());
+      ring.Mark(t.slot, t.id, hvx::FlightState::kDataPlane, hvx::FlightNowNs(), "SHM_ALLREDUCE");
+      ring.Finish(t.slot, t.id, 0, "", hvx::FlightNowNs());
     }
     ns.push_back(absl::ToDoubleNanoseconds(hvx::MonotonicNow() - start) / kOps);
   }
