@@ -476,7 +476,9 @@ std::string FlightTrace(const Plan& plan, const std::map<int, RankFlight>& fligh
     }
   }
   std::vector<std::string> out;
-  for (const auto& [r, f] : flights) {
+  for (const auto& entry : flights) {
+    const int r = entry.first;
+    const RankFlight& f = entry.second;  // a lambda below uses it: no structured binding
     const std::string host = r >= 0 && r < plan.size ? plan.ranks[r].host : "";
     out.push_back(absl::StrCat(
         "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":", r,
