@@ -401,10 +401,12 @@ class PmiRelay {
 
 // The program's flight recorder (flight_ring.h): a memfd the wrapper makes and the program
 // inherits as HVX_FLIGHT_FD. The wrapper reads it, whatever state the program is in, and sends
-// its recent ops to hvxrun as records when the program fails or the job is being stopped.
+// its recent ops to hvxrun as records when the program fails, when the job is being stopped and
+// when the program's ops have been quiet for a while (Tick).
 class FlightDump {
  public:
-  // What a dump sends: the unfinished ops among the last this many, and the last finished ones.
+  // What a dump sends (SelectForDump): this many unfinished ops, the oldest half and the newest
+  // half, and this many of the last finished ones.
   static constexpr size_t kDumpedUnfinished = 64;
   static constexpr size_t kDumpedFinished = 32;
 
