@@ -84,6 +84,7 @@ absl::StatusOr<InitOptions> InitOptions::FromEnv(const Environment& env) {
   knobs.Read("HVX_SHUTDOWN_TIMEOUT_S", &o.shutdown_timeout_s, 0.0, kMaxSeconds);
   knobs.Read("HVX_COLLECTIVE_TIMEOUT_S", &o.collective_timeout_s, 0.0, kMaxSeconds);
   knobs.Read("HVX_FLIGHT_RECORDER", &o.flight_recorder);
+  knobs.Read("HVX_STRAGGLER_CHECK_S", &o.straggler_check_s, 0.0, kMaxSeconds);
   HVX_RETURN_IF_ERROR(knobs.status());
   HVX_RETURN_IF_ERROR(o.Validate());
   if (auto sev = ParseLogSeverity(o.log_level); !sev.ok()) {
@@ -201,6 +202,11 @@ bool IsHomogeneous() {
 std::string Host() {
   Engine* e = Live();
   return e ? e->topology().host : std::string();
+}
+
+StragglerStatus Stragglers() {
+  Engine* e = Live();
+  return e ? e->Stragglers() : StragglerStatus{};
 }
 
 std::vector<int> ProcessSet::ranks() const {

@@ -36,6 +36,7 @@
 #include "hvx/common/env.h"
 #include "hvx/common/types.h"
 #include "hvx/core/reduce_op.h"
+#include "hvx/core/straggler.h"
 
 namespace hvx {
 
@@ -109,6 +110,10 @@ struct InitOptions {
   // job fails or hangs (HVX_FLIGHT_RECORDER; it records only under hvxrun, which hands each rank
   // its ring).
   bool flight_recorder = true;
+  // Straggler detection's window in seconds (HVX_STRAGGLER_CHECK_S; 0: off). After each window in
+  // which collectives ran, the ranks exchange how long their collectives waited for the others;
+  // a rank the others waited for in 3 windows in a row is named in a warning and by Stragglers().
+  double straggler_check_s = 0.25;
   // Process sets created during Init, in this order, on every rank (ids 1, 2, ...).
   std::vector<std::vector<int>> process_sets;
   // Name of the registered transport; empty = the only one registered ("mpi" with //hvx/mpi).
@@ -175,6 +180,11 @@ bool IsHomogeneous();  // every host runs the same number of processes
 // This rank's host as hvx groups ranks (host name, boot, /dev/shm): its host name, or name#2,
 // name#3, ... for a further host of one name (two hostNetwork pods of one node). "" before Init.
 std::string Host();
+
+// What straggler detection concluded so far (InitOptions::straggler_check_s), the same on every
+// rank: the rank the others keep waiting for (-1: none), each rank's lateness in the last window
+// and the last warning. Empty before Init.
+StragglerStatus Stragglers();
 
 // A group of ranks that runs collectives among themselves, with its own coordinator (its lowest
 // rank) and ranks numbered 0..size-1 in the order of `ranks()`. The default value is the global

@@ -119,6 +119,13 @@ TEST(MessageTest, RoundTripsAndRejectsTruncation) {
   auto back = DecodeResponseList(EncodeResponseList(rl));
   ASSERT_TRUE(back.ok());
   EXPECT_TRUE(back->shutdown);
+  EXPECT_FALSE(back->stats_due);
+  rl.shutdown = false;
+  rl.stats_due = true;
+  auto due = DecodeResponseList(EncodeResponseList(rl));
+  ASSERT_TRUE(due.ok());
+  EXPECT_FALSE(due->shutdown);
+  EXPECT_TRUE(due->stats_due);
   EXPECT_EQ(back->responses[0].names, resp.names);
   EXPECT_EQ(back->responses[0].shapes, resp.shapes);
   EXPECT_EQ(back->responses[0].error, "boom");

@@ -763,6 +763,7 @@ bool Engine::RunCycle(SetState& set) {
       Entry e = std::move(set.incoming.front());
       set.incoming.pop_front();
       set.order.push_back(e.request.name);
+      if (set.id == 0) wait_clock_.Submitted(e.submitted);
       if (!e.request.device.is_cpu())
         set.own_device.emplace(e.request.device.type, e.request.device);
       std::string name = e.request.name;
@@ -771,9 +772,11 @@ bool Engine::RunCycle(SetState& set) {
     shutdown_local = shutdown_requested_;
   }
   const bool joined_here = set.id == 0 && joined_;
+  if (set.id == 0 && window_start_ == absl::InfinitePast()) window_start_ = MonotonicNow();
   std::vector<Response> cached;
   bool slow = true;
   bool any_joined = joined_here;
+  bool stats_due = false;
   if (set.cache->capacity() > 0) {
     absl::StatusOr<CacheOutcome> outcome = VoteOnCache(set, joined_here, shutdown_local);
     if (!outcome.ok()) {
@@ -782,6 +785,7 @@ bool Engine::RunCycle(SetState& set) {
     cached = std::move(outcome->ready);
     slow = outcome->negotiate;
     any_joined = outcome->any_joined;
+    stats_due = outcome->stats_due;
   }
 
   ResponseList slow_list;
@@ -810,8 +814,55 @@ bool Engine::RunCycle(SetState& set) {
   for (const Response& r : slow_list.responses) {
     if (absl::Status s = Execute(set, r); !s.ok()) return Stop(s);
   }
+  if (set.id == 0) {
+    if (set.pending.empty()) wait_clock_.Drained(MonotonicNow());
+    if (stats_due || slow_list.stats_due) {
+      if (absl::Status s = ExchangeWaits(set); !s.ok()) {
+        return Stop(Annotate(s, "exchanging straggler samples"));
+      }
+    }
+  }
   if (slow_list.shutdown) return false;
   return true;
+}
+
+bool Engine::StragglerWindowDue(absl::Time now) const {
+  return options_.straggler_check_s > 0 && topology_.size > 1 && wait_clock_.active() &&
+         now - window_start_ >= absl::Seconds(options_.straggler_check_s);
+}
+
+absl::Status Engine::ExchangeWaits(SetState& set) {
+  const absl::Time now = MonotonicNow();
+  WaitSample mine = wait_clock_.TakeWindow(now);
+  mine.window_s = absl::ToDoubleSeconds(now - window_start_);
+  window_start_ = now;
+  std::vector<std::string> all;
+  HVX_RETURN_IF_ERROR(set.comm->Allgather(EncodeWaitSample(mine), &all));
+  std::vector<WaitSample> samples;
+  for (size_t r = 0; r < all.size(); ++r) {
+    absl::StatusOr<WaitSample> sample = DecodeWaitSample(all[r]);
+    if (!sample.ok()) return Annotate(sample.status(), absl::StrCat("from rank ", r));
+    samples.push_back(*sample);
+  }
+  if (straggler_ == nullptr) {
+    std::vector<std::string> who;
+    std::map<std::string, int> on_host;
+    for (size_t r = 0; r < hosts_.size(); ++r) {
+      who.push_back(absl::StrCat("rank ", r, " (host ", hosts_[r], ", local rank ",
+                                 on_host[hosts_[r]]++, ")"));
+    }
+    straggler_ = std::make_unique<StragglerDetector>(StragglerOptions{}, std::move(who));
+  }
+  const std::string warning = straggler_->Add(samples, samples.empty() ? 0 : samples[0].window_s);
+  if (!warning.empty() && set.rank() == 0) HVX_LOG(WARNING) << warning;
+  std::lock_guard<std::mutex> lock(mu_);
+  stragglers_ = straggler_->status();
+  return absl::OkStatus();
+}
+
+StragglerStatus Engine::Stragglers() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stragglers_;
 }
 
 absl::StatusOr<Engine::CacheOutcome> Engine::VoteOnCache(SetState& set, bool joined_here,
@@ -849,10 +900,12 @@ absl::StatusOr<Engine::CacheOutcome> Engine::VoteOnCache(SetState& set, bool joi
   // when no rank has anything new to negotiate.
   if (set.coordinator != nullptr && set.coordinator->CheckDue(now))
     vote.Raise(CacheVote::kCheckDue);
+  if (set.id == 0 && StragglerWindowDue(now)) vote.Raise(CacheVote::kStatsDue);
   HVX_RETURN_IF_ERROR(set.comm->BitwiseAnd(vote.words()));
 
   CacheOutcome outcome;
   outcome.any_joined = vote.AnyRank(CacheVote::kJoined);
+  outcome.stats_due = vote.AnyRank(CacheVote::kStatsDue);
   const std::vector<int> invalidated = vote.Invalidated();
   for (int bit : invalidated) cache.Erase(bit);
   // While a rank has joined, every tensor goes through the coordinator, which stands in for it.
@@ -931,7 +984,10 @@ absl::StatusOr<ResponseList> Engine::GatherPlanBroadcast(SetState& set,
   if (set.comm->rank() == 0) {
     ResponseList plan;
     if (unreadable.ok()) {
-      plan = set.coordinator->Build(MonotonicNow());
+      const absl::Time built = MonotonicNow();
+      plan = set.coordinator->Build(built);
+      // Without the cache's vote, rank 0's window decides for every rank.
+      plan.stats_due = set.id == 0 && set.cache->capacity() == 0 && StragglerWindowDue(built);
     } else {
       // Every rank stops now with the cause, instead of waiting for a broadcast until its
       // collective timeout.

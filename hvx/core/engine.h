@@ -33,6 +33,7 @@
 #include "hvx/core/coordinator.h"
 #include "hvx/core/message.h"
 #include "hvx/core/response_cache.h"
+#include "hvx/core/straggler.h"
 #include "hvx/core/timeline.h"
 #include "hvx/core/topology.h"
 #include "hvx/core/transport.h"
@@ -135,6 +136,8 @@ class Engine {
 
   // Members of set `id` (global ranks), empty if unknown.
   std::vector<int> ProcessSetRanks(int id) const;
+  // What straggler detection concluded so far (straggler.h).
+  StragglerStatus Stragglers() const;
 
   static ProcessSet MakeProcessSet(int id) { return ProcessSet(id); }
 
@@ -189,6 +192,7 @@ class Engine {
     std::vector<Response> ready;
     bool negotiate = false;
     bool any_joined = false;
+    bool stats_due = false;  // some rank's straggler window ended
   };
   // Votes with the other members of `set` on the pending tensors the response cache knows (one
   // bitwise AND); erases entries any rank invalidated and marks the agreed ones sent.
@@ -260,6 +264,11 @@ class Engine {
   // Maps the wrapper's ring (HVX_FLIGHT_FD) or engine_options_.flight_memory into flight_.
   void AttachFlightRecorder();
   void FailEverything(absl::Status status);
+  // Whether this rank's straggler window has ended by `now` with collectives run in it.
+  bool StragglerWindowDue(absl::Time now) const;
+  // After a cycle whose vote (or plan) said a window ended: every rank of the world set
+  // allgathers its WaitSample and feeds every rank's to the detector; rank 0 logs its warning.
+  absl::Status ExchangeWaits(SetState& set);
 
   const InitOptions options_;
   const EngineOptions engine_options_;
@@ -281,12 +290,17 @@ class Engine {
   bool finalized_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status finalize_status_ ABSL_GUARDED_BY(mu_);
   absl::Status stop_cause_ ABSL_GUARDED_BY(mu_);  // why the engine stopped, when not a shutdown
+  StragglerStatus stragglers_ ABSL_GUARDED_BY(mu_);
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   std::atomic<bool> stopped_{false};
 
   // Background thread only.
   std::unique_ptr<Communicator> world_;
   bool joined_ = false;
+  // Straggler detection over the world set's ops (straggler.h).
+  WaitClock wait_clock_;
+  absl::Time window_start_ = absl::InfinitePast();  // set at the first cycle
+  std::unique_ptr<StragglerDetector> straggler_;
   std::thread thread_;
 };
 

@@ -7,6 +7,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "hvx/common/clock.h"
 #include "hvx/common/json.h"
 #include "hvx/common/logging.h"
 #include "hvx/common/status.h"
@@ -92,6 +93,12 @@ absl::Status Engine::Execute(SetState& set, const Response& r) {
     const int64_t now = FlightNowNs();
     for (const Entry* e : entries) {
       if (e != nullptr) flight_.Mark(e->flight_slot, e->flight_id, FlightState::kNegotiated, now);
+    }
+  }
+  if (set.id == 0 && r.type != OpType::kError) {
+    const absl::Time agreed = MonotonicNow();
+    for (const Entry* e : entries) {
+      if (e != nullptr) wait_clock_.Agreed(e->submitted, agreed);
     }
   }
   Recorder<Entry> recorder(timeline, &r.names, &flight_, &entries);

@@ -432,7 +432,7 @@ absl::StatusOr<HostRequestList> DecodeHostRequestList(absl::string_view bytes) {
 
 std::string EncodeResponseList(const ResponseList& list) {
   Writer w;
-  w.Put<uint8_t>(list.shutdown);
+  w.Put<uint8_t>((list.shutdown ? 1 : 0) | (list.stats_due ? 2 : 0));
   w.Put<uint64_t>(list.responses.size());
   for (const Response& r : list.responses) {
     w.Put(static_cast<uint8_t>(r.type));
@@ -469,7 +469,8 @@ absl::StatusOr<ResponseList> DecodeResponseList(absl::string_view bytes) {
   uint64_t n = 0;
   rd.Get(&shutdown);
   rd.Get(&n);
-  list.shutdown = shutdown != 0;
+  list.shutdown = (shutdown & 1) != 0;
+  list.stats_due = (shutdown & 2) != 0;
   for (uint64_t i = 0; i < n && rd.ok(); ++i) {
     Response r;
     uint64_t count = 0;

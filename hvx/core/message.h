@@ -143,6 +143,9 @@ struct TensorId {
 struct ResponseList {
   std::vector<Response> responses;
   bool shutdown = false;
+  // Every rank exchanges its straggler sample after this cycle (straggler.h): rank 0's window
+  // ended. (With the response cache on, the cache vote carries the same flag.)
+  bool stats_due = false;
   // Names (of this list's responses) whose id every rank records with its own request for that
   // name, and ids no rank may send any more. Ranks apply `retired` first.
   std::vector<TensorId> assigned;

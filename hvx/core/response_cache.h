@@ -71,12 +71,16 @@ class ResponseCache {
 // the flag word is inverted so that the AND yields the OR of every rank's flags.
 class CacheVote {
  public:
-  // Conditions any rank may raise; each sends the whole set to the coordinator this cycle.
+  // Conditions any rank may raise; each but kStatsDue sends the whole set to the coordinator this
+  // cycle.
   enum Flag : uint64_t {
     kUncached = 1,  // a tensor that is not in the cache
     kJoined = 2,    // this rank has joined
     kShutdown = 4,  // this rank is shutting down
     kCheckDue = 8,  // the coordinator's stall warning or collective timeout is due
+    // Not a reason to negotiate: this rank's straggler window ended, so every rank exchanges its
+    // sample after this cycle (straggler.h).
+    kStatsDue = 16,
   };
 
   explicit CacheVote(int64_t capacity);

@@ -326,6 +326,19 @@ void DefineModule(py::module_& m) {
     return d;
   });
 
+  // Straggler detection's conclusion so far (hvx/core/straggler.h), the same on every rank.
+  m.def("stragglers", []() {
+    const StragglerStatus s = Stragglers();
+    py::dict d;
+    d["rank"] = s.rank;
+    d["windows"] = s.windows;
+    d["window_s"] = s.window_s;
+    d["late_ms"] = s.late_ms;
+    d["wait_share"] = s.share;
+    d["warning"] = s.warning;
+    return d;
+  });
+
   m.def("add_process_set", &AddSet);
   m.def("remove_process_set", [](int id) { Sets().Remove(id); });
   m.def("process_set_ranks", [](int id) { return Sets().Get(id).ranks(); });

@@ -158,6 +158,11 @@ std::string RunReport::Html() const {
   if (!progress_.empty()) {
     row("last training loss", "train_loss", absl::StrFormat("%.7g", progress_.back().loss));
     row("samples/s", "samples_per_s", absl::StrFormat("%.0f", progress_.back().samples_per_s));
+    const ProgressPoint& last = progress_.back();
+    row("straggler", "straggler",
+        last.straggler_rank < 0 ? "none"
+                                : absl::StrFormat("rank %d, %.1f ms late", last.straggler_rank,
+                                                  last.straggler_late_ms));
   }
   html += "</table>\n<h2>Training</h2>\n<div class=\"charts\">\n";
   auto series = [this](double ProgressPoint::*field, double scale) {
@@ -171,6 +176,8 @@ std::string RunReport::Html() const {
                        series(&ProgressPoint::samples_per_s, 1));
   html += SvgLineChart("chart-data_wait", "waiting for input (% of the time)",
                        series(&ProgressPoint::data_wait, 100));
+  html += SvgLineChart("chart-straggler", "latest rank, ms after the median of the others",
+                       series(&ProgressPoint::straggler_late_ms, 1));
   std::vector<std::pair<double, double>> accuracy;
   for (const EvalPoint& e : evals_) accuracy.emplace_back(e.step, e.accuracy);
   html += "</div>\n<h2>Evaluation</h2>\n<div class=\"charts\">\n";

@@ -7,10 +7,10 @@
 //   HVX_RETURN_IF_ERROR(report.Write(dir + "/report.html"));
 //
 // The page holds: a summary table (id "summary": model, world size, steps, the last evaluation,
-// throughput, state), one chart per series (ids "chart-loss", "chart-lr", "chart-samples_per_s",
-// "chart-data_wait", "chart-accuracy"), each a <polyline class="series"> over the recorded
-// points, the evaluations as a table (id "evals") with the numbers as the trainer's log prints
-// them, and the effective config (id "config").
+// throughput, state, the straggler named last), one chart per series (ids "chart-loss", "chart-lr",
+// "chart-samples_per_s", "chart-data_wait", "chart-straggler", "chart-accuracy"), each a <polyline
+// class="series"> over the recorded points, the evaluations as a table (id "evals") with the
+// numbers as the trainer's log prints them, and the effective config (id "config").
 #ifndef HVX_TRAIN_REPORT_H_
 #define HVX_TRAIN_REPORT_H_
 
@@ -30,6 +30,11 @@ struct ProgressPoint {
   double lr = 0;
   double samples_per_s = 0;  // all ranks
   double data_wait = 0;      // fraction of the window's time spent waiting for input
+  // Straggler detection's last window (hvx::Stragglers()): how much later than the median of the
+  // others the latest rank submitted its collectives, and the rank named persistently late (-1:
+  // none).
+  double straggler_late_ms = 0;
+  int straggler_rank = -1;
 };
 
 struct EvalPoint {

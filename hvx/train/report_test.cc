@@ -43,15 +43,19 @@ TEST(SvgLineChartTest, FlatAndEmptySeries) {
 TEST(RunReportTest, HoldsEverySeriesTheEvaluationsAndTheEscapedConfig) {
   RunReport report("cnn <test>", "model { name: \"cnn\" } # a < b & c", 4);
   for (int step = 10; step <= 40; step += 10) {
-    report.AddProgress({step, 2.0 / step, 0.1, 1000.0 + step, 0.02});
+    report.AddProgress({step, 2.0 / step, 0.1, 1000.0 + step, 0.02, 0.1 * step, step / 40 * 3 - 1});
   }
   report.AddEval({1, 20, 0.8125, 0.99, 0.512345678, 60});
   report.AddEval({2, 40, 0.875, 1.0, 0.4, 60});
   report.SetState("done: 40 steps in 3.0 s");
   const std::string html = report.Html();
-  for (const char* id : {"chart-loss", "chart-lr", "chart-samples_per_s", "chart-data_wait"}) {
+  for (const char* id :
+       {"chart-loss", "chart-lr", "chart-samples_per_s", "chart-data_wait", "chart-straggler"}) {
     EXPECT_EQ(Count(PointsOf(html, id), ","), 4) << id;
   }
+  // Step 40 names rank 2, 4 ms late; the chart rises with the lateness.
+  EXPECT_NE(html.find("<td id=\"straggler\">rank 2, 4.0 ms late</td>"), std::string::npos);
+  EXPECT_EQ(PointsOf(html, "chart-straggler"), "64.0,206.0 224.0,146.7 384.0,87.3 544.0,28.0");
   EXPECT_EQ(Count(PointsOf(html, "chart-accuracy"), ","), 2);
   EXPECT_NE(html.find("<td>1</td><td>20</td><td>0.8125</td><td>0.9900</td><td>0.512346</td>"
                       "<td>60</td>"),

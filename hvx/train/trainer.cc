@@ -661,8 +661,13 @@ absl::Status ReportProgress(Run& run, int64_t epoch, const TrainingPosition& pos
   std::fflush(stdout);
   if (clipping)
     HVX_RETURN_IF_ERROR(MaybeSummarize(run, "train/grad_norm", grad_norm, pos.global_step));
+  // The same on every rank; windows == 0 until collectives ran across several ranks.
+  const StragglerStatus stragglers = Stragglers();
+  double latest_ms = 0;
+  for (double ms : stragglers.late_ms) latest_ms = std::max(latest_ms, ms);
   if (run.report) {
-    run.report->AddProgress({pos.global_step, mean_loss, lr, samples_per_s, data_wait});
+    run.report->AddProgress(
+        {pos.global_step, mean_loss, lr, samples_per_s, data_wait, latest_ms, stragglers.rank});
   }
   Json progress = {{"epoch", epoch + 1},
                    {"epochs", config.epochs()},
@@ -675,6 +680,11 @@ absl::Status ReportProgress(Run& run, int64_t epoch, const TrainingPosition& pos
                    {"data_wait", data_wait},
                    {"eta_s", eta_s}};
   if (clipping) progress["grad_norm"] = grad_norm;
+  if (stragglers.windows > 0) {
+    progress["straggler"] = {{"rank", stragglers.rank},
+                             {"late_ms", stragglers.late_ms},
+                             {"wait_share", stragglers.share}};
+  }
   if (run.scaler) {
     progress["loss_scale"] = run.scaler->scale();
     progress["skipped_steps"] = run.scaler->skipped_steps();

@@ -3,7 +3,7 @@
 // failpoint.h); this program adds the point "before_init".
 //
 //   fault_probe [--steps N] [--seconds S] [--shutdown-after-failure] [--step-names]
-//               [--fault KIND:RANK:STEP]
+//               [--step-ms MS] [--big-floats N] [--fault KIND:RANK:STEP]
 //
 // With --seconds, the steps go on until rank 0 has run S seconds of them (on the monotonic clock;
 // every rank learns it through the step's allreduce). With --shutdown-after-failure a rank whose
@@ -17,7 +17,12 @@
 // (the cases hvxrun's verdict tells apart): skip (it does not submit "small"), own_code (it sleeps
 // in its own code before the step's collectives), rename (it names "small" otherwise), mismatch
 // (its "small" has another shape), set (ranks 1.. allreduce "set.S" in a process set of their
-// own too, and it skips that one).
+// own too, and it skips that one), slow (from step STEP on its steps' own work, --step-ms, takes
+// 20% longer).
+//
+// --step-ms MS: each step first works MS ms (sleeps) before its collectives, as a training step
+// computes; --big-floats: the big tensor's floats (4 Mi). Then the last line says when straggler
+// detection first named a rank: "rank R: straggler named rank X at step S" (X, S: -1 if never).
 #include <unistd.h>
 
 #include <chrono>
@@ -38,6 +43,8 @@ int main(int argc, char** argv) {
   bool step_names = false;
   std::string fault;
   int fault_rank = -1, fault_step = -1;
+  int step_ms = 0;
+  size_t big_floats = 4 << 20;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--steps") && i + 1 < argc) {
       steps = std::atoi(argv[++i]);
@@ -48,6 +55,10 @@ int main(int argc, char** argv) {
       shutdown_after_failure = true;
     } else if (!std::strcmp(argv[i], "--step-names")) {
       step_names = true;
+    } else if (!std::strcmp(argv[i], "--step-ms") && i + 1 < argc) {
+      step_ms = std::atoi(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--big-floats") && i + 1 < argc) {
+      big_floats = static_cast<size_t>(std::atoll(argv[++i]));
     } else if (!std::strcmp(argv[i], "--fault") && i + 1 < argc) {
       char kind[32];
       if (std::sscanf(argv[++i], "%31[a-z_]:%d:%d", kind, &fault_rank, &fault_step) != 3) {
@@ -58,7 +69,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: fault_probe [--steps N] [--seconds S] [--shutdown-after-failure] "
-                   "[--step-names] [--fault KIND:RANK:STEP]\n");
+                   "[--step-names] [--step-ms MS] [--big-floats N] [--fault KIND:RANK:STEP]\n");
       return 2;
     }
   }
@@ -81,7 +92,8 @@ int main(int argc, char** argv) {
     }
     but_rank0 = *set;
   }
-  std::vector<float> big(4 << 20), small(64), in_set(64);
+  std::vector<float> big(big_floats), small(64), in_set(64);
+  int named = -1, named_at = -1;
   const auto start = std::chrono::steady_clock::now();
   for (int step = 0; step < steps; ++step) {
     std::fill(big.begin(), big.end(), static_cast<float>(rank + 1));
@@ -96,6 +108,8 @@ int main(int argc, char** argv) {
     hvx::AllreduceOptions sum;
     sum.op = hvx::ReduceOp::kSum;
     const bool faulty = rank == fault_rank && step == fault_step;
+    const bool slow = fault == "slow" && rank == fault_rank && step >= fault_step;
+    if (step_ms > 0) usleep(static_cast<useconds_t>(step_ms * (slow ? 1200 : 1000)));
     if (faulty && fault == "own_code") {
       std::fprintf(stderr, "rank %d step %d: stuck in its own code\n", rank, step);
       sleep(1000);
@@ -132,7 +146,14 @@ int main(int argc, char** argv) {
       }
       return 1;
     }
+    if (named_at < 0 && hvx::Stragglers().rank >= 0) {
+      named = hvx::Stragglers().rank;
+      named_at = step;
+    }
     if (small[63] != 0) break;
+  }
+  if (step_ms > 0) {
+    std::printf("rank %d: straggler named rank %d at step %d\n", rank, named, named_at);
   }
   std::printf("rank %d done, wall clock %lld\n", rank, static_cast<long long>(std::time(nullptr)));
   std::fflush(stdout);

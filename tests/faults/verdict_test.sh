@@ -91,6 +91,18 @@ lines+=("ctrl_c: ${line#hvxrun: verdict: }")
 check "Ctrl-C on a hung job: rc $rc, the verdict names rank 3 in its own code" $?
 [[ $rc == 130 && -n $line ]] || cat "$T/ctrl_c.err"
 
+# A slow rank is named, not hung: rank 3's steps take 20% longer (36 ms of work against 30);
+# within 50 steps every rank's Stragglers() names it and rank 0 logs one warning line saying by
+# how much, with its host and local rank; the job ends well.
+launch -np 4 -H hvxv1:2,hvxv2:2 -- "$PROBE" --steps 60 --step-ms 30 --big-floats 16384 \
+    --fault slow:3:0
+named=$(grep -cE '^\[[0-3]\] rank [0-3]: straggler named rank 3 at step ([0-9]|[1-4][0-9])$' <<<"$out")
+warning=$(grep -E '^\[0\] .*straggler: rank 3 \(host hvxv2, local rank 1\) is late: it submitted its collectives [0-9.]+ ms after the median' <<<"$err")
+lines+=("straggler: ${warning#*straggler: }")
+[[ $rc == 0 && $named == 4 && -n $warning ]] && ! grep -qE 'straggler: rank [0-2] ' <<<"$err"
+check "a rank 20% slower: rc $rc, named by $named of 4 ranks within 50 steps, rank 0 warns" $?
+[[ $rc == 0 && $named == 4 && -n $warning ]] || show
+
 # A job that ends well leaves no verdict and no record behind.
 launch -np 4 -H hvxv1:2,hvxv2:2 -- "${probe[@]}"
 [[ $rc == 0 ]] && ! grep -q "verdict" <<<"$err"

@@ -50,6 +50,23 @@ def test_topology(rank, size):
     assert hvd.nccl_built() is False and hvd.mpi_threads_supported()
 
 
+def test_stragglers_name_a_rank_twenty_percent_slower(rank, size):
+    """The last rank's steps take 20% longer: within 50 steps every rank's stragglers() names it,
+    with how much later than the others it submits."""
+    t = torch.ones(16)
+    named_at = None
+    for step in range(70):
+        time.sleep(0.024 if rank == size - 1 else 0.020)
+        hvd.allreduce(t, name="straggler_probe")
+        found = hvd.stragglers()
+        if named_at is None and found["rank"] == size - 1:
+            named_at = step
+    assert named_at is not None and named_at < 50, found
+    assert found["windows"] > 0 and len(found["late_ms"]) == size == len(found["wait_share"])
+    assert found["late_ms"][size - 1] == max(found["late_ms"]) > 2.0, found
+    assert "straggler: rank %d (host " % (size - 1) in found["warning"], found
+
+
 def test_not_initialized_message():
     assert os.environ.get("HVX_TEST_NOT_INITIALIZED_ERROR") == \
         "hvx has not been initialized; call hvx.torch.init() before size()"

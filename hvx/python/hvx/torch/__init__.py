@@ -18,7 +18,8 @@ from hvx.torch.mpi_ops import (
     grouped_allreduce_async_, grouped_reducescatter, grouped_reducescatter_async,
     init, is_homogeneous, is_initialized, join, local_rank, local_size, mpi_built, mpi_enabled,
     mpi_threads_supported, nccl_built, poll, rank, reducescatter, reducescatter_async,
-    remove_process_set, rocm_built, shutdown, size, sparse_allreduce_async, synchronize)
+    remove_process_set, rocm_built, shutdown, size, sparse_allreduce_async, stragglers,
+    synchronize)
 from hvx.torch.optimizer import (
     DistributedOptimizer, broadcast_optimizer_state, broadcast_parameters)
 from hvx.torch.sharded import ShardedOptimizer

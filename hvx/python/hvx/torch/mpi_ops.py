@@ -139,6 +139,17 @@ cross_size = _topology(_C.cross_size, "cross_size")
 is_homogeneous = _topology(_C.is_homogeneous, "is_homogeneous")
 
 
+def stragglers():
+    """What hvx's straggler detection concluded so far, the same on every rank: a dict with
+    `rank` (the rank the others keep waiting for, -1 for none), `late_ms` and `wait_share` (per
+    rank, of the last window: how much later than the median of the others it submitted its
+    collectives, and the fraction of the window the others spent waiting beyond its own wait),
+    `windows` (windows measured), `window_s` and `warning` (the last warning logged, "" if none).
+    The window is HVX_STRAGGLER_CHECK_S (0.25 s; 0 turns detection off)."""
+    _check_initialized("stragglers")
+    return _C.stragglers()
+
+
 def mpi_threads_supported():
     _check_initialized("mpi_threads_supported")
     return True  # hvx's engine makes every MPI call from its one background thread
