@@ -34,6 +34,11 @@ inline constexpr char kFlightFdVariable[] = "HVX_FLIGHT_FD";
 // The memfd's name: a writer maps HVX_FLIGHT_FD only when /proc/self/fd shows it ("/memfd:NAME"),
 // never another file a program has open under that number.
 inline constexpr char kFlightMemfdName[] = "hvx-flight";
+// The write end of the pipe the program's threads write their stacks to when the wrapper sends it
+// kStackSignal (stack_dump.h), set by the rank wrapper; SIGURG, which a program without the
+// handler ignores.
+inline constexpr char kStackFdVariable[] = "HVX_STACK_FD";
+inline constexpr int kStackSignal = 23;  // SIGURG on Linux (x86, Arm)
 inline constexpr uint32_t kFlightSlots = 512;
 
 enum class FlightState : uint32_t {

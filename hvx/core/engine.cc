@@ -26,6 +26,7 @@
 #include "hvx/common/cluster.h"
 #include "hvx/common/failpoint.h"
 #include "hvx/common/logging.h"
+#include "hvx/common/stack_dump.h"
 #include "hvx/common/status.h"
 #include "hvx/core/agreement.h"
 
@@ -133,6 +134,11 @@ void Engine::AttachFlightRecorder() {
   }
   flight_mapping_ = memory;
   flight_.Attach(memory, FlightRingBytes());
+  // The wrapper's pipe for every thread's stack, asked for when it sends the ring.
+  if (const int stack_fd = StackFdFromEnvironment(); stack_fd >= 0) {
+    const std::string why = InstallStackDumper(stack_fd);
+    if (!why.empty()) HVX_LOG(DEBUG) << "no stacks in hvxrun's verdict: " << why;
+  }
 }
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(const InitOptions& options,
@@ -359,6 +365,8 @@ void Engine::ThreadMain() {
   // The transport's short sleeps between tests of a pending collective (hvx/mpi WaitPolitely)
   // then last what they ask for, not the default 50 us of slack more.
   prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL);
+  // So that stacks, top -H and debuggers tell it from the program's threads.
+  pthread_setname_np(pthread_self(), "hvx-engine");
   absl::Status status = Setup();
   {
     std::lock_guard<std::mutex> lock(mu_);

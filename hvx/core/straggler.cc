@@ -37,8 +37,8 @@ std::string EncodeWaitSample(const WaitSample& sample) {
 
 absl::StatusOr<WaitSample> DecodeWaitSample(absl::string_view bytes) {
   if (bytes.size() != kSampleBytes) {
-    return absl::DataLossError(absl::StrCat("a straggler sample of ", bytes.size(),
-                                            " bytes; it has ", kSampleBytes));
+    return absl::DataLossError(
+        absl::StrCat("a straggler sample of ", bytes.size(), " bytes; it has ", kSampleBytes));
   }
   double numbers[4];
   std::memcpy(numbers, bytes.data(), kSampleBytes);

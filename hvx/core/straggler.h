@@ -3,9 +3,9 @@
 //
 // Ranks run in lockstep: every op starts once the last rank has submitted it, so the rank that
 // submits last waits least. Each rank keeps a WaitClock over the process set's ops; every window
-// (InitOptions::straggler_check_s) the engine allgathers the ranks' WaitSamples and every rank feeds
-// the same samples to its StragglerDetector, which names a rank that was the one waited for in
-// several windows in a row:
+// (InitOptions::straggler_check_s) the engine allgathers the ranks' WaitSamples and every rank
+// feeds the same samples to its StragglerDetector, which names a rank that was the one waited for
+// in several windows in a row:
 //
 //   WaitClock clock;
 //   clock.Submitted(t0);                  // an op arrives on the background thread

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -213,17 +214,53 @@ void AddDetails(const Plan& plan, const std::map<int, RankFlight>& flights,
                 const std::vector<int>& ranks, Verdict* v) {
   for (int r : ranks) {
     auto it = flights.find(r);
-    if (it == flights.end() || it->second.events.empty()) continue;
+    if (it == flights.end()) continue;
     const RankFlight& f = it->second;
     const size_t n = f.events.size();
     for (size_t i = n > kShownOps ? n - kShownOps : 0; i < n; ++i) {
       v->details.push_back(
           absl::StrCat("rank ", r, " ", OpName(f.events[i]), ": ", Where(f, f.events[i])));
     }
+    for (const std::string& line : StackToShow(f.stack)) {
+      v->details.push_back(absl::StrCat("rank ", r, " ", line));
+    }
   }
 }
 
+bool IsPythonThreadHeader(const std::string& line) {
+  return absl::StartsWith(line, "Thread 0x") || absl::StartsWith(line, "Current thread 0x");
+}
+
 }  // namespace
+
+std::vector<std::string> StackToShow(const std::vector<std::string>& stack, size_t frames) {
+  std::vector<std::string> out;
+  // The last Python block, up to the next header of either kind.
+  size_t python = stack.size();
+  for (size_t i = 0; i < stack.size(); ++i) {
+    if (IsPythonThreadHeader(stack[i])) python = i;
+  }
+  if (python < stack.size()) {
+    out.push_back("Python stack (most recent call first):");
+    for (size_t i = python + 1, shown = 0; i < stack.size() && shown < frames; ++i) {
+      if (IsPythonThreadHeader(stack[i]) || absl::StartsWith(stack[i], "thread ")) break;
+      if (!absl::StartsWith(stack[i], "  ")) continue;
+      out.push_back(stack[i]);
+      ++shown;
+    }
+  }
+  for (size_t i = 0; i < stack.size(); ++i) {
+    if (!absl::StartsWith(stack[i], "thread ") || !absl::EndsWith(stack[i], " (main)")) continue;
+    out.push_back(
+        absl::StrCat("native stack of its ", stack[i].substr(0, stack[i].size() - 7), " (main):"));
+    for (size_t j = i + 1, shown = 0; j < stack.size() && shown < frames; ++j, ++shown) {
+      if (!absl::StartsWith(stack[j], "  #")) break;
+      out.push_back(stack[j]);
+    }
+    break;
+  }
+  return out;
+}
 
 Verdict JudgeFlights(const Plan& plan, const std::map<int, RankFlight>& flights) {
   Verdict v;
@@ -446,14 +483,17 @@ std::string FlightJson(const Plan& plan, const std::map<int, RankFlight>& flight
   for (const auto& [r, f] : flights) {
     std::vector<std::string> events;
     for (const FlightEvent& e : f.events) events.push_back(EventJson(f, e));
+    std::vector<std::string> stack;
+    for (const std::string& line : f.stack) stack.push_back(JsonQuote(line));
     const RankPlacement* p = r >= 0 && r < plan.size ? &plan.ranks[r] : nullptr;
-    ranks.push_back(
-        absl::StrCat("{\"rank\":", r, ",\"host\":", JsonQuote(p ? p->host : ""),
-                     ",\"local_rank\":", p ? p->local_rank : -1,
-                     ",\"dumped\":", f.dumped ? "true" : "false", ",\"why\":", JsonQuote(f.why),
-                     ",\"process_state\":", JsonQuote(f.proc), ",\"wchan\":", JsonQuote(f.wchan),
-                     ",\"exited\":", f.exited ? "true" : "false", ",\"exit_code\":", f.exit_code,
-                     ",\"signal\":", f.signal, ",\"events\":[", absl::StrJoin(events, ","), "]}"));
+    ranks.push_back(absl::StrCat(
+        "{\"rank\":", r, ",\"host\":", JsonQuote(p ? p->host : ""),
+        ",\"local_rank\":", p ? p->local_rank : -1, ",\"dumped\":", f.dumped ? "true" : "false",
+        ",\"why\":", JsonQuote(f.why), ",\"process_state\":", JsonQuote(f.proc),
+        ",\"wchan\":", JsonQuote(f.wchan), ",\"exited\":", f.exited ? "true" : "false",
+        ",\"exit_code\":", f.exit_code, ",\"signal\":", f.signal, ",\"events\":[",
+        absl::StrJoin(events, ","), "],\"stack_taken\":", JsonQuote(f.stack_why), ",\"stack\":[",
+        absl::StrJoin(stack, ","), "]}"));
   }
   std::vector<std::string> details;
   for (const std::string& d : verdict.details) details.push_back(JsonQuote(d));

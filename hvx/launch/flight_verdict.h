@@ -45,7 +45,12 @@ struct RankFlight {
   double before_stop_s = 0;
   std::chrono::steady_clock::time_point received;  // when hvxrun had the dump
   std::vector<FlightEvent> events;
-  bool exited = false;  // its exit record came
+  // Every thread's stack as the program wrote it when asked (stack_dump.h): "thread TID NAME"
+  // ("(main)" appended for the main thread) then "  #N 0xPC symbol" lines; Python's faulthandler
+  // blocks ("Thread 0x...:", "  File ..., line N in f") first for hvx.torch programs.
+  std::vector<std::string> stack;
+  std::string stack_why;  // the `why` of the dump that brought them ("idle", "stop")
+  bool exited = false;    // its exit record came
   int exit_code = 0;
   int signal = 0;
 };
@@ -56,6 +61,11 @@ struct Verdict {
 };
 
 Verdict JudgeFlights(const Plan& plan, const std::map<int, RankFlight>& flights);
+
+// The part of a rank's stacks the verdict shows: its main thread's Python frames (the last
+// faulthandler block: Python lists its oldest thread last), then its main thread's native frames,
+// each under a title line; at most `frames` frames each.
+std::vector<std::string> StackToShow(const std::vector<std::string>& stack, size_t frames = 12);
 
 // Every rank's record and the verdict as one JSON document (times in seconds before each rank's
 // dump), and every rank's events as a Chrome-JSON trace (one process per rank, one track per

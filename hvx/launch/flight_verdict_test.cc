@@ -115,6 +115,36 @@ TEST(FlightVerdict, ARankInItsOwnCodeHasNothingPending) {
   EXPECT_THAT(v.line, HasSubstr("no collective of it is pending: it has been in its own code since "
                                 "its last, allreduce 'small.1'"));
   EXPECT_THAT(v.line, HasSubstr("its main thread was sleeping in hrtimer_nanosleep()"));
+  // Its stacks: the details show its main thread's Python frames (the last block: Python lists
+  // its oldest thread last) and native frames; the JSON holds every line.
+  flights[3].stack = {"thread 41 python3",
+                      "  #0 0x10 epoll_wait",
+                      "Thread 0x7f01 (most recent call first):",
+                      "  File \"loader.py\", line 3 in worker",
+                      "Current thread 0x7f00 (most recent call first):",
+                      "  File \"train.py\", line 8 in read_batch",
+                      "  File \"train.py\", line 14 in <module>",
+                      "thread 40 python3 (main)",
+                      "  #0 0x20 _PyEval_EvalFrameDefault",
+                      "  #1 0x30 main"};
+  flights[3].stack_why = "idle";
+  const Verdict with_stack = JudgeFlights(FourRanks(), flights);
+  const std::vector<std::string> shown = {
+      "rank 3 Python stack (most recent call first):",
+      "rank 3   File \"train.py\", line 8 in read_batch",
+      "rank 3   File \"train.py\", line 14 in <module>",
+      "rank 3 native stack of its thread 40 python3 (main):",
+      "rank 3   #0 0x20 _PyEval_EvalFrameDefault",
+      "rank 3   #1 0x30 main"};
+  ASSERT_GE(with_stack.details.size(), shown.size());
+  EXPECT_EQ(std::vector<std::string>(with_stack.details.end() - shown.size(),
+                                     with_stack.details.end()),
+            shown);
+  const std::string json = FlightJson(FourRanks(), flights, with_stack);
+  EXPECT_THAT(json, HasSubstr("\"stack_taken\":\"idle\",\"stack\":[\"thread 41 python3\","));
+  EXPECT_THAT(json, HasSubstr("\"  File \\\"loader.py\\\", line 3 in worker\""));
+  // At most `frames` frames of each.
+  EXPECT_EQ(StackToShow(flights[3].stack, 1).size(), 4u);
 }
 
 TEST(FlightVerdict, AnOpOfAProcessSetNamesItsSetAndOnlyItsMembers) {

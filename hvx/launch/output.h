@@ -66,22 +66,23 @@ class StreamDemuxer {
 
 // A control record (records.h) as hvxrun reads it.
 struct ControlRecord {
-  enum class Kind { kStart, kExit, kError, kFlight, kFlightEvent };
+  enum class Kind { kStart, kExit, kError, kFlight, kFlightEvent, kFlightStack };
   Kind kind = Kind::kStart;
   int rank = -1;
   std::string host;
   int pid = 0;
   int exit_code = 0;    // kExit: exit status, or 0 when signal != 0; kError: the exit status asked
   int signal = 0;       // kExit: the signal that ended the rank
-  std::string message;  // kError
+  std::string message;  // kError; kFlightStack: the line
   // kFlight: the rank's process state, where it slept, why the wrapper sent its ring, and the
   // wrapper's monotonic clock then (FormatFlightRecord).
   std::string proc;
   std::string wchan;
   std::string why;
   int64_t now_ns = 0;
-  int64_t events = 0;  // kFlight: how many kFlightEvent records follow
-  FlightEvent event;   // kFlightEvent
+  int64_t events = 0;       // kFlight: how many kFlightEvent records follow
+  int64_t stack_lines = 0;  // kFlight: how many kFlightStack records follow the events
+  FlightEvent event;        // kFlightEvent
 };
 
 // Parses the text after kControlMagic (without the newline).

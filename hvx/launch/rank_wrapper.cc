@@ -414,6 +414,9 @@ class FlightDump {
   ~FlightDump() {
     if (memory_ != nullptr) munmap(memory_, FlightRingBytes());
     if (fd_ >= 0) close(fd_);
+    for (int fd : stack_pipe_) {
+      if (fd >= 0) close(fd);
+    }
   }
   FlightDump(const FlightDump&) = delete;
   FlightDump& operator=(const FlightDump&) = delete;
@@ -422,6 +425,7 @@ class FlightDump {
   // memfd), the program runs without a recorder.
   void Open() {
     unsetenv(kFlightFdVariable);  // none inherited from an outer job reaches the program
+    unsetenv(kStackFdVariable);
     if (Off(getenv("HVX_FLIGHT_RECORDER"))) return;
     fd_ = memfd_create(kFlightMemfdName, 0);  // not close-on-exec: the program's
     if (fd_ < 0) return;
@@ -430,6 +434,15 @@ class FlightDump {
     if (m == MAP_FAILED) return Close();
     memory_ = m;
     setenv(kFlightFdVariable, std::to_string(fd_).c_str(), 1);
+    // The stacks' pipe, non-blocking at both ends: a full pipe loses stacks rather than holding a
+    // thread of the program inside its signal handler. The program inherits the write end.
+    if (pipe2(stack_pipe_, O_NONBLOCK | O_CLOEXEC) == 0) {
+      fcntl(stack_pipe_[0], F_SETPIPE_SZ, 1 << 20);
+      fcntl(stack_pipe_[1], F_SETFD, 0);
+      setenv(kStackFdVariable, std::to_string(stack_pipe_[1]).c_str(), 1);
+    } else {
+      stack_pipe_[0] = stack_pipe_[1] = -1;
+    }
     g_flight_on = 1;
     // The collective timeout the program runs with (hvx's default when unset or unreadable).
     double timeout_s = 300;
@@ -471,6 +484,10 @@ class FlightDump {
 
   static constexpr int kTickMs = 250;
   static constexpr double kMaxIdleS = 30;
+  // How long a dump waits for the program's threads' stacks, and how long a quiet pipe means
+  // they have all come.
+  static constexpr int kStackWaitMs = 1000;
+  static constexpr int kStackQuietMs = 150;
 
   // HVX_FLIGHT_RECORDER's "off" as hvx's knobs spell it (0, false, no, off, any case).
   static bool Off(const char* value) {
@@ -489,7 +506,12 @@ class FlightDump {
 
   const int rank_;
   const std::string host_;
+  // The lines of every thread's stack of `child` (proc: its state letter), asked for with
+  // kStackSignal when it is running and handles the signal; none otherwise.
+  std::vector<std::string> Stacks(pid_t child, const std::string& proc);
+
   int fd_ = -1;
+  int stack_pipe_[2] = {-1, -1};
   void* memory_ = nullptr;
   int64_t idle_ns_ = 0;
   bool current_ = false;   // hvxrun has the ring as it is now
@@ -510,6 +532,62 @@ std::string ProcFile(pid_t pid, const char* file) {
   return text.substr(0, text.find('\n'));
 }
 
+// Whether `pid` has a handler for `sig` (/proc/<pid>/status's SigCgt mask).
+bool CatchesSignal(pid_t pid, int sig) {
+  const std::string path = "/proc/" + std::to_string(pid) + "/status";
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buf[8192];
+  const ssize_t n = read(fd, buf, sizeof(buf) - 1);
+  close(fd);
+  if (n <= 0) return false;
+  const std::string text(buf, static_cast<size_t>(n));
+  const size_t at = text.find("SigCgt:");
+  if (at == std::string::npos) return false;
+  const unsigned long long mask = std::strtoull(text.c_str() + at + 7, nullptr, 16);
+  return (mask >> (sig - 1)) & 1;
+}
+
+std::vector<std::string> FlightDump::Stacks(pid_t child, const std::string& proc) {
+  std::vector<std::string> lines;
+  if (stack_pipe_[0] < 0 || child <= 0 || proc == "T" || proc == "t" || proc == "Z" ||
+      proc == "X" || !CatchesSignal(child, kStackSignal)) {
+    return lines;
+  }
+  char buf[65536];
+  while (read(stack_pipe_[0], buf, sizeof(buf)) > 0) {  // what an earlier round left
+  }
+  if (kill(child, kStackSignal) != 0) return lines;
+  std::string text;
+  const int64_t start = FlightNowNs();
+  int64_t last_data = 0;
+  for (;;) {
+    const int64_t now = FlightNowNs();
+    const int64_t left_ms = kStackWaitMs - (now - start) / 1000000;
+    if (left_ms <= 0) break;
+    if (last_data != 0 && (now - last_data) / 1000000 >= kStackQuietMs) break;
+    pollfd p = {stack_pipe_[0], POLLIN, 0};
+    const int wait_ms = static_cast<int>(last_data == 0 ? left_ms : std::min<int64_t>(left_ms, 20));
+    if (poll(&p, 1, wait_ms) < 0 && errno != EINTR) break;
+    ssize_t n;
+    while ((n = read(stack_pipe_[0], buf, sizeof(buf))) > 0) {
+      text.append(buf, static_cast<size_t>(n));
+      last_data = FlightNowNs();
+    }
+  }
+  // The main thread's header says so: its thread id is the process's.
+  const std::string main_thread = "thread " + std::to_string(child) + " ";
+  size_t from = 0;
+  while (from < text.size() && lines.size() < kMaxFlightStackLines) {
+    size_t end = text.find('\n', from);
+    if (end == std::string::npos) end = text.size();
+    if (end > from) lines.push_back(text.substr(from, std::min<size_t>(end - from, 400)));
+    if (lines.back().rfind(main_thread, 0) == 0) lines.back() += " (main)";
+    from = end + 1;
+  }
+  return lines;
+}
+
 void FlightDump::Send(OutputRelay& output, pid_t child, const char* why) {
   if (memory_ == nullptr || !IsFlightRing(memory_, FlightRingBytes())) return;
   sent_last_ = FlightRingLastProgress(memory_, FlightRingBytes());
@@ -528,11 +606,13 @@ void FlightDump::Send(OutputRelay& output, pid_t child, const char* why) {
   }
   const std::vector<FlightEvent> events =
       SelectForDump(ReadFlightRing(memory_, FlightRingBytes()), kDumpedUnfinished, kDumpedFinished);
-  output.WriteRecord(
-      FormatFlightRecord(rank_, host_, proc, wchan, FlightNowNs(), events.size(), why));
+  const std::vector<std::string> stacks = Stacks(child, proc);
+  output.WriteRecord(FormatFlightRecord(rank_, host_, proc, wchan, FlightNowNs(), events.size(),
+                                        why, stacks.size()));
   for (const FlightEvent& e : events) {
     output.WriteRecord(FormatFlightEventRecord(rank_, EncodeFlightEvent(e)));
   }
+  for (const std::string& line : stacks) output.WriteRecord(FormatFlightStackRecord(rank_, line));
 }
 
 // Relays the program's output (and its PMI connection, with `pmi`) until `child` ends; returns

@@ -148,8 +148,15 @@ class Supervisor {
   void CommitFlight(int rank) {
     auto it = incoming_flights_.find(rank);
     if (it == incoming_flights_.end() ||
-        static_cast<int64_t>(it->second.events.size()) < expected_events_[rank]) {
+        static_cast<int64_t>(it->second.events.size()) < expected_events_[rank] ||
+        static_cast<int64_t>(it->second.stack.size()) < expected_stack_[rank]) {
       return;
+    }
+    // A dump of a program that has ended (or is stopped) has no stacks: the last live ones stay.
+    auto last = flights_.find(rank);
+    if (it->second.stack.empty() && last != flights_.end()) {
+      it->second.stack = std::move(last->second.stack);
+      it->second.stack_why = last->second.stack_why;
     }
     flights_[rank] = std::move(it->second);
     incoming_flights_.erase(it);
@@ -158,6 +165,7 @@ class Supervisor {
   std::map<int, RankFlight> flights_;  // the flight recorders the wrappers sent
   std::map<int, RankFlight> incoming_flights_;
   std::map<int, int64_t> expected_events_;
+  std::map<int, int64_t> expected_stack_;  // stack lines after the events
   // What the last "idle" dump of each rank read of its process (state, wchan): read while the
   // job ran, unlike the dumps at its end.
   std::map<int, std::pair<std::string, std::string>> idle_proc_;
@@ -265,8 +273,10 @@ void Supervisor::OnControl(const ControlRecord& r) {
       f.wchan = r.wchan;
       f.why = r.why;
       f.now_ns = r.now_ns;
+      if (r.stack_lines > 0) f.stack_why = r.why;
       f.received = Clock::now();
       expected_events_[r.rank] = std::min<int64_t>(r.events, kFlightSlots);
+      expected_stack_[r.rank] = std::min<int64_t>(r.stack_lines, kMaxFlightStackLines);
       if (r.why == "idle") {
         idle_proc_[r.rank] = {r.proc, r.wchan};
       }
@@ -277,6 +287,16 @@ void Supervisor::OnControl(const ControlRecord& r) {
       auto it = incoming_flights_.find(r.rank);
       if (it == incoming_flights_.end()) break;
       it->second.events.push_back(r.event);
+      CommitFlight(r.rank);
+      break;
+    }
+    case ControlRecord::Kind::kFlightStack: {
+      auto it = incoming_flights_.find(r.rank);
+      if (it == incoming_flights_.end() ||
+          static_cast<int64_t>(it->second.stack.size()) >= expected_stack_[r.rank]) {
+        break;
+      }
+      it->second.stack.push_back(r.message);
       CommitFlight(r.rank);
       break;
     }

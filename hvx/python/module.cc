@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "hvx/common/env.h"
 #include "hvx/common/logging.h"
+#include "hvx/common/stack_dump.h"
 #include "hvx/core/api.h"
 #include "hvx/data/dataset.h"
 #include "hvx/data/example.h"
@@ -338,6 +339,10 @@ void DefineModule(py::module_& m) {
     d["warning"] = s.warning;
     return d;
   });
+
+  m.def("stack_dumper_installed", &StackDumperInstalled);
+  m.def("python_stack_signal", &PythonStackSignal);
+  m.def("enable_python_stacks", &EnablePythonStacks);
 
   m.def("add_process_set", &AddSet);
   m.def("remove_process_set", [](int id) { Sets().Remove(id); });

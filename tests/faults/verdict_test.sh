@@ -61,6 +61,19 @@ verdict rename "^hvxrun: verdict: $who did not submit allreduce 'small\.2' .*at 
     -- "${probe[@]}" --fault rename:3:2
 verdict own_code "^hvxrun: verdict: $who did not submit allreduce 'big\.2' .*in its own code since its last, allreduce 'small\.1'" \
     -- "${probe[@]}" --fault own_code:3:2
+# Under it, rank 3's main thread where it sleeps in main(); in flight.json every rank's threads'
+# stacks, asked for while the job hung.
+grep -qE '^hvxrun:   rank 3 native stack of its thread [0-9]+ fault_probe \(main\):$' <<<"$err" &&
+    grep -qE '^hvxrun:   rank 3   #[0-9]+ 0x[0-9a-f]+ main$' <<<"$err" &&
+    python3 - "$T/own_code/flight.json" <<'PY'
+import json, sys
+ranks = json.load(open(sys.argv[1]))["ranks"]
+for r in ranks:
+    assert r["stack_taken"] == "idle", (r["rank"], r["stack_taken"])
+    assert any(line.endswith(" (main)") for line in r["stack"]), (r["rank"], r["stack"])
+    assert any("hvx::Engine::ThreadMain" in line for line in r["stack"]), (r["rank"], r["stack"])
+PY
+check "own_code: the verdict shows rank 3's main thread in main(), flight.json every rank's threads" $?
 verdict process_set "^hvxrun: verdict: $who did not submit allreduce 'set\.2' \(set 1, .*that ranks 1,2 waited" \
     -- "${probe[@]}" --fault set:3:2
 failpoints=(-x HVX_ALLOW_FAILPOINTS=1)

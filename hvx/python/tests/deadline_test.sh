@@ -18,6 +18,35 @@ grep -q 'Some tensors were submitted by only some ranks' out.txt && grep -q '  1
     || { echo "FAIL: no stall warning naming rank 1 and the barrier it skipped"; exit 1; }
 echo "ok: every wait ended within the timeout, and the stall inspector warned"
 
+# A rank stuck in its own Python code (a data loader that never returns): hvxrun's verdict names
+# it and shows where, from the Python frames its wrapper asked for while the job hung.
+cat >stuck.py <<'PY'
+import torch
+import hvx.torch as hvd
+
+
+def read_batch(n):
+    total = 0
+    while True:  # a data loader that never returns
+        total += n
+
+
+hvd.init()
+hvd.allreduce(torch.ones(1), name="warmup")
+if hvd.rank() == 1:
+    read_batch(1)
+hvd.allreduce(torch.ones(1), name="step.1")
+PY
+HVX_COLLECTIVE_TIMEOUT_S=4 "$HVXRUN" -np 2 --output-dir stuck -- "$PYTHON" stuck.py >stuck.txt 2>&1
+rc=$?
+grep -E "^hvxrun: verdict: rank 1 \(host [^,]+, local rank 1\) did not submit allreduce 'step\.1' .*in its own code" stuck.txt &&
+    grep -q '^hvxrun:   rank 1 Python stack (most recent call first):$' stuck.txt &&
+    grep -E "^hvxrun:   rank 1   File \".*/stuck\.py\", line [78] in read_batch$" stuck.txt &&
+    grep -E "^hvxrun:   rank 1   File \".*/stuck\.py\", line 14 in <module>$" stuck.txt
+found=$?
+[[ $rc != 0 && $found == 0 ]] || { cat stuck.txt; echo "FAIL: rc $rc; no verdict with rank 1's Python frames"; exit 1; }
+echo "ok: the verdict shows where rank 1's Python code was stuck"
+
 # hvxrun stopped while rank 1 waits in a barrier that rank 0 (asleep) never enters: by SIGTERM,
 # and killed outright (SIGKILL runs no handler), nothing of the job may be left running. The job
 # stays silent meanwhile (no stall warning, no timeout): a write to the dead launcher's pipe would

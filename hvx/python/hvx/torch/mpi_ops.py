@@ -16,8 +16,10 @@ With a process set, `root_rank` is a global rank (a member of the set), as in Ho
 """
 
 import collections
+import faulthandler
 import io
 import itertools
+import os
 import pickle
 import threading
 
@@ -108,8 +110,20 @@ def init(comm=None, process_sets=None):
         return
     sets = [s if isinstance(s, ProcessSet) else ProcessSet(s) for s in (process_sets or [])]
     _C.init([])
+    _register_python_stacks()
     for s in sets:
         add_process_set(s)
+
+
+def _register_python_stacks():
+    """Under hvxrun, when the wrapper asks for this rank's stacks (hvx/common/stack_dump.h), every
+    Python thread's frames go to its pipe first (faulthandler, on the signal hvx's helper thread
+    sends for them), then each thread's native stack."""
+    if not _C.stack_dumper_installed():
+        return
+    faulthandler.register(_C.python_stack_signal(), file=int(os.environ["HVX_STACK_FD"]),
+                          all_threads=True, chain=False)
+    _C.enable_python_stacks()
 
 
 def shutdown():
