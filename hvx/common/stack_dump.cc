@@ -10,11 +10,13 @@
 #include <ucontext.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 
 #include "absl/debugging/symbolize.h"
 
@@ -31,14 +33,15 @@ std::atomic<bool> g_python{false};         // Python's faulthandler is registere
 int g_wake[2] = {-1, -1};                  // kStackSignal's handler wakes the helper thread
 pid_t g_helper_tid = 0;
 
-// Text built in a fixed buffer without allocating (inside a signal handler).
+// Text built in a fixed buffer of N bytes without allocating (inside a signal handler).
+template <size_t N>
 class Text {
  public:
   void Add(const char* s) {
-    while (*s != '\0' && n_ < kBufferBytes) buf_[n_++] = *s++;
+    while (*s != '\0' && n_ < N) buf_[n_++] = *s++;
   }
   void Add(const char* s, size_t len) {
-    for (size_t i = 0; i < len && n_ < kBufferBytes; ++i) buf_[n_++] = s[i];
+    for (size_t i = 0; i < len && n_ < N; ++i) buf_[n_++] = s[i];
   }
   void Decimal(uint64_t v) {
     char digits[24];
@@ -47,7 +50,7 @@ class Text {
       digits[k++] = static_cast<char>('0' + v % 10);
       v /= 10;
     } while (v != 0);
-    while (k > 0 && n_ < kBufferBytes) buf_[n_++] = digits[--k];
+    while (k > 0 && n_ < N) buf_[n_++] = digits[--k];
   }
   void Hex(uintptr_t v) {
     Add("0x");
@@ -57,14 +60,14 @@ class Text {
       digits[k++] = "0123456789abcdef"[v & 15];
       v >>= 4;
     } while (v != 0);
-    while (k > 0 && n_ < kBufferBytes) buf_[n_++] = digits[--k];
+    while (k > 0 && n_ < N) buf_[n_++] = digits[--k];
   }
-  bool full() const { return n_ + 300 > kBufferBytes; }  // room left for another frame?
+  bool full() const { return n_ + 300 > N; }  // no room left for another frame
   const char* data() const { return buf_; }
   size_t size() const { return n_; }
 
  private:
-  char buf_[kBufferBytes];
+  char buf_[N];
   size_t n_ = 0;
 };
 
@@ -97,17 +100,17 @@ uintptr_t InterruptedPc(const void* context) {
 void DumpThisThread(const void* context, bool frames) {
   const int fd = g_fd.load(std::memory_order_acquire);
   if (fd < 0) return;
-  Text text;
+  Text<kBufferBytes> text;
   const long tid = syscall(SYS_gettid);
   text.Add("thread ");
   text.Decimal(static_cast<uint64_t>(tid));
   // Its name, from /proc/self/task/TID/comm.
-  Text path;
+  Text<64> path;
   path.Add("/proc/self/task/");
   path.Decimal(static_cast<uint64_t>(tid));
   path.Add("/comm");
   char path_z[64] = {};
-  std::memcpy(path_z, path.data(), path.size() < sizeof(path_z) - 1 ? path.size() : 0);
+  std::memcpy(path_z, path.data(), std::min<size_t>(path.size(), sizeof(path_z) - 1));
   const int comm = open(path_z, O_RDONLY | O_CLOEXEC);
   if (comm >= 0) {
     char name[32];
@@ -152,10 +155,11 @@ void DumpThisThread(const void* context, bool frames) {
   (void)ignored;
 }
 
-// Signals every thread of this process but the helper with the follower signal.
-void SignalOtherThreads() {
+// Signals every thread of this process but the helper with the follower signal; returns how many.
+int SignalOtherThreads() {
   const int dir = open("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir < 0) return;
+  if (dir < 0) return 0;
+  int signalled = 0;
   const long self = g_helper_tid;
   const pid_t pid = getpid();
   alignas(8) char buf[4096];
@@ -176,11 +180,14 @@ void SignalOtherThreads() {
         }
         tid = tid * 10 + (*c - '0');
       }
-      if (number && tid != self) syscall(SYS_tgkill, pid, tid, StackFollowerSignal());
+      if (number && tid != self && syscall(SYS_tgkill, pid, tid, StackFollowerSignal()) == 0) {
+        ++signalled;
+      }
       off += reclen;
     }
   }
   close(dir);
+  return signalled;
 }
 
 // Only wakes the helper: the handler may run on a small alternate signal stack (Python's, when it
@@ -223,7 +230,13 @@ void* HelperMain(void*) {
       kill(getpid(), PythonStackSignal());
       usleep(100000);  // its lines are many small writes: let them end before the threads' own
     }
-    SignalOtherThreads();
+    // How many thread stacks the reader is to wait for.
+    Text<64> marker;
+    marker.Add("signalled ");
+    marker.Decimal(static_cast<uint64_t>(SignalOtherThreads()));
+    marker.Add(" threads\n");
+    ssize_t ignored = write(g_fd.load(), marker.data(), marker.size());
+    (void)ignored;
   }
 }
 
@@ -250,7 +263,8 @@ void EnablePythonStacks() { g_python = true; }
 
 std::string InstallStackDumper(int fd) {
   if (!IsPipe(fd)) return "the stack dump's descriptor is not a pipe";
-  int expected = -1;
+  static std::mutex* const mu = new std::mutex;
+  std::lock_guard<std::mutex> lock(*mu);
   if (g_fd.load() >= 0) return "";
   if (!Default(StackSignal()) || !Default(StackFollowerSignal()) || !Default(PythonStackSignal())) {
     return "the program handles SIGURG, SIGRTMIN+7 or SIGRTMIN+8 itself";
@@ -259,6 +273,8 @@ std::string InstallStackDumper(int fd) {
   void* warm[2];
   backtrace(warm, 2);
   absl::InitializeSymbolizer("/proc/self/exe");
+  // Programs it execs do not inherit the pipe (forked ones keep it, and are never asked).
+  fcntl(fd, F_SETFD, FD_CLOEXEC);
   if (pipe2(g_wake, O_NONBLOCK | O_CLOEXEC) != 0) return "no pipe for the stack dump's helper";
   fcntl(g_wake[0], F_SETFL, 0);  // the helper blocks reading; the handler never blocks writing
   // The helper starts with every signal blocked, so that none meant for the process (the
@@ -269,9 +285,13 @@ std::string InstallStackDumper(int fd) {
   pthread_t helper;
   const int made = pthread_create(&helper, nullptr, HelperMain, nullptr);
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  if (made != 0) return "no thread for the stack dump's helper";
+  if (made != 0) {
+    close(g_wake[0]);
+    close(g_wake[1]);
+    return "no thread for the stack dump's helper";
+  }
   pthread_detach(helper);
-  if (!g_fd.compare_exchange_strong(expected, fd)) return "";
+  g_fd.store(fd);
   struct sigaction sa = {};
   sa.sa_flags = SA_SIGINFO | SA_RESTART;
   sigemptyset(&sa.sa_mask);
@@ -282,7 +302,7 @@ std::string InstallStackDumper(int fd) {
   return "";
 }
 
-bool StackDumperInstalled() { return g_fd.load() >= 0; }
+int StackDumpFd() { return g_fd.load(); }
 
 int StackFdFromEnvironment() {
   const char* text = std::getenv(kStackFdVariable);

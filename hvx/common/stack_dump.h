@@ -11,7 +11,8 @@
 // The signal's handler only wakes a helper thread ("hvx-stacks"), which asks Python's faulthandler
 // for every Python thread's frames (PythonStackSignal, when hvx.torch registered it), then signals
 // every other thread (tgkill, StackFollowerSignal), each of which writes its own stack: one
-// write() per thread, at most PIPE_BUF bytes, so threads' stacks never interleave. Handlers that
+// write() per thread, at most PIPE_BUF bytes, so threads' stacks never interleave; then it writes
+// "signalled N threads", so that the reader knows how many stacks to wait for. Handlers that
 // unwind run on the threads' own stacks, never on an alternate signal stack (Python's is 16 KiB
 // of heap). A round lasts a second; requests in it start no new one. The pipe must be
 // non-blocking: a full pipe loses stacks instead of blocking a thread inside the handler.
@@ -40,8 +41,8 @@ void EnablePythonStacks();
 // Once per process; a second call changes nothing and returns "".
 std::string InstallStackDumper(int fd);
 
-// Whether InstallStackDumper succeeded in this process.
-bool StackDumperInstalled();
+// The pipe InstallStackDumper installed the handlers for, -1 when none.
+int StackDumpFd();
 
 // The write end named by HVX_STACK_FD when it is a pipe this process holds; -1 otherwise.
 int StackFdFromEnvironment();

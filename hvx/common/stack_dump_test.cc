@@ -52,7 +52,9 @@ std::string ReadDump(int fd, int threads, double seconds) {
 TEST(StackDumpTest, EveryThreadWritesItsNamedStackOncePerRound) {
   int p[2];
   ASSERT_EQ(pipe2(p, O_NONBLOCK | O_CLOEXEC), 0);
-  EXPECT_NE(InstallStackDumper(STDIN_FILENO == 0 ? open("/dev/null", O_WRONLY) : -1), "");
+  const int not_a_pipe = open("/dev/null", O_WRONLY | O_CLOEXEC);
+  EXPECT_NE(InstallStackDumper(not_a_pipe), "");
+  close(not_a_pipe);
   ASSERT_EQ(InstallStackDumper(p[1]), "");
   EXPECT_EQ(InstallStackDumper(p[1]), "");  // once
   std::thread waiter([] {
@@ -66,6 +68,9 @@ TEST(StackDumpTest, EveryThreadWritesItsNamedStackOncePerRound) {
   usleep(100000);
   ASSERT_EQ(kill(getpid(), StackSignal()), 0);
   const std::string dump = ReadDump(p[0], 3, 5);
+  // The helper says how many threads it asked: every one but itself.
+  EXPECT_NE(dump.find("signalled 3 threads\n"), std::string::npos) << dump;
+  EXPECT_EQ(StackDumpFd(), p[1]);
   EXPECT_NE(dump.find(" hvx-test-wait\n"), std::string::npos) << dump;
   EXPECT_NE(dump.find(" hvx-test-idle\n"), std::string::npos) << dump;
   const size_t wait_at = dump.find(" hvx-test-wait\n");
@@ -95,6 +100,7 @@ TEST(StackDumpTest, TheVariableMustNameAPipe) {
   const int file = open("/dev/null", O_WRONLY);
   setenv(kStackFdVariable, std::to_string(file).c_str(), 1);
   EXPECT_EQ(StackFdFromEnvironment(), -1);
+  close(file);
   int p[2];
   ASSERT_EQ(pipe(p), 0);
   setenv(kStackFdVariable, std::to_string(p[1]).c_str(), 1);

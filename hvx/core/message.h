@@ -27,7 +27,7 @@
 namespace hvx {
 
 // Raised whenever the encoding below changes.
-inline constexpr int kWireFormatVersion = 6;
+inline constexpr int kWireFormatVersion = 7;
 
 enum class OpType : uint8_t {
   kAllreduce = 0,

@@ -106,6 +106,7 @@ std::string StragglerDetector::Add(const std::vector<WaitSample>& samples, doubl
   }
   const bool waited_for = status_.late_ms[latest] >= 1e3 * options_.min_late_s &&
                           status_.share[latest] >= options_.min_share;
+  since_warned_s_ += window_s;
   if (!waited_for) {
     candidate_ = -1;
     streak_ = 0;
@@ -114,8 +115,10 @@ std::string StragglerDetector::Add(const std::vector<WaitSample>& samples, doubl
   }
   streak_ = latest == candidate_ ? streak_ + 1 : 1;
   candidate_ = latest;
-  since_warned_s_ += window_s;
-  if (streak_ < options_.windows) return "";
+  if (streak_ < options_.windows) {
+    status_.rank = -1;  // not (yet) persistent
+    return "";
+  }
   status_.rank = latest;
   if (warned_ == latest && since_warned_s_ < options_.repeat_s) return "";
   warned_ = latest;

@@ -77,7 +77,8 @@ struct StragglerOptions {
   double min_late_s = 0.0005;
   // Windows in a row before it is named.
   int windows = 3;
-  // A rank named once is named again after this much time, if it still is the one.
+  // The rank named last is named again once this much time has passed since, if it is (again)
+  // the one; another rank is named as soon as it is.
   double repeat_s = 300;
 };
 

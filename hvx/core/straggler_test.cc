@@ -128,6 +128,18 @@ TEST(StragglerDetectorTest, NamesTheSameRankAgainAfterRepeatTime) {
   for (int i = 0; i < 15; ++i) warnings += !d.Add(Window(3, 0, 0.004), 0.2).empty();
   // At the third window, then once 1 s (5 windows) has passed since: windows 3, 8 and 13.
   EXPECT_EQ(warnings, 3);
+  // It recovers for a long while, then lags again: named again at once (the time counts in
+  // every window, not only in late ones).
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(d.Add(Window(3, -1, 0), 0.2), "");
+  std::string again;
+  for (int i = 0; i < 3; ++i) again = d.Add(Window(3, 0, 0.004), 0.2);
+  EXPECT_NE(again, "");
+  // Another rank lags: the status names nobody until it has lagged long enough, then it.
+  EXPECT_EQ(d.Add(Window(3, 2, 0.004), 0.2), "");
+  EXPECT_EQ(d.status().rank, -1);
+  d.Add(Window(3, 2, 0.004), 0.2);
+  EXPECT_NE(d.Add(Window(3, 2, 0.004), 0.2), "");
+  EXPECT_EQ(d.status().rank, 2);
 }
 
 }  // namespace

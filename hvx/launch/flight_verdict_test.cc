@@ -129,17 +129,16 @@ TEST(FlightVerdict, ARankInItsOwnCodeHasNothingPending) {
                       "  #1 0x30 main"};
   flights[3].stack_why = "idle";
   const Verdict with_stack = JudgeFlights(FourRanks(), flights);
-  const std::vector<std::string> shown = {
-      "rank 3 Python stack (most recent call first):",
-      "rank 3   File \"train.py\", line 8 in read_batch",
-      "rank 3   File \"train.py\", line 14 in <module>",
-      "rank 3 native stack of its thread 40 python3 (main):",
-      "rank 3   #0 0x20 _PyEval_EvalFrameDefault",
-      "rank 3   #1 0x30 main"};
+  const std::vector<std::string> shown = {"rank 3 Python stack (most recent call first):",
+                                          "rank 3   File \"train.py\", line 8 in read_batch",
+                                          "rank 3   File \"train.py\", line 14 in <module>",
+                                          "rank 3 native stack of its thread 40 python3 (main):",
+                                          "rank 3   #0 0x20 _PyEval_EvalFrameDefault",
+                                          "rank 3   #1 0x30 main"};
   ASSERT_GE(with_stack.details.size(), shown.size());
-  EXPECT_EQ(std::vector<std::string>(with_stack.details.end() - shown.size(),
-                                     with_stack.details.end()),
-            shown);
+  EXPECT_EQ(
+      std::vector<std::string>(with_stack.details.end() - shown.size(), with_stack.details.end()),
+      shown);
   const std::string json = FlightJson(FourRanks(), flights, with_stack);
   EXPECT_THAT(json, HasSubstr("\"stack_taken\":\"idle\",\"stack\":[\"thread 41 python3\","));
   EXPECT_THAT(json, HasSubstr("\"  File \\\"loader.py\\\", line 3 in worker\""));

@@ -80,9 +80,9 @@ struct ControlRecord {
   std::string wchan;
   std::string why;
   int64_t now_ns = 0;
-  int64_t events = 0;       // kFlight: how many kFlightEvent records follow
-  int64_t stack_lines = 0;  // kFlight: how many kFlightStack records follow the events
-  FlightEvent event;        // kFlightEvent
+  int64_t events = 0;  // kFlight: how many kFlightEvent records follow
+  bool first = false;  // kFlightStack: the first line of a set (`why` says why it was taken)
+  FlightEvent event;   // kFlightEvent
 };
 
 // Parses the text after kControlMagic (without the newline).

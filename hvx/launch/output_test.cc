@@ -142,7 +142,7 @@ TEST(ControlRecordTest, FlightRecordsCarryTheRingThrough) {
                          record.size() - std::string(kControlMagic).size() - 1);
   };
   auto h = ParseControlRecord(
-      body(FormatFlightRecord(3, "h2", "T", "do_signal_stop", 123456789, 2, "stop", 7)));
+      body(FormatFlightRecord(3, "h2", "T", "do_signal_stop", 123456789, 2, "stop")));
   ASSERT_TRUE(h.has_value());
   EXPECT_EQ(h->kind, ControlRecord::Kind::kFlight);
   EXPECT_EQ(h->rank, 3);
@@ -151,13 +151,19 @@ TEST(ControlRecordTest, FlightRecordsCarryTheRingThrough) {
   EXPECT_EQ(h->wchan, "do_signal_stop");
   EXPECT_EQ(h->now_ns, 123456789);
   EXPECT_EQ(h->events, 2);
-  EXPECT_EQ(h->stack_lines, 7);
   EXPECT_EQ(h->why, "stop");
+  auto first =
+      ParseControlRecord(body(FormatFlightStackRecord(3, "thread 7 a msg=b", true, "idle")));
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(first->kind, ControlRecord::Kind::kFlightStack);
+  EXPECT_TRUE(first->first);
+  EXPECT_EQ(first->why, "idle");
+  EXPECT_EQ(first->message, "thread 7 a msg=b");
   auto line = ParseControlRecord(
       body(FormatFlightStackRecord(3, "  #2 0x55d1 hvx::Engine::Run(int)\x01\n")));
   ASSERT_TRUE(line.has_value());
-  EXPECT_EQ(line->kind, ControlRecord::Kind::kFlightStack);
   EXPECT_EQ(line->rank, 3);
+  EXPECT_FALSE(line->first);
   EXPECT_EQ(line->message, "  #2 0x55d1 hvx::Engine::Run(int)??");
   auto empty = ParseControlRecord(body(FormatFlightRecord(3, "h2", "", "", 1, 0, "stale")));
   ASSERT_TRUE(empty.has_value());

@@ -1,5 +1,6 @@
 #include "hvx/launch/rank_wrapper.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/mman.h>
@@ -434,14 +435,17 @@ class FlightDump {
     if (m == MAP_FAILED) return Close();
     memory_ = m;
     setenv(kFlightFdVariable, std::to_string(fd_).c_str(), 1);
-    // The stacks' pipe, non-blocking at both ends: a full pipe loses stacks rather than holding a
-    // thread of the program inside its signal handler. The program inherits the write end.
-    if (pipe2(stack_pipe_, O_NONBLOCK | O_CLOEXEC) == 0) {
-      fcntl(stack_pipe_[0], F_SETPIPE_SZ, 1 << 20);
-      fcntl(stack_pipe_[1], F_SETFD, 0);
-      setenv(kStackFdVariable, std::to_string(stack_pipe_[1]).c_str(), 1);
-    } else {
-      stack_pipe_[0] = stack_pipe_[1] = -1;
+    // The stacks' pipe (unless HVX_FLIGHT_STACKS=0), non-blocking at both ends: a full pipe
+    // loses stacks rather than holding a thread of the program inside its signal handler. The
+    // program inherits the write end.
+    if (!Off(getenv("HVX_FLIGHT_STACKS"))) {
+      if (pipe2(stack_pipe_, O_NONBLOCK | O_CLOEXEC) == 0) {
+        fcntl(stack_pipe_[0], F_SETPIPE_SZ, 256 << 10);
+        fcntl(stack_pipe_[1], F_SETFD, 0);
+        setenv(kStackFdVariable, std::to_string(stack_pipe_[1]).c_str(), 1);
+      } else {
+        stack_pipe_[0] = stack_pipe_[1] = -1;
+      }
     }
     g_flight_on = 1;
     // The collective timeout the program runs with (hvx's default when unset or unreadable).
@@ -458,6 +462,10 @@ class FlightDump {
     const double idle_s =
         std::min(kMaxIdleS, std::max(0.5, timeout_s - std::max(1.0, timeout_s / 4)));
     idle_ns_ = static_cast<int64_t>(idle_s * 1e9);
+    // The stacks only when a hang is likely, three quarters into the timeout: asking interrupts
+    // every thread's system calls (a sleep returns early), which a healthy program's quiet spell
+    // (an evaluation, a checkpoint) should not see every 30 s.
+    stack_idle_ns_ = std::max(idle_ns_, static_cast<int64_t>(timeout_s * 0.75e9));
   }
 
   // Called as the relay's loop turns (at least every kTickMs). When no op of the program has
@@ -472,22 +480,30 @@ class FlightDump {
     if (current_ && last != sent_last_) {
       output.WriteRecord(FormatFlightRecord(rank_, host_, "", "", FlightNowNs(), 0, "stale"));
       current_ = false;
+      stacks_sent_ = false;
     }
     if (!current_ && last != 0 && last != sent_last_ && FlightNowNs() - last >= idle_ns_) {
       Send(output, child, "idle");
     }
+    if (current_ && !stacks_sent_ && last == sent_last_ && FlightNowNs() - last >= stack_idle_ns_) {
+      SendStacks(output, child, "idle", kStackWaitMs);
+    }
   }
 
-  // Sends the ring: the process state of `child` (0: it has ended), then its events. "idle" at
-  // most once per quiet spell; "stop" and "exit" whenever asked.
+  // Sends the ring: the process state of `child` (0: it has ended), then its events, then ("stop"
+  // of a program still running) its threads' stacks. "idle" at most once per quiet spell; "stop"
+  // and "exit" whenever asked.
   void Send(OutputRelay& output, pid_t child, const char* why);
+  // Asks `child` for every thread's stack (stack_dump.h), waiting at most `wait_ms`, and sends
+  // the lines after the ring's events; nothing when it is not running or has no hvx handler.
+  void SendStacks(OutputRelay& output, pid_t child, const char* why, int wait_ms);
 
   static constexpr int kTickMs = 250;
   static constexpr double kMaxIdleS = 30;
-  // How long a dump waits for the program's threads' stacks, and how long a quiet pipe means
-  // they have all come.
+  // How long the wrapper waits for the program's threads' stacks: while the job looks stuck, and
+  // while it is being stopped (hydra's stop may cut the output short).
   static constexpr int kStackWaitMs = 1000;
-  static constexpr int kStackQuietMs = 150;
+  static constexpr int kStackStopWaitMs = 300;
 
   // HVX_FLIGHT_RECORDER's "off" as hvx's knobs spell it (0, false, no, off, any case).
   static bool Off(const char* value) {
@@ -506,15 +522,17 @@ class FlightDump {
 
   const int rank_;
   const std::string host_;
-  // The lines of every thread's stack of `child` (proc: its state letter), asked for with
-  // kStackSignal when it is running and handles the signal; none otherwise.
-  std::vector<std::string> Stacks(pid_t child, const std::string& proc);
+  // The lines of every thread's stack of `child`, asked for with kStackSignal, within `wait_ms`.
+  std::vector<std::string> Stacks(pid_t child, int wait_ms);
 
   int fd_ = -1;
   int stack_pipe_[2] = {-1, -1};
   void* memory_ = nullptr;
   int64_t idle_ns_ = 0;
-  bool current_ = false;   // hvxrun has the ring as it is now
+  int64_t stack_idle_ns_ = 0;
+  bool stacks_sent_ = false;     // in this quiet spell
+  int64_t stacks_asked_ns_ = 0;  // when the program was last asked for them
+  bool current_ = false;         // hvxrun has the ring as it is now
   bool final_ = false;     // a "stop" or "exit" dump went: the job is ending, no more idle ones
   int64_t sent_last_ = 0;  // FlightRingLastProgress at the last send
 };
@@ -532,60 +550,129 @@ std::string ProcFile(pid_t pid, const char* file) {
   return text.substr(0, text.find('\n'));
 }
 
-// Whether `pid` has a handler for `sig` (/proc/<pid>/status's SigCgt mask).
-bool CatchesSignal(pid_t pid, int sig) {
-  const std::string path = "/proc/" + std::to_string(pid) + "/status";
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  char buf[8192];
-  const ssize_t n = read(fd, buf, sizeof(buf) - 1);
-  close(fd);
-  if (n <= 0) return false;
-  const std::string text(buf, static_cast<size_t>(n));
-  const size_t at = text.find("SigCgt:");
-  if (at == std::string::npos) return false;
-  const unsigned long long mask = std::strtoull(text.c_str() + at + 7, nullptr, 16);
-  return (mask >> (sig - 1)) & 1;
+// Whether `pid` runs hvx's stack dumper: its helper thread ("hvx-stacks", stack_dump.cc) is one
+// of its threads. A program that handles SIGURG for its own reasons is not asked.
+bool HasStackHelper(pid_t pid) {
+  const std::string task = "/proc/" + std::to_string(pid) + "/task";
+  DIR* dir = opendir(task.c_str());
+  if (dir == nullptr) return false;
+  bool found = false;
+  while (dirent* entry = readdir(dir)) {
+    if (entry->d_name[0] < '0' || entry->d_name[0] > '9') continue;
+    const std::string comm = task + "/" + entry->d_name + "/comm";
+    const int fd = open(comm.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    char name[32];
+    const ssize_t n = read(fd, name, sizeof(name));
+    close(fd);
+    if (n >= 10 && std::string_view(name, 10) == "hvx-stacks") {
+      found = true;
+      break;
+    }
+  }
+  closedir(dir);
+  return found;
 }
 
-std::vector<std::string> FlightDump::Stacks(pid_t child, const std::string& proc) {
-  std::vector<std::string> lines;
-  if (stack_pipe_[0] < 0 || child <= 0 || proc == "T" || proc == "t" || proc == "Z" ||
-      proc == "X" || !CatchesSignal(child, kStackSignal)) {
-    return lines;
+// The threads the program's helper said it signalled ("signalled N threads"), -1 before it said.
+int SignalledThreads(const std::string& text) {
+  const size_t at = text.find("signalled ");
+  if (at == std::string::npos || (at != 0 && text[at - 1] != '\n')) return -1;
+  const size_t end = text.find('\n', at);
+  if (end == std::string::npos) return -1;
+  return std::atoi(text.c_str() + at + 10);
+}
+
+// Lines that begin a native thread's stack ("thread TID NAME").
+int ThreadHeaders(const std::string& text) {
+  int n = 0;
+  for (size_t at = 0; at < text.size();) {
+    if (text.compare(at, 7, "thread ") == 0) ++n;
+    const size_t next = text.find('\n', at);
+    if (next == std::string::npos) break;
+    at = next + 1;
   }
+  return n;
+}
+
+std::vector<std::string> FlightDump::Stacks(pid_t child, int wait_ms) {
+  std::vector<std::string> lines;
   char buf[65536];
   while (read(stack_pipe_[0], buf, sizeof(buf)) > 0) {  // what an earlier round left
   }
+  stacks_asked_ns_ = FlightNowNs();
   if (kill(child, kStackSignal) != 0) return lines;
   std::string text;
   const int64_t start = FlightNowNs();
-  int64_t last_data = 0;
   for (;;) {
-    const int64_t now = FlightNowNs();
-    const int64_t left_ms = kStackWaitMs - (now - start) / 1000000;
+    const int signalled = SignalledThreads(text);
+    if (signalled >= 0 && ThreadHeaders(text) >= signalled) break;
+    const int64_t left_ms = wait_ms - (FlightNowNs() - start) / 1000000;
     if (left_ms <= 0) break;
-    if (last_data != 0 && (now - last_data) / 1000000 >= kStackQuietMs) break;
     pollfd p = {stack_pipe_[0], POLLIN, 0};
-    const int wait_ms = static_cast<int>(last_data == 0 ? left_ms : std::min<int64_t>(left_ms, 20));
-    if (poll(&p, 1, wait_ms) < 0 && errno != EINTR) break;
+    if (poll(&p, 1, static_cast<int>(left_ms)) < 0 && errno != EINTR) break;
     ssize_t n;
-    while ((n = read(stack_pipe_[0], buf, sizeof(buf))) > 0) {
+    while ((n = read(stack_pipe_[0], buf, sizeof(buf))) > 0)
       text.append(buf, static_cast<size_t>(n));
-      last_data = FlightNowNs();
-    }
   }
-  // The main thread's header says so: its thread id is the process's.
-  const std::string main_thread = "thread " + std::to_string(child) + " ";
+  // Blocks: Python's (faulthandler's "Thread 0x..." / "Current thread 0x...") and each native
+  // thread's ("thread TID NAME"); the main thread's is marked. Past kMaxFlightStackLines, the
+  // last Python block (Python lists its oldest thread, the main one, last) and the main thread's
+  // native block are kept before the others.
+  const std::string main_thread = "thread " + std::to_string(child);
+  std::vector<std::vector<std::string>> blocks;
+  int last_python = -1, main_native = -1;
   size_t from = 0;
-  while (from < text.size() && lines.size() < kMaxFlightStackLines) {
+  while (from < text.size()) {
     size_t end = text.find('\n', from);
     if (end == std::string::npos) end = text.size();
-    if (end > from) lines.push_back(text.substr(from, std::min<size_t>(end - from, 400)));
-    if (lines.back().rfind(main_thread, 0) == 0) lines.back() += " (main)";
+    std::string line = text.substr(from, std::min<size_t>(end - from, 400));
     from = end + 1;
+    if (line.empty() || line.rfind("signalled ", 0) == 0) continue;
+    const bool python = line.rfind("Thread 0x", 0) == 0 || line.rfind("Current thread 0x", 0) == 0;
+    const bool native = line.rfind("thread ", 0) == 0;
+    if (native && line.compare(0, main_thread.size(), main_thread) == 0 &&
+        (line.size() == main_thread.size() || line[main_thread.size()] == ' ')) {
+      line += " (main)";
+      main_native = static_cast<int>(blocks.size());
+    }
+    if (python) last_python = static_cast<int>(blocks.size());
+    if (python || native || blocks.empty()) blocks.emplace_back();
+    blocks.back().push_back(std::move(line));
+  }
+  std::vector<bool> keep(blocks.size(), false);
+  size_t kept = 0;
+  auto take = [&](int b) {
+    if (b < 0 || keep[b] || kept + blocks[b].size() > kMaxFlightStackLines) return;
+    keep[b] = true;
+    kept += blocks[b].size();
+  };
+  take(last_python);
+  take(main_native);
+  for (size_t b = 0; b < blocks.size(); ++b) take(static_cast<int>(b));
+  for (size_t b = 0; b < blocks.size(); ++b) {
+    if (keep[b]) lines.insert(lines.end(), blocks[b].begin(), blocks[b].end());
   }
   return lines;
+}
+
+void FlightDump::SendStacks(OutputRelay& output, pid_t child, const char* why, int wait_ms) {
+  stacks_sent_ = true;
+  if (stack_pipe_[0] < 0 || child <= 0) return;
+  // A round of the program's lasts a second: one asked within it would not answer.
+  if (stacks_asked_ns_ != 0 && FlightNowNs() - stacks_asked_ns_ < 1100000000) return;
+  const std::string state = ProcFile(child, "stat");
+  const size_t close_paren = state.rfind(')');
+  const char letter = close_paren != std::string::npos && close_paren + 2 < state.size()
+                          ? state[close_paren + 2]
+                          : '?';
+  if (letter == 'T' || letter == 't' || letter == 'Z' || letter == 'X' || !HasStackHelper(child)) {
+    return;
+  }
+  const std::vector<std::string> lines = Stacks(child, wait_ms);
+  for (size_t i = 0; i < lines.size(); ++i) {
+    output.WriteRecord(FormatFlightStackRecord(rank_, lines[i], i == 0, why));
+  }
 }
 
 void FlightDump::Send(OutputRelay& output, pid_t child, const char* why) {
@@ -606,13 +693,12 @@ void FlightDump::Send(OutputRelay& output, pid_t child, const char* why) {
   }
   const std::vector<FlightEvent> events =
       SelectForDump(ReadFlightRing(memory_, FlightRingBytes()), kDumpedUnfinished, kDumpedFinished);
-  const std::vector<std::string> stacks = Stacks(child, proc);
-  output.WriteRecord(FormatFlightRecord(rank_, host_, proc, wchan, FlightNowNs(), events.size(),
-                                        why, stacks.size()));
+  output.WriteRecord(
+      FormatFlightRecord(rank_, host_, proc, wchan, FlightNowNs(), events.size(), why));
   for (const FlightEvent& e : events) {
     output.WriteRecord(FormatFlightEventRecord(rank_, EncodeFlightEvent(e)));
   }
-  for (const std::string& line : stacks) output.WriteRecord(FormatFlightStackRecord(rank_, line));
+  if (strcmp(why, "stop") == 0) SendStacks(output, child, why, kStackStopWaitMs);
 }
 
 // Relays the program's output (and its PMI connection, with `pmi`) until `child` ends; returns

@@ -46,20 +46,20 @@ std::string Word(const std::string& text) {
 
 std::string FormatFlightRecord(int rank, const std::string& host, const std::string& proc,
                                const std::string& wchan, long long now_ns, size_t events,
-                               const std::string& why, size_t stack_lines) {
+                               const std::string& why) {
   return std::string(kControlMagic) + "flight rank=" + std::to_string(rank) + " host=" + host +
          " proc=" + Word(proc) + " wchan=" + Word(wchan) + " now=" + std::to_string(now_ns) +
-         " events=" + std::to_string(events) + " stack=" + std::to_string(stack_lines) +
-         " why=" + Word(why) + "\n";
+         " events=" + std::to_string(events) + " why=" + Word(why) + "\n";
 }
 
-std::string FormatFlightStackRecord(int rank, const std::string& line) {
+std::string FormatFlightStackRecord(int rank, const std::string& line, bool first,
+                                    const std::string& why) {
   std::string text = line;
   for (char& c : text) {
     if (c < ' ' || c > '~') c = '?';
   }
-  return std::string(kControlMagic) + "flightstack rank=" + std::to_string(rank) + " msg=" + text +
-         "\n";
+  return std::string(kControlMagic) + "flightstack rank=" + std::to_string(rank) +
+         (first ? " first=1 why=" + Word(why) : "") + " msg=" + text + "\n";
 }
 
 std::string FormatFlightEventRecord(int rank, const std::string& encoded_event) {

@@ -37,16 +37,18 @@ std::string FormatErrorRecord(int rank, const std::string& host, const std::stri
 // The flight recorder's dump (flight_ring.h): a header naming the rank's process state (`proc`:
 // /proc's state letter, R S D T Z, or "exited"), the kernel function its main thread waits in
 // (`wchan`, "" when running or unknown), the wrapper's monotonic clock in ns and why it dumped
-// ("exit": the program failed, "stop": hydra is stopping the job), then one record per event,
-// then one per line of the program's threads' stacks (stack_dump.h), `stack_lines` of them.
+// ("exit": the program failed, "stop": hydra is stopping the job), then one record per event.
 std::string FormatFlightRecord(int rank, const std::string& host, const std::string& proc,
                                const std::string& wchan, long long now_ns, size_t events,
-                               const std::string& why, size_t stack_lines = 0);
+                               const std::string& why);
 std::string FormatFlightEventRecord(int rank, const std::string& encoded_event);
 // The most stack lines one dump sends.
 inline constexpr size_t kMaxFlightStackLines = 2000;
-// One line of the stacks; bytes that are not printable ASCII become '?'.
-std::string FormatFlightStackRecord(int rank, const std::string& line);
+// One line of the program's threads' stacks (stack_dump.h), sent after a dump's events: the
+// first line of a set says so and why they were taken ("idle": the job looked stuck, "stop");
+// bytes that are not printable ASCII become '?'.
+std::string FormatFlightStackRecord(int rank, const std::string& line, bool first = false,
+                                    const std::string& why = "");
 
 // A program's output as the wrapper passes it on: every \x01 (the byte that begins hydra's rank
 // marker and kControlMagic) becomes the four characters "\x01", so that nothing a rank prints can

@@ -148,13 +148,13 @@ class Supervisor {
   void CommitFlight(int rank) {
     auto it = incoming_flights_.find(rank);
     if (it == incoming_flights_.end() ||
-        static_cast<int64_t>(it->second.events.size()) < expected_events_[rank] ||
-        static_cast<int64_t>(it->second.stack.size()) < expected_stack_[rank]) {
+        static_cast<int64_t>(it->second.events.size()) < expected_events_[rank]) {
       return;
     }
-    // A dump of a program that has ended (or is stopped) has no stacks: the last live ones stay.
+    // Stacks come after a dump's events, when the program was asked for them: the last ones stay
+    // until new ones come.
     auto last = flights_.find(rank);
-    if (it->second.stack.empty() && last != flights_.end()) {
+    if (last != flights_.end()) {
       it->second.stack = std::move(last->second.stack);
       it->second.stack_why = last->second.stack_why;
     }
@@ -165,7 +165,6 @@ class Supervisor {
   std::map<int, RankFlight> flights_;  // the flight recorders the wrappers sent
   std::map<int, RankFlight> incoming_flights_;
   std::map<int, int64_t> expected_events_;
-  std::map<int, int64_t> expected_stack_;  // stack lines after the events
   // What the last "idle" dump of each rank read of its process (state, wchan): read while the
   // job ran, unlike the dumps at its end.
   std::map<int, std::pair<std::string, std::string>> idle_proc_;
@@ -273,10 +272,8 @@ void Supervisor::OnControl(const ControlRecord& r) {
       f.wchan = r.wchan;
       f.why = r.why;
       f.now_ns = r.now_ns;
-      if (r.stack_lines > 0) f.stack_why = r.why;
       f.received = Clock::now();
       expected_events_[r.rank] = std::min<int64_t>(r.events, kFlightSlots);
-      expected_stack_[r.rank] = std::min<int64_t>(r.stack_lines, kMaxFlightStackLines);
       if (r.why == "idle") {
         idle_proc_[r.rank] = {r.proc, r.wchan};
       }
@@ -291,13 +288,16 @@ void Supervisor::OnControl(const ControlRecord& r) {
       break;
     }
     case ControlRecord::Kind::kFlightStack: {
-      auto it = incoming_flights_.find(r.rank);
-      if (it == incoming_flights_.end() ||
-          static_cast<int64_t>(it->second.stack.size()) >= expected_stack_[r.rank]) {
-        break;
+      // To the rank's last committed dump (its events came first); a set hydra's stop cut short
+      // is kept as far as it came.
+      auto it = flights_.find(r.rank);
+      if (it == flights_.end()) break;
+      RankFlight& f = it->second;
+      if (r.first) {
+        f.stack.clear();
+        f.stack_why = r.why;
       }
-      it->second.stack.push_back(r.message);
-      CommitFlight(r.rank);
+      if (f.stack.size() < kMaxFlightStackLines) f.stack.push_back(r.message);
       break;
     }
     case ControlRecord::Kind::kError:

@@ -340,7 +340,7 @@ void DefineModule(py::module_& m) {
     return d;
   });
 
-  m.def("stack_dumper_installed", &StackDumperInstalled);
+  m.def("stack_dump_fd", &StackDumpFd);
   m.def("python_stack_signal", &PythonStackSignal);
   m.def("enable_python_stacks", &EnablePythonStacks);
 

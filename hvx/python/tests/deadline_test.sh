@@ -19,7 +19,8 @@ grep -q 'Some tensors were submitted by only some ranks' out.txt && grep -q '  1
 echo "ok: every wait ended within the timeout, and the stall inspector warned"
 
 # A rank stuck in its own Python code (a data loader that never returns): hvxrun's verdict names
-# it and shows where, from the Python frames its wrapper asked for while the job hung.
+# it and shows where, from the Python frames and the main thread's native ones that its wrapper
+# asked for while the job hung.
 cat >stuck.py <<'PY'
 import torch
 import hvx.torch as hvd
@@ -42,7 +43,9 @@ rc=$?
 grep -E "^hvxrun: verdict: rank 1 \(host [^,]+, local rank 1\) did not submit allreduce 'step\.1' .*in its own code" stuck.txt &&
     grep -q '^hvxrun:   rank 1 Python stack (most recent call first):$' stuck.txt &&
     grep -E "^hvxrun:   rank 1   File \".*/stuck\.py\", line [78] in read_batch$" stuck.txt &&
-    grep -E "^hvxrun:   rank 1   File \".*/stuck\.py\", line 14 in <module>$" stuck.txt
+    grep -E "^hvxrun:   rank 1   File \".*/stuck\.py\", line 14 in <module>$" stuck.txt &&
+    grep -A1 -E '^hvxrun:   rank 1 native stack of its thread [0-9]+ \S+ \(main\):$' stuck.txt |
+    grep -qE '^hvxrun:   rank 1   #0 0x[0-9a-f]+ '
 found=$?
 [[ $rc != 0 && $found == 0 ]] || { cat stuck.txt; echo "FAIL: rc $rc; no verdict with rank 1's Python frames"; exit 1; }
 echo "ok: the verdict shows where rank 1's Python code was stuck"

@@ -19,7 +19,6 @@ import collections
 import faulthandler
 import io
 import itertools
-import os
 import pickle
 import threading
 
@@ -119,10 +118,10 @@ def _register_python_stacks():
     """Under hvxrun, when the wrapper asks for this rank's stacks (hvx/common/stack_dump.h), every
     Python thread's frames go to its pipe first (faulthandler, on the signal hvx's helper thread
     sends for them), then each thread's native stack."""
-    if not _C.stack_dumper_installed():
+    fd = _C.stack_dump_fd()
+    if fd < 0:
         return
-    faulthandler.register(_C.python_stack_signal(), file=int(os.environ["HVX_STACK_FD"]),
-                          all_threads=True, chain=False)
+    faulthandler.register(_C.python_stack_signal(), file=fd, all_threads=True, chain=False)
     _C.enable_python_stacks()
 
 
