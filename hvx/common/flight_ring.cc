@@ -14,7 +14,7 @@ namespace {
 
 constexpr char kMagic[8] = {'H', 'V', 'X', 'F', 'L', 'T', '1', '\0'};
 constexpr int kReadTries = 8;
-constexpr int kFields = 16;
+constexpr int kFields = 17;
 // Yields while another writer holds a slot, up to this many times.
 constexpr int kSpinsBeforeTakeOver = 100000;
 
@@ -51,6 +51,7 @@ FlightEvent EventOf(const FlightSlot& s, bool torn) {
   e.name = TextOf(s.name);
   e.plane = TextOf(s.plane);
   e.error = TextOf(s.error);
+  e.caller = TextOf(s.caller);
   e.torn = torn;
   return e;
 }
@@ -188,6 +189,7 @@ FlightRing::Ticket FlightRing::Submitted(const Op& op) {
   CopyText(s.op, op.op);
   CopyText(s.dtype, op.dtype);
   CopyText(s.name, op.name);
+  CopyText(s.caller, op.caller);
   s.plane[0] = '\0';
   s.error[0] = '\0';
   Unlock(s);
@@ -311,6 +313,8 @@ std::string EncodeFlightEvent(const FlightEvent& e) {
     out.push_back(',');
   }
   AppendHex(&out, e.error);
+  out.push_back(',');
+  AppendHex(&out, e.caller);
   return out;
 }
 
@@ -345,8 +349,8 @@ bool DecodeFlightEvent(std::string_view hex, FlightEvent* event) {
   e.data_plane_ns = n[8];
   e.done_ns = n[9];
   e.torn = n[10] != 0;
-  std::string* texts[] = {&e.op, &e.dtype, &e.name, &e.plane, &e.error};
-  for (int i = 0; i < 5; ++i) {
+  std::string* texts[] = {&e.op, &e.dtype, &e.name, &e.plane, &e.error, &e.caller};
+  for (int i = 0; i < 6; ++i) {
     if (!FromHex(fields[11 + i], texts[i])) return false;
   }
   *event = std::move(e);

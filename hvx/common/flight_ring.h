@@ -70,6 +70,7 @@ struct FlightSlot {
   char name[96];
   char plane[32];
   char error[160];
+  char caller[64];  // where the program submitted it ("train.py:42"), "" when not said
 };
 
 struct FlightHeader {
@@ -103,6 +104,7 @@ struct FlightEvent {
   std::string name;
   std::string plane;
   std::string error;
+  std::string caller;
   bool torn = false;  // its writer never finished writing it (frozen or killed mid-write)
 };
 
@@ -125,6 +127,7 @@ class FlightRing {
     int64_t bytes;
     std::string_view name;
     int64_t now_ns;
+    std::string_view caller = {};
   };
   // Where an op went: its slot and its id, unique among every writer the ring has had (a second
   // engine in the process, or a program the first started, numbers on).

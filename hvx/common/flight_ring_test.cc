@@ -171,6 +171,7 @@ TEST(FlightRing, EventsGoThroughTheirEncodingUnchanged) {
   e.name = "grad with spaces,\x01 and commas\n";
   e.plane = "NCCL_ALLGATHER";
   e.error = "";
+  e.caller = "models/train.py:42";
   e.torn = true;
   const std::string word = EncodeFlightEvent(e);
   EXPECT_EQ(word.find_first_of(" \n\x01"), std::string::npos);
@@ -178,12 +179,14 @@ TEST(FlightRing, EventsGoThroughTheirEncodingUnchanged) {
   ASSERT_TRUE(DecodeFlightEvent(word, &back));
   EXPECT_EQ(EncodeFlightEvent(back), word);
   EXPECT_EQ(back.name, e.name);
+  EXPECT_EQ(back.caller, e.caller);
   EXPECT_TRUE(back.torn);
-  for (const char* bad : {"", "1,2,3", "9,1,1,0,0,1,1,1,1,1,0,,,,,", "1,1,1,0,0,1,1,1,1,1,0,zz,,,,",
-                          "1,1,1,0,0,1,1,1,1,1,0,,,,,,", "1,0,1,0,0,1,1,1,1,1,0,,,,,"}) {
+  for (const char* bad : {"", "1,2,3", "9,1,1,0,0,1,1,1,1,1,0,,,,,,",
+                          "1,1,1,0,0,1,1,1,1,1,0,zz,,,,,", "1,1,1,0,0,1,1,1,1,1,0,,,,,,,",
+                          "1,0,1,0,0,1,1,1,1,1,0,,,,,,", "1,1,1,0,0,1,1,1,1,1,0,,,,,"}) {
     EXPECT_FALSE(DecodeFlightEvent(bad, &back)) << bad;
   }
-  EXPECT_TRUE(DecodeFlightEvent("1,1,1,0,0,1,1,1,1,1,0,,,,,", &back));
+  EXPECT_TRUE(DecodeFlightEvent("1,1,1,0,0,1,1,1,1,1,0,,,,,,", &back));
 }
 
 TEST(FlightRing, ADumpKeepsTheOldestAndNewestUnfinishedOpsAndTheLastFinishedOnes) {

@@ -204,6 +204,15 @@ std::string Host() {
   return e ? e->topology().host : std::string();
 }
 
+namespace internal {
+std::string& ThreadCaller() {
+  thread_local std::string caller;
+  return caller;
+}
+}  // namespace internal
+
+void SetCallerForThisThread(std::string caller) { internal::ThreadCaller() = std::move(caller); }
+
 StragglerStatus Stragglers() {
   Engine* e = Live();
   return e ? e->Stragglers() : StragglerStatus{};

@@ -181,6 +181,11 @@ bool IsHomogeneous();  // every host runs the same number of processes
 // name#3, ... for a further host of one name (two hostNetwork pods of one node). "" before Init.
 std::string Host();
 
+// Where the collectives this thread submits from now on come from, as a frontend knows it
+// ("train.py:42"): the flight recorder keeps it with each op, and hvxrun's verdict shows it. ""
+// forgets it. hvx.torch sets it around each op to its caller's Python file and line.
+void SetCallerForThisThread(std::string caller);
+
 // What straggler detection concluded so far (InitOptions::straggler_check_s), the same on every
 // rank: the rank the others keep waiting for (-1: none), each rank's lateness in the last window
 // and the last warning. Empty before Init.

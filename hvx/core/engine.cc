@@ -614,6 +614,7 @@ Handle Engine::Submit(int set_id, std::vector<Entry> entries,
             record.bytes = bytes;
             record.name = e.request.name;
             record.now_ns = absl::ToUnixNanos(e.submitted);
+            record.caller = internal::ThreadCaller();
             const FlightRing::Ticket ticket = flight_.Submitted(record);
             e.flight_slot = ticket.slot;
             e.flight_id = ticket.id;

@@ -41,6 +41,9 @@
 namespace hvx {
 namespace internal {
 
+// This thread's caller for the ops it submits (SetCallerForThisThread).
+std::string& ThreadCaller();
+
 // The shared state behind a Handle.
 struct OpState {
   uint64_t id = 0;

@@ -201,7 +201,10 @@ TEST(EngineTest, TheFlightRecorderKeepsEachRanksOpsAndTheirStates) {
                       TensorRef t(DataType::kFloat32, {1024}, x.data());
                       ASSERT_TRUE(Wait(e.Allreduce("grad.a", t, t, {})).ok());
                       if (rank == 0) {
-                        const absl::Status s = Wait(e.Allreduce("grad.b", t, t, {}));
+                        SetCallerForThisThread("train.py:7");  // as hvx.torch says it
+                        const Handle h = e.Allreduce("grad.b", t, t, {});
+                        SetCallerForThisThread("");
+                        const absl::Status s = Wait(h);
                         EXPECT_TRUE(absl::IsDeadlineExceeded(s)) << s;
                       } else {
                         absl::SleepFor(absl::Seconds(2));
@@ -226,6 +229,8 @@ TEST(EngineTest, TheFlightRecorderKeepsEachRanksOpsAndTheirStates) {
   }
   const FlightEvent& b = r0[1];
   EXPECT_EQ(b.name, "grad.b");
+  EXPECT_EQ(b.caller, "train.py:7");
+  EXPECT_EQ(r0[0].caller, "");
   EXPECT_EQ(b.seq, 2u);
   EXPECT_EQ(b.state, FlightState::kFailed);
   EXPECT_EQ(b.code, static_cast<int>(absl::StatusCode::kDeadlineExceeded));

@@ -69,7 +69,8 @@ std::string RankList(const std::vector<int>& ranks) {
 std::string OpName(const FlightEvent& e) {
   std::string op = e.op;
   std::transform(op.begin(), op.end(), op.begin(), [](char c) { return std::tolower(c); });
-  return absl::StrCat(op, " '", e.name, "' (set ", e.set_id, ", seq ", e.seq, ")");
+  return absl::StrCat(op, " '", e.name, "' (set ", e.set_id, ", seq ", e.seq,
+                      e.caller.empty() ? "" : absl::StrCat(", from ", e.caller), ")");
 }
 
 // Where `e` stands: "submitted, not negotiated", "in the data plane (SHM_ALLREDUCE)", ...
@@ -472,7 +473,8 @@ std::string EventJson(const RankFlight& f, const FlightEvent& e) {
       ",\"state\":", JsonQuote(FlightStateName(e.state)), ",\"plane\":", JsonQuote(e.plane),
       ",\"submitted_s_ago\":", ago(e.submitted_ns), ",\"negotiated_s_ago\":", ago(e.negotiated_ns),
       ",\"data_plane_s_ago\":", ago(e.data_plane_ns), ",\"done_s_ago\":", ago(e.done_ns),
-      ",\"error\":", JsonQuote(e.error), ",\"torn\":", e.torn ? "true" : "false", "}");
+      ",\"error\":", JsonQuote(e.error), ",\"caller\":", JsonQuote(e.caller),
+      ",\"torn\":", e.torn ? "true" : "false", "}");
 }
 
 }  // namespace
@@ -532,10 +534,11 @@ std::string FlightTrace(const Plan& plan, const std::map<int, RankFlight>& fligh
       const int64_t end = e.done_ns > 0 ? e.done_ns : f.now_ns;
       out.push_back(absl::StrFormat(
           "{\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"name\":%s,\"ts\":%.3f,\"dur\":%.3f,"
-          "\"args\":{\"seq\":%d,\"state\":%s,\"op\":%s,\"bytes\":%d,\"plane\":%s,\"error\":%s}}",
+          "\"args\":{\"seq\":%d,\"state\":%s,\"op\":%s,\"bytes\":%d,\"plane\":%s,\"error\":%s,"
+          "\"caller\":%s}}",
           r, e.set_id, JsonQuote(e.name), us(e.submitted_ns), (end - e.submitted_ns) / 1000.0,
           e.seq, JsonQuote(FlightStateName(e.state)), JsonQuote(e.op), e.bytes, JsonQuote(e.plane),
-          JsonQuote(e.error)));
+          JsonQuote(e.error), JsonQuote(e.caller)));
     }
   }
   return absl::StrCat("{\"traceEvents\":[\n", absl::StrJoin(out, ",\n"), "\n]}\n");

@@ -104,14 +104,17 @@ TEST(FlightVerdict, TheSameOpUnderAnotherNameIsCalledThat) {
 
 TEST(FlightVerdict, ARankInItsOwnCodeHasNothingPending) {
   auto flights = Waiting("big.2");
-  for (auto& [r, f] : flights) f.events.erase(f.events.begin() + 2);  // big.2 is the one waited
+  for (auto& [r, f] : flights) {
+    f.events.erase(f.events.begin() + 2);    // big.2 is the one waited
+    f.events.back().caller = "train.py:14";  // where the program submitted it
+  }
   flights[3] = Rank(
       {Op(1, "big.1", FlightState::kDone, 9), Op(2, "small.1", FlightState::kDone, 8.9)}, "stop");
   flights[3].idle_proc = "S";
   flights[3].idle_wchan = "hrtimer_nanosleep";
   const Verdict v = JudgeFlights(FourRanks(), flights);
-  EXPECT_THAT(v.line,
-              StartsWith("rank 3 (host h2, local rank 1) did not submit allreduce 'big.2'"));
+  EXPECT_THAT(v.line, StartsWith("rank 3 (host h2, local rank 1) did not submit allreduce 'big.2' "
+                                 "(set 0, seq 4, from train.py:14)"));
   EXPECT_THAT(v.line, HasSubstr("no collective of it is pending: it has been in its own code since "
                                 "its last, allreduce 'small.1'"));
   EXPECT_THAT(v.line, HasSubstr("its main thread was sleeping in hrtimer_nanosleep()"));

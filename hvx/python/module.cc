@@ -14,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -128,6 +129,48 @@ OutputAllocator AllocateInto(std::shared_ptr<at::Tensor> output, const at::Tenso
 TensorRef Ref(const at::Tensor& tensor, const std::string& name) {
   return Take(AsTensorRef(tensor, absl::StrCat("tensor '", name, "'")));
 }
+
+// The Python file and line an op comes from: the innermost frame outside hvx.torch and torch
+// (a gradient hook's op comes from the user's backward() line), the path's tail cut to fit the
+// flight recorder's 63 characters ("models/train.py:42"); "" when no frame is outside them.
+std::string PythonCaller() {
+  PyFrameObject* frame = PyEval_GetFrame();  // borrowed
+  Py_XINCREF(frame);
+  std::string caller;
+  for (int depth = 0; frame != nullptr && depth < 64 && caller.empty(); ++depth) {
+    PyCodeObject* code = PyFrame_GetCode(frame);
+    const char* utf8 = PyUnicode_AsUTF8(code->co_filename);
+    const std::string_view file = utf8 != nullptr ? utf8 : "";
+    if (utf8 == nullptr) PyErr_Clear();
+    if (!file.empty() && file.find("/torch/") == std::string_view::npos) {
+      const std::string line = absl::StrCat(":", PyFrame_GetLineNumber(frame));
+      std::string_view tail = file;
+      const size_t room = 63 - line.size();
+      while (tail.size() > room) {
+        const size_t slash = tail.find('/', 1);
+        tail =
+            slash == std::string_view::npos ? tail.substr(tail.size() - room) : tail.substr(slash);
+      }
+      if (!tail.empty() && tail[0] == '/' && tail.size() < file.size()) tail.remove_prefix(1);
+      caller = std::string(tail) + line;
+    }
+    Py_DECREF(code);
+    PyFrameObject* back = PyFrame_GetBack(frame);
+    Py_DECREF(frame);
+    frame = back;
+  }
+  Py_XDECREF(frame);
+  return caller;
+}
+
+// Sets this thread's caller (SetCallerForThisThread) for the op a binding submits.
+class CallerScope {
+ public:
+  CallerScope() { SetCallerForThisThread(PythonCaller()); }
+  ~CallerScope() { SetCallerForThisThread(""); }
+  CallerScope(const CallerScope&) = delete;
+  CallerScope& operator=(const CallerScope&) = delete;
+};
 
 // Submission errors (a dtype hvx has no reduction for, a name in flight) reject the handle at
 // once; they raise here, at the call, as Horovod's do. (An op that failed in negotiation raises
@@ -341,6 +384,8 @@ void DefineModule(py::module_& m) {
   });
 
   m.def("stack_dump_fd", &StackDumpFd);
+  // What the flight recorder keeps as an op's caller if one were submitted here.
+  m.def("python_caller", &PythonCaller);
   m.def("python_stack_signal", &PythonStackSignal);
   m.def("enable_python_stacks", &EnablePythonStacks);
 
@@ -373,6 +418,7 @@ void DefineModule(py::module_& m) {
   m.def("allreduce_async",
         [](const at::Tensor& input, const at::Tensor& output, const std::string& name, int op,
            double prescale, double postscale, int process_set) {
+          const CallerScope caller;
           auto h = std::make_shared<PyHandle>();
           const AllreduceOptions o = ReduceOptions(op, prescale, postscale, process_set);
           h->keep = {input, output};
@@ -382,6 +428,7 @@ void DefineModule(py::module_& m) {
   m.def("grouped_allreduce_async",
         [](const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs,
            const std::string& name, int op, double prescale, double postscale, int process_set) {
+          const CallerScope caller;
           auto h = std::make_shared<PyHandle>();
           const AllreduceOptions o = ReduceOptions(op, prescale, postscale, process_set);
           if (outputs.size() != inputs.size()) {
@@ -400,6 +447,7 @@ void DefineModule(py::module_& m) {
           return Submitted(h);
         });
   m.def("allgather_async", [](const at::Tensor& input, const std::string& name, int process_set) {
+    const CallerScope caller;
     auto h = std::make_shared<PyHandle>();
     CollectiveOptions o;
     o.process_set = Sets().Get(process_set);
@@ -410,6 +458,7 @@ void DefineModule(py::module_& m) {
   });
   m.def("broadcast_async",
         [](const at::Tensor& tensor, int root_rank, const std::string& name, int process_set) {
+          const CallerScope caller;
           auto h = std::make_shared<PyHandle>();
           CollectiveOptions o;
           o.process_set = Sets().Get(process_set);
@@ -419,6 +468,7 @@ void DefineModule(py::module_& m) {
         });
   m.def("alltoall_async", [](const at::Tensor& input, const std::vector<int64_t>& splits,
                              const std::string& name, int process_set) {
+    const CallerScope caller;
     auto h = std::make_shared<PyHandle>();
     CollectiveOptions o;
     o.process_set = Sets().Get(process_set);
@@ -429,6 +479,7 @@ void DefineModule(py::module_& m) {
   });
   m.def("reducescatter_async", [](const at::Tensor& input, const std::string& name, int op,
                                   double prescale, double postscale, int process_set) {
+    const CallerScope caller;
     auto h = std::make_shared<PyHandle>();
     ReduceScatterOptions o;
     o.op = ToReduceOp(op);
@@ -441,11 +492,13 @@ void DefineModule(py::module_& m) {
     return Submitted(h);
   });
   m.def("barrier_async", [](int process_set) {
+    const CallerScope caller;
     auto h = std::make_shared<PyHandle>();
     h->handle = Barrier(Sets().Get(process_set));
     return h;
   });
   m.def("join_async", []() {
+    const CallerScope caller;
     auto h = std::make_shared<PyHandle>();
     h->handle = Join();
     return h;

@@ -158,11 +158,16 @@ std::string RunReport::Html() const {
   if (!progress_.empty()) {
     row("last training loss", "train_loss", absl::StrFormat("%.7g", progress_.back().loss));
     row("samples/s", "samples_per_s", absl::StrFormat("%.0f", progress_.back().samples_per_s));
-    const ProgressPoint& last = progress_.back();
+    // The last point that named one: a later window may break its streak.
+    const ProgressPoint* named = nullptr;
+    for (const ProgressPoint& p : progress_) {
+      if (p.straggler_rank >= 0) named = &p;
+    }
     row("straggler", "straggler",
-        last.straggler_rank < 0 ? "none"
-                                : absl::StrFormat("rank %d, %.1f ms late", last.straggler_rank,
-                                                  last.straggler_late_ms));
+        named == nullptr
+            ? "none"
+            : absl::StrFormat("rank %d, %.1f ms late at step %d", named->straggler_rank,
+                              named->straggler_late_ms, named->step));
   }
   html += "</table>\n<h2>Training</h2>\n<div class=\"charts\">\n";
   auto series = [this](double ProgressPoint::*field, double scale) {

@@ -7,10 +7,10 @@
 //   HVX_RETURN_IF_ERROR(report.Write(dir + "/report.html"));
 //
 // The page holds: a summary table (id "summary": model, world size, steps, the last evaluation,
-// throughput, state, the straggler named last), one chart per series (ids "chart-loss", "chart-lr",
-// "chart-samples_per_s", "chart-data_wait", "chart-straggler", "chart-accuracy"), each a <polyline
-// class="series"> over the recorded points, the evaluations as a table (id "evals") with the
-// numbers as the trainer's log prints them, and the effective config (id "config").
+// throughput, state, the straggler named last and when), one chart per series (ids "chart-loss",
+// "chart-lr", "chart-samples_per_s", "chart-data_wait", "chart-straggler", "chart-accuracy"), each
+// a <polyline class="series"> over the recorded points, the evaluations as a table (id "evals")
+// with the numbers as the trainer's log prints them, and the effective config (id "config").
 #ifndef HVX_TRAIN_REPORT_H_
 #define HVX_TRAIN_REPORT_H_
 

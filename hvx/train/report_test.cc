@@ -54,7 +54,8 @@ TEST(RunReportTest, HoldsEverySeriesTheEvaluationsAndTheEscapedConfig) {
     EXPECT_EQ(Count(PointsOf(html, id), ","), 4) << id;
   }
   // Step 40 names rank 2, 4 ms late; the chart rises with the lateness.
-  EXPECT_NE(html.find("<td id=\"straggler\">rank 2, 4.0 ms late</td>"), std::string::npos);
+  EXPECT_NE(html.find("<td id=\"straggler\">rank 2, 4.0 ms late at step 40</td>"),
+            std::string::npos);
   EXPECT_EQ(PointsOf(html, "chart-straggler"), "64.0,206.0 224.0,146.7 384.0,87.3 544.0,28.0");
   EXPECT_EQ(Count(PointsOf(html, "chart-accuracy"), ","), 2);
   EXPECT_NE(html.find("<td>1</td><td>20</td><td>0.8125</td><td>0.9900</td><td>0.512346</td>"

@@ -57,15 +57,18 @@ def test_a_rank_held_to_half_a_core_is_named_in_metrics_report_and_log(tmp_path)
             timeout=240).check()
     finally:
         os.rmdir(group)
+    # Named from some window on (a window of the quota's bursts may break a streak later).
     named = [p["straggler"] for p in run.progress if p.get("straggler", {}).get("rank") == 1]
     assert named, [p.get("straggler") for p in run.progress]
-    last = run.progress[-1]["straggler"]
-    assert last["rank"] == 1 and len(last["late_ms"]) == len(last["wait_share"]) == 2, last
-    assert last["late_ms"][1] > 1.0 and last["wait_share"][1] > 0.05, last
+    assert not [p for p in run.progress if p.get("straggler", {}).get("rank", -1) not in (-1, 1)]
+    for record in named:
+        assert len(record["late_ms"]) == len(record["wait_share"]) == 2, record
+        assert record["late_ms"][1] > 1.0 and record["wait_share"][1] > 0.05, record
     assert re.search(r"^\[0\] .*straggler: rank 1 \(host \S+, local rank 1\) is late: it submitted "
                      r"its collectives [0-9.]+ ms after the median", run.err, re.M), run.tail(30)
     page = open(os.path.join(summaries, "report.html")).read()
-    assert re.search(r'<td id="straggler">rank 1, [0-9.]+ ms late</td>', page), page[:2000]
+    assert re.search(r'<td id="straggler">rank 1, [0-9.]+ ms late at step \d+</td>', page), \
+        page[:2000]
     points = re.search(r'id="chart-straggler".*?<polyline class="series" points="([^"]*)"', page,
                        re.S)
     assert points and len(points.group(1).split()) == len(run.progress), page[:2000]

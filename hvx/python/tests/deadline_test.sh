@@ -19,8 +19,8 @@ grep -q 'Some tensors were submitted by only some ranks' out.txt && grep -q '  1
 echo "ok: every wait ended within the timeout, and the stall inspector warned"
 
 # A rank stuck in its own Python code (a data loader that never returns): hvxrun's verdict names
-# it and shows where, from the Python frames and the main thread's native ones that its wrapper
-# asked for while the job hung.
+# it, the op the other rank submitted (with its Python line) and where the stuck rank is, from the
+# Python frames and the main thread's native ones that its wrapper asked for while the job hung.
 cat >stuck.py <<'PY'
 import torch
 import hvx.torch as hvd
@@ -40,7 +40,7 @@ hvd.allreduce(torch.ones(1), name="step.1")
 PY
 HVX_COLLECTIVE_TIMEOUT_S=4 "$HVXRUN" -np 2 --output-dir stuck -- "$PYTHON" stuck.py >stuck.txt 2>&1
 rc=$?
-grep -E "^hvxrun: verdict: rank 1 \(host [^,]+, local rank 1\) did not submit allreduce 'step\.1' .*in its own code" stuck.txt &&
+grep -E "^hvxrun: verdict: rank 1 \(host [^,]+, local rank 1\) did not submit allreduce 'step\.1' \(set 0, seq 2, from \S*stuck\.py:15\) .*in its own code" stuck.txt &&
     grep -q '^hvxrun:   rank 1 Python stack (most recent call first):$' stuck.txt &&
     grep -E "^hvxrun:   rank 1   File \".*/stuck\.py\", line [78] in read_batch$" stuck.txt &&
     grep -E "^hvxrun:   rank 1   File \".*/stuck\.py\", line 14 in <module>$" stuck.txt &&

@@ -50,6 +50,15 @@ def test_topology(rank, size):
     assert hvd.nccl_built() is False and hvd.mpi_threads_supported()
 
 
+def test_the_flight_recorder_keeps_the_callers_line():
+    """An op's caller is the first Python frame outside hvx.torch and torch: here, this line."""
+    from hvx import _C
+
+    line = sys._getframe().f_lineno + 1
+    caller = _C.python_caller()
+    assert caller.endswith("test_torch.py:%d" % line) and len(caller) <= 63, caller
+
+
 def test_stragglers_name_a_rank_twenty_percent_slower(rank, size):
     """The last rank's steps take 20% longer: within 50 steps every rank's stragglers() names it,
     with how much later than the others it submits."""
