@@ -157,6 +157,8 @@ std::optional<ControlRecord> ParseControlRecord(absl::string_view body) {
       if (!absl::SimpleAtoi(v, &r.events) || r.events < 0) return std::nullopt;
     } else if (v == "first=1") {
       r.first = true;
+    } else if (absl::ConsumePrefix(&v, "lines=")) {
+      if (!absl::SimpleAtoi(v, &r.lines) || r.lines < 0) return std::nullopt;
     } else if (absl::ConsumePrefix(&v, "ev=")) {
       if (!DecodeFlightEvent(std::string_view(v.data(), v.size()), &r.event)) return std::nullopt;
     }

@@ -81,8 +81,10 @@ struct ControlRecord {
   std::string why;
   int64_t now_ns = 0;
   int64_t events = 0;  // kFlight: how many kFlightEvent records follow
-  bool first = false;  // kFlightStack: the first line of a set (`why` says why it was taken)
-  FlightEvent event;   // kFlightEvent
+  // kFlightStack: the first line of a set (`why` says why it was taken), and the set's lines.
+  bool first = false;
+  int64_t lines = 0;
+  FlightEvent event;  // kFlightEvent
 };
 
 // Parses the text after kControlMagic (without the newline).

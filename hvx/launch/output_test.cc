@@ -153,11 +153,12 @@ TEST(ControlRecordTest, FlightRecordsCarryTheRingThrough) {
   EXPECT_EQ(h->events, 2);
   EXPECT_EQ(h->why, "stop");
   auto first =
-      ParseControlRecord(body(FormatFlightStackRecord(3, "thread 7 a msg=b", true, "idle")));
+      ParseControlRecord(body(FormatFlightStackRecord(3, "thread 7 a msg=b", true, "idle", 12)));
   ASSERT_TRUE(first.has_value());
   EXPECT_EQ(first->kind, ControlRecord::Kind::kFlightStack);
   EXPECT_TRUE(first->first);
   EXPECT_EQ(first->why, "idle");
+  EXPECT_EQ(first->lines, 12);
   EXPECT_EQ(first->message, "thread 7 a msg=b");
   auto line = ParseControlRecord(
       body(FormatFlightStackRecord(3, "  #2 0x55d1 hvx::Engine::Run(int)\x01\n")));

@@ -671,13 +671,15 @@ void FlightDump::SendStacks(OutputRelay& output, pid_t child, const char* why, i
   }
   const std::vector<std::string> lines = Stacks(child, wait_ms);
   for (size_t i = 0; i < lines.size(); ++i) {
-    output.WriteRecord(FormatFlightStackRecord(rank_, lines[i], i == 0, why));
+    output.WriteRecord(FormatFlightStackRecord(rank_, lines[i], i == 0, why, lines.size()));
   }
 }
 
 void FlightDump::Send(OutputRelay& output, pid_t child, const char* why) {
   if (memory_ == nullptr || !IsFlightRing(memory_, FlightRingBytes())) return;
-  sent_last_ = FlightRingLastProgress(memory_, FlightRingBytes());
+  const int64_t last = FlightRingLastProgress(memory_, FlightRingBytes());
+  const bool stacks_current = stacks_sent_ && current_ && last == sent_last_;
+  sent_last_ = last;
   current_ = true;
   if (strcmp(why, "idle") != 0) final_ = true;
   std::string proc = "exited", wchan;
@@ -698,7 +700,8 @@ void FlightDump::Send(OutputRelay& output, pid_t child, const char* why) {
   for (const FlightEvent& e : events) {
     output.WriteRecord(FormatFlightEventRecord(rank_, EncodeFlightEvent(e)));
   }
-  if (strcmp(why, "stop") == 0) SendStacks(output, child, why, kStackStopWaitMs);
+  // At a stop, unless this quiet spell's stacks went already (hydra's stop may cut a second set).
+  if (strcmp(why, "stop") == 0 && !stacks_current) SendStacks(output, child, why, kStackStopWaitMs);
 }
 
 // Relays the program's output (and its PMI connection, with `pmi`) until `child` ends; returns

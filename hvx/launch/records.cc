@@ -53,13 +53,14 @@ std::string FormatFlightRecord(int rank, const std::string& host, const std::str
 }
 
 std::string FormatFlightStackRecord(int rank, const std::string& line, bool first,
-                                    const std::string& why) {
+                                    const std::string& why, size_t lines) {
   std::string text = line;
   for (char& c : text) {
     if (c < ' ' || c > '~') c = '?';
   }
   return std::string(kControlMagic) + "flightstack rank=" + std::to_string(rank) +
-         (first ? " first=1 why=" + Word(why) : "") + " msg=" + text + "\n";
+         (first ? " first=1 lines=" + std::to_string(lines) + " why=" + Word(why) : "") +
+         " msg=" + text + "\n";
 }
 
 std::string FormatFlightEventRecord(int rank, const std::string& encoded_event) {

@@ -45,10 +45,10 @@ std::string FormatFlightEventRecord(int rank, const std::string& encoded_event);
 // The most stack lines one dump sends.
 inline constexpr size_t kMaxFlightStackLines = 2000;
 // One line of the program's threads' stacks (stack_dump.h), sent after a dump's events: the
-// first line of a set says so and why they were taken ("idle": the job looked stuck, "stop");
-// bytes that are not printable ASCII become '?'.
+// first line of a set says so, how many lines the set has and why they were taken ("idle": the
+// job looked stuck, "stop"); bytes that are not printable ASCII become '?'.
 std::string FormatFlightStackRecord(int rank, const std::string& line, bool first = false,
-                                    const std::string& why = "");
+                                    const std::string& why = "", size_t lines = 0);
 
 // A program's output as the wrapper passes it on: every \x01 (the byte that begins hydra's rank
 // marker and kControlMagic) becomes the four characters "\x01", so that nothing a rank prints can

@@ -165,6 +165,12 @@ class Supervisor {
   std::map<int, RankFlight> flights_;  // the flight recorders the wrappers sent
   std::map<int, RankFlight> incoming_flights_;
   std::map<int, int64_t> expected_events_;
+  struct IncomingStacks {
+    std::string why;
+    int64_t expected = 0;
+    std::vector<std::string> lines;
+  };
+  std::map<int, IncomingStacks> incoming_stacks_;  // a set of stack lines still coming
   // What the last "idle" dump of each rank read of its process (state, wchan): read while the
   // job ran, unlike the dumps at its end.
   std::map<int, std::pair<std::string, std::string>> idle_proc_;
@@ -288,16 +294,22 @@ void Supervisor::OnControl(const ControlRecord& r) {
       break;
     }
     case ControlRecord::Kind::kFlightStack: {
-      // To the rank's last committed dump (its events came first); a set hydra's stop cut short
-      // is kept as far as it came.
-      auto it = flights_.find(r.rank);
-      if (it == flights_.end()) break;
-      RankFlight& f = it->second;
+      // A set replaces the rank's last stacks once all its lines have come: hydra's stop may cut
+      // one short, and the last whole set (taken while the job looked stuck) is worth more.
+      IncomingStacks& in = incoming_stacks_[r.rank];
       if (r.first) {
-        f.stack.clear();
-        f.stack_why = r.why;
+        in = IncomingStacks();
+        in.why = r.why;
+        in.expected = std::min<int64_t>(r.lines, kMaxFlightStackLines);
       }
-      if (f.stack.size() < kMaxFlightStackLines) f.stack.push_back(r.message);
+      if (static_cast<int64_t>(in.lines.size()) >= in.expected) break;
+      in.lines.push_back(r.message);
+      auto it = flights_.find(r.rank);
+      if (static_cast<int64_t>(in.lines.size()) == in.expected && it != flights_.end()) {
+        it->second.stack = std::move(in.lines);
+        it->second.stack_why = in.why;
+        incoming_stacks_.erase(r.rank);
+      }
       break;
     }
     case ControlRecord::Kind::kError:
