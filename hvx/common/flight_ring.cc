@@ -25,7 +25,7 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free, "a counter in shared m
 template <size_t N>
 void CopyText(char (&field)[N], std::string_view text) {
   const size_t n = std::min(text.size(), N - 1);
-  std::memcpy(field, text.data(), n);
+  if (n > 0) std::memcpy(field, text.data(), n);  // an empty view's data() may be null
   std::memset(field + n, 0, N - n);
 }
 

@@ -5,7 +5,8 @@
 # waited for, and say what rank 3 did instead: skipped it (went on to the next step's), ran it
 # under another name, sat in its own code, skipped one in a process set, froze (SIGSTOP) inside the
 # data plane or before negotiation, died inside the data plane, sent another shape. Each verdict
-# line is printed. The merged record must be JSON naming every rank, and the trace a Chrome JSON
+# line is printed; in the own-code case the stacks show rank 3's main thread in main(). A rank
+# whose steps are 20% slower is named as the straggler by every rank and in rank 0's warning. The merged record must be JSON naming every rank, and the trace a Chrome JSON
 # trace. Ctrl-C on hvxrun while a job hangs prints the verdict too. With HVX_SEPARATE_BOOT_ID=1 (the
 # _tcp target) the hosts talk over TCP.
 #   verdict_test.sh HVXRUN FAULT_PROBE MPIEXEC NETNS_HOSTS
