@@ -550,6 +550,15 @@ std::string ProcFile(pid_t pid, const char* file) {
   return text.substr(0, text.find('\n'));
 }
 
+// The state letter of `pid` (R S D T t Z X), from /proc/<pid>/stat: "pid (comm) S ...", comm may
+// hold spaces and parentheses; 0 when it cannot be read.
+char ProcessState(pid_t pid) {
+  const std::string stat = ProcFile(pid, "stat");
+  const size_t close_paren = stat.rfind(')');
+  return close_paren != std::string::npos && close_paren + 2 < stat.size() ? stat[close_paren + 2]
+                                                                           : 0;
+}
+
 // Whether `pid` runs hvx's stack dumper: its helper thread ("hvx-stacks", stack_dump.cc) is one
 // of its threads. A program that handles SIGURG for its own reasons is not asked.
 bool HasStackHelper(pid_t pid) {
@@ -661,11 +670,7 @@ void FlightDump::SendStacks(OutputRelay& output, pid_t child, const char* why, i
   if (stack_pipe_[0] < 0 || child <= 0) return;
   // A round of the program's lasts a second: one asked within it would not answer.
   if (stacks_asked_ns_ != 0 && FlightNowNs() - stacks_asked_ns_ < 1100000000) return;
-  const std::string state = ProcFile(child, "stat");
-  const size_t close_paren = state.rfind(')');
-  const char letter = close_paren != std::string::npos && close_paren + 2 < state.size()
-                          ? state[close_paren + 2]
-                          : '?';
+  const char letter = ProcessState(child);
   if (letter == 'T' || letter == 't' || letter == 'Z' || letter == 'X' || !HasStackHelper(child)) {
     return;
   }
@@ -684,12 +689,7 @@ void FlightDump::Send(OutputRelay& output, pid_t child, const char* why) {
   if (strcmp(why, "idle") != 0) final_ = true;
   std::string proc = "exited", wchan;
   if (child > 0) {
-    // /proc/<pid>/stat: "pid (comm) S ...", comm may hold spaces and parentheses.
-    const std::string stat = ProcFile(child, "stat");
-    const size_t close_paren = stat.rfind(')');
-    if (close_paren != std::string::npos && close_paren + 2 < stat.size()) {
-      proc = stat.substr(close_paren + 2, 1);
-    }
+    if (const char state = ProcessState(child); state != 0) proc = std::string(1, state);
     wchan = ProcFile(child, "wchan");
     if (wchan == "0") wchan.clear();
   }
