@@ -90,10 +90,13 @@ close_losses "3 processes, LAMB with clipping: GRADIENTS trains as NONE within r
 grep -q "grad_norm" "$T/lamb-GRADIENTS.out"; check "clipping logs the global gradient norm" $?
 
 # Over MPI (HVX_CPU_PLANE=mpi, as between hosts) with the ring's order traded for fewer messages,
-# the reduce-scatter is MPICH's: 4 processes train as replicated within rounding.
+# the reduce-scatter is MPICH's: 4 processes train as replicated within rounding. Adam divides by
+# the gradients' running magnitude, which amplifies the two orders' rounding step by step: on one
+# machine the losses differed by 1.9e-5 relative at step 4 and 1e-3 by step 8 (the first 3 equal to
+# 7 digits); slices reduced wrongly differ at step 2.
 HVX_CPU_PLANE=mpi HVX_FIXED_REDUCTION_ORDER=0 run mpi-NONE "launch { num_processes: \"4\" } $adam logging { max_steps_per_epoch: 20 }"
 HVX_CPU_PLANE=mpi HVX_FIXED_REDUCTION_ORDER=0 run mpi-GRADIENTS "launch { num_processes: \"4\" } $adam logging { max_steps_per_epoch: 20 } optimizer { shard: GRADIENTS }"
-close_losses "over MPI without a fixed order, 4 processes: GRADIENTS trains as NONE within rounding" mpi-NONE mpi-GRADIENTS 8
+close_losses "over MPI without a fixed order, 4 processes: GRADIENTS trains as NONE within rounding" mpi-NONE mpi-GRADIENTS 3
 
 # Resume across sizes and settings: 4 x GRADIENTS stopped at step 10 of 25.
 four="launch { num_processes: \"4\" } $adam"
