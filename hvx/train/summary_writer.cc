@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 
 #include "absl/strings/str_cat.h"
@@ -23,8 +24,15 @@ double NowSeconds() { return absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch
 
 absl::StatusOr<std::unique_ptr<SummaryWriter>> SummaryWriter::Create(const std::string& dir) {
   HVX_RETURN_IF_ERROR(MakeDirs(dir));
-  const std::string path = absl::StrCat(
-      dir, "/events.out.tfevents.", absl::ToUnixSeconds(absl::Now()), ".", HostName("localhost"));
+  // The pid and a count keep apart the files of writers started in one second (a run resumed at
+  // once into its own folder, two writers in one process); a name taken is never written over.
+  static std::atomic<int> created{0};
+  std::string path;
+  struct stat st;
+  do {
+    path = absl::StrCat(dir, "/events.out.tfevents.", absl::ToUnixSeconds(absl::Now()), ".",
+                        HostName("localhost"), ".", getpid(), ".", created++);
+  } while (lstat(path.c_str(), &st) == 0);
   HVX_ASSIGN_OR_RETURN(auto records, data::RecordWriter::Open(path, {}));
   std::unique_ptr<SummaryWriter> writer(new SummaryWriter(std::move(records)));
   Event first;

@@ -3,8 +3,10 @@
 //   HVX_ASSIGN_OR_RETURN(auto writer, SummaryWriter::Create("/runs/fashion"));
 //   HVX_RETURN_IF_ERROR(writer->AddScalar("train/loss", 0.42, /*step=*/100));
 //
-// The file is "<dir>/events.out.tfevents.<unix seconds>.<hostname>"; its first record carries
-// file_version "brain.Event:2" as TensorBoard expects. Records reach the OS at every Flush().
+// The file is "<dir>/events.out.tfevents.<unix seconds>.<hostname>.<pid>.<n>" (n counts the
+// process's writers; a name taken is skipped, so no writer writes over another's); its first record
+// carries file_version "brain.Event:2" as TensorBoard expects. Records reach the OS at every
+// Flush().
 #ifndef HVX_TRAIN_SUMMARY_WRITER_H_
 #define HVX_TRAIN_SUMMARY_WRITER_H_
 

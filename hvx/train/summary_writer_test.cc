@@ -53,6 +53,25 @@ TEST(SummaryWriterTest, UnwritableDirectoryIsAnError) {
   EXPECT_FALSE(writer.ok());
 }
 
+// A run resumed at once into its own folder opens a second writer within the same second: it gets
+// a file of its own, and the first file's events are kept.
+TEST(SummaryWriterTest, WritersStartedInOneSecondWriteFilesOfTheirOwn) {
+  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/runs/same_second";
+  auto first = SummaryWriter::Create(dir);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE((*first)->AddScalar("train/loss", 0.5, 1).ok());
+  ASSERT_TRUE((*first)->Close().ok());
+  auto second = SummaryWriter::Create(dir);
+  ASSERT_TRUE(second.ok()) << second.status();
+  ASSERT_TRUE((*second)->AddScalar("train/loss", 0.25, 2).ok());
+  ASSERT_TRUE((*second)->Close().ok());
+  EXPECT_NE((*first)->path(), (*second)->path());
+  auto kept = ReadScalarEvents((*first)->path());
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  ASSERT_EQ(kept->size(), 1u);
+  EXPECT_EQ((*kept)[0].step, 1);
+}
+
 }  // namespace
 }  // namespace train
 }  // namespace hvx
