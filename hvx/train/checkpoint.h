@@ -24,6 +24,7 @@
 //   "fingerprint"   "name dtype [shape]" of every parameter and buffer, one per line (uint8 text):
 //                   a checkpoint of another model is refused before anything is loaded
 //   "data_order"    CheckpointExtras::data_order (uint8 text), when the run gives one
+//   "run"           CheckpointExtras::run (uint8 text), the run's name (hvx/train/run_dir.h)
 //
 // Only rank 0 reads or writes files; the others get the checkpoint by broadcast, so no file system
 // shared between hosts is needed. checkpoint.keep counts checkpoints of both formats together.

@@ -155,6 +155,9 @@ absl::Status WriteCheckpointFile(const std::string& final_path, Classifier& mode
     if (extras.data_order != nullptr) {
       archive.write("data_order", TextTensor(*extras.data_order));
     }
+    if (extras.run != nullptr && !extras.run->empty()) {
+      archive.write("run", TextTensor(*extras.run));
+    }
     if (const NamedTensors* averages = extras.averages; averages != nullptr) {
       torch::serialize::OutputArchive average_archive;
       average_archive.write("count",
@@ -386,6 +389,9 @@ absl::Status LoadCheckpointFile(const std::string& path, const torch::Device& de
     }
     if (extras.averages != nullptr) *found_averages = ReadAverages(archive, path, *extras.averages);
     if (extras.state != nullptr) *found_state = ReadState(archive, path, *extras.state);
+    if (torch::Tensor run; extras.run != nullptr && archive.try_read("run", run)) {
+      *extras.run = TensorText(run);
+    }
   } catch (const std::exception& e) {
     return NotLoaded(path, e);
   }

@@ -1,5 +1,7 @@
 #include "hvx/train/metrics_log.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -29,10 +31,32 @@ std::string MetricsLine(absl::string_view event, double time, const Json& fields
   return line;
 }
 
+namespace {
+
+// Whether the file at `path` has bytes and its last is not a newline.
+bool EndsUnended(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return false;
+  struct stat st;
+  char last = '\n';
+  const bool unended = fstat(fd, &st) == 0 && st.st_size > 0 &&
+                       pread(fd, &last, 1, st.st_size - 1) == 1 && last != '\n';
+  close(fd);
+  return unended;
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<MetricsLog>> MetricsLog::Open(const std::string& path) {
   HVX_RETURN_IF_ERROR(MakeDirs(DirName(path)));
   HVX_ASSIGN_OR_RETURN(const int fd, OpenForWriting(path, "metrics file", /*append=*/true));
-  return std::unique_ptr<MetricsLog>(new MetricsLog(fd, path));
+  std::unique_ptr<MetricsLog> log(new MetricsLog(fd, path));
+  // A run that died mid-write left its last line unended: the next record starts on a line of its
+  // own instead of continuing that one (which a reader could then take for neither).
+  if (EndsUnended(path) && !WriteFully(fd, "\n")) {
+    return ErrnoToStatus(errno, absl::StrCat("writing the metrics file ", path));
+  }
+  return log;
 }
 
 MetricsLog::~MetricsLog() { close(fd_); }

@@ -27,7 +27,8 @@ namespace train {
 class MetricsLog {
  public:
   // Opens `path` to append (created when missing, mode 0666 less the umask, O_NOFOLLOW), making
-  // its directory. Errors carry the errno and name the path.
+  // its directory; a last line left unended (a run that died mid-write) is ended first. Errors
+  // carry the errno and name the path.
   static absl::StatusOr<std::unique_ptr<MetricsLog>> Open(const std::string& path);
   ~MetricsLog();
   MetricsLog(const MetricsLog&) = delete;

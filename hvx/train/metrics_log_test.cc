@@ -78,6 +78,25 @@ TEST(MetricsLogTest, AppendsWholeLinesAcrossOpens) {
   EXPECT_EQ((*ParseJson(lines[3], path))["global_step"], 11);
 }
 
+// A run killed in the middle of a line: the next run's first record starts a line of its own.
+TEST(MetricsLogTest, ALineLeftUnendedIsEndedBeforeTheNextRecord) {
+  const std::string dir = TestDir("unended");
+  ASSERT_EQ(mkdir(dir.c_str(), 0755) == 0 || errno == EEXIST, true);
+  const std::string path = dir + "/metrics.jsonl";
+  std::ofstream(path) << "{\"event\":\"start\",\"time\":1.0}\n{\"event\":\"progr";
+  {
+    auto log = MetricsLog::Open(path);
+    ASSERT_TRUE(log.ok()) << log.status();
+    ASSERT_TRUE((*log)->Write("start", {{"run", "b"}}).ok());
+  }
+  const std::vector<std::string> lines = Lines(path);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[1], "{\"event\":\"progr");
+  auto parsed = ParseJson(lines[2], path);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ((*parsed)["run"], "b");
+}
+
 TEST(MetricsLogTest, ALinkPlantedUnderTheNameIsRefused) {
   const std::string dir = TestDir("link");
   ASSERT_EQ(mkdir(dir.c_str(), 0755) == 0 || errno == EEXIST, true);

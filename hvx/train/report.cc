@@ -145,6 +145,7 @@ std::string RunReport::Html() const {
                     "</td></tr>\n");
   };
   html += "<table id=\"summary\">\n";
+  if (!run_.empty()) row("run", "run", run_);
   row("state", "state", state_);
   row("world size", "world_size", absl::StrCat(world_size_));
   row("steps", "steps", progress_.empty() ? "0" : absl::StrCat(progress_.back().step));

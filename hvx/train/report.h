@@ -6,11 +6,12 @@
 //   report.AddEval({epoch, step, accuracy, top5, loss, samples});
 //   HVX_RETURN_IF_ERROR(report.Write(dir + "/report.html"));
 //
-// The page holds: a summary table (id "summary": model, world size, steps, the last evaluation,
-// throughput, state, the straggler named last and when), one chart per series (ids "chart-loss",
-// "chart-lr", "chart-samples_per_s", "chart-data_wait", "chart-straggler", "chart-accuracy"), each
-// a <polyline class="series"> over the recorded points, the evaluations as a table (id "evals")
-// with the numbers as the trainer's log prints them, and the effective config (id "config").
+// The page holds: a summary table (id "summary": the run, model, world size, steps, the last
+// evaluation, throughput, state, the straggler named last and when), one chart per series (ids
+// "chart-loss", "chart-lr", "chart-samples_per_s", "chart-data_wait", "chart-straggler",
+// "chart-accuracy"), each a <polyline class="series"> over the recorded points, the evaluations as
+// a table (id "evals") with the numbers as the trainer's log prints them, and the effective config
+// (id "config").
 #ifndef HVX_TRAIN_REPORT_H_
 #define HVX_TRAIN_REPORT_H_
 
@@ -54,6 +55,8 @@ class RunReport {
   void AddEval(const EvalPoint& point) { evals_.push_back(point); }
   // What the run is doing now or how it ended ("training", "done: 120 steps in 31.0 s ...").
   void SetState(std::string state) { state_ = std::move(state); }
+  // The run's name (hvx/train/run_dir.h), shown in the summary's "run" row when set.
+  void SetRun(std::string run) { run_ = std::move(run); }
 
   std::string Html() const;
   // Html(), written atomically (a browser refreshing it never sees half a page).
@@ -64,6 +67,7 @@ class RunReport {
   std::string config_text_;
   int world_size_;
   std::string state_ = "training";
+  std::string run_;
   std::vector<ProgressPoint> progress_;
   std::vector<EvalPoint> evals_;
 };

@@ -353,6 +353,7 @@ absl::Status CheckpointDirWriter::Start(const CheckpointConfig& checkpoint, Clas
                      {"world_size", Size()},
                      {"optimizer_shard", optimizer.sharded == nullptr ? "NONE" : "SLICES"}};
   if (extras.data_order != nullptr) w->metadata["data_order"] = *extras.data_order;
+  if (extras.run != nullptr && !extras.run->empty()) w->metadata["run"] = *extras.run;
   // A failure from here on (LibTorch's exceptions too: host memory for the copy) is every rank's
   // to report, so it is kept for Finish's agreement, not returned at once. In the background,
   // training changes the live tensors meanwhile: what is written is a copy.
@@ -481,6 +482,7 @@ struct DirLoad {
   std::vector<std::pair<torch::Tensor, std::unique_ptr<torch::optim::OptimizerParamState>>> states;
   bool averages = false, state = false;
   std::vector<torch::Tensor> average_values, state_values;
+  std::string run;  // the run it belongs to; empty when it names none
   int64_t bytes_read = 0;
 };
 
@@ -591,6 +593,9 @@ absl::StatusOr<std::unique_ptr<DirLoad>> ReadDirUnguarded(const std::string& pat
     HVX_RETURN_IF_ERROR(
         CheckDataOrder(order->get<std::string>(), load->position, extras.data_order, path));
   }
+  if (const Json* run = JsonMember(meta, "run"); run != nullptr && run->is_string()) {
+    load->run = run->get<std::string>();
+  }
   IndexReader reader(path, index);
   HVX_ASSIGN_OR_RETURN(load->model, ReadModel(reader, path, model, /*use_averages=*/false,
                                               /*own_rows=*/index.world_size == Size()));
@@ -672,6 +677,7 @@ void Take(DirLoad& load, const CheckpointOptimizer& optimizer, const CheckpointE
       (*extras.state)[i].second.copy_(load.state_values[i]);
     }
   }
+  if (extras.run != nullptr && !load.run.empty()) extras.run->swap(load.run);
 }
 
 }  // namespace

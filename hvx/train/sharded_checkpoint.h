@@ -21,7 +21,7 @@
 //   averages/<param>          the moving average of the weights, when the run keeps one
 //   state/<name>              other training state (the loss scale), when the run has some
 // The index's metadata holds the position (EncodePosition), the model's fingerprint, the data
-// order, the optimizer shard setting and the world size that wrote it.
+// order, the run's name, the optimizer shard setting and the world size that wrote it.
 //
 // Who writes what: a sharded optimizer's state is written where it lives, each rank its own
 // slices; everything every rank holds alike is divided, whole tensors, largest first to the rank
@@ -65,6 +65,10 @@ struct CheckpointExtras {
   // is refused at resume (its position counts samples of the order it was written in: resumed in
   // another, the epoch would train some samples twice and others never).
   const std::string* data_order = nullptr;
+  // The run the checkpoint belongs to (hvx/train/run_dir.h): stored when it is not empty; a load
+  // sets it to the loaded checkpoint's (left as it was when that has none: written before runs
+  // were named).
+  std::string* run = nullptr;
 };
 
 // The optimizer whose state a checkpoint holds: `optimizer`, over the whole parameters; with

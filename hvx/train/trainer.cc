@@ -2,8 +2,8 @@
 // optimizer, data, schedule and position that every step reads and changes, and the agreement
 // between ranks at each step (a checkpoint request, a stop) that the train, evaluation and
 // checkpoint steps must see alike. What stands alone lives beside it: checkpoint.cc (files),
-// epoch_position.cc (where an epoch resumes), data_identity.cc, metrics_log.cc and report.cc (what
-// rank 0 writes), sample_log.cc, recipes.cc, models.cc, dataset_setup.cc.
+// epoch_position.cc (where an epoch resumes), data_identity.cc, run_records.cc (what rank 0
+// writes of the run, and where), sample_log.cc, recipes.cc, models.cc, dataset_setup.cc.
 #include "hvx/train/trainer.h"
 
 #include <signal.h>
@@ -49,6 +49,7 @@
 #include "hvx/train/models.h"
 #include "hvx/train/recipes.h"
 #include "hvx/train/report.h"
+#include "hvx/train/run_records.h"
 #include "hvx/train/sample_log.h"
 #include "hvx/train/summary_writer.h"
 
@@ -153,6 +154,9 @@ struct Run {
   std::shared_ptr<const data::Dataset> train_data;
   // What decides the order of an epoch's samples (DataOrder), kept in checkpoints.
   std::string data_order;
+  // The run this training is part of (hvx/train/run_dir.h): the resumed checkpoint's, else a new
+  // one; the same on every rank, kept in checkpoints.
+  std::string run_name;
   std::shared_ptr<const data::Dataset> eval_data;
   std::shared_ptr<const data::Decoder> train_decoder;
   std::shared_ptr<const data::Decoder> eval_decoder;
@@ -175,11 +179,8 @@ struct Run {
   // mixed precision on CUDA.
   at::ScalarType autocast_dtype = at::kFloat;
   std::unique_ptr<LossScaler> scaler;
-  std::unique_ptr<SummaryWriter> summaries;
-  // Rank 0, with summaries_dir: the page kept at "<summaries_dir>/report.html".
-  std::unique_ptr<RunReport> report;
-  // Rank 0, with a metrics file (MetricsPath): the run's records as JSON lines.
-  std::unique_ptr<MetricsLog> metrics;
+  // Rank 0, once the run is named (OpenRun): its metrics records, TensorBoard scalars and report.
+  std::unique_ptr<RunRecords> records;
   // Set by PlanEpochs before the first epoch.
   EpochShape shape;
   int64_t steps_per_epoch = 0;
@@ -264,7 +265,7 @@ torch::Tensor Forward(Run& run, const torch::Tensor& images) {
 // What checkpoints keep for this run beyond model, optimizer and position.
 CheckpointExtras Extras(Run& run) {
   return {run.average ? &run.average->averages() : nullptr,
-          run.scaler ? &run.scaler->state() : nullptr, &run.data_order};
+          run.scaler ? &run.scaler->state() : nullptr, &run.data_order, &run.run_name};
 }
 
 // precision: BF16 autocasts on either device; FP16 needs CUDA. On CUDA both scale the loss
@@ -380,25 +381,24 @@ absl::Status OpenData(Run& run) {
   return absl::OkStatus();
 }
 
-std::string ReportPath(const TrainConfig& config) {
-  return absl::StrCat(config.summaries_dir(), "/report.html");
-}
-
-// logging.metrics_file, else "<summaries_dir>/metrics.jsonl" when summaries_dir is set, else "".
-std::string MetricsPath(const TrainConfig& config) {
-  if (!config.logging().metrics_file().empty()) return config.logging().metrics_file();
-  if (config.summaries_dir().empty()) return "";
-  return absl::StrCat(config.summaries_dir(), "/metrics.jsonl");
-}
-
-// Appends rank 0's record of `event` to the metrics file, when there is one.
-absl::Status Record(Run& run, absl::string_view event, const Json& fields) {
-  return run.metrics ? run.metrics->Write(event, fields) : absl::OkStatus();
-}
-
-absl::Status MaybeSummarize(Run& run, absl::string_view tag, double value, int64_t step) {
-  if (run.summaries == nullptr) return absl::OkStatus();
-  return run.summaries->AddScalar(tag, value, step);
+// Names the run once the checkpoint to resume (if any) is known: the one it belongs to, else a new
+// name; rank 0 opens its records (RunRecords). Every rank calls it.
+absl::Status OpenRun(Run& run, int64_t resumed_from_step) {
+  const TrainConfig& config = run.config;
+  if (Rank() == 0) {
+    RunRecords::Options o;
+    o.summaries_dir = config.summaries_dir();
+    o.metrics_file = config.logging().metrics_file();
+    o.run = run.run_name;
+    o.resumed_from_step = resumed_from_step;
+    o.model =
+        absl::StrCat(ModelDescription(config), " on ", run.train_data->num_samples(), " samples");
+    o.config_text = config.DebugString();
+    o.world_size = Size();
+    HVX_ASSIGN_OR_RETURN(run.records, RunRecords::Open(o));
+    run.run_name = run.records->run();
+  }
+  return BroadcastBytes("trainer.run", &run.run_name, 0);
 }
 
 // The optimizer whose state checkpoints hold: with a sharded optimizer, its slices, and the
@@ -559,7 +559,7 @@ absl::Status RecordCommitted(Run& run) {
       record["pause_s"] = c.pause_s;
       record["seconds"] = c.seconds;
     }
-    HVX_RETURN_IF_ERROR(Record(run, "checkpoint", record));
+    if (run.records) HVX_RETURN_IF_ERROR(run.records->Checkpoint(record));
   }
   return absl::OkStatus();
 }
@@ -659,16 +659,10 @@ absl::Status ReportProgress(Run& run, int64_t epoch, const TrainingPosition& pos
                               : "")
           .c_str());
   std::fflush(stdout);
-  if (clipping)
-    HVX_RETURN_IF_ERROR(MaybeSummarize(run, "train/grad_norm", grad_norm, pos.global_step));
   // The same on every rank; windows == 0 until collectives ran across several ranks.
   const StragglerStatus stragglers = Stragglers();
   double latest_ms = 0;
   for (double ms : stragglers.late_ms) latest_ms = std::max(latest_ms, ms);
-  if (run.report) {
-    run.report->AddProgress(
-        {pos.global_step, mean_loss, lr, samples_per_s, data_wait, latest_ms, stragglers.rank});
-  }
   Json progress = {{"epoch", epoch + 1},
                    {"epochs", config.epochs()},
                    {"step", pos.steps_in_epoch},
@@ -689,10 +683,9 @@ absl::Status ReportProgress(Run& run, int64_t epoch, const TrainingPosition& pos
     progress["loss_scale"] = run.scaler->scale();
     progress["skipped_steps"] = run.scaler->skipped_steps();
   }
-  HVX_RETURN_IF_ERROR(Record(run, "progress", progress));
-  HVX_RETURN_IF_ERROR(MaybeSummarize(run, "train/loss", mean_loss, pos.global_step));
-  HVX_RETURN_IF_ERROR(MaybeSummarize(run, "train/lr", lr, pos.global_step));
-  return MaybeSummarize(run, "train/samples_per_s", samples_per_s, pos.global_step);
+  return run.records->Progress(
+      {pos.global_step, mean_loss, lr, samples_per_s, data_wait, latest_ms, stragglers.rank},
+      progress, clipping ? std::optional<double>(grad_norm) : std::nullopt);
 }
 
 // How the steps of an epoch went.
@@ -779,26 +772,17 @@ absl::Status ReportEvaluation(Run& run, int64_t epoch, double epoch_s, const Eva
       epoch + 1, run.config.epochs(), eval.accuracy, eval.loss, eval.samples, eval.top5_accuracy,
       run.average ? ", moving average of the weights" : "", epoch_s, result.samples_per_s);
   if (Rank() != 0) return absl::OkStatus();
-  HVX_RETURN_IF_ERROR(Record(run, "eval",
-                             {{"epoch", epoch + 1},
-                              {"global_step", global_step},
-                              {"accuracy", eval.accuracy},
-                              {"top5", eval.top5_accuracy},
-                              {"loss", eval.loss},
-                              {"samples", eval.samples},
-                              {"averaged_weights", run.average != nullptr},
-                              {"epoch_s", epoch_s},
-                              {"samples_per_s", result.samples_per_s}}));
-  HVX_RETURN_IF_ERROR(MaybeSummarize(run, "eval/accuracy", eval.accuracy, global_step));
-  HVX_RETURN_IF_ERROR(MaybeSummarize(run, "eval/loss", eval.loss, global_step));
-  HVX_RETURN_IF_ERROR(MaybeSummarize(run, "eval/top5_accuracy", eval.top5_accuracy, global_step));
-  if (run.report) {
-    run.report->AddEval(
-        {epoch + 1, global_step, eval.accuracy, eval.top5_accuracy, eval.loss, eval.samples});
-    HVX_RETURN_IF_ERROR(run.report->Write(ReportPath(run.config)));
-  }
-  if (run.summaries) HVX_RETURN_IF_ERROR(run.summaries->Flush());
-  return absl::OkStatus();
+  return run.records->Eval(
+      {epoch + 1, global_step, eval.accuracy, eval.top5_accuracy, eval.loss, eval.samples},
+      {{"epoch", epoch + 1},
+       {"global_step", global_step},
+       {"accuracy", eval.accuracy},
+       {"top5", eval.top5_accuracy},
+       {"loss", eval.loss},
+       {"samples", eval.samples},
+       {"averaged_weights", run.average != nullptr},
+       {"epoch_s", epoch_s},
+       {"samples_per_s", result.samples_per_s}});
 }
 
 // After the last step of `epoch`, whose steps took `epoch_s`: *pos moves to the start of the next
@@ -834,20 +818,22 @@ absl::StatusOr<TrainResult> Train(Run& run) {
   TrainResult result;
   HVX_ASSIGN_OR_RETURN(TrainingPosition pos, StartingPosition(run, &result.resumed_from_step));
   const bool resumed = result.resumed_from_step >= 0;
-  HVX_RETURN_IF_ERROR(Record(
-      run, "start",
-      {{"model", ModelDescription(run.config)},
-       {"parameters", CountParameters(*run.model)},
-       {"world_size", Size()},
-       {"batch_size", run.config.data().batch_size()},
-       {"epochs", run.config.epochs()},
-       {"steps_per_epoch", run.steps_per_epoch},
-       {"train_samples", run.train_data->num_samples()},
-       {"eval_samples", run.eval_data->num_samples()},
-       {"epoch", pos.epoch + 1},
-       {"global_step", pos.global_step},
-       {"resumed_from",
-        resumed ? Json(CheckpointPath(run.config.checkpoint(), pos.global_step)) : Json()}}));
+  HVX_RETURN_IF_ERROR(OpenRun(run, result.resumed_from_step));
+  if (run.records) {
+    HVX_RETURN_IF_ERROR(run.records->Start(
+        {{"model", ModelDescription(run.config)},
+         {"parameters", CountParameters(*run.model)},
+         {"world_size", Size()},
+         {"batch_size", run.config.data().batch_size()},
+         {"epochs", run.config.epochs()},
+         {"steps_per_epoch", run.steps_per_epoch},
+         {"train_samples", run.train_data->num_samples()},
+         {"eval_samples", run.eval_data->num_samples()},
+         {"epoch", pos.epoch + 1},
+         {"global_step", pos.global_step},
+         {"resumed_from",
+          resumed ? Json(CheckpointPath(run.config.checkpoint(), pos.global_step)) : Json()}}));
+  }
   if (pos.epoch >= run.config.epochs()) {
     // A finished run: nothing to train. The caller says so and how to start over.
     result.already_complete = true;
@@ -998,27 +984,11 @@ absl::StatusOr<TrainResult> RunTraining(const TrainConfig& config, const RunOpti
     }
     run.sync = std::move(sharded);
   }
-  if (Rank() == 0 && !MetricsPath(config).empty()) {
-    HVX_ASSIGN_OR_RETURN(run.metrics, MetricsLog::Open(MetricsPath(config)));
-  }
-  if (Rank() == 0 && !config.summaries_dir().empty()) {
-    HVX_ASSIGN_OR_RETURN(run.summaries, SummaryWriter::Create(config.summaries_dir()));
-    run.report = std::make_unique<RunReport>(
-        absl::StrCat(ModelDescription(config), " on ", run.train_data->num_samples(), " samples"),
-        config.DebugString(), Size());
-    HVX_RETURN_IF_ERROR(run.report->Write(ReportPath(config)));
-  }
   auto result = Train(run);
-  if (run.metrics) {
-    absl::Status recorded = Record(run, "end", EndRecord(run, result));
-    if (!recorded.ok()) HVX_LOG(WARNING) << recorded;
-  }
-  if (run.summaries) run.summaries->Close().IgnoreError();
-  if (run.report) {
-    run.report->SetState(result.ok() ? DescribeResult(*result)
-                                     : absl::StrCat("failed: ", result.status().ToString()));
-    absl::Status written = run.report->Write(ReportPath(config));
-    if (!written.ok()) HVX_LOG(WARNING) << written;
+  if (run.records) {
+    run.records->End(EndRecord(run, result),
+                     result.ok() ? DescribeResult(*result)
+                                 : absl::StrCat("failed: ", result.status().ToString()));
   }
   if (result.ok() && !result->preempted && !options.export_path.empty()) {
     // A run already complete holds each rank's own statistics from its checkpoint.

@@ -54,7 +54,7 @@ check "evaluation counted each of the 8 validation images once" $?
 grep -q "training resnet50 (25557032 parameters) on 24 samples, 8 for evaluation; 2 ranks x batch 2" "$T/run.out"
 check "ResNet-50 with 1000 classes on 24 training samples" $?
 [[ -f $T/ck/ckpt-3.pt ]]; check "checkpoint ckpt-3.pt written" $?
-ls "$T/summaries" | grep -q 'events.out.tfevents'; check "TensorBoard events written" $?
+ls "$T"/summaries/*/ | grep -q 'events.out.tfevents'; check "TensorBoard events written in the run's folder" $?
 
 # data/imagenet_fast.pbtxt the same way: LAMB, label smoothing, EMA, bfloat16, channels_last; and
 # GPU JPEG decoding asked for, which on the CPU falls back, each rank saying why.
@@ -71,7 +71,8 @@ steps=$(grep -cE '^\[0\] epoch 1/1 step [1-3]/3 loss [0-9.e+-]+ lr .* grad_norm 
 [[ $steps == 3 ]]; check "3 steps with finite losses and the clipped gradient norm logged (got $steps)" $?
 grep -qE 'epoch 1/1 eval accuracy [0-9.]+ loss [0-9.]+ on 8 samples, top5 [0-9.]+, moving average' "$T/fast.out"
 check "evaluated with the moving average of the weights, with top-5" $?
-[[ -s $T/summaries_fast/report.html ]]; check "the run's report.html is written" $?
+fast_report=("$T"/summaries_fast/*/report.html)
+[[ ${#fast_report[@]} == 1 && -s ${fast_report[0]} ]]; check "the run's report.html is written in its folder" $?
 for r in 0 1; do
     for what in training evaluation; do
         grep -qE "^\[$r\] .*data.gpu_jpeg_decode: $what JPEGs decode on the CPU: this rank trains on the CPU" "$T/fast.out"

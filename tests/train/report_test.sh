@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# summaries_dir/report.html, rendered by headless Chromium (Debian's chromium): the curves are
-# drawn (the screenshot has them) and the page's numbers are the trainer's log's.
+# The run's report.html (summaries_dir/<run>/report.html), rendered by headless Chromium (Debian's
+# chromium): the curves are drawn (the screenshot has them) and the page's numbers are the trainer's log's.
 #   report_test.sh TRAIN MAKE_IDX REPORT_CHECK LIB PYTHON
 set -uo pipefail
 TRAIN=$(readlink -f "$1"); MAKE_IDX=$(readlink -f "$2"); CHECK=$(readlink -f "$3"); source "$4"
@@ -11,7 +11,9 @@ tiny_config "$T" cnn 400 60 10 2 || { echo "FAIL: could not write the dataset"; 
 timeout -k 5 300 "$TRAIN" --config="$T/tiny.pbtxt" \
     --override="launch { num_processes: \"2\" } summaries_dir: \"$T/s\"" >"$T/out" 2>"$T/err"
 check "training exits 0" $?
-[[ -s $T/s/report.html ]]; check "rank 0 wrote $T/s/report.html" $?
+pages=("$T"/s/*/report.html)
+PAGE=${pages[0]}
+[[ ${#pages[@]} == 1 && -s $PAGE ]]; check "rank 0 wrote one report.html in the run's folder: ${pages[*]}" $?
 CHROMIUM=${HVX_CHROMIUM:-$(command -v chromium || command -v chromium-browser)}
 if [[ -z $CHROMIUM ]]; then
     echo "SKIPPED: Chromium is not installed (apt-get install chromium); checks without it: $failures failures"
@@ -23,9 +25,9 @@ chrome() {  # chrome ARGS...: headless, no network of its own, a fresh profile
         --disable-background-networking --disable-component-update --disable-sync \
         --hide-scrollbars --user-data-dir="$profile" --window-size=1200,1600 "$@" 2>>"$T/chromium.err"
 }
-chrome --screenshot="$T/shot.png" "file://$T/s/report.html" >/dev/null
+chrome --screenshot="$T/shot.png" "file://$PAGE" >/dev/null
 check "Chromium renders a screenshot" $?
-chrome --dump-dom "file://$T/s/report.html" >"$T/dom.html"
+chrome --dump-dom "file://$PAGE" >"$T/dom.html"
 check "Chromium dumps the rendered page" $?
 "$PYTHON" "$CHECK" "$T/dom.html" "$T/shot.png" "$T/out" "$T/err"
 check "the page shows the curves and the log's numbers" $?

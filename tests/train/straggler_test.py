@@ -66,7 +66,8 @@ def test_a_rank_held_to_half_a_core_is_named_in_metrics_report_and_log(tmp_path)
         assert record["late_ms"][1] > 1.0 and record["wait_share"][1] > 0.05, record
     assert re.search(r"^\[0\] .*straggler: rank 1 \(host \S+, local rank 1\) is late: it submitted "
                      r"its collectives [0-9.]+ ms after the median", run.err, re.M), run.tail(30)
-    page = open(os.path.join(summaries, "report.html")).read()
+    [run_dir] = os.listdir(summaries)  # the run's own folder (hvx/train/run_dir.h)
+    page = open(os.path.join(summaries, run_dir, "report.html")).read()
     assert re.search(r'<td id="straggler">rank 1, [0-9.]+ ms late at step \d+</td>', page), \
         page[:2000]
     points = re.search(r'id="chart-straggler".*?<polyline class="series" points="([^"]*)"', page,

@@ -105,7 +105,7 @@ def read_metrics(path, growing=False):
     """The records of the metrics file at `path` ([] when there is none). With `growing` (a run
     still writing it), a last line not yet ended is left for later instead of failing."""
     records = []
-    if not os.path.exists(path):
+    if path is False or not os.path.exists(path):
         return records
     with open(path) as f:
         for number, line in enumerate(f, 1):
@@ -170,15 +170,17 @@ threads: 1
 
     def start(self, name, *args, overrides=(), metrics=None, launcher=()):
         """Starts the trainer with `args` and each of `overrides` as --override, its metrics file
-        `metrics` (default <dir>/<name>.jsonl, new), stdout and stderr in <name>.out and .err,
+        `metrics` (default <dir>/<name>.jsonl, new; False: the config's, as a user's run has), stdout and stderr in <name>.out and .err,
         behind the command `launcher` when given (["hvxrun", "-np", "2", "--"]).
         Returns (Run, Popen); wait with finish()."""
-        metrics = metrics or self.path(name + ".jsonl")
-        if metrics == self.path(name + ".jsonl") and os.path.exists(metrics):
-            os.unlink(metrics)
+        if metrics is not False:
+            metrics = metrics or self.path(name + ".jsonl")
+            if metrics == self.path(name + ".jsonl") and os.path.exists(metrics):
+                os.unlink(metrics)
         argv = list(launcher) + [self.train] + list(args)
         argv += ["--override=" + o for o in overrides]
-        argv.append('--override=logging { metrics_file: "%s" }' % metrics)
+        if metrics is not False:
+            argv.append('--override=logging { metrics_file: "%s" }' % metrics)
         run = Run(name, argv, self.path(name + ".out"), self.path(name + ".err"), metrics)
         with open(run.out_path, "w") as out, open(run.err_path, "w") as err:
             proc = subprocess.Popen(argv, stdout=out, stderr=err, env=self.env)
