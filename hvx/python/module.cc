@@ -21,6 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "hvx/common/env.h"
+#include "hvx/common/json.h"
 #include "hvx/common/logging.h"
 #include "hvx/common/stack_dump.h"
 #include "hvx/core/api.h"
@@ -29,6 +30,7 @@
 #include "hvx/data/shard_plan.h"
 #include "hvx/torch/host_allocator.h"
 #include "hvx/torch/tensor.h"
+#include "hvx/train/checkpoint_format.h"
 
 namespace hvx {
 namespace python {
@@ -330,6 +332,101 @@ class Records {
   std::shared_ptr<const data::Dataset> dataset_;
 };
 
+// hvx.torch.checkpoint's file layer: the trainer's sharded checkpoint format
+// (hvx/train/checkpoint_format.h), without its collectives, which hvx.torch runs in Python.
+
+// Writes this rank's `pieces`, each (tensor, dtype, shape, begin, elements, data: a contiguous CPU
+// tensor of `elements` elements of `dtype`), as the safetensors file `dir`/`name`; returns what
+// rank 0 needs for the index (ShardToJson) as JSON text. `metadata` goes in the file's header.
+std::string WriteShard(const std::string& dir, const std::string& name, const py::list& pieces,
+                       const std::map<std::string, std::string>& metadata) {
+  std::vector<train::PieceToWrite> out;
+  std::vector<torch::Tensor> keep;
+  for (const py::handle& item : pieces) {
+    const auto t = item.cast<py::tuple>();
+    train::PieceToWrite p;
+    p.tensor = t[0].cast<std::string>();
+    p.dtype = t[1].cast<std::string>();
+    p.shape = t[2].cast<std::vector<int64_t>>();
+    p.begin = t[3].cast<int64_t>();
+    p.elements = t[4].cast<int64_t>();
+    torch::Tensor data = t[5].cast<torch::Tensor>();
+    if (!data.device().is_cpu() || !data.is_contiguous() || data.numel() != p.elements ||
+        data.element_size() != train::SafetensorsDtypeBytes(p.dtype)) {
+      throw py::value_error(absl::StrCat("checkpoint piece of ", p.tensor,
+                                         ": the data must be a contiguous CPU tensor of ",
+                                         p.elements, " ", p.dtype, " elements"));
+    }
+    p.data = data.data_ptr();
+    keep.push_back(std::move(data));
+    out.push_back(std::move(p));
+  }
+  absl::StatusOr<train::WrittenShard> shard;
+  {
+    py::gil_scoped_release release;
+    shard = train::WriteShardFile(dir, name, out, metadata);
+  }
+  Raise(shard.status());
+  return JsonText(train::ShardToJson(*shard));
+}
+
+// Rank 0, with every rank's WriteShard result: the index of `shards` (checked: every tensor's
+// pieces cover it exactly once), written to `dir` last, atomically and durably.
+void CommitIndex(const std::string& dir, int64_t step, const std::vector<std::string>& shards,
+                 const std::string& metadata) {
+  std::vector<train::WrittenShard> written;
+  for (size_t r = 0; r < shards.size(); ++r) {
+    absl::StatusOr<Json> json = ParseJson(shards[r], absl::StrCat("rank ", r, "'s shard"));
+    Raise(json.status());
+    absl::StatusOr<train::WrittenShard> shard =
+        train::ShardFromJson(*json, absl::StrCat("rank ", r, "'s shard"));
+    Raise(shard.status());
+    written.push_back(std::move(*shard));
+  }
+  absl::StatusOr<Json> meta = ParseJson(metadata, "the checkpoint's metadata");
+  Raise(meta.status());
+  absl::StatusOr<train::CheckpointIndex> index =
+      train::BuildIndex(step, static_cast<int>(written.size()), written, std::move(*meta));
+  Raise(index.status());
+  py::gil_scoped_release release;
+  Raise(train::WriteIndex(dir, *index));
+}
+
+// A checkpoint directory open for reading: its index, and element ranges of its tensors read into
+// torch tensors, every block read checked against the index.
+class CheckpointReader {
+ public:
+  explicit CheckpointReader(const std::string& dir) : dir_(dir) {
+    absl::StatusOr<train::CheckpointIndex> index = train::ReadIndex(dir);
+    Raise(index.status());
+    index_ = std::make_unique<train::CheckpointIndex>(std::move(*index));
+    reader_ = std::make_unique<train::IndexReader>(dir, *index_);
+  }
+  std::string Index() const { return train::EncodeIndex(*index_); }
+  // Elements [begin, begin + out.numel()) of tensor `name` into `out` (contiguous, on the CPU,
+  // of the tensor's dtype).
+  void Read(const std::string& name, int64_t begin, torch::Tensor out) {
+    const train::IndexTensor* t = reader_->Find(name);
+    if (t == nullptr) throw py::value_error(absl::StrCat("checkpoint ", dir_, " has no ", name));
+    if (!out.device().is_cpu() || !out.is_contiguous() ||
+        out.element_size() != train::SafetensorsDtypeBytes(t->dtype)) {
+      throw py::value_error(absl::StrCat("reading ", name, " from checkpoint ", dir_,
+                                         ": the destination must be a contiguous CPU tensor of ",
+                                         t->dtype));
+    }
+    void* data = out.data_ptr();
+    const int64_t n = out.numel();
+    py::gil_scoped_release release;
+    Raise(reader_->Read(name, begin, n, data));
+  }
+  int64_t bytes_read() const { return reader_->bytes_read(); }
+
+ private:
+  std::string dir_;
+  std::unique_ptr<train::CheckpointIndex> index_;
+  std::unique_ptr<train::IndexReader> reader_;
+};
+
 }  // namespace
 
 void DefineModule(py::module_& m) {
@@ -504,6 +601,19 @@ void DefineModule(py::module_& m) {
     return h;
   });
   m.def("reducescatter_rows", &ReduceScatterRows);
+
+  m.def("checkpoint_write_shard", &WriteShard, py::arg("dir"), py::arg("name"), py::arg("pieces"),
+        py::arg("metadata"));
+  m.def("checkpoint_commit_index", &CommitIndex, py::arg("dir"), py::arg("step"), py::arg("shards"),
+        py::arg("metadata"));
+  m.def("checkpoint_shard_file_name", [](const std::string& token, int rank, int size) {
+    return train::ShardFileName(token, rank, size);
+  });
+  py::class_<CheckpointReader>(m, "CheckpointReader")
+      .def(py::init<const std::string&>(), py::arg("dir"))
+      .def("index", &CheckpointReader::Index)
+      .def("read", &CheckpointReader::Read, py::arg("name"), py::arg("begin"), py::arg("out"))
+      .def_property_readonly("bytes_read", &CheckpointReader::bytes_read);
 
   py::class_<PlanResult>(m, "ShardPlan")
       .def_readonly("ids", &PlanResult::ids)

@@ -92,3 +92,27 @@ def test_the_optimizer_state_has_each_parameters_shape(runs):
         assert index["tensors"][name]["shape"] == params[param], name
         step = assemble(runs, index, "optimizer/%s/step" % param)
         assert step.item() == STEPS, name
+
+
+def test_hvx_torch_loads_the_trainers_checkpoint_into_the_python_model(trainer, runs):
+    """hvx.torch.load_checkpoint (one process) takes the trainer's sharded checkpoint into
+    hvx.models.SmallCnn and a torch Adam: the model equals the single file's export bit for bit
+    and the optimizer has every parameter's moments and step."""
+    import hvx.models
+    import hvx.torch as hvd
+    hvd.init()
+    try:
+        model = hvx.models.SmallCnn(num_classes=10)
+        optimizer = torch.optim.Adam(model.parameters(), lr=0.002)
+        info = hvd.load_checkpoint(runs, model, optimizer)
+    finally:
+        hvd.shutdown()
+    assert info["step"] == STEPS and info["world_size"] == 2
+    exported = torch.load(trainer.path("file_model.pt"))
+    state = model.state_dict()
+    for name, tensor in exported.items():
+        assert torch.equal(state[name], tensor), name
+    moments = optimizer.state_dict()["state"]
+    assert len(moments) == len(list(model.parameters()))
+    for entry in moments.values():
+        assert set(entry) >= {"exp_avg", "exp_avg_sq", "step"} and float(entry["step"]) == STEPS

@@ -6,6 +6,7 @@ and is launched with hvxrun (`hvxrun -np 4 -H a:2,b:2 -- python3 train.py`), und
 finds its rank, size, local and cross ranks.
 """
 
+from hvx.torch.checkpoint import load_checkpoint, save_checkpoint
 from hvx.torch.compression import Compression
 from hvx.torch.mpi_ops import (
     Adasum, Average, HorovodInternalError, HvxInternalError, HvxInvalidArgumentError, Max, Min,
