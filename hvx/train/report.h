@@ -1,5 +1,5 @@
 // A training run as one self-contained HTML page that a person opens in a browser: no network,
-// no scripts, charts as inline SVG. Rank 0 keeps "<summaries_dir>/report.html" current.
+// no scripts, charts as inline SVG. Rank 0 keeps "<summaries_dir>/<run>/report.html" current.
 //
 //   RunReport report("cnn on 60000 samples", config.DebugString(), /*world_size=*/4);
 //   report.AddProgress({step, loss, lr, samples_per_s, data_wait_fraction});

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <fstream>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -111,6 +112,14 @@ absl::Status AddRecordedRun(const std::string& path, const std::string& run, int
   if (!in) return ErrnoToStatus(errno, absl::StrCat("opening the run's metrics file ", path));
   std::string line;
   bool ours = false;  // the last "start" record was run `run`'s
+  std::vector<ProgressPoint> progress;
+  std::vector<EvalPoint> evals;
+  // Points past `step`: what a part of the run trained after the checkpoint the next part resumed
+  // from, trained again by that next part.
+  auto drop_after = [&](int64_t step) {
+    while (!progress.empty() && progress.back().step > step) progress.pop_back();
+    while (!evals.empty() && evals.back().step > step) evals.pop_back();
+  };
   for (int64_t number = 1; std::getline(in, line); ++number) {
     if (line.empty()) continue;
     absl::StatusOr<Json> record = ParseJson(line, absl::StrCat(path, ":", number));
@@ -125,11 +134,15 @@ absl::Status AddRecordedRun(const std::string& path, const std::string& run, int
     if (*event == "start") {
       const Json* name = JsonMember(*record, "run");
       ours = name != nullptr && name->is_string() && *name == run;
+      if (ours) drop_after(static_cast<int64_t>(Number(*record, "global_step")));
     }
-    if (!ours || Number(*record, "global_step") > static_cast<double>(up_to_step)) continue;
-    if (*event == "progress") report->AddProgress(ProgressOf(*record));
-    if (*event == "eval") report->AddEval(EvalOf(*record));
+    if (!ours) continue;
+    if (*event == "progress") progress.push_back(ProgressOf(*record));
+    if (*event == "eval") evals.push_back(EvalOf(*record));
   }
+  drop_after(up_to_step);
+  for (const ProgressPoint& p : progress) report->AddProgress(p);
+  for (const EvalPoint& e : evals) report->AddEval(e);
   return absl::OkStatus();
 }
 

@@ -46,8 +46,9 @@ absl::StatusOr<RunDir> OpenRunDir(const std::string& summaries_dir, const std::s
 
 // Adds what the metrics file at `path` recorded of run `run` up to `up_to_step` to `report`, so the
 // page of a resumed run shows all of it: the "progress" and "eval" records that follow a "start"
-// record of that run (a file named by logging.metrics_file may hold other runs'), up to the step
-// (later ones went with the steps after the checkpoint resumed from, which are trained again). A
+// record of that run (a file named by logging.metrics_file may hold other runs'), each part's
+// points past the step the next part resumed from left out (those steps were trained again), and
+// so those past `up_to_step`. A
 // missing file adds nothing; a line that is not a metrics record is left out with a warning
 // naming the file and line (a line cut short by a run that died mid-write).
 absl::Status AddRecordedRun(const std::string& path, const std::string& run, int64_t up_to_step,

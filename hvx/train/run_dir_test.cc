@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <set>
@@ -116,6 +117,42 @@ TEST(RunDirTest, ARecordedRunAddsItsOwnRecordsUpToTheResumedStep) {
   ASSERT_TRUE(AddRecordedRun(path, "nobody", 3, &none).ok());
   EXPECT_EQ(Cell(none.Html(), "steps"), "0");
   ASSERT_TRUE(AddRecordedRun(TestDir("missing") + ".jsonl", "mine", 3, &none).ok());
+}
+
+// Part 1 checkpointed at step 2 and died at step 3; part 2 resumed from 2, checkpointed at 4 and
+// died at 5; part 3 resumes from 4: steps 1, 2 (part 1), 3, 4 (part 2), each once and in order.
+TEST(RunDirTest, EachPartOfARunResumedTwiceKeepsOnlyTheStepsTheNextPartDidNotTrainAgain) {
+  const std::string path = TestDir("twice") + ".jsonl";
+  std::ofstream out(path);
+  auto progress = [&out](int step, double loss) {
+    out << R"({"event":"progress","time":1,"global_step":)" << step << R"(,"loss":)" << loss
+        << "}\n";
+  };
+  out << R"({"event":"start","time":1,"run":"r","global_step":0})"
+         "\n";
+  progress(1, 1.0);
+  progress(2, 2.0);
+  out << R"({"event":"eval","time":1,"epoch":1,"global_step":3,"accuracy":0.5})"
+         "\n";
+  progress(3, 3.0);
+  out << R"({"event":"start","time":1,"run":"r","global_step":2})"
+         "\n";
+  progress(3, 30.0);
+  progress(4, 40.0);
+  progress(5, 50.0);
+  out.close();
+  RunReport report("cnn", "", 1);
+  ASSERT_TRUE(AddRecordedRun(path, "r", 4, &report).ok());
+  const std::string html = report.Html();
+  EXPECT_EQ(Cell(html, "steps"), "4");
+  EXPECT_EQ(Cell(html, "train_loss"), "40");
+  // The evaluation at step 3 of part 1 was trained again: not in the table.
+  EXPECT_EQ(Cell(html, "accuracy"), "<none>");
+  const size_t chart = html.find("id=\"chart-loss\"");
+  ASSERT_NE(chart, std::string::npos);
+  const size_t points = html.find("points=\"", chart);
+  const std::string series = html.substr(points, html.find("\"", points + 8) - points);
+  EXPECT_EQ(std::count(series.begin(), series.end(), ','), 4) << series;
 }
 
 }  // namespace

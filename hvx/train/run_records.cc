@@ -14,22 +14,24 @@ namespace train {
 
 absl::StatusOr<std::unique_ptr<RunRecords>> RunRecords::Open(const Options& options) {
   std::unique_ptr<RunRecords> records(new RunRecords());
-  const bool named = !options.run.empty();
+  std::string stored = options.run;
+  if (!stored.empty() && !IsRunName(stored)) {
+    HVX_LOG(WARNING) << "the checkpoint names run \"" << stored
+                     << "\", which cannot name a folder; this run gets a new name";
+    stored.clear();
+  }
+  const bool named = !stored.empty();
   if (options.summaries_dir.empty()) {
-    records->run_ = named ? options.run : NewRunName(absl::Now(), RandomHex());
+    records->run_ = named ? stored : NewRunName(absl::Now(), RandomHex());
   } else {
-    absl::StatusOr<RunDir> dir = OpenRunDir(options.summaries_dir, options.run);
-    if (!dir.ok() && named && absl::IsInvalidArgument(dir.status())) {
-      HVX_LOG(WARNING) << dir.status().message() << "; this run's summaries go to a new folder";
-      dir = OpenRunDir(options.summaries_dir, "");
-    }
-    HVX_RETURN_IF_ERROR(dir.status());
-    records->run_ = dir->name;
-    records->dir_ = dir->path;
+    HVX_ASSIGN_OR_RETURN(const RunDir dir, OpenRunDir(options.summaries_dir, stored));
+    records->run_ = dir.name;
+    records->dir_ = dir.path;
     HVX_LOG(INFO) << "run " << records->run_ << ": "
-                  << (options.resumed_from_step < 0 ? "started"
-                      : named                       ? "resumed"
-                                                    : "resumed from a checkpoint that names no run")
+                  << (options.failed                  ? "failed before training"
+                      : options.resumed_from_step < 0 ? "started"
+                      : named                         ? "resumed"
+                              : "resumed from a checkpoint that names no run")
                   << "; its report, metrics and TensorBoard events are in " << records->dir_;
   }
   std::string metrics_path = options.metrics_file;

@@ -35,6 +35,7 @@ class RunRecords {
     std::string metrics_file;        // "": "<run folder>/metrics.jsonl" when there is a folder
     std::string run;                 // the run's name from the checkpoint resumed; "": a new run
     int64_t resumed_from_step = -1;  // >= 0: the step of the checkpoint resumed from
+    bool failed = false;             // the run failed before it started: only End follows
     // The report's title, config and world size.
     std::string model;
     std::string config_text;
@@ -43,8 +44,8 @@ class RunRecords {
 
   // Names the run (options.run, else a new name), opens its folder (OpenRunDir), metrics file
   // and event file, and writes the first report, which for a resumed run holds what the run's
-  // metrics file recorded up to the resumed step (AddRecordedRun). A stored name that cannot name
-  // a folder (a checkpoint not written by hvx) gets the run a new one, with a warning.
+  // metrics file recorded up to the resumed step (AddRecordedRun). A stored name that is not a
+  // run name (IsRunName: a checkpoint not written by hvx) gets the run a new one, with a warning.
   static absl::StatusOr<std::unique_ptr<RunRecords>> Open(const Options& options);
 
   const std::string& run() const { return run_; }

@@ -395,10 +395,21 @@ absl::Status OpenRun(Run& run, int64_t resumed_from_step) {
         absl::StrCat(ModelDescription(config), " on ", run.train_data->num_samples(), " samples");
     o.config_text = config.DebugString();
     o.world_size = Size();
-    HVX_ASSIGN_OR_RETURN(run.records, RunRecords::Open(o));
-    run.run_name = run.records->run();
+    absl::StatusOr<std::unique_ptr<RunRecords>> records = RunRecords::Open(o);
+    // A run name never starts with '!': that marks rank 0's failure, which every rank returns.
+    if (records.ok()) {
+      run.records = std::move(*records);
+      run.run_name = run.records->run();
+    } else {
+      run.run_name = absl::StrCat("!", records.status().message());
+    }
   }
-  return BroadcastBytes("trainer.run", &run.run_name, 0);
+  HVX_RETURN_IF_ERROR(BroadcastBytes("trainer.run", &run.run_name, 0));
+  if (!run.run_name.empty() && run.run_name[0] == '!') {
+    return absl::FailedPreconditionError(absl::StrCat(
+        Rank() == 0 ? "" : "rank 0: ", "opening the run's records: ", run.run_name.substr(1)));
+  }
+  return absl::OkStatus();
 }
 
 // The optimizer whose state checkpoints hold: with a sharded optimizer, its slices, and the
@@ -985,6 +996,19 @@ absl::StatusOr<TrainResult> RunTraining(const TrainConfig& config, const RunOpti
     run.sync = std::move(sharded);
   }
   auto result = Train(run);
+  if (!result.ok() && Rank() == 0 && run.records == nullptr) {
+    // Failed before the run was named (a checkpoint refused, the data's shape): its records say
+    // so all the same, in a folder of their own.
+    RunRecords::Options o;
+    o.summaries_dir = config.summaries_dir();
+    o.metrics_file = config.logging().metrics_file();
+    o.failed = true;
+    o.model = ModelDescription(config);
+    o.config_text = config.DebugString();
+    o.world_size = Size();
+    absl::StatusOr<std::unique_ptr<RunRecords>> records = RunRecords::Open(o);
+    if (records.ok()) run.records = std::move(*records);
+  }
   if (run.records) {
     run.records->End(EndRecord(run, result),
                      result.ok() ? DescribeResult(*result)

@@ -86,8 +86,38 @@ def test_each_run_has_its_own_folder_and_a_resumed_run_continues_its_own(tmp_pat
     page = open(os.path.join(first_dir, "report.html")).read()
     assert cell(page, "run") == first_name
     assert cell(page, "steps") == "48"
+    first_after_resume = files_of(first_dir)
     # Every evaluation, those from before the resume too, is in the report's table.
     table = page.split('<table id="evals">')[1].split("</table>")[0]
     rows = [int(step) for step in re.findall(r"<tr><td>\d+</td><td>(\d+)</td>", table)]
     evals = [r["global_step"] for r in records if r["event"] == "eval"]
     assert rows == evals and 24 in rows and 48 in rows, (rows, evals)
+
+    # A run refused before it starts (the first run's checkpoints, another model) still records
+    # how it ended, in a folder of its own.
+    refused = trainer.run("refused", "--config=" + config, metrics=False, overrides=[
+        'model { name: "mlp" } checkpoint { dir: "%s" } summaries_dir: "%s"' % (first_ck,
+                                                                              summaries)])
+    assert refused.rc not in (0, None), refused.tail()
+    [refused_name] = [f for f in folders(summaries) if f not in (first_name, second_name)]
+    assert "run %s: failed before training" % refused_name in refused.output, refused.tail()
+    [end] = read_metrics(os.path.join(summaries, refused_name, "metrics.jsonl"))
+    assert end["event"] == "end" and end["state"] == "failed", end
+    assert "checkpoint" in end["error"], end
+    page = open(os.path.join(summaries, refused_name, "report.html")).read()
+    assert cell(page, "state").startswith("failed: "), cell(page, "state")
+    assert files_of(first_dir) == first_after_resume
+
+
+def test_a_summaries_folder_rank_0_cannot_make_fails_every_rank_naming_it(tmp_path):
+    trainer = Trainer(tmp_path)
+    config = trainer.tiny_config("cnn", 240, 40, batch=10, epochs=1)
+    not_a_dir = str(tmp_path / "file")
+    open(not_a_dir, "w").close()
+    run = trainer.run("blocked", "--config=" + config, metrics=False, overrides=[
+        'launch { num_processes: "2" } checkpoint { dir: "" } summaries_dir: "%s"' % not_a_dir],
+        timeout=120)
+    assert run.rc not in (0, None), run.tail()
+    for rank, prefix in ((0, ""), (1, "rank 0: ")):
+        assert re.search(r"^\[%d\] .*%sopening the run's records: .*%s" % (
+            rank, re.escape(prefix), re.escape(not_a_dir)), run.output, re.M), run.tail(30)

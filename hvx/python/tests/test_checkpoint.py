@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import hvx.torch as hvd
+import hvx.torch.checkpoint as checkpoint_module
 
 
 def shared_dir(name):
@@ -188,3 +189,37 @@ def test_python_safetensors_reads_every_piece():
         whole = torch.cat(parts).reshape(tensor["shape"])
         if name == "model/fc2.weight":
             assert torch.equal(whole, model.fc2.weight.detach())
+
+
+def test_what_a_rank_cannot_store_fails_every_rank_before_anything_is_written():
+    path = shared_dir("refused")
+    model, opt = make(1)
+    with pytest.raises(RuntimeError, match="step must be an integer"):
+        hvd.save_checkpoint(path, model, opt, step=1.5)
+    with pytest.raises(RuntimeError, match="not JSON serializable"):
+        hvd.save_checkpoint(path, model, opt, metadata={"when": object()})
+    # A buffer of a dtype the format has no name for, on the rank that would write it only.
+    if hvd.rank() == hvd.size() - 1:
+        model.register_buffer("phase", torch.zeros(3, dtype=torch.complex64))
+    with pytest.raises(RuntimeError, match="model/phase is torch.complex64"):
+        hvd.save_checkpoint(path, model, opt)
+    assert not os.path.exists(path) or not os.listdir(path)
+
+
+def test_a_save_that_fails_on_one_rank_removes_its_files_and_keeps_the_checkpoint(monkeypatch):
+    path = shared_dir("failed_save")
+    model, opt = make(1)
+    hvd.save_checkpoint(path, model, opt, step=1)
+    hvd.barrier()
+    before = sorted(os.listdir(path))
+    if hvd.rank() == hvd.size() - 1:
+        def full_disk(*args):
+            raise OSError(28, "No space left on device")
+        monkeypatch.setattr(checkpoint_module._C, "checkpoint_write_shard", full_disk)
+    train(model, opt, 1, 0)
+    with pytest.raises(RuntimeError, match="rank %d .*No space left on device" % (hvd.size() - 1)):
+        hvd.save_checkpoint(path, model, opt, step=2)
+    monkeypatch.undo()
+    hvd.barrier()
+    assert sorted(os.listdir(path)) == before
+    assert hvd.load_checkpoint(path, *make(2))["step"] == 1

@@ -23,6 +23,7 @@ and Python's safetensors package reads every file.
 import json
 import os
 import socket
+import warnings
 
 import torch
 
@@ -135,53 +136,88 @@ def _same_everywhere_error(local_error, what):
     return [host for host, _ in errors]
 
 
+def _checked(model, optimizer, step, metadata):
+    """What a save needs that each rank can check alone, before any collective: an integer step,
+    JSON-able metadata, a ShardedOptimizer over every rank, and tensors of dtypes the format
+    stores. Returns (step, the optimizer's state, its non-tensor values, its param groups)."""
+    if isinstance(step, bool) or int(step) != step:
+        raise ValueError("step must be an integer, got %r" % (step,))
+    json.dumps(metadata if metadata is not None else {})
+    if isinstance(optimizer, ShardedOptimizer) and optimizer._process_set.size() != \
+            mpi_ops.size():
+        raise ValueError("a ShardedOptimizer over a process set of %d of the %d ranks: "
+                         "checkpoints hold the slices of one set over every rank" %
+                         (optimizer._process_set.size(), mpi_ops.size()))
+    state, values, groups = ([], {}, []) if optimizer is None else _optimizer_state(model,
+                                                                                     optimizer)
+    for key, value in model.state_dict().items():
+        if torch.is_tensor(value):
+            _dtype_name(value, "model/" + key)
+    for name, value, _ in state:
+        _dtype_name(value, name)
+    return int(step), state, values, groups
+
+
 def save_checkpoint(path, model, optimizer=None, step=0, metadata=None):
-    """Writes `model` (and `optimizer`) as the checkpoint directory `path`; collective. `metadata`
-    (JSON-able) comes back from load_checkpoint. A checkpoint already at `path` is replaced: the
-    new index replaces the old at once, then the old files the new one does not name go."""
+    """Writes `model` (and `optimizer`) as the checkpoint directory `path`; collective. `step` (an
+    integer) and `metadata` (JSON-able) come back from load_checkpoint. A checkpoint already at
+    `path` is replaced: the new index replaces the old at once, then the old files the new one
+    does not name go. Any rank's failure raises RuntimeError on every rank naming it; the files
+    of a failed save are removed and the checkpoint at `path`, if any, stays as it was."""
     size, rank = mpi_ops.size(), mpi_ops.rank()
-    tensors = _model_state(model)
-    values, groups = {}, []
-    if optimizer is not None:
-        state, values, groups = _optimizer_state(model, optimizer)
-        tensors += state
-    alike = [t for t in tensors if t[2] is None]
-    owner = _divide(alike, size)
+    error = None
+    try:
+        step, state, values, groups = _checked(model, optimizer, step, metadata)
+    except Exception as e:  # noqa: BLE001 (every rank must hear of it)
+        error = "%s: %s" % (type(e).__name__, e)
+    _same_everywhere_error(error, "save of %s" % path)
+    tensors = _model_state(model) + state
+    owner = _divide([t for t in tensors if t[2] is None], size)
     token = mpi_ops.broadcast_object(os.urandom(4).hex() if rank == 0 else None, 0,
                                      name="checkpoint.token")
-    file_name = _C.checkpoint_shard_file_name(token, rank, size)
-    pieces = []
-    for name, value, piece in tensors:
-        if piece is None and owner[name] != rank:
-            continue
-        data = value.detach().to("cpu").contiguous().reshape(-1)
-        if piece is None:
-            pieces.append((name, _dtype_name(value, name), list(value.shape), 0, data.numel(),
-                           data))
-        elif piece[1] > 0:
-            pieces.append((name, _dtype_name(value, name), piece[2], piece[0], piece[1], data))
+    file_path = os.path.join(path, _C.checkpoint_shard_file_name(token, rank, size))
     error, shard = None, None
     try:
+        pieces = []
+        for name, value, piece in tensors:
+            if piece is None and owner[name] != rank:
+                continue
+            data = value.detach().to("cpu").contiguous().reshape(-1)
+            if piece is None:
+                pieces.append((name, _dtype_name(value, name), list(value.shape), 0,
+                               data.numel(), data))
+            elif piece[1] > 0:
+                pieces.append((name, _dtype_name(value, name), piece[2], piece[0], piece[1],
+                               data))
         os.makedirs(path, exist_ok=True)
-        shard = _C.checkpoint_write_shard(path, file_name, pieces, {
-            "format": "hvx-checkpoint shard", "step": str(step), "rank": "%d of %d" % (rank,
-                                                                                       size)})
-    except (OSError, RuntimeError, ValueError) as e:
-        error = str(e)
-    hosts = _same_everywhere_error(error, "save of %s" % path)
-    shards = mpi_ops.allgather_object(shard, name="checkpoint.shards")
-    error = None
-    if rank == 0:
-        try:
-            _commit(path, step, shards, hosts, {
-                "format": "hvx.torch", "step": step, "world_size": size,
-                "optimizer_shard": ("SLICES" if isinstance(optimizer, ShardedOptimizer)
-                                    else "NONE"),
-                "optimizer_values": values, "param_groups": groups,
-                "user": metadata if metadata is not None else {}})
-        except (OSError, RuntimeError, ValueError) as e:
-            error = str(e)
-    _same_everywhere_error(error, "commit of %s" % path)
+        shard = _C.checkpoint_write_shard(
+            path, os.path.basename(file_path), pieces,
+            {"format": "hvx-checkpoint shard", "step": str(step),
+             "rank": "%d of %d" % (rank, size)})
+    except Exception as e:  # noqa: BLE001
+        error = "%s: %s" % (type(e).__name__, e)
+    try:
+        hosts = _same_everywhere_error(error, "save of %s" % path)
+        shards = mpi_ops.allgather_object(shard, name="checkpoint.shards")
+        error = None
+        if rank == 0:
+            try:
+                _commit(path, step, shards, hosts, {
+                    "format": "hvx.torch", "step": step, "world_size": size,
+                    "optimizer_shard": ("SLICES" if isinstance(optimizer, ShardedOptimizer)
+                                        else "NONE"),
+                    "optimizer_values": values, "param_groups": groups,
+                    "scalar_state": [name for name, value, _ in state
+                                     if torch.is_tensor(value) and value.dim() == 0],
+                    "user": metadata if metadata is not None else {}})
+            except Exception as e:  # noqa: BLE001
+                error = "%s: %s" % (type(e).__name__, e)
+        _same_everywhere_error(error, "commit of %s" % path)
+    except RuntimeError:
+        # No index names this save's files: each rank removes its own.
+        if shard is not None and os.path.exists(file_path):
+            os.remove(file_path)
+        raise
 
 
 def _commit(path, step, shards, hosts, metadata):
@@ -203,7 +239,7 @@ def _commit(path, step, shards, hosts, metadata):
         try:
             with open(index_path) as f:
                 replaced = [entry["name"] for entry in json.load(f)["files"]]
-        except (OSError, ValueError, KeyError):
+        except (OSError, ValueError, KeyError, TypeError):
             replaced = []
     _C.checkpoint_commit_index(path, step, shards, json.dumps(metadata))
     kept = {json.loads(text)["name"] for text in shards}
@@ -213,6 +249,9 @@ def _commit(path, step, shards, hosts, metadata):
                 os.remove(os.path.join(path, name))
             except FileNotFoundError:
                 pass
+            except OSError as e:  # the checkpoint is whole: a file left over is only space
+                warnings.warn("checkpoint %s: could not remove %s, which the replaced index "
+                              "named: %s" % (path, name, e))
 
 
 def _read(reader, tensors, name, like, begin=0, count=None, shape=None):
@@ -240,12 +279,13 @@ def load_checkpoint(path, model, optimizer=None, strict=True):
     {"step", "metadata" (save_checkpoint's), "world_size" (that wrote it), "bytes_read" (by this
     rank)}. Any rank's failure (a tensor the checkpoint lacks or has of another shape, with
     `strict` one the model lacks, a damaged file) raises RuntimeError naming that rank and what
-    was wrong on every rank, before anything was loaded into the model or optimizer."""
+    was wrong on every rank; the model and optimizer change only once every rank has read its
+    part (torch's own load_state_dict then refuses the state of another kind of optimizer)."""
     error, read = None, None
     try:
         read = _load(path, model, optimizer, strict)
-    except (OSError, RuntimeError, ValueError) as e:
-        error = str(e)
+    except Exception as e:  # noqa: BLE001 (every rank must hear of it)
+        error = "%s: %s" % (type(e).__name__, e)
     _same_everywhere_error(error, "load of %s" % path)
     apply, result = read
     apply()
@@ -288,6 +328,7 @@ def _load_optimizer(reader, tensors, meta, model, optimizer):
     """Reads this rank's part of the optimizer's state; returns what loads it."""
     sharded = isinstance(optimizer, ShardedOptimizer)
     values = meta.get("optimizer_values", {})
+    scalar_state = set(meta.get("scalar_state", []))
     state = {}
     for name, p, i in _param_names(model, optimizer):
         prefix = "optimizer/%s/" % name
@@ -295,15 +336,19 @@ def _load_optimizer(reader, tensors, meta, model, optimizer):
         for full in sorted(t for t in tensors if t.startswith(prefix)):
             key = full[len(prefix):]
             stored = tensors[full]
+            dtype = _TORCH_DTYPES.get(stored["dtype"])
+            if dtype is None:
+                raise ValueError("checkpoint's %s is %s, which hvx.torch does not read" %
+                                 (full, stored["dtype"]))
+            like = torch.empty(stored["shape"], dtype=dtype)
             if key == "step":
-                entry[key] = torch.tensor(float(_read(reader, tensors, full, torch.empty(
-                    stored["shape"], dtype=_TORCH_DTYPES[stored["dtype"]])).item()))
-            elif stored["shape"] == list(p.shape) and sharded:
+                entry[key] = torch.tensor(float(_read(reader, tensors, full, like).item()))
+            elif sharded and stored["shape"] == list(p.shape) and full not in scalar_state:
+                # Per element of the parameter: this rank's slice.
                 b, n = optimizer._ranges[i]
                 entry[key] = _read(reader, tensors, full, p, begin=b, count=n,
                                    shape=list(p.shape)).to(p.dtype)
             else:
-                like = torch.empty(stored["shape"], dtype=_TORCH_DTYPES[stored["dtype"]])
                 entry[key] = _read(reader, tensors, full, like)
         for key, value in values.items():
             if key.startswith(name + "/"):
