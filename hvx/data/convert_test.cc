@@ -69,8 +69,8 @@ TEST(IdxTest, FashionMnistTrainToShards) {
   d.mean = {0.2860f};
   d.stddev = {0.3530f};
   PipelineOptions o;
-  o.rank = 1;
-  o.size = 2;
+  o.plan.rank = 1;
+  o.plan.size = 2;
   o.batch_size = 64;
   o.decoder = std::make_shared<RawImageDecoder>(d);
   auto pipeline = Pipeline::Create(std::shared_ptr<const Dataset>(std::move(*dataset)), o);

@@ -383,7 +383,7 @@ TEST(JpegTest, BadImagesReachTheConsumerNamingFileAndOffset) {
     ASSERT_TRUE(dataset.ok()) << dataset.status();
     std::shared_ptr<const Dataset> shared = std::move(*dataset);
     PipelineOptions o;
-    o.shuffle = false;
+    o.plan.shuffle = false;
     o.batch_size = 2;
     o.decode_threads = 2;
     o.decoder = std::make_shared<ImageNetDecoder>(ImageNetDecoderOptions::Train());

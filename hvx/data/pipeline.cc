@@ -131,15 +131,8 @@ absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Create(std::shared_ptr<const
   if (dataset->num_samples() == 0) {
     return absl::FailedPreconditionError("pipeline: the dataset has no records");
   }
-  ShardPlanOptions plan_options;
+  ShardPlanOptions plan_options = options.plan;
   plan_options.num_samples = dataset->num_samples();
-  plan_options.rank = options.rank;
-  plan_options.size = options.size;
-  plan_options.epoch = options.epoch;
-  plan_options.seed = options.seed;
-  plan_options.remainder = options.remainder;
-  plan_options.shuffle = options.shuffle;
-  plan_options.consumed = options.consumed;
   HVX_ASSIGN_OR_RETURN(ShardPlan plan, MakeShardPlan(plan_options));
   std::unique_ptr<Pipeline> p(new Pipeline(std::move(dataset), options, std::move(plan)));
   p->Start();
@@ -216,7 +209,8 @@ void Pipeline::ReaderLoop() {
       absl::string_view& record = task.records[i];
       s = dataset_->ViewInto(id, options_.verify_crc, next, &record);
       if (!mapped) next += dataset_->FramedSize(id);
-      if (!s.ok()) s = Annotate(s, absl::StrCat("rank ", options_.rank, " reading sample ", id));
+      if (!s.ok())
+        s = Annotate(s, absl::StrCat("rank ", options_.plan.rank, " reading sample ", id));
       bytes += static_cast<int64_t>(record.size());
     }
     read_ns_ += NowNs() - t0;
@@ -268,11 +262,13 @@ void Pipeline::DecodeLoop() {
     for (int64_t i = 0; i < count && s.ok(); ++i) {
       const int64_t id = plan_.sample_ids[static_cast<size_t>(task.first + i)];
       // Rows of a batch are distinct memory, so decoders write without holding the lock.
-      s = decoder.Decode(task.records[static_cast<size_t>(i)], {options_.seed, options_.epoch, id},
+      s = decoder.Decode(task.records[static_cast<size_t>(i)],
+                         {options_.plan.seed, options_.plan.epoch, id},
                          static_cast<uint8_t*>(batch->data()) + (first_row + i) * sample_bytes_,
                          &labels[static_cast<size_t>(i)]);
       if (!s.ok()) {
-        s = Annotate(s, absl::StrCat("rank ", options_.rank, ": ", dataset_->DescribeSample(id)));
+        s = Annotate(s,
+                     absl::StrCat("rank ", options_.plan.rank, ": ", dataset_->DescribeSample(id)));
       }
     }
     decode_ns_ += NowNs() - t0;
@@ -300,8 +296,9 @@ void Pipeline::DecodeLoop() {
 absl::StatusOr<std::unique_ptr<Batch>> Pipeline::Next() {
   std::unique_lock<std::mutex> lock(mu_);
   if (next_batch_ >= num_batches_ && error_.ok()) {
-    return absl::OutOfRangeError(absl::StrCat("rank ", options_.rank, ": end of epoch ",
-                                              options_.epoch, " after ", num_batches_, " batches"));
+    return absl::OutOfRangeError(absl::StrCat("rank ", options_.plan.rank, ": end of epoch ",
+                                              options_.plan.epoch, " after ", num_batches_,
+                                              " batches"));
   }
   const int64_t t0 = NowNs();
   consumer_cv_.wait(lock, [&] {

@@ -41,15 +41,11 @@ namespace hvx {
 namespace data {
 
 struct PipelineOptions {
-  int rank = 0;
-  int size = 1;
-  int64_t epoch = 0;
-  uint64_t seed = 0;
-  RemainderPolicy remainder = RemainderPolicy::kPad;
-  bool shuffle = true;
-  // Resume position: samples of this epoch already consumed, summed over all ranks (for the same
-  // world size: batches_done * batch_size * size).
-  int64_t consumed = 0;
+  // Which samples this rank reads, in which order (shard_plan.h): rank, size, epoch, seed,
+  // remainder, shuffle and the resume position `consumed` (samples of this epoch already consumed,
+  // summed over all ranks; for the same world size: batches_done * batch_size * size).
+  // num_samples is the dataset's, whatever is set here.
+  ShardPlanOptions plan;
   int64_t batch_size = 32;
   // A last batch smaller than batch_size is dropped instead of returned (same on every rank).
   bool drop_last_batch = false;

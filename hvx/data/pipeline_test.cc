@@ -41,10 +41,10 @@ std::shared_ptr<const Decoder> ToyDecoder() {
 
 PipelineOptions Options(int rank, int size, int64_t epoch) {
   PipelineOptions o;
-  o.rank = rank;
-  o.size = size;
-  o.epoch = epoch;
-  o.seed = 1234;
+  o.plan.rank = rank;
+  o.plan.size = size;
+  o.plan.epoch = epoch;
+  o.plan.seed = 1234;
   o.batch_size = 8;
   o.decoder = ToyDecoder();
   return o;
@@ -174,7 +174,7 @@ TEST_F(PipelineTest, RanksGetEqualBatchCountsAndCoverTheDataset) {
     size_t batches = 0;
     for (int r = 0; r < 3; ++r) {
       PipelineOptions o = Options(r, 3, 2);
-      o.remainder = policy;
+      o.plan.remainder = policy;
       std::vector<Seen> run = RunEpoch(dataset_, o);
       if (r == 0) batches = run.size();
       EXPECT_EQ(run.size(), batches);
@@ -199,7 +199,7 @@ TEST_F(PipelineTest, ResumeGivesTheRemainingBatchesExactly) {
       std::vector<Seen> full = RunEpoch(dataset_, Options(rank, size, 4));
       for (size_t done = 1; done < full.size(); done += 2) {
         PipelineOptions o = Options(rank, size, 4);
-        o.consumed = static_cast<int64_t>(done) * o.batch_size * size;
+        o.plan.consumed = static_cast<int64_t>(done) * o.batch_size * size;
         std::vector<Seen> rest = RunEpoch(dataset_, o);
         ASSERT_EQ(rest.size(), full.size() - done);
         for (size_t i = 0; i < rest.size(); ++i) {
@@ -243,7 +243,8 @@ TEST_F(PipelineTest, DropLastBatch) {
 // deep the prefetch (a corrupt record there goes unnoticed).
 TEST_F(PipelineTest, MaxBatchesEndsTheEpochAndReadsNothingPastIt) {
   PipelineOptions o = Options(0, 2, 0);
-  o.shuffle = false;  // rank 0 reads samples 0, 2, 4, ...; its first 2 batches end at sample 30
+  o.plan.shuffle =
+      false;  // rank 0 reads samples 0, 2, 4, ...; its first 2 batches end at sample 30
   o.prefetch_batches = 8;
   const std::vector<Seen> full = RunEpoch(dataset_, o);
   ASSERT_EQ(full.size(), 7u);
@@ -369,7 +370,7 @@ TEST_F(PipelineTest, DecodeErrorNamesTheSample) {
   RawImageDecoderOptions d;  // expects 28x28: the toy records hold 2x2
   PipelineOptions o = Options(0, 1, 0);
   o.decoder = std::make_shared<RawImageDecoder>(d);
-  o.shuffle = false;
+  o.plan.shuffle = false;
   auto p = Pipeline::Create(dataset_, o);
   ASSERT_TRUE(p.ok());
   auto batch = (*p)->Next();

@@ -301,11 +301,11 @@ absl::StatusOr<EvalResult> Evaluate(Run& run, int64_t epoch) {
   const TrainConfig& config = run.config;
   HVX_RETURN_IF_ERROR(AverageBuffers(*run.model));
   data::PipelineOptions po;
-  po.rank = Rank();
-  po.size = Size();
-  po.epoch = 0;
-  po.shuffle = false;
-  po.remainder = data::RemainderPolicy::kPad;
+  po.plan.rank = Rank();
+  po.plan.size = Size();
+  po.plan.epoch = 0;
+  po.plan.shuffle = false;
+  po.plan.remainder = data::RemainderPolicy::kPad;
   po.batch_size = config.data().eval_batch_size();
   po.reader_threads = config.data().reader_threads();
   po.decode_threads = config.data().decode_threads();
@@ -504,16 +504,16 @@ absl::StatusOr<std::unique_ptr<data::Pipeline>> OpenTrainPipeline(const Run& run
                                                                   int64_t consumed, int64_t steps) {
   const TrainConfig& config = run.config;
   data::PipelineOptions po;
-  po.rank = Rank();
-  po.size = Size();
-  po.epoch = epoch;
-  po.seed = config.data().shuffle_seed();
-  po.remainder = TrainRemainder(config);
-  po.consumed = consumed;
+  po.plan.rank = Rank();
+  po.plan.size = Size();
+  po.plan.epoch = epoch;
+  po.plan.seed = config.data().shuffle_seed();
+  po.plan.remainder = TrainRemainder(config);
+  po.plan.consumed = consumed;
   po.batch_size = config.data().batch_size();
   // DROP trains whole batches; PAD's shares are equal on every rank, so its short last batch is
   // the same size everywhere and every sample of the epoch is trained.
-  po.drop_last_batch = po.remainder == data::RemainderPolicy::kDrop;
+  po.drop_last_batch = po.plan.remainder == data::RemainderPolicy::kDrop;
   po.max_batches = steps;
   po.reader_threads = config.data().reader_threads();
   po.decode_threads = config.data().decode_threads();
