@@ -6,6 +6,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/base/config.h"
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
 
@@ -27,7 +28,7 @@ long OneStep() {
 }
 
 TEST(MemoryTest, LaterStepsReuseFreedMemoryWithoutPageFaults) {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if defined(ABSL_HAVE_ADDRESS_SANITIZER) || defined(ABSL_HAVE_THREAD_SANITIZER)  // gcc and clang
   GTEST_SKIP() << "sanitizer allocators do not take mallopt settings";
 #endif
   // With glibc's defaults every step of this pattern faults in ~7000 pages (28 MiB) again.

@@ -63,13 +63,15 @@ namespace {
 void GatherInputs(const SpanIndex& index, int64_t begin, int64_t count, size_t esize, char* dst,
                   bool stream) {
   index.ForEach(begin, count, [&](const ReduceSpan& s, int64_t first, int64_t n) {
-    const char* src = s.in + first * static_cast<int64_t>(esize);
-    if (s.in == nullptr) {
+    if (s.in == nullptr) {  // a joined rank's missing input: no pointer arithmetic on null
       std::memset(dst, 0, n * esize);
-    } else if (stream) {
-      StreamBytes(dst, src, n * esize);
     } else {
-      CopyBytes(dst, src, n * esize);
+      const char* src = s.in + first * static_cast<int64_t>(esize);
+      if (stream) {
+        StreamBytes(dst, src, n * esize);
+      } else {
+        CopyBytes(dst, src, n * esize);
+      }
     }
     dst += n * esize;
   });
