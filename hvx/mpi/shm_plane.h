@@ -1,6 +1,7 @@
 // The CPU data plane with allreduce through shared memory (hvx/shm): among the ranks of each host,
 // and hierarchically across hosts, where MPI carries each host's partial results between the
-// ranks of the same local rank. Every other op, and Adasum, runs on the MPI plane it wraps.
+// ranks of the same local rank; reduce-scatter too among the ranks of one host. Every other op,
+// and Adasum, runs on the MPI plane it wraps.
 //
 //   std::unique_ptr<DataPlane> plane =
 //       MakeShmCpuPlane(comm, std::move(mpi_plane), CpuPlaneMode::kAuto);
