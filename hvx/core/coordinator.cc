@@ -8,15 +8,10 @@
 #include "absl/strings/str_join.h"
 #include "hvx/common/logging.h"
 #include "hvx/common/status.h"
+#include "hvx/core/fusion.h"
 
 namespace hvx {
 namespace {
-
-bool Fusible(const Response& a, const Response& b) {
-  return a.type == OpType::kAllreduce && b.type == OpType::kAllreduce && a.dtype == b.dtype &&
-         a.device_type == b.device_type && a.reduce_op == b.reduce_op && a.prescale == b.prescale &&
-         a.postscale == b.postscale;
-}
 
 std::vector<int64_t> Tail(const std::vector<int64_t>& shape) {
   return std::vector<int64_t>(shape.begin() + (shape.empty() ? 0 : 1), shape.end());
@@ -55,31 +50,6 @@ uint64_t SubmissionKey(const Request& r) {
 }
 
 }  // namespace
-
-std::vector<Response> FuseResponses(std::vector<Response> responses, int64_t threshold_bytes) {
-  if (threshold_bytes <= 0) return responses;
-  std::vector<Response> out;
-  // Open fused allreduces that may still take tensors: index into out.
-  std::vector<size_t> open;
-  for (Response& r : responses) {
-    bool merged = false;
-    if (r.type == OpType::kAllreduce) {
-      const int64_t bytes = r.TotalBytes();
-      for (size_t i : open) {
-        Response& f = out[i];
-        if (Fusible(f, r) && f.TotalBytes() + bytes <= threshold_bytes) {
-          f.names.insert(f.names.end(), r.names.begin(), r.names.end());
-          f.shapes.insert(f.shapes.end(), r.shapes.begin(), r.shapes.end());
-          merged = true;
-          break;
-        }
-      }
-      if (!merged) open.push_back(out.size());
-    }
-    if (!merged) out.push_back(std::move(r));
-  }
-  return out;
-}
 
 Coordinator::Coordinator(int size, CoordinatorOptions options)
     : size_(size),

@@ -53,11 +53,6 @@ struct CoordinatorOptions {
   uint32_t first_tensor_id = 1;
 };
 
-// Merges consecutive-compatible allreduce responses (same dtype, device, op, scales) up to
-// `threshold_bytes` each; keeps every other response in place. Deterministic, so every rank may
-// apply it to the same input and get the same plan. threshold 0 disables fusion.
-std::vector<Response> FuseResponses(std::vector<Response> responses, int64_t threshold_bytes);
-
 class Coordinator {
  public:
   Coordinator(int size, CoordinatorOptions options);

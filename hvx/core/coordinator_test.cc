@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "hvx/core/fusion.h"
 #include "hvx/core/message.h"
 #include "hvx/core/response_cache.h"
 

@@ -1,6 +1,8 @@
 // The engine's execution of agreed responses: one executor per op type. Every rank of a set runs
-// the same responses in the same order; each executor runs this rank's part on the data plane.
+// the same responses in the same order; each executor runs this rank's part on the data plane of
+// its tensors' device (PlaneFor).
 #include <algorithm>
+#include <memory>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -360,6 +362,44 @@ void Engine::CompleteEntry(SetState& set, const std::string& name, absl::Status 
     set.inflight.erase(name);
   }
   state->Complete(std::move(status));
+}
+
+Device Engine::LocalDevice(const SetState& set, const Response& r,
+                           const std::vector<Entry*>& entries) const {
+  if (r.device_type == DeviceType::kCpu) return Device::Cpu();
+  for (const Entry* e : entries) {
+    if (e != nullptr) return e->request.device;
+  }
+  // Joined: no tensor of this rank in the response.
+  auto it = set.own_device.find(r.device_type);
+  return it != set.own_device.end() ? it->second : Device{r.device_type, topology_.local_rank};
+}
+
+absl::StatusOr<DataPlane*> Engine::PlaneFor(SetState& set, const Device& device) {
+  if (device.is_cpu()) return &set.comm->cpu();
+  auto it = set.device_planes.find(device.type);
+  if (it != set.device_planes.end()) return it->second.get();
+  DataPlaneFactory factory = FindDataPlane(device.type);
+  if (!factory) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("no data plane is linked for ", device.ToString(),
+                     " tensors; link the GPU backend (//hvx/nccl, built with --config=cuda) or use "
+                     "CPU tensors"));
+  }
+  DataPlaneContext ctx;
+  ctx.comm = set.comm;
+  ctx.global_ranks = set.global_ranks;
+  ctx.global_rank = topology_.rank;
+  ctx.local_rank = topology_.local_rank;
+  ctx.local_size = topology_.local_size;
+  ctx.cross_rank = topology_.cross_rank;
+  ctx.cross_size = topology_.cross_size;
+  ctx.device = device;
+  ctx.options = &options_;
+  HVX_ASSIGN_OR_RETURN(std::unique_ptr<DataPlane> plane, factory(ctx));
+  DataPlane* raw = plane.get();
+  set.device_planes[device.type] = std::move(plane);
+  return raw;
 }
 
 }  // namespace hvx
