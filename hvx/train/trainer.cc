@@ -381,20 +381,28 @@ absl::Status OpenData(Run& run) {
   return absl::OkStatus();
 }
 
+// Where the config puts rank 0's records (RunRecords), and the report's title (with the number of
+// samples once the data is open), config and world size.
+RunRecords::Options RecordsOptions(const Run& run) {
+  const TrainConfig& config = run.config;
+  RunRecords::Options o;
+  o.summaries_dir = config.summaries_dir();
+  o.metrics_file = config.logging().metrics_file();
+  o.model = run.train_data == nullptr ? ModelDescription(config)
+                                      : absl::StrCat(ModelDescription(config), " on ",
+                                                     run.train_data->num_samples(), " samples");
+  o.config_text = config.DebugString();
+  o.world_size = Size();
+  return o;
+}
+
 // Names the run once the checkpoint to resume (if any) is known: the one it belongs to, else a new
 // name; rank 0 opens its records (RunRecords). Every rank calls it.
 absl::Status OpenRun(Run& run, int64_t resumed_from_step) {
-  const TrainConfig& config = run.config;
   if (Rank() == 0) {
-    RunRecords::Options o;
-    o.summaries_dir = config.summaries_dir();
-    o.metrics_file = config.logging().metrics_file();
+    RunRecords::Options o = RecordsOptions(run);
     o.run = run.run_name;
     o.resumed_from_step = resumed_from_step;
-    o.model =
-        absl::StrCat(ModelDescription(config), " on ", run.train_data->num_samples(), " samples");
-    o.config_text = config.DebugString();
-    o.world_size = Size();
     absl::StatusOr<std::unique_ptr<RunRecords>> records = RunRecords::Open(o);
     // A run name never starts with '!': that marks rank 0's failure, which every rank returns.
     if (records.ok()) {
@@ -999,13 +1007,8 @@ absl::StatusOr<TrainResult> RunTraining(const TrainConfig& config, const RunOpti
   if (!result.ok() && Rank() == 0 && run.records == nullptr) {
     // Failed before the run was named (a checkpoint refused, the data's shape): its records say
     // so all the same, in a folder of their own.
-    RunRecords::Options o;
-    o.summaries_dir = config.summaries_dir();
-    o.metrics_file = config.logging().metrics_file();
+    RunRecords::Options o = RecordsOptions(run);
     o.failed = true;
-    o.model = ModelDescription(config);
-    o.config_text = config.DebugString();
-    o.world_size = Size();
     absl::StatusOr<std::unique_ptr<RunRecords>> records = RunRecords::Open(o);
     if (records.ok()) run.records = std::move(*records);
   }
