@@ -21,6 +21,7 @@ and Python's safetensors package reads every file.
 """
 
 import json
+import math
 import os
 import socket
 import warnings
@@ -254,24 +255,26 @@ def _commit(path, step, shards, hosts, metadata):
                               "named: %s" % (path, name, e))
 
 
-def _read(reader, tensors, name, like, begin=0, count=None, shape=None):
-    """Elements [begin, begin + count) of the checkpoint's tensor `name` (all of it by default),
-    checked against `like`'s dtype and the expected whole shape, as a CPU tensor."""
+def _read(reader, tensors, name, shape, begin=0, count=None):
+    """Elements [begin, begin + count) of the checkpoint's tensor `name` (all of it by default)
+    as a CPU tensor of the dtype it was stored in, once its whole shape is checked to be `shape`
+    (the caller converts)."""
     entry = tensors.get(name)
     if entry is None:
         raise ValueError("checkpoint has no %s" % name)
-    want_shape = list(like.shape) if shape is None else shape
-    if entry["shape"] != want_shape:
-        raise ValueError("checkpoint's %s is %s, here %s" % (name, entry["shape"], want_shape))
+    shape = list(shape)
+    if entry["shape"] != shape:
+        raise ValueError("checkpoint's %s is %s, here %s" % (name, entry["shape"], shape))
     dtype = _TORCH_DTYPES.get(entry["dtype"])
     if dtype is None:
         raise ValueError("checkpoint's %s is %s, which hvx.torch does not read" %
                          (name, entry["dtype"]))
-    n = like.numel() if count is None else count
+    whole = math.prod(shape)
+    n = whole if count is None else count
     out = torch.empty(n, dtype=dtype)
     if n > 0:
         reader.read(name, begin, out)
-    return out if count is not None else out.reshape(want_shape)
+    return out if count is not None else out.reshape(shape)
 
 
 def load_checkpoint(path, model, optimizer=None, strict=True):
@@ -308,7 +311,7 @@ def _load(path, model, optimizer, strict):
     loaded = {}
     for key, live in state.items():
         if torch.is_tensor(live) and key in stored:
-            value = _read(reader, tensors, "model/" + key, live)
+            value = _read(reader, tensors, "model/" + key, live.shape)
             loaded[key] = value.to(live.dtype)
     take_optimizer = (_load_optimizer(reader, tensors, meta, model, optimizer)
                       if optimizer is not None else (lambda: None))
@@ -335,21 +338,15 @@ def _load_optimizer(reader, tensors, meta, model, optimizer):
         entry = {}
         for full in sorted(t for t in tensors if t.startswith(prefix)):
             key = full[len(prefix):]
-            stored = tensors[full]
-            dtype = _TORCH_DTYPES.get(stored["dtype"])
-            if dtype is None:
-                raise ValueError("checkpoint's %s is %s, which hvx.torch does not read" %
-                                 (full, stored["dtype"]))
-            like = torch.empty(stored["shape"], dtype=dtype)
+            stored_shape = tensors[full]["shape"]
             if key == "step":
-                entry[key] = torch.tensor(float(_read(reader, tensors, full, like).item()))
-            elif sharded and stored["shape"] == list(p.shape) and full not in scalar_state:
+                entry[key] = torch.tensor(float(_read(reader, tensors, full, stored_shape).item()))
+            elif sharded and stored_shape == list(p.shape) and full not in scalar_state:
                 # Per element of the parameter: this rank's slice.
                 b, n = optimizer._ranges[i]
-                entry[key] = _read(reader, tensors, full, p, begin=b, count=n,
-                                   shape=list(p.shape)).to(p.dtype)
+                entry[key] = _read(reader, tensors, full, p.shape, begin=b, count=n).to(p.dtype)
             else:
-                entry[key] = _read(reader, tensors, full, like)
+                entry[key] = _read(reader, tensors, full, stored_shape)
         for key, value in values.items():
             if key.startswith(name + "/"):
                 entry[key[len(name) + 1:]] = value
