@@ -166,7 +166,7 @@ absl::StatusOr<Engine::CacheOutcome> Engine::VoteOnCache(SetState& set, bool joi
   if (set.coordinator != nullptr && set.coordinator->CheckDue(now))
     vote.Raise(CacheVote::kCheckDue);
   if (set.id == 0 && StragglerWindowDue(now)) vote.Raise(CacheVote::kStatsDue);
-  HVX_RETURN_IF_ERROR(set.comm->BitwiseAnd(vote.words()));
+  HVX_RETURN_IF_ERROR(Vote(set, vote.words()));
 
   CacheOutcome outcome;
   outcome.any_joined = vote.AnyRank(CacheVote::kJoined);

@@ -467,6 +467,7 @@ void Engine::ReleaseCommunicators() {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& s : sets_) {
       s->device_planes.clear();
+      s->vote.reset();
       s->leaders_comm.reset();
       s->host_comm.reset();
       s->owned_comm.reset();

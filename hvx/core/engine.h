@@ -248,6 +248,13 @@ class Engine {
   absl::Status StopReasonLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The data plane of `device` (this rank's own device of its type) in `set`, made on first use.
   absl::StatusOr<DataPlane*> PlaneFor(SetState& set, const Device& device);
+  // PlaneFor's CPU plane: the communicator's own, or over it the one HVX_CPU_PLANE names.
+  absl::StatusOr<DataPlane*> CpuPlaneFor(SetState& set, const Device& device);
+  // What a plane factory gets for `set` and `device`.
+  DataPlaneContext ContextFor(SetState& set, const Device& device) const;
+  // The AND of every member's `bits` (collective over `set`): through the registered CPU plane's
+  // vote where it applies (made at the set's first vote), else Communicator::BitwiseAnd.
+  absl::Status Vote(SetState& set, std::vector<uint64_t>* bits);
   std::vector<std::string> HostsOf(const std::vector<int>& ranks) const;
   // What Init compares across ranks: knobs whose difference would hang or corrupt collectives,
   // the build and the transport.
@@ -316,7 +323,10 @@ struct Engine::SetState {
   Communicator* comm = nullptr;              // null when this rank is not a member
   std::unique_ptr<ResponseCache> cache;
   std::unique_ptr<Coordinator> coordinator;
+  // The planes made on first use: a device type's, and the CPU's where not the communicator's own.
   std::map<DeviceType, std::unique_ptr<DataPlane>> device_planes;
+  bool vote_made = false;
+  std::unique_ptr<HostVote> vote;  // null: votes with comm->BitwiseAnd
   // This rank's device of each non-CPU type: the one its first tensor of that type was on.
   std::map<DeviceType, Device> own_device;
   // Gathering per host (SetUpHostGather); both null when the gather is flat. host_comm: the

@@ -35,6 +35,23 @@ void RunRanks(int n, const std::function<void(Engine&, int)>& fn, InitOptions op
   RunInProcessRanks(n, fn, std::move(options), std::move(hosts), std::move(hub));
 }
 
+// HVX_CPU_PLANE=shm names a plane this binary does not link (//hvx/shm:cpu_plane): CPU ops fail on
+// every rank naming what to link, while auto keeps the transport's own plane (every test here).
+TEST(EngineTest, ShmCpuPlaneWithoutItsPackageFailsNamingIt) {
+  InitOptions o = Options();
+  o.cpu_plane = "shm";
+  RunRanks(
+      2,
+      [](Engine& e, int rank) {
+        float x = 1.0f;
+        TensorRef t(DataType::kFloat32, {1}, &x);
+        const absl::Status s = Wait(e.Allreduce("x", t, t, {}));
+        EXPECT_TRUE(absl::StrContains(s.message(), "link //hvx/shm:cpu_plane"))
+            << rank << ": " << s;
+      },
+      o);
+}
+
 TEST(EngineTest, AllreduceAverageFloat16OverThreeRanks) {
   RunRanks(3, [](Engine& e, int rank) {
     std::vector<uint16_t> x(5, FloatToHalf(static_cast<float>(3 * rank)));

@@ -331,7 +331,7 @@ absl::StatusOr<Engine::PreparedOutput> Engine::PrepareOutput(SetState& set, Entr
 absl::Status Engine::AgreeBeforeDataPlane(SetState& set, const std::string& name,
                                           const absl::Status& local) {
   std::vector<uint64_t> ok = {local.ok() ? ~uint64_t{0} : 0};
-  HVX_RETURN_IF_ERROR(set.comm->BitwiseAnd(&ok));
+  HVX_RETURN_IF_ERROR(Vote(set, &ok));
   if (ok[0] != 0) return absl::OkStatus();
   std::vector<std::string> why;
   HVX_RETURN_IF_ERROR(
@@ -375,20 +375,11 @@ Device Engine::LocalDevice(const SetState& set, const Response& r,
   return it != set.own_device.end() ? it->second : Device{r.device_type, topology_.local_rank};
 }
 
-absl::StatusOr<DataPlane*> Engine::PlaneFor(SetState& set, const Device& device) {
-  if (device.is_cpu()) return &set.comm->cpu();
-  auto it = set.device_planes.find(device.type);
-  if (it != set.device_planes.end()) return it->second.get();
-  DataPlaneFactory factory = FindDataPlane(device.type);
-  if (!factory) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("no data plane is linked for ", device.ToString(),
-                     " tensors; link the GPU backend (//hvx/nccl, built with --config=cuda) or use "
-                     "CPU tensors"));
-  }
+DataPlaneContext Engine::ContextFor(SetState& set, const Device& device) const {
   DataPlaneContext ctx;
   ctx.comm = set.comm;
   ctx.global_ranks = set.global_ranks;
+  ctx.hosts = HostsOf(set.global_ranks);
   ctx.global_rank = topology_.rank;
   ctx.local_rank = topology_.local_rank;
   ctx.local_size = topology_.local_size;
@@ -396,10 +387,54 @@ absl::StatusOr<DataPlane*> Engine::PlaneFor(SetState& set, const Device& device)
   ctx.cross_size = topology_.cross_size;
   ctx.device = device;
   ctx.options = &options_;
-  HVX_ASSIGN_OR_RETURN(std::unique_ptr<DataPlane> plane, factory(ctx));
+  return ctx;
+}
+
+absl::StatusOr<DataPlane*> Engine::PlaneFor(SetState& set, const Device& device) {
+  auto it = set.device_planes.find(device.type);
+  if (it != set.device_planes.end()) return it->second.get();
+  if (device.is_cpu()) return CpuPlaneFor(set, device);
+  DataPlaneFactory factory = FindDataPlane(device.type);
+  if (!factory) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("no data plane is linked for ", device.ToString(),
+                     " tensors; link the GPU backend (//hvx/nccl, built with --config=cuda) or use "
+                     "CPU tensors"));
+  }
+  HVX_ASSIGN_OR_RETURN(std::unique_ptr<DataPlane> plane, factory(ContextFor(set, device)));
   DataPlane* raw = plane.get();
   set.device_planes[device.type] = std::move(plane);
   return raw;
+}
+
+absl::StatusOr<DataPlane*> Engine::CpuPlaneFor(SetState& set, const Device& device) {
+  DataPlane* own = &set.comm->cpu();
+  if (options_.cpu_plane == "mpi") return own;
+  CpuPlaneFactory factory = FindCpuPlane("shm").plane;
+  if (!factory) {
+    if (options_.cpu_plane == "auto") return own;
+    return absl::FailedPreconditionError(
+        "HVX_CPU_PLANE=shm, but no shared-memory CPU plane is linked: link //hvx/shm:cpu_plane "
+        "(//hvx/mpi:hvx does) or use HVX_CPU_PLANE=mpi");
+  }
+  HVX_ASSIGN_OR_RETURN(std::unique_ptr<DataPlane> plane, factory(ContextFor(set, device), own));
+  DataPlane* raw = plane.get();
+  set.device_planes[device.type] = std::move(plane);
+  return raw;
+}
+
+absl::Status Engine::Vote(SetState& set, std::vector<uint64_t>* bits) {
+  if (!set.vote_made) {
+    // Collective: every member votes at the same points, its first vote included.
+    set.vote_made = true;
+    HostVoteFactory factory = FindCpuPlane("shm").vote;
+    if (options_.cpu_plane != "mpi" && factory) {
+      HVX_ASSIGN_OR_RETURN(set.vote, factory(ContextFor(set, Device::Cpu())));
+    }
+  }
+  // Every member passes the same number of words, so all take the same path.
+  if (set.vote != nullptr && bits->size() <= set.vote->MaxWords()) return set.vote->And(bits);
+  return set.comm->BitwiseAnd(bits);
 }
 
 }  // namespace hvx

@@ -4,6 +4,8 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "hvx/common/status.h"
 #include "hvx/core/cpu_ops.h"
 
 namespace hvx {
@@ -35,6 +37,44 @@ std::shared_ptr<FakeHub> FakeHub::Child(int64_t sequence, int color, int size) {
   auto& child = children_[{sequence, color}];
   if (!child) child = std::make_shared<FakeHub>(size);
   return child;
+}
+
+void FakeHub::Post(int from, int to, std::string bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  mail_[{from, to}].push_back(std::move(bytes));
+  cv_.notify_all();
+}
+
+absl::StatusOr<std::string> FakeHub::Take(int from, int to, absl::Duration timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  std::deque<std::string>& box = mail_[{from, to}];
+  if (!cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout),
+                    [&box]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return !box.empty(); })) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "rank ", to, " waited ", absl::FormatDuration(timeout), " for a message from rank ", from));
+  }
+  std::string bytes = std::move(box.front());
+  box.pop_front();
+  return bytes;
+}
+
+absl::Status FakeCommunicator::Send(int to, const char* data, size_t n) {
+  if (to < 0 || to >= size()) return absl::InvalidArgumentError(absl::StrCat("Send to rank ", to));
+  hub_->Post(rank_, to, Bytes(data, n));
+  return absl::OkStatus();
+}
+
+absl::Status FakeCommunicator::Recv(int from, char* data, size_t n) {
+  if (from < 0 || from >= size()) {
+    return absl::InvalidArgumentError(absl::StrCat("Recv from rank ", from));
+  }
+  HVX_ASSIGN_OR_RETURN(const std::string bytes, hub_->Take(from, rank_, absl::Seconds(60)));
+  if (bytes.size() != n) {
+    return absl::InternalError(absl::StrCat("Recv from rank ", from, ": ", bytes.size(),
+                                            " bytes arrived, ", n, " expected"));
+  }
+  if (n > 0) std::memcpy(data, bytes.data(), n);
+  return absl::OkStatus();
 }
 
 absl::Status FakeCommunicator::Gather(const std::string& mine, std::vector<std::string>* all) {

@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "hvx/core/transport.h"
@@ -46,6 +48,11 @@ class FakeHub {
   // and color.
   std::shared_ptr<FakeHub> Child(int64_t sequence, int color, int size);
 
+  // Point-to-point: Post queues `bytes` from rank `from` to rank `to`; Take blocks until the
+  // oldest message between them has arrived, or fails after `timeout`.
+  void Post(int from, int to, std::string bytes);
+  absl::StatusOr<std::string> Take(int from, int to, absl::Duration timeout);
+
  private:
   const int size_;
   std::atomic<int64_t> gathers_{0};
@@ -57,6 +64,7 @@ class FakeHub {
   int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   std::shared_ptr<const std::vector<std::string>> result_ ABSL_GUARDED_BY(mu_);
   std::map<std::pair<int64_t, int>, std::shared_ptr<FakeHub>> children_ ABSL_GUARDED_BY(mu_);
+  std::map<std::pair<int, int>, std::deque<std::string>> mail_ ABSL_GUARDED_BY(mu_);
 };
 
 class FakeCommunicator : public Communicator, private DataPlane {
@@ -71,6 +79,9 @@ class FakeCommunicator : public Communicator, private DataPlane {
   absl::Status BitwiseAnd(std::vector<uint64_t>* bits) override;
   absl::Status Barrier() override;
   DataPlane& cpu() override { return *this; }
+  absl::Status Send(int to, const char* data, size_t n) override;
+  absl::Status Recv(int from, char* data, size_t n) override;
+  absl::Status Flush() override { return absl::OkStatus(); }  // Send copies
   absl::StatusOr<std::unique_ptr<Communicator>> Subset(const std::vector<int>& ranks) override;
   absl::StatusOr<std::unique_ptr<Communicator>> Split(int color, int key) override;
 

@@ -76,6 +76,11 @@ class WrappedCommunicator : public Communicator {
   absl::Status BitwiseAnd(std::vector<uint64_t>* bits) override { return inner_->BitwiseAnd(bits); }
   absl::Status Barrier() override { return inner_->Barrier(); }
   DataPlane& cpu() override { return inner_->cpu(); }
+  absl::Status Send(int to, const char* data, size_t n) override {
+    return inner_->Send(to, data, n);
+  }
+  absl::Status Recv(int from, char* data, size_t n) override { return inner_->Recv(from, data, n); }
+  absl::Status Flush() override { return inner_->Flush(); }
   absl::StatusOr<std::unique_ptr<Communicator>> Subset(const std::vector<int>& ranks) override {
     if (fail_subset_) return absl::InternalError("this transport makes no subsets");
     return Wrap(inner_->Subset(ranks), absl::StrCat(name_, ".subset", children_++));

@@ -1,4 +1,5 @@
-// The process-wide tables of registered transports, device data planes and Init-time checks.
+// The process-wide tables of registered transports, device and CPU data planes and Init-time
+// checks.
 #include <map>
 #include <mutex>
 
@@ -12,6 +13,7 @@ struct Registry {
   std::mutex mu;
   std::map<std::string, TransportFactory> transports ABSL_GUARDED_BY(mu);
   std::map<DeviceType, DataPlaneFactory> planes ABSL_GUARDED_BY(mu);
+  std::map<std::string, CpuPlaneProvider> cpu_planes ABSL_GUARDED_BY(mu);
   std::map<std::string, InitCheck> init_checks ABSL_GUARDED_BY(mu);
 };
 
@@ -56,6 +58,20 @@ DataPlaneFactory FindDataPlane(DeviceType type) {
   std::lock_guard<std::mutex> lock(r.mu);
   auto it = r.planes.find(type);
   return it == r.planes.end() ? DataPlaneFactory() : it->second;
+}
+
+bool RegisterCpuPlane(const std::string& name, CpuPlaneProvider provider) {
+  Registry& r = GetRegistry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.cpu_planes[name] = std::move(provider);
+  return true;
+}
+
+CpuPlaneProvider FindCpuPlane(const std::string& name) {
+  Registry& r = GetRegistry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto it = r.cpu_planes.find(name);
+  return it == r.cpu_planes.end() ? CpuPlaneProvider() : it->second;
 }
 
 bool RegisterInitCheck(const std::string& name, InitCheck check) {

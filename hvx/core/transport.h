@@ -3,6 +3,7 @@
 //
 //   HVX_REGISTER_TRANSPORT(mpi, [] { return std::make_unique<MpiTransport>(); });
 //   HVX_REGISTER_DATA_PLANE(cuda, DeviceType::kCuda, &NcclDataPlane::Create);
+//   HVX_REGISTER_CPU_PLANE(shm, &MakeShmCpuPlane, &MakeShmHostVote);  // HVX_CPU_PLANE=shm|auto
 //   HVX_REGISTER_INIT_CHECK(cuda_device_binding, &CheckDeviceBinding);  // runs in hvx::Init
 //
 // A Transport is created by the engine at Init and started on the engine's background thread.
@@ -11,11 +12,14 @@
 // the coordinator's identical response list). So a backend needs no locking of its own and may use
 // blocking collectives.
 //
-// Host (CPU) tensors run on the Communicator's own data plane. Tensors on another device run on a
-// DataPlane made by the factory registered for that DeviceType, created lazily per (process set,
-// device) the first time a response for it executes (at the same point on every member rank, so the
-// factory may run collectives over the control plane, e.g. to share an NCCL unique id). Thus a GPU
-// backend plugs in for Device::kCuda while the transport's control plane stays.
+// Host (CPU) tensors run on the Communicator's own data plane, or on the CPU plane registered under
+// HVX_CPU_PLANE's name (hvx/shm's "shm", on by default), which the engine makes over the
+// communicator's primitives and which falls back on the communicator's own. Tensors on another
+// device run on a DataPlane made by the factory registered for that DeviceType, created lazily per
+// (process set, device) the first time a response for it executes (at the same point on every
+// member rank, so the factory may run collectives over the control plane, e.g. to share an NCCL
+// unique id). Thus a GPU backend plugs in for Device::kCuda while the transport's control plane
+// stays.
 //
 // The engine does the negotiation, fusion planning, Average -> Sum + postscale, and zero inputs for
 // joined ranks; a data plane only moves and combines bytes.
@@ -158,8 +162,18 @@ class Communicator {
   virtual absl::Status BitwiseAnd(std::vector<uint64_t>* bits) = 0;
   virtual absl::Status Barrier() = 0;
 
-  // Host-memory collectives among these ranks.
+  // Host-memory collectives among these ranks: the transport's own. The engine may run CPU
+  // tensors on a plane registered with HVX_REGISTER_CPU_PLANE instead, which falls back on this.
   virtual DataPlane& cpu() = 0;
+
+  // Point-to-point bytes on the data path, for planes built over this communicator (hvx/shm's
+  // cross-host link). Send starts sending `n` bytes to rank `to`; `data` must stay unchanged until
+  // Flush returns. Recv returns when `n` bytes from rank `from` have arrived; messages between two
+  // ranks arrive in sending order. Flush completes every Send started so far. Waits fail with
+  // DeadlineExceeded after InitOptions::collective_timeout_s, naming the peer.
+  virtual absl::Status Send(int to, const char* data, size_t n) = 0;
+  virtual absl::Status Recv(int from, char* data, size_t n) = 0;
+  virtual absl::Status Flush() = 0;
 
   // A communicator of the members `ranks` (ascending ranks of this communicator). Collective over
   // this communicator: every rank calls it with the same list. Members get the new communicator,
@@ -204,8 +218,9 @@ TransportFactory FindTransport(const std::string& name);
 // What a device data plane factory gets: the process set's communicator (for its control plane
 // and, e.g., host staging through its cpu() plane) and where this rank sits.
 struct DataPlaneContext {
-  Communicator* comm = nullptr;   // lives as long as the data plane
-  std::vector<int> global_ranks;  // of the set's members, by set rank
+  Communicator* comm = nullptr;    // lives as long as the data plane
+  std::vector<int> global_ranks;   // of the set's members, by set rank
+  std::vector<std::string> hosts;  // of the set's members, by set rank: one name per host
   int global_rank = 0;
   int local_rank = 0;
   int local_size = 1;
@@ -222,6 +237,39 @@ using DataPlaneFactory =
 // Registers the data plane for tensors on `type` devices (kCuda). Returns true.
 bool RegisterDataPlane(DeviceType type, DataPlaneFactory factory);
 DataPlaneFactory FindDataPlane(DeviceType type);
+
+// The negotiation vote (Communicator::BitwiseAnd) by another way than the control plane's, e.g.
+// through shared memory among the ranks of one host (hvx/shm).
+class HostVote {
+ public:
+  virtual ~HostVote() = default;
+  // At most MaxWords() words, the same number on every rank; errors name the peer.
+  virtual absl::Status And(std::vector<uint64_t>* bits) = 0;
+  virtual size_t MaxWords() const = 0;
+};
+
+// A data plane for host tensors over a process set's communicator (ctx.device is the CPU), which
+// runs on `fallback` (the communicator's cpu(), outliving the plane) what it does not serve
+// itself. The engine makes it lazily, at the first CPU response of the set (at the same point on
+// every member, so it may run collectives over ctx.comm), when InitOptions::cpu_plane is not
+// "mpi"; the plane decides, agreed by every member, whether it applies (it keeps `fallback` where
+// it does not, or fails every op where cpu_plane is "shm").
+using CpuPlaneFactory = std::function<absl::StatusOr<std::unique_ptr<DataPlane>>(
+    const DataPlaneContext& ctx, DataPlane* fallback)>;
+// Collective over ctx.comm at the set's first vote: the vote to use for it, or nullptr where it
+// does not apply (the engine then votes with Communicator::BitwiseAnd). Every member must get the
+// same answer.
+using HostVoteFactory =
+    std::function<absl::StatusOr<std::unique_ptr<HostVote>>(const DataPlaneContext& ctx)>;
+struct CpuPlaneProvider {
+  CpuPlaneFactory plane;
+  HostVoteFactory vote;
+};
+
+// Registers the provider of the CPU plane HVX_CPU_PLANE=`name` selects ("shm"). Returns true.
+bool RegisterCpuPlane(const std::string& name, CpuPlaneProvider provider);
+// The provider registered under `name`, or one with empty functions.
+CpuPlaneProvider FindCpuPlane(const std::string& name);
 
 // What an Init-time check sees: the world, where this rank sits, and what Init read.
 struct InitCheckContext {
@@ -260,6 +308,9 @@ std::vector<std::pair<std::string, InitCheck>> RegisteredInitChecks();
 #define HVX_REGISTER_INIT_CHECK(name, check)                                                       \
   static const bool HVX_TRANSPORT_CONCAT_(hvx_init_check_registered_, __LINE__) [[maybe_unused]] = \
       ::hvx::RegisterInitCheck(#name, check)
+#define HVX_REGISTER_CPU_PLANE(name, plane_factory, vote_factory)                                 \
+  static const bool HVX_TRANSPORT_CONCAT_(hvx_cpu_plane_registered_, __LINE__) [[maybe_unused]] = \
+      ::hvx::RegisterCpuPlane(#name, ::hvx::CpuPlaneProvider{plane_factory, vote_factory})
 #define HVX_REGISTER_DATA_PLANE(name, device_type, factory)                                        \
   static const bool HVX_TRANSPORT_CONCAT_(hvx_data_plane_registered_, __LINE__) [[maybe_unused]] = \
       ::hvx::RegisterDataPlane(device_type, factory)

@@ -29,6 +29,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "hvx/common/clock.h"
+#include "hvx/common/cluster.h"
 #include "hvx/common/env.h"
 #include "hvx/common/flight_ring.h"
 #include "hvx/common/memory.h"
@@ -37,6 +38,7 @@
 #include "hvx/core/cpu_ops.h"
 #include "hvx/mpi/mpi_collectives.h"
 #include "hvx/mpi/mpi_transport.h"
+#include "hvx/shm/cpu_plane.h"
 
 namespace {
 
@@ -394,6 +396,8 @@ class NoActivity : public hvx::ActivityRecorder {
 // One CPU data plane of a communicator of its own (MPI_COMM_WORLD's ranks).
 struct Plane {
   std::unique_ptr<hvx::Communicator> comm;
+  std::unique_ptr<hvx::DataPlane> shm;  // null: the communicator's own (MPI's)
+  std::unique_ptr<hvx::HostVote> vote;  // null: the communicator's BitwiseAnd
   absl::Status Allreduce(std::vector<hvx::TensorRef> tensors, double postscale) {
     hvx::AllreduceWork w;
     for (size_t i = 0; i < tensors.size(); ++i) w.names.push_back(absl::StrCat("t", i));
@@ -404,14 +408,33 @@ struct Plane {
     w.fusion_buffer_bytes = int64_t{128} << 20;
     static NoActivity none;
     w.activity = &none;
-    return comm->cpu().Allreduce(w);
+    return (shm ? *shm : comm->cpu()).Allreduce(w);
+  }
+  absl::Status Vote(std::vector<uint64_t>* words) {
+    return vote && words->size() <= vote->MaxWords() ? vote->And(words) : comm->BitwiseAnd(words);
   }
 };
 
-Plane MakePlane(hvx::CpuPlaneMode mode) {
+// The CPU plane HVX_CPU_PLANE=`name` gives the engine ("mpi", "shm", "auto"), made as it makes it.
+Plane MakePlane(const std::string& name) {
+  static hvx::InitOptions options[3];
+  hvx::InitOptions* o = &options[name == "mpi" ? 0 : name == "shm" ? 1 : 2];
+  o->cpu_plane = name;
   MPI_Comm dup;
   MPI_Comm_dup(MPI_COMM_WORLD, &dup);
-  return Plane{hvx::MakeMpiCommunicator(dup, mode)};
+  Plane p{hvx::MakeMpiCommunicator(dup)};
+  if (name == "mpi") return p;
+  hvx::DataPlaneContext ctx;
+  ctx.comm = p.comm.get();
+  for (int r = 0; r < p.comm->size(); ++r) ctx.global_ranks.push_back(r);
+  std::vector<std::string> identities;
+  (void)p.comm->Allgather(hvx::HostIdentity(hvx::HostName()), &identities);
+  ctx.hosts = hvx::HostNamesOf(identities);
+  ctx.global_rank = p.comm->rank();
+  ctx.options = o;
+  p.shm = *hvx::MakeShmCpuPlane(ctx, &p.comm->cpu());
+  p.vote = *hvx::MakeShmHostVote(ctx);
+  return p;
 }
 
 // The buffers every section reduces, shared by raw MPI and hvx; touched once up front like a
@@ -454,8 +477,8 @@ struct Settings {
 
 // Raw MPI against both CPU planes, interleaved, each against the machine's copy-and-add bound.
 void ComparePlanes(Buffers& b, const MachineSpeed& speed, int size, const Settings& s) {
-  Plane mpi = MakePlane(hvx::CpuPlaneMode::kMpi);
-  Plane shm = MakePlane(hvx::CpuPlaneMode::kShm);
+  Plane mpi = MakePlane("mpi");
+  Plane shm = MakePlane("shm");
   std::vector<hvx::TensorRef> big_ref = {
       hvx::TensorRef(hvx::DataType::kFloat32, {static_cast<int64_t>(b.big.size())}, b.big.data())};
   std::vector<hvx::TensorRef> set_ref;
@@ -601,9 +624,9 @@ LatencyParts MeasureLatencyParts(const Settings& s) {
     cv.notify_all();
   }
   peer.join();
-  Plane plane = MakePlane(hvx::CpuPlaneMode::kAuto);
+  Plane plane = MakePlane("auto");
   std::vector<uint64_t> words(33, ~uint64_t{0});
-  parts.vote = per_op_us([&] { (void)plane.comm->BitwiseAnd(&words); });
+  parts.vote = per_op_us([&] { (void)plane.Vote(&words); });
   float tiny = 1.0f;
   std::vector<hvx::TensorRef> tiny_ref = {hvx::TensorRef(hvx::DataType::kFloat32, {1}, &tiny)};
   parts.allreduce = per_op_us([&] { (void)plane.Allreduce(tiny_ref, 1.0); });

@@ -14,14 +14,30 @@
 
 #include "gtest/gtest.h"
 #include "hvx/mpi/mpi_transport.h"
+#include "hvx/shm/cpu_plane.h"
 
 namespace hvx {
 namespace {
 
-std::unique_ptr<Communicator> World(CpuPlaneMode mode = CpuPlaneMode::kAuto) {
+std::unique_ptr<Communicator> World() {
   MPI_Comm comm;
   EXPECT_EQ(MPI_Comm_dup(MPI_COMM_WORLD, &comm), MPI_SUCCESS);
-  return MakeMpiCommunicator(comm, mode);
+  return MakeMpiCommunicator(comm);
+}
+
+// The shared-memory vote over `comm` (both ranks run on this host), as the engine makes it.
+std::unique_ptr<HostVote> ShmVote(Communicator& comm) {
+  static const InitOptions options;
+  DataPlaneContext ctx;
+  ctx.comm = &comm;
+  ctx.global_ranks = {0, 1};
+  ctx.hosts = {"this host", "this host"};
+  ctx.global_rank = comm.rank();
+  ctx.options = &options;
+  absl::StatusOr<std::unique_ptr<HostVote>> vote = MakeShmHostVote(ctx);
+  EXPECT_TRUE(vote.ok()) << vote.status();
+  EXPECT_NE(vote.ok() ? vote->get() : nullptr, nullptr);
+  return vote.ok() ? std::move(*vote) : nullptr;
 }
 
 double ThreadCpuSeconds() {
@@ -65,6 +81,11 @@ TEST(ControlPlaneTest, EveryCollectiveSleepsWhileAPeerIsLate) {
       CpuShareWhileWaiting(*comm, [&] { EXPECT_TRUE(comm->BitwiseAnd(&bits).ok()); });
   EXPECT_EQ(bits[0], 0b0110u);
   EXPECT_EQ(bits[1], ~uint64_t{0});
+  std::unique_ptr<HostVote> vote = ShmVote(*comm);
+  ASSERT_NE(vote, nullptr);
+  bits = {rank == 0 ? 0b1100u : 0b0101u};
+  const double shm_band = CpuShareWhileWaiting(*comm, [&] { EXPECT_TRUE(vote->And(&bits).ok()); });
+  EXPECT_EQ(bits[0], 0b0100u);
 
   // One small message and one over MPICH's eager limit.
   std::vector<std::string> all;
@@ -93,18 +114,22 @@ TEST(ControlPlaneTest, EveryCollectiveSleepsWhileAPeerIsLate) {
   if (rank == 0) {
     EXPECT_LT(barrier, kMaxCpuShare) << "Barrier";
     EXPECT_LT(band, kMaxCpuShare) << "BitwiseAnd";
+    EXPECT_LT(shm_band, kMaxCpuShare) << "the shared-memory vote";
     EXPECT_LT(gather, kMaxCpuShare) << "Gather";
     EXPECT_LT(bcast, kMaxCpuShare) << "Broadcast";
     EXPECT_LT(allgather, kMaxCpuShare) << "Allgather";
   }
 }
 
-// The vote (BitwiseAnd) ANDs every rank's words whichever way it goes: through shared memory on
-// one host (up to 1024 words), over MPI beyond that, and over MPI with HVX_CPU_PLANE=mpi; the
-// ranks interleave their votes unevenly, and the two communicators' votes do not mix.
+// The vote ANDs every rank's words whichever way it goes: through shared memory on one host (up
+// to 1024 words), and over MPI (BitwiseAnd); the ranks interleave their votes unevenly, and votes
+// of the shared-memory group and of two communicators do not mix.
 TEST(ControlPlaneTest, EveryVoteIsTheAndOfBothRanksWords) {
-  auto shm = World(CpuPlaneMode::kAuto);
-  auto mpi = World(CpuPlaneMode::kMpi);
+  auto shm = World();
+  auto mpi = World();
+  std::unique_ptr<HostVote> host_vote = ShmVote(*shm);
+  ASSERT_NE(host_vote, nullptr);
+  ASSERT_EQ(host_vote->MaxWords(), 1024u);
   const int rank = shm->rank();
   auto words = [](int r, int vote, size_t n) {
     std::mt19937_64 gen(static_cast<uint64_t>(vote) * 7 + static_cast<uint64_t>(r));
@@ -119,12 +144,35 @@ TEST(ControlPlaneTest, EveryVoteIsTheAndOfBothRanksWords) {
     Communicator& comm = vote % 3 == 2 ? *mpi : *shm;
     if (jitter() % 3 == 0) std::this_thread::sleep_for(std::chrono::microseconds(jitter() % 500));
     std::vector<uint64_t> bits = words(rank, vote, n);
-    ASSERT_TRUE(comm.BitwiseAnd(&bits).ok()) << "vote " << vote;
+    if (&comm == shm.get() && n <= host_vote->MaxWords()) {
+      ASSERT_TRUE(host_vote->And(&bits).ok()) << "vote " << vote;
+    } else {
+      ASSERT_TRUE(comm.BitwiseAnd(&bits).ok()) << "vote " << vote;
+    }
     std::vector<uint64_t> want = words(0, vote, n);
     const std::vector<uint64_t> theirs = words(1, vote, n);
     for (size_t i = 0; i < n; ++i) want[i] &= theirs[i];
     ASSERT_EQ(bits, want) << "vote " << vote << " of " << n << " words";
   }
+}
+
+// Point-to-point bytes arrive whole and in sending order, small ones and ones over MPICH's eager
+// limit, while both ranks send before either receives; Flush completes the sends.
+TEST(ControlPlaneTest, PointToPointBytesArriveInOrder) {
+  auto comm = World();
+  const int rank = comm->rank();
+  const int peer = 1 - rank;
+  const size_t sizes[] = {0, 1, 100, 70000, 1 << 20};
+  std::vector<std::string> out;
+  for (size_t i = 0; i < 5; ++i) out.emplace_back(sizes[i], static_cast<char>('a' + rank * 5 + i));
+  for (const std::string& m : out) ASSERT_TRUE(comm->Send(peer, m.data(), m.size()).ok());
+  for (size_t i = 0; i < 5; ++i) {
+    std::string in(sizes[i], '?');
+    ASSERT_TRUE(comm->Recv(peer, in.data(), in.size()).ok()) << "message " << i;
+    EXPECT_EQ(in, std::string(sizes[i], static_cast<char>('a' + peer * 5 + i))) << "message " << i;
+  }
+  EXPECT_TRUE(comm->Flush().ok());
+  EXPECT_TRUE(comm->Flush().ok());  // nothing left to complete
 }
 
 }  // namespace

@@ -19,7 +19,6 @@
 #include "hvx/common/status.h"
 #include "hvx/core/cpu_ops.h"
 #include "hvx/mpi/mpi_collectives.h"
-#include "hvx/mpi/shm_plane.h"
 
 namespace hvx {
 namespace {
@@ -371,12 +370,7 @@ class MpiCpuPlane : public DataPlane {
 
 class MpiCommunicator : public Communicator {
  public:
-  MpiCommunicator(MPI_Comm comm, CpuPlaneMode mode)
-      : comm_(comm),
-        mode_(mode),
-        plane_(mode == CpuPlaneMode::kMpi
-                   ? std::make_unique<MpiCpuPlane>(comm)
-                   : MakeShmCpuPlane(comm, std::make_unique<MpiCpuPlane>(comm), mode)) {
+  explicit MpiCommunicator(MPI_Comm comm) : comm_(comm), plane_(comm) {
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
@@ -431,13 +425,6 @@ class MpiCommunicator : public Communicator {
   }
 
   absl::Status BitwiseAnd(std::vector<uint64_t>* bits) override {
-    if (!vote_set_up_) {
-      // Collective: every rank votes at the same points, the first vote included.
-      vote_set_up_ = true;
-      HVX_ASSIGN_OR_RETURN(vote_, MakeHostVote(comm_, mode_));
-    }
-    // Every rank passes the same number of words, so all take the same path.
-    if (vote_ != nullptr && bits->size() <= vote_->MaxWords()) return vote_->And(bits);
     return Politely("MPI_Iallreduce(BAND)", [&](MPI_Request* q) {
       return MPI_Iallreduce(MPI_IN_PLACE, bits->data(), static_cast<int>(bits->size()),
                             MPI_UINT64_T, MPI_BAND, comm_, q);
@@ -448,7 +435,34 @@ class MpiCommunicator : public Communicator {
     return Politely("MPI_Ibarrier", [&](MPI_Request* q) { return MPI_Ibarrier(comm_, q); });
   }
 
-  DataPlane& cpu() override { return *plane_; }
+  DataPlane& cpu() override { return plane_; }
+
+  absl::Status Send(int to, const char* data, size_t n) override {
+    HVX_RETURN_IF_ERROR(CheckFitsInt(static_cast<int64_t>(n), "Send"));
+    MPI_Request q = MPI_REQUEST_NULL;
+    HVX_RETURN_IF_ERROR(
+        MpiStatus(MPI_Isend(data, static_cast<int>(n), MPI_BYTE, to, kPointToPointTag, comm_, &q),
+                  "MPI_Isend"));
+    sends_.push_back(q);
+    return absl::OkStatus();
+  }
+
+  absl::Status Recv(int from, char* data, size_t n) override {
+    HVX_RETURN_IF_ERROR(CheckFitsInt(static_cast<int64_t>(n), "Recv"));
+    MPI_Request q = MPI_REQUEST_NULL;
+    HVX_RETURN_IF_ERROR(
+        MpiStatus(MPI_Irecv(data, static_cast<int>(n), MPI_BYTE, from, kPointToPointTag, comm_, &q),
+                  "MPI_Irecv"));
+    return WaitPolitely(comm_, 1, &q, "receiving a peer's bytes", kDataWait, {from});
+  }
+
+  absl::Status Flush() override {
+    if (sends_.empty()) return absl::OkStatus();
+    absl::Status s = WaitPolitely(comm_, static_cast<int>(sends_.size()), sends_.data(),
+                                  "sending bytes to a peer", kDataWait);
+    sends_.clear();
+    return s;
+  }
 
   // Starts a nonblocking collective with `start` and completes it with WaitPolitely: the control
   // plane runs every cycle, and a rank whose peers are still computing must not spin meanwhile.
@@ -465,7 +479,7 @@ class MpiCommunicator : public Communicator {
     HVX_RETURN_IF_ERROR(
         SplitWithin(comm_, member ? 0 : MPI_UNDEFINED, key, "MPI_Comm_split (process set)", &sub));
     if (!member) return std::unique_ptr<Communicator>();
-    return std::unique_ptr<Communicator>(new MpiCommunicator(sub, mode_));
+    return std::unique_ptr<Communicator>(new MpiCommunicator(sub));
   }
 
   absl::StatusOr<std::unique_ptr<Communicator>> Split(int color, int key) override {
@@ -473,23 +487,23 @@ class MpiCommunicator : public Communicator {
     HVX_RETURN_IF_ERROR(
         SplitWithin(comm_, color < 0 ? MPI_UNDEFINED : color, key, "MPI_Comm_split", &sub));
     if (color < 0) return std::unique_ptr<Communicator>();
-    return std::unique_ptr<Communicator>(new MpiCommunicator(sub, mode_));
+    return std::unique_ptr<Communicator>(new MpiCommunicator(sub));
   }
 
  private:
+  // Point-to-point bytes, apart from the collectives' traffic.
+  static constexpr int kPointToPointTag = 11;
   MPI_Comm comm_;
-  const CpuPlaneMode mode_;
   int rank_ = 0;
   int size_ = 1;
-  std::unique_ptr<DataPlane> plane_;
-  bool vote_set_up_ = false;
-  std::unique_ptr<HostVote> vote_;  // null: votes over MPI
+  MpiCpuPlane plane_;
+  std::vector<MPI_Request> sends_;  // Send's, until Flush
 };
 
 }  // namespace
 
-std::unique_ptr<Communicator> MakeMpiCommunicator(MPI_Comm comm, CpuPlaneMode mode) {
-  return std::unique_ptr<Communicator>(new MpiCommunicator(comm, mode));
+std::unique_ptr<Communicator> MakeMpiCommunicator(MPI_Comm comm) {
+  return std::unique_ptr<Communicator>(new MpiCommunicator(comm));
 }
 
 absl::StatusOr<std::unique_ptr<Communicator>> MpiTransport::Start(const InitOptions& options) {
@@ -532,7 +546,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> MpiTransport::Start(const InitOpti
   MPI_Comm world;
   HVX_RETURN_IF_ERROR(MpiStatus(MPI_Comm_dup(MPI_COMM_WORLD, &world), "MPI_Comm_dup"));
   SetCollectiveTimeout(world, absl::Seconds(options.collective_timeout_s));
-  return MakeMpiCommunicator(world, ParseCpuPlaneMode(options.cpu_plane));
+  return MakeMpiCommunicator(world);
 }
 
 std::string ThreadLevelName(int level) {

@@ -21,7 +21,6 @@
 #include "hvx/core/transport.h"
 #include "hvx/mpi/hydra_pmi.h"
 #include "hvx/mpi/mpi_collectives.h"
-#include "hvx/mpi/shm_plane.h"
 
 namespace hvx {
 
@@ -47,10 +46,9 @@ bool MpichFinalizeMayDeadlock(absl::string_view library_version);
 // "MPI_THREAD_FUNNELED" for MPI_THREAD_FUNNELED, and so on.
 std::string ThreadLevelName(int level);
 
-// Wraps a communicator this object owns (MPI_Comm_free on destruction); its CPU allreduce, and that
-// of its subsets, runs as `mode` says (shm_plane.h).
-std::unique_ptr<Communicator> MakeMpiCommunicator(MPI_Comm comm,
-                                                  CpuPlaneMode mode = CpuPlaneMode::kMpi);
+// Wraps a communicator this object owns (MPI_Comm_free on destruction). Its cpu() plane is MPI's
+// (a ring, Adasum); the engine lays hvx/shm's plane over it where HVX_CPU_PLANE says.
+std::unique_ptr<Communicator> MakeMpiCommunicator(MPI_Comm comm);
 
 }  // namespace hvx
 

@@ -1,14 +1,14 @@
-#include "hvx/mpi/shm_plane.h"
+#include "hvx/shm/cpu_plane.h"
 
 #include <algorithm>
+#include <functional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "hvx/common/cluster.h"
+#include "absl/time/time.h"
 #include "hvx/common/logging.h"
 #include "hvx/common/status.h"
-#include "hvx/mpi/mpi_collectives.h"
 #include "hvx/shm/shm_allreduce.h"
 #include "hvx/shm/shm_group.h"
 #include "hvx/shm/shm_vote.h"
@@ -16,34 +16,52 @@
 namespace hvx {
 namespace {
 
-// Every rank's host in `comm`, in rank order (collective).
-absl::StatusOr<std::vector<std::string>> HostsOf(MPI_Comm comm) {
-  std::vector<std::string> identities;
-  HVX_RETURN_IF_ERROR(AllgatherStrings(comm, HostIdentity(HostName()), &identities));
-  return HostNamesOf(identities);
+std::string GlobalRank(const DataPlaneContext& ctx, int rank) {
+  return absl::StrCat("global rank ", rank < static_cast<int>(ctx.global_ranks.size())
+                                          ? ctx.global_ranks[rank]
+                                          : rank);
 }
 
-// Collective over `local` (this host's ranks of `comm`): their shared-memory group with regions
-// of `bytes`, its errors naming each rank by global rank and host, its waits bounded by `comm`'s
+absl::Duration CollectiveTimeout(const DataPlaneContext& ctx) {
+  return ctx.options != nullptr ? absl::Seconds(ctx.options->collective_timeout_s)
+                                : absl::InfiniteDuration();
+}
+
+// Collective over ctx.comm: OK when `local` is OK on every rank. Otherwise every rank fails: the
+// failing rank with its own error, the others naming the lowest failing rank and its message.
+absl::Status AgreeOnEveryRank(const DataPlaneContext& ctx, const absl::Status& local) {
+  std::vector<std::string> all;
+  HVX_RETURN_IF_ERROR(
+      ctx.comm->Allgather(local.ok() ? std::string() : absl::StrCat("!", local.message()), &all));
+  for (int r = 0; r < static_cast<int>(all.size()); ++r) {
+    if (all[r].empty()) continue;
+    if (!local.ok()) return local;
+    return absl::FailedPreconditionError(
+        absl::StrCat(GlobalRank(ctx, r), " failed: ", all[r].substr(1)));
+  }
+  return absl::OkStatus();
+}
+
+// Collective over `local` (this host's ranks of ctx.comm): their shared-memory group with regions
+// of `bytes`, its errors naming each rank by global rank and host, its waits bounded by the
 // collective timeout.
 absl::StatusOr<std::unique_ptr<shm::ShmGroup>> CreateHostGroup(
-    MPI_Comm comm, MPI_Comm local, const std::vector<std::string>& hosts, const HostLayout& layout,
-    size_t bytes) {
-  int rank = 0;
-  MPI_Comm_rank(comm, &rank);
+    const DataPlaneContext& ctx, Communicator* local, const std::vector<std::string>& hosts,
+    const HostLayout& layout, size_t bytes) {
+  const int rank = ctx.comm->rank();
   const int host = layout.host_of[rank];
   std::vector<std::string> names;
   for (int r = 0; r < static_cast<int>(hosts.size()); ++r) {
     if (layout.host_of[r] == host) {
-      names.push_back(absl::StrCat(GlobalRank(comm, r), " (host ", hosts[r], ")"));
+      names.push_back(absl::StrCat(GlobalRank(ctx, r), " (host ", hosts[r], ")"));
     }
   }
   return shm::ShmGroup::Create(
       layout.local_of[rank], layout.per_host[host], bytes,
       [local](const std::string& mine, std::vector<std::string>* all) {
-        return AllgatherStrings(local, mine, all);
+        return local->Allgather(mine, all);
       },
-      std::move(names), CollectiveTimeout(comm));
+      std::move(names), CollectiveTimeout(ctx));
 }
 
 class ShmHostVote : public HostVote {
@@ -60,55 +78,33 @@ class ShmHostVote : public HostVote {
   shm::ShmBitwiseAnd vote_;
 };
 
-// The same local rank on every host, over MPI: partial results travel host to host.
-class MpiCrossHostLink : public shm::CrossHostLink {
+// The same local rank on every host, over a communicator of them (ranks = hosts in order): partial
+// results travel host to host as the communicator's point-to-point bytes.
+class CommCrossHostLink : public shm::CrossHostLink {
  public:
-  // Takes ownership of `comm` (ranks = hosts in order).
-  explicit MpiCrossHostLink(MPI_Comm comm) : comm_(comm) {
-    MPI_Comm_rank(comm_, &host_);
-    MPI_Comm_size(comm_, &hosts_);
-  }
-  ~MpiCrossHostLink() override { MPI_Comm_free(&comm_); }
-
-  int host() const override { return host_; }
-  int hosts() const override { return hosts_; }
-
+  explicit CommCrossHostLink(std::unique_ptr<Communicator> comm) : comm_(std::move(comm)) {}
+  int host() const override { return comm_->rank(); }
+  int hosts() const override { return comm_->size(); }
   absl::Status Send(int to_host, const char* data, size_t n) override {
-    MPI_Request q = MPI_REQUEST_NULL;
-    HVX_RETURN_IF_ERROR(
-        MpiStatus(MPI_Isend(data, static_cast<int>(n), MPI_BYTE, to_host, kTag, comm_, &q),
-                  "MPI_Isend of a host's partial allreduce"));
-    sends_.push_back(q);
-    return absl::OkStatus();
+    return Annotate(comm_->Send(to_host, data, n), "sending a host's partial allreduce");
   }
-
   absl::Status Recv(int from_host, char* data, size_t n) override {
-    return StartAndWait(
-        comm_, "receiving another host's partial allreduce", kDataWait, [&](MPI_Request* q) {
-          return MPI_Irecv(data, static_cast<int>(n), MPI_BYTE, from_host, kTag, comm_, q);
-        });
+    return Annotate(comm_->Recv(from_host, data, n), "receiving another host's partial allreduce");
   }
-
   absl::Status Flush() override {
-    if (sends_.empty()) return absl::OkStatus();
-    absl::Status s = WaitPolitely(comm_, static_cast<int>(sends_.size()), sends_.data(),
-                                  "sending a host's partial allreduce", kDataWait);
-    sends_.clear();
-    return s;
+    return Annotate(comm_->Flush(), "sending a host's partial allreduce");
   }
 
  private:
-  static constexpr int kTag = 11;
-  MPI_Comm comm_;
-  int host_ = 0;
-  int hosts_ = 1;
-  std::vector<MPI_Request> sends_;
+  std::unique_ptr<Communicator> comm_;
 };
 
 class ShmCpuPlane : public DataPlane {
  public:
-  ShmCpuPlane(MPI_Comm comm, std::unique_ptr<DataPlane> mpi, CpuPlaneMode mode)
-      : comm_(comm), mpi_(std::move(mpi)), mode_(mode) {}
+  ShmCpuPlane(const DataPlaneContext& ctx, DataPlane* fallback)
+      : ctx_(ctx),
+        fallback_(fallback),
+        required_(ctx.options != nullptr && ctx.options->cpu_plane == "shm") {}
 
   ~ShmCpuPlane() override {
     if (reducer_ != nullptr && reducer_->stats().calls > 0) {
@@ -121,13 +117,13 @@ class ShmCpuPlane : public DataPlane {
     reducer_.reset();
     cross_.reset();
     group_.reset();
-    if (local_ != MPI_COMM_NULL) MPI_Comm_free(&local_);
+    local_.reset();
   }
 
   absl::Status Allreduce(const AllreduceWork& w) override {
-    if (w.op == ReduceOp::kAdasum) return mpi_->Allreduce(w);
+    if (w.op == ReduceOp::kAdasum) return fallback_->Allreduce(w);
     HVX_RETURN_IF_ERROR(EnsureSetUp());
-    if (reducer_ == nullptr) return mpi_->Allreduce(w);
+    if (reducer_ == nullptr) return fallback_->Allreduce(w);
     std::vector<shm::ReduceSpan> spans;
     spans.reserve(w.inputs.size());
     for (size_t i = 0; i < w.inputs.size(); ++i) {
@@ -141,14 +137,14 @@ class ShmCpuPlane : public DataPlane {
             ? absl::StrCat("allreduce of '", w.names[0], "'")
             : absl::StrCat("allreduce of '", w.names[0], "' and ", w.names.size() - 1, " more"));
   }
-  absl::Status Allgather(const AllgatherWork& w) override { return mpi_->Allgather(w); }
-  absl::Status Broadcast(const BroadcastWork& w) override { return mpi_->Broadcast(w); }
-  absl::Status Alltoall(const AlltoallWork& w) override { return mpi_->Alltoall(w); }
+  absl::Status Allgather(const AllgatherWork& w) override { return fallback_->Allgather(w); }
+  absl::Status Broadcast(const BroadcastWork& w) override { return fallback_->Broadcast(w); }
+  absl::Status Alltoall(const AlltoallWork& w) override { return fallback_->Alltoall(w); }
   // On one host through shared memory, folding each element as Allreduce does, so a sharded
-  // optimizer's gradients are the bits of the allreduced ones; across hosts over MPI.
+  // optimizer's gradients are the bits of the allreduced ones; across hosts on the fallback.
   absl::Status ReduceScatter(const ReduceScatterWork& w) override {
     HVX_RETURN_IF_ERROR(EnsureSetUp());
-    if (reducer_ == nullptr || cross_ != nullptr) return mpi_->ReduceScatter(w);
+    if (reducer_ == nullptr || cross_ != nullptr) return fallback_->ReduceScatter(w);
     std::vector<int64_t> counts;
     for (int64_t rows : w.recv_rows) counts.push_back(rows * w.row_elements);
     ScopedActivity a(w.activity, "SHM_REDUCE_SCATTER");
@@ -168,12 +164,12 @@ class ShmCpuPlane : public DataPlane {
     return setup_status_;
   }
 
-  // Collective over comm_: the layout, then (where shared memory applies) the local and cross-host
-  // communicators and the regions, agreed by every rank.
+  // Collective over ctx_.comm: the layout, then (where shared memory applies) the local and
+  // cross-host communicators and the regions, agreed by every rank.
   absl::Status SetUp() {
-    int rank = 0;
-    MPI_Comm_rank(comm_, &rank);
-    HVX_ASSIGN_OR_RETURN(const std::vector<std::string> hosts, HostsOf(comm_));
+    Communicator& comm = *ctx_.comm;
+    const int rank = comm.rank();
+    const std::vector<std::string>& hosts = ctx_.hosts;
     const HostLayout layout = LayoutOf(hosts);
     const int host = layout.host_of[rank];
     const int local_rank = layout.local_of[rank];
@@ -182,31 +178,28 @@ class ShmCpuPlane : public DataPlane {
       const std::string why =
           absl::StrCat("the hosts run different numbers of ranks of this process set (",
                        absl::StrJoin(layout.per_host, ", "), ")");
-      if (mode_ == CpuPlaneMode::kShm) {
+      if (required_) {
         return absl::FailedPreconditionError(
             absl::StrCat("HVX_CPU_PLANE=shm: ", why, "; use HVX_CPU_PLANE=mpi or auto"));
       }
       if (rank == 0) HVX_LOG(INFO) << "CPU allreduce over MPI: " << why;
       return absl::OkStatus();
     }
-    if (mode_ == CpuPlaneMode::kAuto && layout.MaxPerHost() == 1) return absl::OkStatus();
+    if (!required_ && layout.MaxPerHost() == 1) return absl::OkStatus();
 
-    HVX_RETURN_IF_ERROR(
-        SplitWithin(comm_, host, local_rank, "MPI_Comm_split (ranks of a host)", &local_));
+    HVX_ASSIGN_OR_RETURN(local_, comm.Split(host, local_rank));
     if (layout.per_host.size() > 1) {
-      MPI_Comm cross = MPI_COMM_NULL;
-      HVX_RETURN_IF_ERROR(
-          SplitWithin(comm_, local_rank, host, "MPI_Comm_split (one rank per host)", &cross));
-      cross_ = std::make_unique<MpiCrossHostLink>(cross);
+      HVX_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> cross, comm.Split(local_rank, host));
+      cross_ = std::make_unique<CommCrossHostLink>(std::move(cross));
     }
     const shm::ShmAllreducer::Options options;
-    absl::StatusOr<std::unique_ptr<shm::ShmGroup>> group =
-        CreateHostGroup(comm_, local_, hosts, layout, shm::ShmAllreducer::RegionBytes(options));
+    absl::StatusOr<std::unique_ptr<shm::ShmGroup>> group = CreateHostGroup(
+        ctx_, local_.get(), hosts, layout, shm::ShmAllreducer::RegionBytes(options));
     // Hosts decide apart: every rank of the set must take the same path.
-    const absl::Status agreed = AgreeOnEveryRank(comm_, group.status());
+    const absl::Status agreed = AgreeOnEveryRank(ctx_, group.status());
     if (!agreed.ok()) {
       cross_.reset();
-      if (mode_ == CpuPlaneMode::kShm) return Annotate(agreed, "HVX_CPU_PLANE=shm");
+      if (required_) return Annotate(agreed, "HVX_CPU_PLANE=shm");
       if (rank == 0) HVX_LOG(WARNING) << "CPU allreduce over MPI: " << agreed.message();
       return absl::OkStatus();
     }
@@ -219,24 +212,18 @@ class ShmCpuPlane : public DataPlane {
     return absl::OkStatus();
   }
 
-  MPI_Comm comm_;
-  std::unique_ptr<DataPlane> mpi_;
-  const CpuPlaneMode mode_;
+  const DataPlaneContext ctx_;
+  DataPlane* const fallback_;
+  const bool required_;  // HVX_CPU_PLANE=shm: fail where shared memory does not apply
   bool set_up_ = false;
-  absl::Status setup_status_;  // kShm's failure to set up fails every allreduce
-  MPI_Comm local_ = MPI_COMM_NULL;
+  absl::Status setup_status_;  // the required plane's failure to set up fails every allreduce
+  std::unique_ptr<Communicator> local_;
   std::unique_ptr<shm::ShmGroup> group_;
-  std::unique_ptr<MpiCrossHostLink> cross_;
+  std::unique_ptr<CommCrossHostLink> cross_;
   std::unique_ptr<shm::ShmAllreducer> reducer_;
 };
 
 }  // namespace
-
-CpuPlaneMode ParseCpuPlaneMode(absl::string_view name) {
-  if (name == "mpi") return CpuPlaneMode::kMpi;
-  if (name == "shm") return CpuPlaneMode::kShm;
-  return CpuPlaneMode::kAuto;
-}
 
 bool HostLayout::Homogeneous() const {
   return std::adjacent_find(per_host.begin(), per_host.end(), std::not_equal_to<int>()) ==
@@ -263,27 +250,26 @@ HostLayout LayoutOf(const std::vector<std::string>& hosts) {
   return layout;
 }
 
-std::unique_ptr<DataPlane> MakeShmCpuPlane(MPI_Comm comm, std::unique_ptr<DataPlane> mpi_plane,
-                                           CpuPlaneMode mode) {
-  return std::make_unique<ShmCpuPlane>(comm, std::move(mpi_plane), mode);
+absl::StatusOr<std::unique_ptr<DataPlane>> MakeShmCpuPlane(const DataPlaneContext& ctx,
+                                                           DataPlane* fallback) {
+  return std::unique_ptr<DataPlane>(new ShmCpuPlane(ctx, fallback));
 }
 
-absl::StatusOr<std::unique_ptr<HostVote>> MakeHostVote(MPI_Comm comm, CpuPlaneMode mode) {
-  int rank = 0, size = 1;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &size);
-  if (mode == CpuPlaneMode::kMpi || size == 1) return nullptr;
-  HVX_ASSIGN_OR_RETURN(const std::vector<std::string> hosts, HostsOf(comm));
-  const HostLayout layout = LayoutOf(hosts);
+absl::StatusOr<std::unique_ptr<HostVote>> MakeShmHostVote(const DataPlaneContext& ctx) {
+  Communicator& comm = *ctx.comm;
+  if (comm.size() == 1) return nullptr;
+  const HostLayout layout = LayoutOf(ctx.hosts);
   if (layout.per_host.size() != 1) return nullptr;
   absl::StatusOr<std::unique_ptr<shm::ShmGroup>> group =
-      CreateHostGroup(comm, comm, hosts, layout, shm::ShmBitwiseAnd::RegionBytes());
+      CreateHostGroup(ctx, &comm, ctx.hosts, layout, shm::ShmBitwiseAnd::RegionBytes());
   // ShmGroup::Create fails on every rank when it fails on one.
   if (!group.ok()) {
-    if (rank == 0) HVX_LOG(WARNING) << "negotiation votes over MPI: " << group.status();
+    if (comm.rank() == 0) HVX_LOG(WARNING) << "negotiation votes over MPI: " << group.status();
     return nullptr;
   }
   return std::unique_ptr<HostVote>(new ShmHostVote(std::move(*group)));
 }
+
+HVX_REGISTER_CPU_PLANE(shm, &MakeShmCpuPlane, &MakeShmHostVote);
 
 }  // namespace hvx
