@@ -35,8 +35,8 @@
 #include "absl/strings/string_view.h"
 #include "hvx/common/env.h"
 #include "hvx/common/types.h"
-#include "hvx/core/reduce_op.h"
 #include "hvx/core/straggler.h"
+#include "hvx/kernels/reduce_op.h"
 
 namespace hvx {
 

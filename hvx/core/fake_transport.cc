@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "hvx/common/status.h"
-#include "hvx/core/cpu_ops.h"
+#include "hvx/kernels/cpu_ops.h"
 
 namespace hvx {
 namespace {

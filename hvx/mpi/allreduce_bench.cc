@@ -35,7 +35,7 @@
 #include "hvx/common/memory.h"
 #include "hvx/common/status.h"
 #include "hvx/core/api.h"
-#include "hvx/core/cpu_ops.h"
+#include "hvx/kernels/cpu_ops.h"
 #include "hvx/mpi/mpi_collectives.h"
 #include "hvx/mpi/mpi_transport.h"
 #include "hvx/shm/cpu_plane.h"

@@ -17,7 +17,7 @@
 #include "hvx/common/status.h"
 #include "hvx/common/watchdog.h"
 #include "hvx/core/agreement.h"
-#include "hvx/core/cpu_ops.h"
+#include "hvx/kernels/cpu_ops.h"
 
 namespace hvx {
 namespace {

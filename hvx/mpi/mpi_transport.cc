@@ -17,7 +17,7 @@
 #include "hvx/common/env.h"
 #include "hvx/common/failpoint.h"
 #include "hvx/common/status.h"
-#include "hvx/core/cpu_ops.h"
+#include "hvx/kernels/cpu_ops.h"
 #include "hvx/mpi/mpi_collectives.h"
 
 namespace hvx {

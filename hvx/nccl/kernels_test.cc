@@ -9,7 +9,7 @@
 
 #include "gtest/gtest.h"
 #include "hvx/common/half.h"
-#include "hvx/core/cpu_ops.h"
+#include "hvx/kernels/cpu_ops.h"
 
 namespace hvx {
 namespace nccl {
@@ -77,7 +77,7 @@ TEST_F(KernelsTest, HalfCastsRoundTripWithScale) {
   EXPECT_EQ(Bfloat16ToFloat(b[1]), 3.140625f);
 }
 
-// Random inputs of every scaled type against the CPU plane's own arithmetic (hvx/core/cpu_ops):
+// Random inputs of every scaled type against the CPU plane's own arithmetic (hvx/kernels/cpu_ops):
 // the GPU must give the same bits for float, double and integers, and for float16 the same
 // rounding of the scaled value.
 TEST_F(KernelsTest, RandomInputsMatchTheCpuReference) {

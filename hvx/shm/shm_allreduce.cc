@@ -8,7 +8,7 @@
 #include "hvx/common/copy.h"
 #include "hvx/common/failpoint.h"
 #include "hvx/common/status.h"
-#include "hvx/core/cpu_ops.h"
+#include "hvx/kernels/cpu_ops.h"
 
 namespace hvx {
 namespace shm {

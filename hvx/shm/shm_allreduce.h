@@ -37,7 +37,7 @@
 #include "absl/time/time.h"
 #include "hvx/common/clock.h"
 #include "hvx/common/types.h"
-#include "hvx/core/reduce_op.h"
+#include "hvx/kernels/reduce_op.h"
 #include "hvx/shm/shm_group.h"
 
 namespace hvx {

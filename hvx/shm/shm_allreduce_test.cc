@@ -29,7 +29,7 @@
 #include "gtest/gtest.h"
 #include "hvx/common/clock.h"
 #include "hvx/common/half.h"
-#include "hvx/core/cpu_ops.h"
+#include "hvx/kernels/cpu_ops.h"
 #include "hvx/shm/names.h"
 #include "hvx/shm/shm_vote.h"
 

@@ -1,4 +1,4 @@
-#include "hvx/core/reduce_op.h"
+#include "hvx/kernels/reduce_op.h"
 
 namespace hvx {
 

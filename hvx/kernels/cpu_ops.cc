@@ -1,4 +1,4 @@
-#include "hvx/core/cpu_ops.h"
+#include "hvx/kernels/cpu_ops.h"
 
 #include <algorithm>
 #include <cfloat>

@@ -10,14 +10,14 @@
 // Horovod's CPU ops do; its divisor then divides so that the quotient is correctly rounded:
 // float32(float64(x) * (1.0 / divisor)), which equals x / divisor rounded once for any divisor
 // below 2^20 (x / n never lies within 2^-52 of a float32 rounding boundary unless it is one).
-#ifndef HVX_CORE_CPU_OPS_H_
-#define HVX_CORE_CPU_OPS_H_
+#ifndef HVX_KERNELS_CPU_OPS_H_
+#define HVX_KERNELS_CPU_OPS_H_
 
 #include <cstddef>
 #include <cstdint>
 
 #include "hvx/common/types.h"
-#include "hvx/core/reduce_op.h"
+#include "hvx/kernels/reduce_op.h"
 
 namespace hvx {
 
@@ -38,4 +38,4 @@ void AdasumCombine(DataType dtype, void* a, const void* b, int64_t count);
 
 }  // namespace hvx
 
-#endif  // HVX_CORE_CPU_OPS_H_
+#endif  // HVX_KERNELS_CPU_OPS_H_

@@ -1,10 +1,10 @@
 // ReduceOp: how a reduction combines the values of several ranks. Its own target so that the
-// public API (//hvx/core) and the arithmetic under it (//hvx/core:cpu_ops) share one definition.
+// public API (//hvx/core) and the arithmetic under it (//hvx/kernels:cpu_ops) share one definition.
 //
 //   ReduceInto(DataType::kFloat32, ReduceOp::kSum, acc, in, n);
 //   HVX_LOG(INFO) << ReduceOpName(ReduceOp::kSum);  // "sum"
-#ifndef HVX_CORE_REDUCE_OP_H_
-#define HVX_CORE_REDUCE_OP_H_
+#ifndef HVX_KERNELS_REDUCE_OP_H_
+#define HVX_KERNELS_REDUCE_OP_H_
 
 #include <cstdint>
 
@@ -40,4 +40,4 @@ struct Scale {
 
 }  // namespace hvx
 
-#endif  // HVX_CORE_REDUCE_OP_H_
+#endif  // HVX_KERNELS_REDUCE_OP_H_
