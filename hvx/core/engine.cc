@@ -340,14 +340,8 @@ absl::Status Engine::AddSet(std::vector<int> ranks, int* id) {
 }
 
 absl::Status Engine::SetUpHostGather(SetState& set) {
-  std::map<std::string, int> host_index;
-  std::vector<int> host_of(set.size());
-  for (int i = 0; i < set.size(); ++i) {
-    host_of[i] =
-        host_index.try_emplace(hosts_[set.global_ranks[i]], static_cast<int>(host_index.size()))
-            .first->second;
-  }
-  const int hosts = static_cast<int>(host_index.size());
+  const std::vector<int> host_of = LayoutOf(HostsOf(set.global_ranks)).host_of;
+  const int hosts = *std::max_element(host_of.begin(), host_of.end()) + 1;
   if (hosts == 1 || hosts == set.size()) return absl::OkStatus();
   const int me = set.comm->rank();
   HVX_ASSIGN_OR_RETURN(set.host_comm, set.comm->Split(host_of[me], me));

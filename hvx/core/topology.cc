@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <sstream>
 
@@ -41,30 +42,46 @@ std::string Quote(const std::string& arg) {
 
 }  // namespace
 
+bool HostLayout::Homogeneous() const {
+  return std::adjacent_find(per_host.begin(), per_host.end(), std::not_equal_to<int>()) ==
+         per_host.end();
+}
+
+int HostLayout::MaxPerHost() const {
+  return per_host.empty() ? 0 : *std::max_element(per_host.begin(), per_host.end());
+}
+
+HostLayout LayoutOf(const std::vector<std::string>& hosts) {
+  HostLayout layout;
+  std::map<std::string, int> index;
+  for (const std::string& h : hosts) {
+    const auto [it, added] = index.try_emplace(h, static_cast<int>(layout.per_host.size()));
+    if (added) layout.per_host.push_back(0);
+    layout.host_of.push_back(it->second);
+    layout.local_of.push_back(layout.per_host[it->second]++);
+  }
+  return layout;
+}
+
 Topology ComputeTopology(int rank, const std::vector<std::string>& hosts) {
+  const HostLayout layout = LayoutOf(hosts);
   Topology t;
   t.rank = rank;
   t.size = static_cast<int>(hosts.size());
   t.host = hosts[rank];
-  std::vector<std::string> host_order;
-  std::map<std::string, int> local_size;
-  std::vector<int> local_rank(hosts.size());
-  for (size_t r = 0; r < hosts.size(); ++r) {
-    if (local_size.count(hosts[r]) == 0) host_order.push_back(hosts[r]);
-    local_rank[r] = local_size[hosts[r]]++;
-  }
-  t.local_rank = local_rank[rank];
-  t.local_size = local_size[t.host];
+  const int host = layout.host_of[rank];
+  t.local_rank = layout.local_of[rank];
+  t.local_size = layout.per_host[host];
+  // The cross group: the hosts that have a rank of this local rank, in host order.
   t.cross_rank = 0;
   t.cross_size = 0;
-  for (const std::string& h : host_order) {
-    if (local_size[h] > t.local_rank) {
-      if (h == t.host) t.cross_rank = t.cross_size;
+  for (int h = 0; h < static_cast<int>(layout.per_host.size()); ++h) {
+    if (layout.per_host[h] > t.local_rank) {
+      if (h == host) t.cross_rank = t.cross_size;
       ++t.cross_size;
     }
   }
-  t.homogeneous = true;
-  for (const auto& [h, n] : local_size) t.homogeneous = t.homogeneous && n == t.local_size;
+  t.homogeneous = layout.Homogeneous();
   return t;
 }
 

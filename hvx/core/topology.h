@@ -15,6 +15,19 @@
 
 namespace hvx {
 
+// Where the ranks of a group sit, from each rank's host name (hosts numbered by their lowest
+// rank): the one computation behind Topology, the engine's per-host gather and the CPU planes.
+//
+//   HostLayout l = LayoutOf({"a", "b", "a"});  // host_of {0, 1, 0}, local_of {0, 0, 1}
+struct HostLayout {
+  std::vector<int> host_of;   // by rank
+  std::vector<int> local_of;  // by rank: position among its host's ranks
+  std::vector<int> per_host;  // ranks on each host
+  bool Homogeneous() const;   // every host has as many ranks
+  int MaxPerHost() const;
+};
+HostLayout LayoutOf(const std::vector<std::string>& hosts);
+
 struct Topology {
   int rank = 0;
   int size = 1;

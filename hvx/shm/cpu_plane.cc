@@ -1,7 +1,5 @@
 #include "hvx/shm/cpu_plane.h"
 
-#include <algorithm>
-#include <functional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -224,31 +222,6 @@ class ShmCpuPlane : public DataPlane {
 };
 
 }  // namespace
-
-bool HostLayout::Homogeneous() const {
-  return std::adjacent_find(per_host.begin(), per_host.end(), std::not_equal_to<int>()) ==
-         per_host.end();
-}
-
-int HostLayout::MaxPerHost() const {
-  return per_host.empty() ? 0 : *std::max_element(per_host.begin(), per_host.end());
-}
-
-HostLayout LayoutOf(const std::vector<std::string>& hosts) {
-  HostLayout layout;
-  std::vector<std::string> seen;
-  for (const std::string& h : hosts) {
-    const auto it = std::find(seen.begin(), seen.end(), h);
-    const int index = static_cast<int>(it - seen.begin());
-    if (it == seen.end()) {
-      seen.push_back(h);
-      layout.per_host.push_back(0);
-    }
-    layout.host_of.push_back(index);
-    layout.local_of.push_back(layout.per_host[index]++);
-  }
-  return layout;
-}
 
 absl::StatusOr<std::unique_ptr<DataPlane>> MakeShmCpuPlane(const DataPlaneContext& ctx,
                                                            DataPlane* fallback) {

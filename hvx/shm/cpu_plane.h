@@ -21,20 +21,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "hvx/core/topology.h"
 #include "hvx/core/transport.h"
 
 namespace hvx {
-
-// Where the ranks of a communicator sit: each rank's host index (hosts numbered by their lowest
-// rank) and local rank, from every rank's host name.
-struct HostLayout {
-  std::vector<int> host_of;   // by rank
-  std::vector<int> local_of;  // by rank: position among its host's ranks
-  std::vector<int> per_host;  // ranks on each host
-  bool Homogeneous() const;
-  int MaxPerHost() const;
-};
-HostLayout LayoutOf(const std::vector<std::string>& hosts);
 
 // The plane over ctx.comm (ctx.options->cpu_plane "shm" or "auto"), its ranks grouped into hosts
 // by ctx.hosts; `fallback` runs everything but the shared-memory allreduce and reduce-scatter.
