@@ -293,9 +293,11 @@ Settings Engine::SettingsThatMustAgree() const {
   for (const auto& ranks : options_.process_sets)
     sets.push_back(absl::StrCat("[", absl::StrJoin(ranks, ","), "]"));
   return {
-      {"hvx build", absl::StrCat("wire format ", kWireFormatVersion, ", compiler ", __VERSION__,
-                                 ", GPU data plane ",
-                                 FindDataPlane(DeviceType::kCuda) ? "linked" : "not linked")},
+      {"hvx build",
+       absl::StrCat("wire format ", kWireFormatVersion, ", compiler ", __VERSION__,
+                    ", GPU data plane ", FindDataPlane(DeviceType::kCuda) ? "linked" : "not linked",
+                    ", shared-memory CPU plane ",
+                    FindCpuPlane("shm").plane ? "linked" : "not linked")},
       {"transport", transport_->Describe()},
       {"HVX_FUSION_THRESHOLD", FormatBytes(options_.fusion_threshold_bytes)},
       {"HVX_CACHE_CAPACITY", absl::StrCat(options_.cache_capacity)},
@@ -460,6 +462,7 @@ void Engine::ReleaseCommunicators() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& s : sets_) {
+      s->cpu_plane = nullptr;
       s->device_planes.clear();
       s->vote.reset();
       s->leaders_comm.reset();

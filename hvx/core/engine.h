@@ -325,6 +325,7 @@ struct Engine::SetState {
   std::unique_ptr<Coordinator> coordinator;
   // The planes made on first use: a device type's, and the CPU's where not the communicator's own.
   std::map<DeviceType, std::unique_ptr<DataPlane>> device_planes;
+  DataPlane* cpu_plane = nullptr;  // CpuPlaneFor's choice: comm's own, or device_planes[kCpu]
   bool vote_made = false;
   std::unique_ptr<HostVote> vote;  // null: votes with comm->BitwiseAnd
   // This rank's device of each non-CPU type: the one its first tensor of that type was on.

@@ -391,6 +391,7 @@ DataPlaneContext Engine::ContextFor(SetState& set, const Device& device) const {
 }
 
 absl::StatusOr<DataPlane*> Engine::PlaneFor(SetState& set, const Device& device) {
+  if (device.is_cpu() && set.cpu_plane != nullptr) return set.cpu_plane;
   auto it = set.device_planes.find(device.type);
   if (it != set.device_planes.end()) return it->second.get();
   if (device.is_cpu()) return CpuPlaneFor(set, device);
@@ -409,18 +410,20 @@ absl::StatusOr<DataPlane*> Engine::PlaneFor(SetState& set, const Device& device)
 
 absl::StatusOr<DataPlane*> Engine::CpuPlaneFor(SetState& set, const Device& device) {
   DataPlane* own = &set.comm->cpu();
-  if (options_.cpu_plane == "mpi") return own;
   CpuPlaneFactory factory = FindCpuPlane("shm").plane;
+  if (options_.cpu_plane == "mpi" || (!factory && options_.cpu_plane == "auto")) {
+    set.cpu_plane = own;
+    return own;
+  }
   if (!factory) {
-    if (options_.cpu_plane == "auto") return own;
     return absl::FailedPreconditionError(
         "HVX_CPU_PLANE=shm, but no shared-memory CPU plane is linked: link //hvx/shm:cpu_plane "
         "(//hvx/mpi:hvx does) or use HVX_CPU_PLANE=mpi");
   }
   HVX_ASSIGN_OR_RETURN(std::unique_ptr<DataPlane> plane, factory(ContextFor(set, device), own));
-  DataPlane* raw = plane.get();
+  set.cpu_plane = plane.get();
   set.device_planes[device.type] = std::move(plane);
-  return raw;
+  return set.cpu_plane;
 }
 
 absl::Status Engine::Vote(SetState& set, std::vector<uint64_t>* bits) {

@@ -68,7 +68,7 @@ absl::Status FakeCommunicator::Recv(int from, char* data, size_t n) {
   if (from < 0 || from >= size()) {
     return absl::InvalidArgumentError(absl::StrCat("Recv from rank ", from));
   }
-  HVX_ASSIGN_OR_RETURN(const std::string bytes, hub_->Take(from, rank_, absl::Seconds(60)));
+  HVX_ASSIGN_OR_RETURN(const std::string bytes, hub_->Take(from, rank_, timeout_));
   if (bytes.size() != n) {
     return absl::InternalError(absl::StrCat("Recv from rank ", from, ": ", bytes.size(),
                                             " bytes arrived, ", n, " expected"));
@@ -122,7 +122,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> FakeCommunicator::Subset(
   for (size_t i = 0; i < ranks.size(); ++i) {
     if (ranks[i] == rank_) {
       return std::unique_ptr<Communicator>(new FakeCommunicator(
-          hub_->Child(seq, 0, static_cast<int>(ranks.size())), static_cast<int>(i)));
+          hub_->Child(seq, 0, static_cast<int>(ranks.size())), static_cast<int>(i), timeout_));
     }
   }
   return std::unique_ptr<Communicator>();
@@ -143,8 +143,8 @@ absl::StatusOr<std::unique_ptr<Communicator>> FakeCommunicator::Split(int color,
   std::sort(members.begin(), members.end());
   const int position = static_cast<int>(
       std::find(members.begin(), members.end(), std::make_pair(key, rank_)) - members.begin());
-  return std::unique_ptr<Communicator>(
-      new FakeCommunicator(hub_->Child(seq, color, static_cast<int>(members.size())), position));
+  return std::unique_ptr<Communicator>(new FakeCommunicator(
+      hub_->Child(seq, color, static_cast<int>(members.size())), position, timeout_));
 }
 
 absl::Status FakeCommunicator::Allreduce(const AllreduceWork& w) {

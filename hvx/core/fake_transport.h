@@ -5,8 +5,9 @@
 //   auto t0 = std::make_unique<FakeTransport>(hub, 0);   // give t0 to rank 0's Engine, and so on
 //
 // Every collective is built on one primitive, Exchange (everyone's bytes to everyone), so the data
-// plane's arithmetic is core's cpu_ops: a test over this transport checks the engine's planning,
-// validation and scaling, not a network.
+// plane's arithmetic is hvx/kernels' cpu_ops: a test over this transport checks the engine's
+// planning, validation and scaling, not a network. Point-to-point bytes go through a mailbox per
+// pair of ranks; a Recv waits at most InitOptions::collective_timeout_s.
 #ifndef HVX_CORE_FAKE_TRANSPORT_H_
 #define HVX_CORE_FAKE_TRANSPORT_H_
 
@@ -69,7 +70,9 @@ class FakeHub {
 
 class FakeCommunicator : public Communicator, private DataPlane {
  public:
-  FakeCommunicator(std::shared_ptr<FakeHub> hub, int rank) : hub_(std::move(hub)), rank_(rank) {}
+  FakeCommunicator(std::shared_ptr<FakeHub> hub, int rank,
+                   absl::Duration timeout = absl::Seconds(60))
+      : hub_(std::move(hub)), rank_(rank), timeout_(timeout) {}
 
   int rank() const override { return rank_; }
   int size() const override { return hub_->size(); }
@@ -94,6 +97,7 @@ class FakeCommunicator : public Communicator, private DataPlane {
 
   std::shared_ptr<FakeHub> hub_;
   const int rank_;
+  const absl::Duration timeout_;  // of a Recv
   int64_t subsets_ = 0;
 };
 
@@ -104,8 +108,9 @@ class FakeTransport : public Transport {
   void set_finalize_delay(absl::Duration d) { finalize_delay_ = d; }
   // Makes Finalize fail with this, like a transport that gave up waiting for its peers.
   void set_finalize_status(absl::Status s) { finalize_status_ = std::move(s); }
-  absl::StatusOr<std::unique_ptr<Communicator>> Start(const InitOptions&) override {
-    return std::unique_ptr<Communicator>(new FakeCommunicator(hub_, rank_));
+  absl::StatusOr<std::unique_ptr<Communicator>> Start(const InitOptions& options) override {
+    return std::unique_ptr<Communicator>(
+        new FakeCommunicator(hub_, rank_, absl::Seconds(options.collective_timeout_s)));
   }
   absl::Status Finalize(absl::Time) override {
     absl::SleepFor(finalize_delay_);

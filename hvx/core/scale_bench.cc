@@ -335,7 +335,8 @@ void Engines(int ranks, int tensors, int64_t cache_capacity) {
 // What Init exchanges, in the shape Engine::SettingsThatMustAgree gives it.
 std::string InitMessage() {
   const Settings settings = {
-      {"hvx build", "wire format 5, compiler 12.2.0, GPU data plane not linked"},
+      {"hvx build",
+       "wire format 5, compiler 12.2.0, GPU data plane not linked, shared-memory CPU plane linked"},
       {"transport", "mpi (MPICH Version: 4.0.2)"},
       {"HVX_FUSION_THRESHOLD", "128MiB"},
       {"HVX_CACHE_CAPACITY", "1024"},

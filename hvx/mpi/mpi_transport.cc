@@ -491,8 +491,9 @@ class MpiCommunicator : public Communicator {
   }
 
  private:
-  // Point-to-point bytes, apart from the collectives' traffic.
-  static constexpr int kPointToPointTag = 11;
+  // Point-to-point bytes: a tag no collective of this transport uses (the ring's are 11 and 12),
+  // so a Send still pending when a plane's collective runs is never taken for the collective's.
+  static constexpr int kPointToPointTag = 31;
   MPI_Comm comm_;
   int rank_ = 0;
   int size_ = 1;

@@ -52,7 +52,8 @@ struct ReduceSpan {
 };
 
 // Point-to-point between the ranks of the same local rank on every host (hosts numbered
-// 0..hosts()-1 in rank order). Implemented by the transport (hvx/mpi over MPI).
+// 0..hosts()-1 in rank order). Implemented over the transport communicator's point-to-point bytes
+// (cpu_plane.cc).
 class CrossHostLink {
  public:
   virtual ~CrossHostLink() = default;
