@@ -84,8 +84,10 @@ struct InitOptions {
   // How CPU tensors are allreduced (HVX_CPU_PLANE): "shm" through shared memory among the ranks
   // of each host, and hierarchically across hosts (shared memory inside each host, MPI between
   // them); "mpi" by MPI point-to-point (a ring); "auto" shm wherever a process set has several
-  // ranks on a host and the same number on every host, else mpi. With shm, reduce-scatter among
-  // the ranks of one host goes through shared memory too; every other op uses MPI.
+  // ranks on a host and the same number on every host, else mpi, and where both give the same bits
+  // (two ranks, or fixed_reduction_order off) the faster of the two on the job's first buffers of
+  // each size, timed (hvx/shm/plane_trial.h). With shm, reduce-scatter among the ranks of one host
+  // goes through shared memory too; every other op uses MPI.
   std::string cpu_plane = "auto";
   // GPU tensors (the NCCL data plane): reduce-scatter inside each host, the transport across hosts,
   // allgather inside the host, on several homogeneous hosts (HVX_HIERARCHICAL_ALLREDUCE).

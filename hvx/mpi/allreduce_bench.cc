@@ -39,6 +39,7 @@
 #include "hvx/mpi/mpi_collectives.h"
 #include "hvx/mpi/mpi_transport.h"
 #include "hvx/shm/cpu_plane.h"
+#include "hvx/shm/plane_trial.h"
 
 namespace {
 
@@ -479,6 +480,9 @@ struct Settings {
 void ComparePlanes(Buffers& b, const MachineSpeed& speed, int size, const Settings& s) {
   Plane mpi = MakePlane("mpi");
   Plane shm = MakePlane("shm");
+  // HVX_CPU_PLANE=auto, the default: on two ranks it times both planes on its first buffers of
+  // each size class and keeps the faster (its figures in rank 0's log); measured after that.
+  Plane automatic = MakePlane("auto");
   std::vector<hvx::TensorRef> big_ref = {
       hvx::TensorRef(hvx::DataType::kFloat32, {static_cast<int64_t>(b.big.size())}, b.big.data())};
   std::vector<hvx::TensorRef> set_ref;
@@ -508,23 +512,27 @@ void ComparePlanes(Buffers& b, const MachineSpeed& speed, int size, const Settin
     int ops = 1;
   };
   std::vector<Case> cases;
-  cases.push_back({"(a) 64 MiB",
-                   big_bytes,
-                   {{"raw MPI_Allreduce",
-                     [&] {
-                       MPI_Allreduce(MPI_IN_PLACE, b.big.data(), static_cast<int>(b.big.size()),
-                                     MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-                     },
-                     false},
-                    {"MPI plane", [&] { (void)mpi.Allreduce(big_ref, 1.0); }},
-                    {"shm plane", [&] { (void)shm.Allreduce(big_ref, 1.0); }},
-                    {"bound: its copies and adds alone", [&] { bound_work(big_bytes); }}}});
-  cases.push_back({"(b) ResNet-50 set",
-                   set_bytes,
-                   {{"raw MPI, one MPI_Allreduce per tensor", [&] { b.PerTensor(); }, false},
-                    {"MPI plane, fused", [&] { (void)mpi.Allreduce(set_ref, 0.5); }},
-                    {"shm plane, fused", [&] { (void)shm.Allreduce(set_ref, 0.5); }},
-                    {"bound: its copies and adds alone", [&] { bound_work(set_bytes); }}}});
+  cases.push_back(
+      {"(a) 64 MiB",
+       big_bytes,
+       {{"raw MPI_Allreduce",
+         [&] {
+           MPI_Allreduce(MPI_IN_PLACE, b.big.data(), static_cast<int>(b.big.size()), MPI_FLOAT,
+                         MPI_SUM, MPI_COMM_WORLD);
+         },
+         false},
+        {"MPI plane", [&] { (void)mpi.Allreduce(big_ref, 1.0); }},
+        {"shm plane", [&] { (void)shm.Allreduce(big_ref, 1.0); }},
+        {"bound: its copies and adds alone", [&] { bound_work(big_bytes); }},
+        {"auto plane, after its trial", [&] { (void)automatic.Allreduce(big_ref, 1.0); }}}});
+  cases.push_back(
+      {"(b) ResNet-50 set",
+       set_bytes,
+       {{"raw MPI, one MPI_Allreduce per tensor", [&] { b.PerTensor(); }, false},
+        {"MPI plane, fused", [&] { (void)mpi.Allreduce(set_ref, 0.5); }},
+        {"shm plane, fused", [&] { (void)shm.Allreduce(set_ref, 0.5); }},
+        {"bound: its copies and adds alone", [&] { bound_work(set_bytes); }},
+        {"auto plane, fused, after its trial", [&] { (void)automatic.Allreduce(set_ref, 0.5); }}}});
   const int tiny_ops = std::max(1, s.tiny_reps / 4);
   cases.push_back({"(c) 4 B",
                    4,
@@ -544,8 +552,19 @@ void ComparePlanes(Buffers& b, const MachineSpeed& speed, int size, const Settin
                      [&] {
                        for (int i = 0; i < tiny_ops; ++i) (void)shm.Allreduce(tiny_ref, 1.0);
                      },
+                     false},
+                    {"auto plane, after its trial",
+                     [&] {
+                       for (int i = 0; i < tiny_ops; ++i) (void)automatic.Allreduce(tiny_ref, 1.0);
+                     },
                      false}},
                    tiny_ops});
+  // The auto plane's trial on each case's buffers (every rank runs the same ones), before timing.
+  for (int i = 0; i < 2 * hvx::shm::PlaneTrial::kSamples; ++i) {
+    (void)automatic.Allreduce(big_ref, 1.0);
+    (void)automatic.Allreduce(set_ref, 0.5);
+    (void)automatic.Allreduce(tiny_ref, 1.0);
+  }
   bool regions_reported = false;
   LineRoundTrip line;
   for (Case& k : cases) {
@@ -560,6 +579,11 @@ void ComparePlanes(Buffers& b, const MachineSpeed& speed, int size, const Settin
     const double raw = k.variants[0].median() / k.ops;
     const double mpi_ms = k.variants[1].median() / k.ops;
     const double shm_ms = k.variants[2].median() / k.ops;
+    // The auto plane is the last variant of every case.
+    const double auto_ms = k.variants.back().median() / k.ops;
+    g_lines.push_back(absl::StrFormat(
+        "%s: auto plane after its trial %.4f ms, %.2fx the faster plane's (%s) in the same rounds",
+        k.name, auto_ms, auto_ms / std::min(mpi_ms, shm_ms), shm_ms <= mpi_ms ? "shm" : "MPI"));
     if (k.bytes > 4) {
       // Measured in these rounds; the machine line's speed gives the same figure when the VM
       // holds still.

@@ -5,8 +5,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "hvx/common/clock.h"
 #include "hvx/common/logging.h"
 #include "hvx/common/status.h"
+#include "hvx/shm/plane_trial.h"
 #include "hvx/shm/shm_allreduce.h"
 #include "hvx/shm/shm_group.h"
 #include "hvx/shm/shm_vote.h"
@@ -122,19 +124,27 @@ class ShmCpuPlane : public DataPlane {
     if (w.op == ReduceOp::kAdasum) return fallback_->Allreduce(w);
     HVX_RETURN_IF_ERROR(EnsureSetUp());
     if (reducer_ == nullptr) return fallback_->Allreduce(w);
-    std::vector<shm::ReduceSpan> spans;
-    spans.reserve(w.inputs.size());
-    for (size_t i = 0; i < w.inputs.size(); ++i) {
-      spans.push_back({static_cast<const char*>(w.inputs[i].data()),
-                       static_cast<char*>(w.outputs[i].data()), w.inputs[i].num_elements()});
+    if (!TrialApplies(w)) return SharedAllreduce(w);
+    const shm::PlaneTrial::Pick pick = trial_.Next(FusedBytes(w));
+    if (!pick.timed) return Run(pick.plane, w);
+    absl::Time start = MonotonicNow();
+    {
+      ScopedActivity a(w.activity, "CPU_PLANE_TRIAL");
+      HVX_RETURN_IF_ERROR(Run(pick.plane, w));
     }
-    ScopedActivity a(w.activity, "SHM_ALLREDUCE");
-    return reducer_->Allreduce(
-        spans, w.dtype, w.op, w.prescale_factor, w.postscale_factor,
-        w.names.size() == 1
-            ? absl::StrCat("allreduce of '", w.names[0], "'")
-            : absl::StrCat("allreduce of '", w.names[0], "' and ", w.names.size() - 1, " more"));
+    if (!trial_.Record(pick.size_class, pick.plane, MonotonicNow() - start, FusedBytes(w))) {
+      return absl::OkStatus();
+    }
+    // Every rank completes the class's last trial run at this same buffer.
+    std::vector<std::string> all;
+    HVX_RETURN_IF_ERROR(ctx_.comm->Allgather(trial_.Summary(pick.size_class), &all));
+    absl::StatusOr<std::string> decided = trial_.Decide(pick.size_class, all);
+    if (ctx_.comm->rank() == 0) {
+      HVX_LOG(INFO) << (decided.ok() ? *decided : std::string(decided.status().message()));
+    }
+    return absl::OkStatus();
   }
+
   absl::Status Allgather(const AllgatherWork& w) override { return fallback_->Allgather(w); }
   absl::Status Broadcast(const BroadcastWork& w) override { return fallback_->Broadcast(w); }
   absl::Status Alltoall(const AlltoallWork& w) override { return fallback_->Alltoall(w); }
@@ -153,6 +163,38 @@ class ShmCpuPlane : public DataPlane {
   }
 
  private:
+  absl::Status Run(shm::PlaneTrial::Plane plane, const AllreduceWork& w) {
+    return plane == shm::PlaneTrial::kShared ? SharedAllreduce(w) : fallback_->Allreduce(w);
+  }
+
+  absl::Status SharedAllreduce(const AllreduceWork& w) {
+    std::vector<shm::ReduceSpan> spans;
+    spans.reserve(w.inputs.size());
+    for (size_t i = 0; i < w.inputs.size(); ++i) {
+      spans.push_back({static_cast<const char*>(w.inputs[i].data()),
+                       static_cast<char*>(w.outputs[i].data()), w.inputs[i].num_elements()});
+    }
+    ScopedActivity a(w.activity, "SHM_ALLREDUCE");
+    return reducer_->Allreduce(
+        spans, w.dtype, w.op, w.prescale_factor, w.postscale_factor,
+        w.names.size() == 1
+            ? absl::StrCat("allreduce of '", w.names[0], "'")
+            : absl::StrCat("allreduce of '", w.names[0], "' and ", w.names.size() - 1, " more"));
+  }
+
+  // HVX_CPU_PLANE=auto times both planes where their results are the same bits: two ranks (a + b
+  // is exact in either order), or HVX_FIXED_REDUCTION_ORDER=0. With more ranks in fixed order the
+  // planes add in different orders, and a choice by timing would make runs differ bit for bit.
+  bool TrialApplies(const AllreduceWork& w) const {
+    return !required_ && (ctx_.comm->size() == 2 || !w.fixed_order);
+  }
+
+  static int64_t FusedBytes(const AllreduceWork& w) {
+    int64_t elements = 0;
+    for (const TensorRef& t : w.inputs) elements += t.num_elements();
+    return elements * static_cast<int64_t>(DataTypeSize(w.dtype));
+  }
+
   // Sets up at the first data-plane call that needs shared memory; its error fails every one.
   absl::Status EnsureSetUp() {
     if (!set_up_) {
@@ -219,6 +261,7 @@ class ShmCpuPlane : public DataPlane {
   std::unique_ptr<shm::ShmGroup> group_;
   std::unique_ptr<CommCrossHostLink> cross_;
   std::unique_ptr<shm::ShmAllreducer> reducer_;
+  shm::PlaneTrial trial_;
 };
 
 }  // namespace

@@ -12,7 +12,10 @@
 // "auto" takes shared memory when some host has several of the communicator's ranks and every host
 // has as many, and when every rank could map its regions; otherwise (or if any rank fails there)
 // it keeps the communicator's plane, saying so once. "shm" fails the allreduce on every rank
-// instead.
+// instead. Where both planes give the same bits (two ranks, or HVX_FIXED_REDUCTION_ORDER=0),
+// "auto" then times both on the job's first buffers of each size class and keeps the faster
+// (plane_trial.h), logging the figures on rank 0 and marking the trial runs CPU_PLANE_TRIAL in the
+// timeline.
 #ifndef HVX_SHM_CPU_PLANE_H_
 #define HVX_SHM_CPU_PLANE_H_
 

@@ -2,19 +2,23 @@
 // package linked, HVX_CPU_PLANE=auto takes shared memory where a host runs several ranks of a set
 // (its allreduce, reduce-scatter and negotiation vote), "mpi" keeps the transport's own plane, and
 // several hosts reduce hierarchically over the communicator's point-to-point bytes. Which plane ran
-// shows in rank 0's timeline (SHM_ALLREDUCE) and in the votes the transport saw.
+// shows in rank 0's timeline (SHM_ALLREDUCE) and in the votes the transport saw. Then the trial
+// under auto, on the plane made directly over a transport plane whose speed the test sets.
 #include "hvx/shm/cpu_plane.h"
 
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "hvx/core/in_process_ranks.h"
+#include "hvx/shm/plane_trial.h"
 
 namespace hvx {
 namespace {
@@ -103,6 +107,109 @@ TEST(CpuPlaneTest, UnevenHostsFailEveryRankUnderShm) {
                                   "HVX_CPU_PLANE=shm: the hosts run different numbers of ranks of "
                                   "this process set (2, 1)"))
         << "rank " << rank << ": " << s;
+  });
+}
+
+// A transport plane whose speed the test sets: each allreduce waits `delay`, then runs on the
+// in-process transport's own plane, or, when `skip` is set, returns at once without reducing.
+class PacedPlane : public DataPlane {
+ public:
+  PacedPlane(DataPlane* inner, absl::Duration delay, bool skip)
+      : inner_(inner), delay_(delay), skip_(skip) {}
+  absl::Status Allreduce(const AllreduceWork& w) override {
+    ++allreduces;
+    absl::SleepFor(delay_);
+    return skip_ ? absl::OkStatus() : inner_->Allreduce(w);
+  }
+  absl::Status Allgather(const AllgatherWork& w) override { return inner_->Allgather(w); }
+  absl::Status Broadcast(const BroadcastWork& w) override { return inner_->Broadcast(w); }
+  absl::Status Alltoall(const AlltoallWork& w) override { return inner_->Alltoall(w); }
+  absl::Status ReduceScatter(const ReduceScatterWork& w) override {
+    return inner_->ReduceScatter(w);
+  }
+  int allreduces = 0;
+
+ private:
+  DataPlane* inner_;
+  absl::Duration delay_;
+  bool skip_;
+};
+
+class NoActivity : public ActivityRecorder {
+ public:
+  void Start(absl::string_view) override {}
+  void End() override {}
+};
+
+// Two ranks on one host under HVX_CPU_PLANE=auto, each with the plane made over a transport plane
+// paced as given; `fn(rank, plane, transport)` runs on each.
+void OnTwoRanks(absl::Duration delay, bool skip,
+                const std::function<void(int, DataPlane&, PacedPlane&)>& fn) {
+  auto hub = std::make_shared<FakeHub>(2);
+  static const InitOptions options;  // cpu_plane "auto"
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      FakeCommunicator comm(hub, r);
+      PacedPlane transport(&comm.cpu(), delay, skip);
+      DataPlaneContext ctx;
+      ctx.comm = &comm;
+      ctx.global_ranks = {0, 1};
+      ctx.hosts = {"h", "h"};
+      ctx.global_rank = r;
+      ctx.options = &options;
+      absl::StatusOr<std::unique_ptr<DataPlane>> plane = MakeShmCpuPlane(ctx, &transport);
+      ASSERT_TRUE(plane.ok()) << plane.status();
+      fn(r, **plane, transport);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+}
+
+// One fused allreduce of `n` floats (rank r holds r + 1 in each), sums checked when `check`.
+void AllreduceOnPlane(DataPlane& plane, int rank, int64_t n, bool check) {
+  static NoActivity none;
+  std::vector<float> x(n, static_cast<float>(rank + 1));
+  AllreduceWork w;
+  w.names = {"x"};
+  w.inputs = {TensorRef(DataType::kFloat32, {n}, x.data())};
+  w.outputs = w.inputs;
+  w.activity = &none;
+  ASSERT_TRUE(plane.Allreduce(w).ok());
+  if (check) {
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(x[i], 3.0f) << "element " << i;
+  }
+}
+
+// Under auto, each size class of buffers is timed on both planes (kSamples runs each, alternately)
+// and then served by the faster: here the transport's plane is 50 ms slower, so shared memory.
+TEST(CpuPlaneTest, AutoKeepsSharedMemoryWhereTheTransportsPlaneIsSlower) {
+  OnTwoRanks(absl::Milliseconds(50), false, [](int rank, DataPlane& plane, PacedPlane& transport) {
+    const int64_t mib = 1 << 18;  // floats
+    for (int i = 0; i < 2 * shm::PlaneTrial::kSamples; ++i) {
+      AllreduceOnPlane(plane, rank, mib, true);
+    }
+    EXPECT_EQ(transport.allreduces, shm::PlaneTrial::kSamples);
+    for (int i = 0; i < 5; ++i) AllreduceOnPlane(plane, rank, mib, true);
+    EXPECT_EQ(transport.allreduces, shm::PlaneTrial::kSamples) << "decided for the transport";
+    // Buffers of another class are still on trial: the second goes to the transport.
+    AllreduceOnPlane(plane, rank, 1, true);
+    AllreduceOnPlane(plane, rank, 1, true);
+    EXPECT_EQ(transport.allreduces, shm::PlaneTrial::kSamples + 1);
+  });
+}
+
+// The same trial where the transport's plane answers at once (it does no work here, so its sums
+// are not checked): from then on the class runs there.
+TEST(CpuPlaneTest, AutoTakesTheTransportsPlaneWhereItIsFaster) {
+  OnTwoRanks(absl::ZeroDuration(), true, [](int rank, DataPlane& plane, PacedPlane& transport) {
+    const int64_t mib = 1 << 18;
+    for (int i = 0; i < 2 * shm::PlaneTrial::kSamples; ++i) {
+      AllreduceOnPlane(plane, rank, mib, false);
+    }
+    ASSERT_EQ(transport.allreduces, shm::PlaneTrial::kSamples);
+    for (int i = 0; i < 5; ++i) AllreduceOnPlane(plane, rank, mib, false);
+    EXPECT_EQ(transport.allreduces, shm::PlaneTrial::kSamples + 5);
   });
 }
 
