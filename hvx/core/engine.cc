@@ -342,8 +342,9 @@ absl::Status Engine::AddSet(std::vector<int> ranks, int* id) {
 }
 
 absl::Status Engine::SetUpHostGather(SetState& set) {
-  const std::vector<int> host_of = LayoutOf(HostsOf(set.global_ranks)).host_of;
-  const int hosts = *std::max_element(host_of.begin(), host_of.end()) + 1;
+  const HostLayout layout = LayoutOf(HostsOf(set.global_ranks));
+  const std::vector<int>& host_of = layout.host_of;
+  const int hosts = static_cast<int>(layout.per_host.size());
   if (hosts == 1 || hosts == set.size()) return absl::OkStatus();
   const int me = set.comm->rank();
   HVX_ASSIGN_OR_RETURN(set.host_comm, set.comm->Split(host_of[me], me));

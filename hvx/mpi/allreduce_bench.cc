@@ -396,6 +396,7 @@ class NoActivity : public hvx::ActivityRecorder {
 
 // One CPU data plane of a communicator of its own (MPI_COMM_WORLD's ranks).
 struct Plane {
+  std::unique_ptr<hvx::InitOptions> options;  // the shm plane's, outliving it
   std::unique_ptr<hvx::Communicator> comm;
   std::unique_ptr<hvx::DataPlane> shm;  // null: the communicator's own (MPI's)
   std::unique_ptr<hvx::HostVote> vote;  // null: the communicator's BitwiseAnd
@@ -418,12 +419,10 @@ struct Plane {
 
 // The CPU plane HVX_CPU_PLANE=`name` gives the engine ("mpi", "shm", "auto"), made as it makes it.
 Plane MakePlane(const std::string& name) {
-  static hvx::InitOptions options[3];
-  hvx::InitOptions* o = &options[name == "mpi" ? 0 : name == "shm" ? 1 : 2];
-  o->cpu_plane = name;
   MPI_Comm dup;
   MPI_Comm_dup(MPI_COMM_WORLD, &dup);
-  Plane p{hvx::MakeMpiCommunicator(dup)};
+  Plane p{std::make_unique<hvx::InitOptions>(), hvx::MakeMpiCommunicator(dup)};
+  p.options->cpu_plane = name;
   if (name == "mpi") return p;
   hvx::DataPlaneContext ctx;
   ctx.comm = p.comm.get();
@@ -432,7 +431,7 @@ Plane MakePlane(const std::string& name) {
   (void)p.comm->Allgather(hvx::HostIdentity(hvx::HostName()), &identities);
   ctx.hosts = hvx::HostNamesOf(identities);
   ctx.global_rank = p.comm->rank();
-  ctx.options = o;
+  ctx.options = p.options.get();
   p.shm = *hvx::MakeShmCpuPlane(ctx, &p.comm->cpu());
   p.vote = *hvx::MakeShmHostVote(ctx);
   return p;

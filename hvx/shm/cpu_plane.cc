@@ -125,14 +125,15 @@ class ShmCpuPlane : public DataPlane {
     HVX_RETURN_IF_ERROR(EnsureSetUp());
     if (reducer_ == nullptr) return fallback_->Allreduce(w);
     if (!TrialApplies(w)) return SharedAllreduce(w);
-    const shm::PlaneTrial::Pick pick = trial_.Next(FusedBytes(w));
+    const int64_t bytes = FusedBytes(w);
+    const shm::PlaneTrial::Pick pick = trial_.Next(bytes);
     if (!pick.timed) return Run(pick.plane, w);
-    absl::Time start = MonotonicNow();
+    const absl::Time start = MonotonicNow();
     {
       ScopedActivity a(w.activity, "CPU_PLANE_TRIAL");
       HVX_RETURN_IF_ERROR(Run(pick.plane, w));
     }
-    if (!trial_.Record(pick.size_class, pick.plane, MonotonicNow() - start, FusedBytes(w))) {
+    if (!trial_.Record(pick.size_class, pick.plane, MonotonicNow() - start, bytes)) {
       return absl::OkStatus();
     }
     // Every rank completes the class's last trial run at this same buffer.
