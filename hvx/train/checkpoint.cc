@@ -38,6 +38,7 @@
 #include "hvx/common/failpoint.h"
 #include "hvx/common/files.h"
 #include "hvx/common/logging.h"
+#include "hvx/common/random_hex.h"
 #include "hvx/common/status.h"
 #include "hvx/core/api.h"
 #include "hvx/torch/tensor.h"
@@ -52,6 +53,11 @@ constexpr char kCheckpointPrefix[] = "ckpt-";
 constexpr char kCheckpointSuffix[] = ".pt";
 // Appended to the name of a checkpoint file that proved damaged when loaded.
 constexpr char kCorruptSuffix[] = ".corrupt";
+
+// "<checkpoint.dir>/ckpt-<step>.pt": the single file of `global_step`.
+std::string CheckpointFilePath(const CheckpointConfig& checkpoint, int64_t global_step) {
+  return absl::StrCat(checkpoint.dir(), "/", kCheckpointPrefix, global_step, kCheckpointSuffix);
+}
 
 // The global step of a checkpoint's file name "ckpt-<step>.pt", or nullopt for any other name.
 std::optional<int64_t> CheckpointStep(absl::string_view name) {
@@ -376,12 +382,61 @@ std::string CheckpointPath(const CheckpointConfig& checkpoint, int64_t global_st
   if (checkpoint.format() == CheckpointConfig::SHARDED) {
     return CheckpointDirPath(checkpoint, global_step);
   }
-  return absl::StrCat(checkpoint.dir(), "/", kCheckpointPrefix, global_step, kCheckpointSuffix);
+  return CheckpointFilePath(checkpoint, global_step);
+}
+
+absl::StatusOr<CheckpointConfig::Format> ChooseCheckpointFormat(
+    const CheckpointConfig& checkpoint) {
+  if (checkpoint.format() != CheckpointConfig::AUTO) return checkpoint.format();
+  if (Size() == 1) {
+    HVX_LOG(INFO) << "checkpoint.format AUTO: SINGLE_FILE (one rank writes)";
+    return CheckpointConfig::SINGLE_FILE;
+  }
+  // Rank 0 writes a file of a name no rank has looked up before (so no cached "no such file"
+  // answers for it), every rank reads it back, and the lowest rank that could not is agreed on.
+  std::string token = Rank() == 0 ? RandomHex() : std::string();
+  const std::string probe = absl::StrCat(checkpoint.dir(), "/hvx-probe-");
+  absl::Status written;
+  if (Rank() == 0) {
+    written = MakeDirs(checkpoint.dir());
+    if (written.ok()) {
+      written = WriteFileAtomically(probe + token, token, "checkpoint.dir probe", false);
+    }
+  }
+  HVX_RETURN_IF_ERROR(ShareRank0Error(written));
+  HVX_RETURN_IF_ERROR(BroadcastBytes("checkpoint.probe", &token, 0));
+  absl::StatusOr<std::string> read = ReadFileFromDisk(probe + token);
+  int32_t blind = read.ok() && *read == token ? Size() : Rank();
+  TensorRef t(DataType::kInt32, {1}, &blind);
+  AllreduceOptions o;
+  o.op = ReduceOp::kMin;
+  const absl::Status agreed = Wait(Allreduce("checkpoint.probe_seen", t, t, o));
+  if (Rank() == 0) unlink((probe + token).c_str());
+  HVX_RETURN_IF_ERROR(agreed);
+  if (blind == Size()) {
+    HVX_LOG_RANK0(INFO) << "checkpoint.format AUTO: SHARDED (every rank sees the files rank 0 "
+                           "writes in "
+                        << checkpoint.dir() << "; each rank writes its own shard)";
+    return CheckpointConfig::SHARDED;
+  }
+  std::string host = Rank() == blind ? Host() : std::string();
+  HVX_RETURN_IF_ERROR(BroadcastBytes("checkpoint.probe_host", &host, blind));
+  HVX_LOG_RANK0(INFO) << "checkpoint.format AUTO: SINGLE_FILE (rank " << blind << " on host "
+                      << host << " does not see the files rank 0 writes in " << checkpoint.dir()
+                      << ": its host has a directory of its own, so rank 0 writes every "
+                         "checkpoint whole; mount one file system at checkpoint.dir on every host "
+                         "for SHARDED)";
+  return CheckpointConfig::SINGLE_FILE;
 }
 
 absl::Status SaveCheckpoint(const CheckpointConfig& checkpoint, Classifier& model,
                             const CheckpointOptimizer& optimizer, const TrainingPosition& position,
                             const CheckpointExtras& extras) {
+  if (checkpoint.format() == CheckpointConfig::AUTO) {
+    return absl::InvalidArgumentError(
+        "SaveCheckpoint: checkpoint.format AUTO is decided by ChooseCheckpointFormat (the "
+        "Checkpointer's Claim); pass SINGLE_FILE or SHARDED");
+  }
   if (checkpoint.format() == CheckpointConfig::SHARDED) {
     HVX_ASSIGN_OR_RETURN(const SavedCheckpoint saved,
                          SaveCheckpointDir(checkpoint, model, optimizer, position, extras,
@@ -504,7 +559,10 @@ absl::Status Checkpointer::Claim(const std::string& job_id) {
       claimed = fd.status();
     }
   }
-  return ShareRank0Error(claimed);
+  HVX_RETURN_IF_ERROR(ShareRank0Error(claimed));
+  HVX_ASSIGN_OR_RETURN(const CheckpointConfig::Format format, ChooseCheckpointFormat(checkpoint_));
+  checkpoint_.set_format(format);
+  return absl::OkStatus();
 }
 
 absl::Status Checkpointer::Finish() {
@@ -523,12 +581,10 @@ std::string FreshJobId(const Environment& env) {
   return "";
 }
 
-absl::StatusOr<bool> ResumeFromNewestCheckpoint(const CheckpointConfig& checkpoint, bool fresh,
-                                                const torch::Device& device, Classifier& model,
-                                                const CheckpointOptimizer& checkpoint_optimizer,
-                                                TrainingPosition* position,
-                                                const CheckpointExtras& extras,
-                                                const std::string& fresh_job_id) {
+absl::StatusOr<bool> ResumeFromNewestCheckpoint(
+    const CheckpointConfig& checkpoint, bool fresh, const torch::Device& device, Classifier& model,
+    const CheckpointOptimizer& checkpoint_optimizer, TrainingPosition* position,
+    const CheckpointExtras& extras, const std::string& fresh_job_id, std::string* resumed_from) {
   // Rank 0 applies --fresh and tidies, then the directories newer than the newest file are tried
   // (every rank reads), then the files (rank 0 reads and broadcasts).
   absl::Status rank0_status;
@@ -554,6 +610,7 @@ absl::StatusOr<bool> ResumeFromNewestCheckpoint(const CheckpointConfig& checkpoi
                              "the average starts from its weights";
       StartAveragesFromWeights(model, *extras.averages);
     }
+    if (resumed_from != nullptr) *resumed_from = from_dir.path;
     return true;
   }
   torch::optim::Optimizer& optimizer = *checkpoint_optimizer.optimizer;
@@ -597,6 +654,8 @@ absl::StatusOr<bool> ResumeFromNewestCheckpoint(const CheckpointConfig& checkpoi
     HVX_RETURN_IF_ERROR(checkpoint_optimizer.sharded->ScatterState(optimizer));
     optimizer.state().clear();
   }
+  if (resumed_from != nullptr)
+    *resumed_from = CheckpointFilePath(checkpoint, position->global_step);
   return true;
 }
 

@@ -1,5 +1,5 @@
-// Checkpoints of a training run: written in one of two formats (checkpoint.format), every rank
-// resumes from the newest one of either.
+// Checkpoints of a training run: written in one of two formats (checkpoint.format, AUTO choosing
+// between them: ChooseCheckpointFormat), every rank resumes from the newest one of either.
 //
 //   HVX_ASSIGN_OR_RETURN(bool resumed, ResumeFromNewestCheckpoint(config.checkpoint(), fresh,
 //                                                                 device, model, optimizer, &pos));
@@ -53,8 +53,17 @@ namespace train {
 // or the directory "<checkpoint.dir>/ckpt-<step>" with checkpoint.format SHARDED.
 std::string CheckpointPath(const CheckpointConfig& checkpoint, int64_t global_step);
 
+// What checkpoint.format AUTO means for this job, the same on every rank (collective): SINGLE_FILE
+// for one rank; else SHARDED when every rank reads the probe file rank 0 writes into
+// checkpoint.dir ("hvx-probe-<random>", removed again), SINGLE_FILE when some rank does not (its
+// host has a checkpoint.dir of its own, as each SageMaker instance has). Rank 0 logs the choice and
+// why. A format other than AUTO is returned as it is, with no probe. Every rank returns rank 0's
+// error when it cannot write the probe.
+absl::StatusOr<CheckpointConfig::Format> ChooseCheckpointFormat(const CheckpointConfig& checkpoint);
+
 // Writes a checkpoint of `model`, `optimizer`, `position` and `extras` into checkpoint.dir in
-// checkpoint.format and removes the oldest (of either format) beyond checkpoint.keep(). Every rank
+// checkpoint.format (SINGLE_FILE or SHARDED: AUTO is InvalidArgument, ChooseCheckpointFormat
+// decides it) and removes the oldest (of either format) beyond checkpoint.keep(). Every rank
 // calls it (each rank's buffers are gathered). SINGLE_FILE: rank 0 writes, a sharded optimizer's
 // state gathered into optimizer.optimizer first; SHARDED: every rank writes
 // (sharded_checkpoint.h) and every rank returns the same status. The live model is left as it
@@ -79,8 +88,13 @@ class Checkpointer {
   // is destroyed or the process ends. Two jobs writing one directory would replace and remove
   // each other's checkpoints: another job's claim is FailedPrecondition on every rank naming its
   // job id, process and host. A claim of the same `job_id` (FreshJobId: a restart while an attempt
-  // cut off from the job may still run) is taken over with a warning; "" is no job's.
+  // cut off from the job may still run) is taken over with a warning; "" is no job's. Then
+  // checkpoint.format AUTO is decided (ChooseCheckpointFormat): format() says which.
   absl::Status Claim(const std::string& job_id);
+  // The format Save writes: checkpoint.format, AUTO once Claim decided it.
+  CheckpointConfig::Format format() const { return checkpoint_.format(); }
+  // Where Save writes the checkpoint of `global_step` (CheckpointPath in format()).
+  std::string Path(int64_t global_step) const { return CheckpointPath(checkpoint_, global_step); }
   absl::Status Save(Classifier& model, const CheckpointOptimizer& optimizer,
                     const TrainingPosition& position, const CheckpointExtras& extras = {});
   // This rank's background write is still running.
@@ -106,16 +120,16 @@ class Checkpointer {
     ~Claimed();
     int fd = -1;
   };
-  const CheckpointConfig checkpoint_;
+  CheckpointConfig checkpoint_;
   Claimed claimed_;
   CheckpointDirWriter writer_;
   TrainingPosition writing_;  // the position of the checkpoint writer_ has pending
   std::vector<Committed> committed_;
 };
 
-// Every rank calls it. The newest checkpoint in checkpoint.dir of either format is loaded (after
-// moving the existing ones into "<dir>/replaced-<unix seconds>[-N]/" when `fresh`, once per job:
-// see FreshJobId), and every rank
+// Every rank calls it. The newest checkpoint in checkpoint.dir of either format is loaded, its path
+// put in *resumed_from when given (after moving the existing ones into
+// "<dir>/replaced-<unix seconds>[-N]/" when `fresh`, once per job: see FreshJobId), and every rank
 // takes its model, optimizer state and position into `model`, `optimizer` and *position; when the
 // world size is the checkpoint's, each rank also takes its own BatchNorm statistics. A directory
 // (SHARDED) is read by every rank, each reading what it needs (ResumeFromCheckpointDirs); a file,
@@ -134,7 +148,8 @@ absl::StatusOr<bool> ResumeFromNewestCheckpoint(const CheckpointConfig& checkpoi
                                                 const CheckpointOptimizer& optimizer,
                                                 TrainingPosition* position,
                                                 const CheckpointExtras& extras = {},
-                                                const std::string& fresh_job_id = "");
+                                                const std::string& fresh_job_id = "",
+                                                std::string* resumed_from = nullptr);
 
 // What names this job across its restarts, for --fresh: a job that is started again (hvxrun
 // --max-restarts, a Slurm requeue, a SageMaker spot restart) runs the same command, --fresh

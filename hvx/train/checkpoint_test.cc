@@ -75,6 +75,7 @@ CheckpointConfig InDir(const std::string& dir, int keep) {
   CheckpointConfig c;
   c.set_dir(dir);
   c.set_keep(keep);
+  c.set_format(CheckpointConfig::SINGLE_FILE);
   return c;
 }
 

@@ -427,6 +427,63 @@ TEST(ShardedCheckpointTest, ADirectoryClaimedByAnotherJobIsRefusedOnEveryRank) {
   EXPECT_TRUE(second.Claim("job-b").ok());
 }
 
+// checkpoint.format AUTO with every rank seeing one directory: the shards (each rank writes its
+// own), decided at the claim, the probe removed again; explicit formats are kept as they are.
+TEST(ShardedCheckpointTest, AutoIsShardedWhereEveryRankSeesTheDirectory) {
+  const std::string dir = TestDir("auto_shared");
+  CheckpointConfig c = Sharded(dir);
+  c.set_format(CheckpointConfig::AUTO);
+  Checkpointer checkpointer(c);
+  ASSERT_TRUE(checkpointer.Claim("").ok());
+  EXPECT_EQ(checkpointer.format(), CheckpointConfig::SHARDED);
+  EXPECT_EQ(checkpointer.Path(6), dir + "/ckpt-6");
+  ASSERT_TRUE(WaitAll({Barrier()}).ok());
+  EXPECT_EQ(Names(dir), std::vector<std::string>{"hvx-job.lock"});  // no probe left
+  Net net;
+  auto adam = MakeAdam(net);
+  ASSERT_TRUE(checkpointer.Save(net, *adam, At(6)).ok());
+  ASSERT_TRUE(checkpointer.Finish().ok());
+  struct stat st;
+  EXPECT_EQ(stat((dir + "/ckpt-6/index.json").c_str(), &st), 0);
+
+  for (const auto format : {CheckpointConfig::SHARDED, CheckpointConfig::SINGLE_FILE}) {
+    c.set_format(format);
+    absl::StatusOr<CheckpointConfig::Format> kept = ChooseCheckpointFormat(c);
+    ASSERT_TRUE(kept.ok()) << kept.status();
+    EXPECT_EQ(*kept, format);
+  }
+}
+
+// Hosts whose checkpoint.dir is a directory of their own (here: rank 1's config names another
+// folder, as a host with its own disk mounted at the same path would see): one file that rank 0
+// writes, decided alike on every rank, naming the rank that could not see rank 0's files.
+TEST(ShardedCheckpointTest, AutoIsOneFileWhereARankDoesNotSeeRankZerosFiles) {
+  const std::string own = TestDir(absl::StrCat("auto_own_", Rank()));
+  CheckpointConfig c = Sharded(own);
+  c.set_format(CheckpointConfig::AUTO);
+  Checkpointer checkpointer(c);
+  ASSERT_TRUE(checkpointer.Claim("").ok());
+  EXPECT_EQ(checkpointer.format(), CheckpointConfig::SINGLE_FILE);
+  EXPECT_EQ(checkpointer.Path(6), own + "/ckpt-6.pt");
+  Net net;
+  auto adam = MakeAdam(net);
+  ASSERT_TRUE(checkpointer.Save(net, *adam, At(6)).ok());
+  struct stat st;
+  EXPECT_EQ(stat((own + "/ckpt-6.pt").c_str(), &st) == 0, Rank() == 0);
+}
+
+// AUTO is decided by the claim; SaveCheckpoint without it writes nothing and says so.
+TEST(ShardedCheckpointTest, SavingWithAnUndecidedFormatIsRefused) {
+  const std::string dir = TestDir("auto_undecided");
+  CheckpointConfig c = Sharded(dir);
+  c.set_format(CheckpointConfig::AUTO);
+  Net net;
+  auto adam = MakeAdam(net);
+  const absl::Status refused = SaveCheckpoint(c, net, *adam, At(1));
+  EXPECT_TRUE(absl::IsInvalidArgument(refused)) << refused;
+  EXPECT_TRUE(Names(dir).empty());
+}
+
 TEST(ShardedCheckpointTest, KeepRemovesALinkedInCheckpointsLinkNotWhatItPointsTo) {
   const std::string elsewhere = TestDir("pretrained"), dir = TestDir("linked");
   Net net;

@@ -157,6 +157,8 @@ struct Run {
   // The run this training is part of (hvx/train/run_dir.h): the resumed checkpoint's, else a new
   // one; the same on every rank, kept in checkpoints.
   std::string run_name;
+  // The checkpoint this run resumed from, "" when it started afresh.
+  std::string resumed_from;
   std::shared_ptr<const data::Dataset> eval_data;
   std::shared_ptr<const data::Decoder> train_decoder;
   std::shared_ptr<const data::Decoder> eval_decoder;
@@ -485,9 +487,10 @@ absl::StatusOr<TrainingPosition> StartingPosition(Run& run, int64_t* resumed_fro
   if (CheckpointsOn(config)) HVX_RETURN_IF_ERROR(run.checkpointer->Claim(run.options.fresh_job_id));
   if (CheckpointsOn(config) && (config.checkpoint().resume() || run.options.fresh)) {
     HVX_ASSIGN_OR_RETURN(
-        bool resumed, ResumeFromNewestCheckpoint(config.checkpoint(), run.options.fresh, run.device,
-                                                 *run.model, CheckpointedOptimizer(run), &pos,
-                                                 Extras(run), run.options.fresh_job_id));
+        bool resumed,
+        ResumeFromNewestCheckpoint(config.checkpoint(), run.options.fresh, run.device, *run.model,
+                                   CheckpointedOptimizer(run), &pos, Extras(run),
+                                   run.options.fresh_job_id, &run.resumed_from));
     if (resumed) *resumed_from_step = pos.global_step;
   }
   return pos;
@@ -839,19 +842,18 @@ absl::StatusOr<TrainResult> Train(Run& run) {
   const bool resumed = result.resumed_from_step >= 0;
   HVX_RETURN_IF_ERROR(OpenRun(run, result.resumed_from_step));
   if (run.records) {
-    HVX_RETURN_IF_ERROR(run.records->Start(
-        {{"model", ModelDescription(run.config)},
-         {"parameters", CountParameters(*run.model)},
-         {"world_size", Size()},
-         {"batch_size", run.config.data().batch_size()},
-         {"epochs", run.config.epochs()},
-         {"steps_per_epoch", run.steps_per_epoch},
-         {"train_samples", run.train_data->num_samples()},
-         {"eval_samples", run.eval_data->num_samples()},
-         {"epoch", pos.epoch + 1},
-         {"global_step", pos.global_step},
-         {"resumed_from",
-          resumed ? Json(CheckpointPath(run.config.checkpoint(), pos.global_step)) : Json()}}));
+    HVX_RETURN_IF_ERROR(
+        run.records->Start({{"model", ModelDescription(run.config)},
+                            {"parameters", CountParameters(*run.model)},
+                            {"world_size", Size()},
+                            {"batch_size", run.config.data().batch_size()},
+                            {"epochs", run.config.epochs()},
+                            {"steps_per_epoch", run.steps_per_epoch},
+                            {"train_samples", run.train_data->num_samples()},
+                            {"eval_samples", run.eval_data->num_samples()},
+                            {"epoch", pos.epoch + 1},
+                            {"global_step", pos.global_step},
+                            {"resumed_from", resumed ? Json(run.resumed_from) : Json()}}));
   }
   if (pos.epoch >= run.config.epochs()) {
     // A finished run: nothing to train. The caller says so and how to start over.
@@ -874,9 +876,8 @@ absl::StatusOr<TrainResult> Train(Run& run) {
     result.preempted = true;
     HVX_LOG_RANK0(INFO) << "preempted at step " << pos.global_step << "; "
                         << (CheckpointsOn(run.config)
-                                ? absl::StrCat(
-                                      "checkpoint ",
-                                      CheckpointPath(run.config.checkpoint(), pos.global_step))
+                                ? absl::StrCat("checkpoint ",
+                                               run.checkpointer->Path(pos.global_step))
                                 : std::string("no checkpoint (checkpoint.dir is empty)"));
   }
   result.global_step = pos.global_step;
@@ -917,7 +918,7 @@ Json EndRecord(const Run& run, const absl::StatusOr<TrainResult>& result) {
     end["eval_samples"] = result->evals.back().samples;
   }
   if (result->preempted && CheckpointsOn(run.config)) {
-    end["checkpoint"] = CheckpointPath(run.config.checkpoint(), result->global_step);
+    end["checkpoint"] = run.checkpointer->Path(result->global_step);
   }
   if (run.scaler) end["skipped_steps"] = result->skipped_steps;
   return end;

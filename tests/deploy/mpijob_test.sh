@@ -174,8 +174,10 @@ check "it waited for the workers' sshd, saying so" $?
 grep -q "^\[0\] .*hvx initialized: rank 0/2, local rank 0/1, cross rank 0/2, host $job-worker-0," "$T/launch1.err" &&
     grep -q "^\[1\] .*hvx initialized: rank 1/2, local rank 0/1, cross rank 1/2, host $job-worker-1," "$T/launch1.err"
 check "one rank on each worker, started by the launcher over ssh" $?
-ls "$T/volumes/checkpoints/${checkpoint_dir#"$checkpoint_mount"/}" 2>/dev/null | grep -qE '^ckpt-[0-9]+\.pt$'
-check "the checkpoint is in the manifest's $checkpoint_dir" $?
+# Both workers mount one volume, so checkpoint.format AUTO has each write its shard of a directory.
+compgen -G "$T/volumes/checkpoints/${checkpoint_dir#"$checkpoint_mount"/}/ckpt-*/index.json" >/dev/null &&
+    grep -q "checkpoint.format AUTO: SHARDED" "$T/launch1.err"
+check "the checkpoint is in the manifest's $checkpoint_dir, a shard from each worker" $?
 ((failures == 0)) || show launch1
 launcher launch2
 [[ $rc == 0 ]] && grep -qE "the run in $checkpoint_dir is already complete|resuming from $checkpoint_dir/ckpt-" "$T/launch2.out" "$T/launch2.err"

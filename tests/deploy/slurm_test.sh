@@ -155,13 +155,14 @@ for _ in $(seq 1 1200); do
     sleep 0.2
 done
 G=$(sed -nE 's/.*preempted at step ([0-9]+); checkpoint .*/\1/p' "$T/requeue.out" | head -n 1)
-[[ -n $G ]] && ((G >= 1 && G < STEPS)) && [[ -f $T/ck/ckpt-$G.pt ]] &&
+# The two nodes share $T/ck: checkpoint.format AUTO writes directories, a shard per rank.
+[[ -n $G ]] && ((G >= 1 && G < STEPS)) && [[ -f $T/ck/ckpt-$G/index.json ]] &&
     grep -q '^hvxrun: preempted: every rank ended cleanly after the checkpoint request (signal 15)' "$T/requeue.out" &&
     grep -q "^train.sbatch: hvxrun checkpointed and ended with 75; requeueing job $id" "$T/requeue.out"
 check "time limit: slurmctld's notice had the ranks checkpoint at step ${G:-?} of $STEPS and the job requeued itself" $?
 restarts=$(job_field "$id" Restarts)
 [[ $state == COMPLETED && $restarts == 1 ]] &&
-    grep -q "resuming from $T/ck/ckpt-$G.pt" "$T/requeue.out" && grep -qE "^\[0\] done: $STEPS steps" "$T/requeue.out"
+    grep -q "resuming from $T/ck/ckpt-$G (epoch" "$T/requeue.out" && grep -qE "^\[0\] done: $STEPS steps" "$T/requeue.out"
 check "time limit: the requeued run resumed there and finished (states:$states; restarts $restarts)" $?
 audit "$T/log" 4 $EPOCHS $N; check "time limit: every sample of every epoch trained once across the two runs" $?
 ((failures == 0)) || { tail -n 40 "$T/requeue.out"; on1 scontrol show job "$id"; grep -v debug2 "$T/slurmctld.log" | tail -n 30; }

@@ -87,16 +87,16 @@ grep -qE "^\[[0-2]\] rank [0-2]: Shutdown after the failure took [0-9.]+ s: .*hv
 check "shutdown after a failure: a surviving rank's Shutdown returned the failure at once" $?
 knobs=("${saved_knobs[@]}")
 
-# ---- the trainer's checkpoint write: rank 0 fails after its second checkpoint file is written
-# but before it is renamed into place; the directory keeps ckpt-2.pt, and a resume repeats the
-# uninterrupted run's losses from step 3 on.
+# ---- the trainer's checkpoint write (checkpoint.format SINGLE_FILE): rank 0 fails after its second
+# checkpoint file is written but before it is renamed into place; the directory keeps ckpt-2.pt,
+# and a resume repeats the uninterrupted run's losses from step 3 on.
 N=240
 tiny_shards "$T" mlp $N 40 10 2
 train() {  # train CHECKPOINT_DIR HVXRUN_ARGS...
     local dir=$1
     shift
     launch -np 4 -H hvxq1:2,hvxq2:2 --stop-timeout 5 "${knobs[@]}" "$@" -- "$TRAIN" --config="$T/tiny.pbtxt" \
-        --override="checkpoint { dir: \"$dir\" every_steps: 2 }"
+        --override="checkpoint { dir: \"$dir\" every_steps: 2 format: SINGLE_FILE }"
 }
 train "$T/ck_full"
 check "uninterrupted trainer run exits 0 (rc=$rc)" $rc
@@ -107,7 +107,7 @@ for action in exit kill abort stop; do
     bound=15
     [[ $action == stop ]] && bound=$((TIMEOUT_S + 15))
     fault checkpoint "$action:2" 0 "$bound" "$TRAIN" --config="$T/tiny.pbtxt" \
-        --override="checkpoint { dir: \"$dir\" every_steps: 2 }"
+        --override="checkpoint { dir: \"$dir\" every_steps: 2 format: SINGLE_FILE }"
     [[ -f $dir/ckpt-2.pt && ! -e $dir/ckpt-4.pt ]]
     check "checkpoint x $action: the last complete checkpoint, ckpt-2.pt, is there, no ckpt-4.pt ($(ls "$dir" | tr '\n' ' '))" $?
     train "$dir"

@@ -27,7 +27,9 @@ run() {  # run NAME DIR ARGS...: rc in $rc
     rc=$?
 }
 
-run full "$T/ck_full"
+# First one file written by rank 0 (checkpoint.format SINGLE_FILE).
+single='checkpoint { format: SINGLE_FILE }'
+run full "$T/ck_full" --override="$single"
 check "uninterrupted run exits 0 (rc=$rc)" $rc
 [[ $(losses "$T/full.out" | wc -l) == 12 ]]; check "it logged 12 steps" $?
 size=$(stat -c %s "$T/ck_full/ckpt-2.pt") || { echo "FAIL: the uninterrupted run has no ckpt-2.pt"; exit 1; }
@@ -35,7 +37,7 @@ size=$(stat -c %s "$T/ck_full/ckpt-2.pt") || { echo "FAIL: the uninterrupted run
 # Room for one checkpoint and a half: ckpt-2 fits, ckpt-4 does not.
 umount "$small" && mount -t tmpfs -o size=$(((size * 3 / 2 + 4095) / 4096 * 4))k tmpfs "$small" ||
     { echo "FAIL: remounting the small tmpfs"; exit 1; }
-run filled "$small"
+run filled "$small" --override="$single"
 [[ $rc != 0 ]]; check "the run whose disk filled fails (rc=$rc)" $?
 grep -qE "writing checkpoint $small/ckpt-4\.pt\.tmp\.[0-9]+\.[0-9a-f]{16}: No space left on device" "$T/filled.out" "$T/filled.err"
 check "the error names the checkpoint and ENOSPC" $?
@@ -47,19 +49,22 @@ left=$(ls "$small" | grep -vx hvx-job.lock)  # the job's claim on the directory 
 
 # With room again, the run resumes from it and ends as the uninterrupted run did.
 mkdir -p "$T/ck_resumed" && cp "$small/ckpt-2.pt" "$T/ck_resumed/"
-run resumed "$T/ck_resumed"
+run resumed "$T/ck_resumed" --override="$single"
 check "the resumed run exits 0 (rc=$rc)" $rc
 grep -q "resuming from $T/ck_resumed/ckpt-2.pt" "$T/resumed.out" "$T/resumed.err"
 check "it resumed from ckpt-2.pt" $?
 diff <(losses "$T/full.out" | tail -n 10) <(losses "$T/resumed.out") >/dev/null
 check "steps 3-12 have the uninterrupted run's losses and learning rates" $?
 
-# The same with sharded checkpoints written in the background (checkpoint.format SHARDED): the
-# rank whose shard does not fit is named with the file and ENOSPC on every rank, its checkpoint
-# leaves nothing behind, and the one before resumes exactly.
-sharded='checkpoint { format: SHARDED }'
+# The same with the default (checkpoint.format AUTO: both ranks see the directory, so sharded
+# checkpoints written in the background): the rank whose shard does not fit is named with the file
+# and ENOSPC on every rank, its checkpoint leaves nothing behind, and the one before resumes
+# exactly.
+sharded='checkpoint { format: AUTO }'
 run dfull "$T/dck_full" --override="$sharded"
 check "uninterrupted sharded run exits 0 (rc=$rc)" $rc
+grep -q "checkpoint.format AUTO: SHARDED (every rank sees the files rank 0 writes in $T/dck_full" "$T/dfull.err"
+check "AUTO chose SHARDED, saying so" $?
 size=$(du -sb "$T/dck_full/ckpt-2" | cut -f1)
 umount "$small" && mount -t tmpfs -o size=$(((size * 3 / 2 + 4095) / 4096 * 4))k tmpfs "$small" ||
     { echo "FAIL: remounting the small tmpfs"; exit 1; }

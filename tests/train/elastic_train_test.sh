@@ -55,9 +55,12 @@ st=$?
 check "one restart line: the killed rank, hvxr3 excluded, 4 ranks on 2 hosts" $st
 [[ $st == 0 ]] || grep "^hvxrun:" "$HVX_NETNS_STATE/err"
 
-resume=$(grep -oE 'resuming from [^ ]*/ckpt-[0-9]+\.pt \(epoch [0-9]+, step [0-9]+\)' "$HVX_NETNS_STATE/out" "$HVX_NETNS_STATE/err" | head -n 1)
-S=$(sed -nE 's/.*ckpt-([0-9]+)\.pt.*/\1/p' <<<"$resume")
-[[ -n $S && $S -ge 4 && $S -lt 8 ]]; check "the restart resumed mid-epoch 1 from ckpt-${S:-?} ($resume)" $?
+# The hosts share $T/ck, so checkpoint.format AUTO writes directories, each rank its shard, in the
+# background: the newest one committed when the host died is step 4's, or step 2's while step 4's
+# was still being written.
+resume=$(grep -oE 'resuming from [^ ]*/ckpt-[0-9]+ \(epoch [0-9]+, step [0-9]+\)' "$HVX_NETNS_STATE/out" "$HVX_NETNS_STATE/err" | head -n 1)
+S=$(sed -nE 's/.*ckpt-([0-9]+) .*/\1/p' <<<"$resume")
+[[ -n $S && $S -ge 2 && $S -lt 8 ]]; check "the restart resumed mid-epoch 1 from ckpt-${S:-?} ($resume)" $?
 S=${S:-0}
 stop=$((S * 60))  # positions of epoch 0 the first attempt committed: S steps x 6 ranks x 10
 
@@ -69,11 +72,11 @@ check "epoch 2: every sample once, on the 4 ranks" $?
 head -n 5 "$T/audit1.txt"
 
 # The same checkpoint, resumed by an uninterrupted 4-rank run on this host.
-mkdir -p "$T/ck4" && cp "$T/ck/ckpt-$S.pt" "$T/ck4/"
-check "ckpt-$S.pt copied for the 4-rank run" $?
+mkdir -p "$T/ck4" && cp -r "$T/ck/ckpt-$S" "$T/ck4/"
+check "ckpt-$S/ copied for the 4-rank run" $?
 timeout -k 5 200 "$TRAIN" --config="$T/tiny.pbtxt" --override='launch { num_processes: "4" }' \
     --override="checkpoint { dir: \"$T/ck4\" every_steps: 2 }" >"$T/four.out" 2>"$T/four.err"
-check "the 4-rank run from ckpt-$S.pt exits 0 (rc=$?)" $?
+check "the 4-rank run from ckpt-$S/ exits 0 (rc=$?)" $?
 # The 4-rank attempt's steps are those of 12 per epoch (the first attempt's were of 8).
 four_rank_losses() { losses "$1" | grep -E ' step [0-9]+/12 '; }
 if diff <(four_rank_losses "$T/four.out") <(four_rank_losses "$HVX_NETNS_STATE/out") >"$T/diff.txt" &&
@@ -106,7 +109,7 @@ finish
 grep -qE 'hvxrun: restart to grow: the discovery script listed more slots \(np 6 on hvxr1:2,hvxr2:2,hvxr3:2\); new plan: np 6 on hvxr1:2,hvxr2:2,hvxr3:2$' "$HVX_NETNS_STATE/err"
 check "growth: hvxrun restarted the job on 6 ranks when the third host appeared (rc=$rc)" $?
 G=$(sed -nE 's/.*preempted at step ([0-9]+); checkpoint .*/\1/p' "$HVX_NETNS_STATE/err" | head -n 1)
-[[ $rc == 0 && -n $G ]] && grep -qF "resuming from $T/ckg/ckpt-$G.pt" "$HVX_NETNS_STATE/err"
+[[ $rc == 0 && -n $G ]] && grep -qF "resuming from $T/ckg/ckpt-$G (epoch" "$HVX_NETNS_STATE/err"
 check "the 4 ranks checkpointed at step ${G:-?} and the 6 resumed there" $?
 [[ $rc == 0 ]] || tail -n 20 "$HVX_NETNS_STATE/err"
 G=${G:-0}

@@ -53,7 +53,7 @@ grep -qE 'epoch 1/1 eval accuracy [0-9.]+ loss [0-9.]+ on 8 samples' "$T/run.out
 check "evaluation counted each of the 8 validation images once" $?
 grep -q "training resnet50 (25557032 parameters) on 24 samples, 8 for evaluation; 2 ranks x batch 2" "$T/run.out"
 check "ResNet-50 with 1000 classes on 24 training samples" $?
-[[ -f $T/ck/ckpt-3.pt ]]; check "checkpoint ckpt-3.pt written" $?
+[[ -f $T/ck/ckpt-3/index.json ]]; check "checkpoint ckpt-3/ written, a shard per rank" $?
 ls "$T"/summaries/*/ | grep -q 'events.out.tfevents'; check "TensorBoard events written in the run's folder" $?
 
 # data/imagenet_fast.pbtxt the same way: LAMB, label smoothing, EMA, bfloat16, channels_last; and

@@ -41,7 +41,9 @@ grep -q "hvx initialized: rank 0/4, local rank 0/2, cross rank 0/2" "$T/out" "$T
 check "rank 0 sees 2 hosts" $?
 audit "$T/log" 4 2 $N; check "audit across hosts" $?
 grep -qE '^\[0\] done: 12 steps .* on 40 samples' "$T/out"; check "6 steps per epoch, 40 eval samples" $?
-[[ -f $T/ck/ckpt-12.pt ]]; check "the last checkpoint, ckpt-12.pt, was written" $?
+# The hosts share $T/ck: checkpoint.format AUTO has every rank write its shard of a directory.
+[[ -f $T/ck/ckpt-12/index.json ]] && grep -q "checkpoint.format AUTO: SHARDED (every rank sees" "$T/err"
+check "the last checkpoint, ckpt-12/, was written, a shard per rank" $?
 # Reading it back: the run is complete, so the trainer says so and trains nothing.
 timeout -k 5 120 "$TRAIN" --config="$T/tiny.pbtxt" --override="checkpoint { dir: \"$T/ck\" }" \
     >"$T/again.out" 2>&1

@@ -33,6 +33,13 @@ def ckpt(trainer, name, extra=""):
     return 'checkpoint { dir: "%s" %s }' % (trainer.path(name), extra)
 
 
+def sharded(trainer, name, step):
+    """The checkpoint of `step` that 2 processes write by default (checkpoint.format AUTO: one
+    directory, a shard per rank), and whether it is whole (its index written)."""
+    path = trainer.path(name, "ckpt-%d" % step)
+    return path, os.path.isfile(os.path.join(path, "index.json"))
+
+
 @pytest.fixture(scope="module")
 def full(trainer):
     return trainer.run("full", "--config=" + trainer.config,
@@ -128,8 +135,8 @@ def test_both_ranks_stopped_at_one_step_of_epoch_1_whose_checkpoint_is_there(tra
     at = end["global_step"]
     assert end["state"] == "preempted"
     assert 8 <= at < 24
-    path = trainer.path("ck", "ckpt-%d.pt" % at)
-    assert end["checkpoint"] == path and os.path.isfile(path)
+    path, whole = sharded(trainer, "ck", at)
+    assert end["checkpoint"] == path and whole
     assert preempted.checkpoints[-1]["path"] == path
     assert "preempted at step %d; checkpoint %s" % (at, path) in preempted.err
     assert [p["global_step"] for p in preempted.progress] == list(range(1, at + 1))
@@ -139,8 +146,8 @@ def test_the_same_command_resumes_there_and_repeats_the_uninterrupted_run(
         trainer, full, preempted, resumed):
     resumed.check()
     at = preempted.end["global_step"]
-    assert resumed.start["resumed_from"] == trainer.path("ck", "ckpt-%d.pt" % at)
-    assert "resuming from %s" % trainer.path("ck", "ckpt-%d.pt" % at) in resumed.output
+    assert resumed.start["resumed_from"] == trainer.path("ck", "ckpt-%d" % at)
+    assert "resuming from %s (epoch" % trainer.path("ck", "ckpt-%d" % at) in resumed.output
     assert len(full.progress) == 48
     assert steps_of(preempted, resumed) == full.steps()
 
@@ -151,7 +158,7 @@ def test_sigterm_to_one_rank_checkpoints_every_rank_and_hvxrun_exits_75(trainer,
             "themselves (rank 0 on host ") in rank_signalled.err
     at = rank_signalled.end["global_step"]
     assert rank_signalled.end["state"] == "preempted" and 8 <= at < 24
-    assert os.path.isfile(trainer.path("ck_rank", "ckpt-%d.pt" % at))
+    assert sharded(trainer, "ck_rank", at)[1]
     # Neither rank was taken for a failure: nothing was aborted.
     assert "ranks to fail" not in rank_signalled.err
 
@@ -161,7 +168,7 @@ def test_after_a_rank_sigterm_the_same_command_repeats_the_uninterrupted_run(
     again = trainer.run("rank_resumed", "--config=" + trainer.config,
                         overrides=[TWO, ckpt(trainer, "ck_rank")]).check()
     at = rank_signalled.end["global_step"]
-    assert again.start["resumed_from"] == trainer.path("ck_rank", "ckpt-%d.pt" % at)
+    assert again.start["resumed_from"] == trainer.path("ck_rank", "ckpt-%d" % at)
     assert steps_of(rank_signalled, again) == full.steps()
 
 
@@ -169,7 +176,9 @@ def test_a_trainer_without_a_launcher_checkpoints_on_sigterm_and_exits_75(traine
     run = sigterm_at_step(trainer, "alone", 8, [ckpt(trainer, "ck_alone")]).check(rc=75)
     at = run.end["global_step"]
     assert run.end["state"] == "preempted" and at >= 8
+    # One rank: checkpoint.format AUTO writes one file.
     assert os.path.isfile(trainer.path("ck_alone", "ckpt-%d.pt" % at))
+    assert "checkpoint.format AUTO: SINGLE_FILE (one rank writes)" in run.err
     assert "preempted at step %d" % at in run.err
 
 
@@ -194,8 +203,8 @@ def test_every_seconds_checkpoints_at_the_first_step_boundary_after_the_interval
                         overrides=[TWO, ckpt(trainer, "ck_time", "every_seconds: 0.000001 keep: 100")])
     timed.check()
     assert [c["global_step"] for c in timed.checkpoints] == [1, 2, 3, 4, 5]
-    names = sorted(n for n in os.listdir(trainer.path("ck_time")) if re.fullmatch(r"ckpt-\d\.pt", n))
-    assert names == ["ckpt-%d.pt" % s for s in range(1, 6)]
+    names = sorted(n for n in os.listdir(trainer.path("ck_time")) if re.fullmatch(r"ckpt-\d", n))
+    assert names == ["ckpt-%d" % s for s in range(1, 6)]
 
 
 # A program that ignores the request: a second signal, or the grace period, stops it.

@@ -66,7 +66,7 @@ def test_a_clipped_step_moves_the_weights_by_the_bound(trainer):
         'checkpoint { dir: "%s" every_steps: 1 keep: 10 }' % trainer.path("clip")])
     for step in (1, 2):
         train(trainer, "clip-export%d" % step,
-              "--export_from=" + trainer.path("clip", "ckpt-%d.pt" % step),
+              "--export_from=" + trainer.path("clip", "ckpt-%d" % step),
               "--export=" + trainer.path("clip%d.pt" % step),
               overrides=['checkpoint { dir: "%s" }' % trainer.path("clip")])
     moved = recipe_check.step_norm(trainer.path("clip1.pt"), trainer.path("clip2.pt"))
@@ -83,7 +83,7 @@ def test_the_training_loss_is_the_label_smoothed_loss_of_the_steps_samples(train
                        "label_smoothing: 0.3 optimizer { kind: ADAMW lr: 0.001 weight_decay: 0.05 "
                        "no_decay_on_bias_and_norm: true }",
                        'checkpoint { dir: "%s" every_steps: 1 keep: 10 }' % trainer.path("smooth")])
-    train(trainer, "smooth-export", "--export_from=" + trainer.path("smooth", "ckpt-3.pt"),
+    train(trainer, "smooth-export", "--export_from=" + trainer.path("smooth", "ckpt-3"),
           "--export=" + trainer.path("smooth3.pt"),
           overrides=['checkpoint { dir: "%s" }' % trainer.path("smooth")])
     per_rank = [recipe_check.loss(trainer.path("smooth3.pt"), trainer.path("tiny_idx"), "mlp",
@@ -106,7 +106,7 @@ def ema(trainer):
 
 
 def test_evaluation_uses_the_moving_average(trainer, ema):
-    train(trainer, "live", "--export_from=" + trainer.path("ema", "ckpt-40.pt"),
+    train(trainer, "live", "--export_from=" + trainer.path("ema", "ckpt-40"),
           "--export=" + trainer.path("live.pt"),
           overrides=[EMA + " ema_decay: 0", 'checkpoint { dir: "%s" }' % trainer.path("ema")])
     assert recipe_check.differ(trainer.path("ema.pt"), trainer.path("live.pt"))

@@ -84,8 +84,9 @@ def test_resuming_at_another_size(trainer, references, case):
     name, old, old_np, new, new_np, ref, stop, consumed, first, end, done, line = case
     ckpt = ' checkpoint { dir: "%s" }' % trainer.path("ck_" + name)
     stopped = train(trainer, name + "-stopped", old + ckpt, "--max_steps=%d" % stop)
-    path = trainer.path("ck_" + name, "ckpt-%d.pt" % stop)
-    assert stopped.checkpoints[-1]["path"] == path and os.path.isfile(path)
+    # More than one rank, one directory: checkpoint.format AUTO writes a shard per rank.
+    path = trainer.path("ck_" + name, "ckpt-%d" % stop)
+    assert stopped.checkpoints[-1]["path"] == path and os.path.isfile(os.path.join(path, "index.json"))
     resumed = train(trainer, name + "-resumed", new + ckpt)
     assert resumed.start["resumed_from"] == path
     assert "resuming from %s (epoch 1, step %d)" % (path, stop) in resumed.err

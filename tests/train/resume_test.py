@@ -59,15 +59,17 @@ def fresh(trainer, again):
 
 
 def test_the_stopped_run_checkpoints_step_17(trainer, stopped):
-    path = trainer.path("ck_resume", "ckpt-17.pt")
-    assert os.path.isfile(path)
+    # Two ranks seeing one directory: checkpoint.format AUTO writes a directory, a shard per rank.
+    path = trainer.path("ck_resume", "ckpt-17")
+    assert os.path.isfile(os.path.join(path, "index.json"))
+    assert "checkpoint.format AUTO: SHARDED" in stopped.output
     assert stopped.checkpoints[-1]["path"] == path
     assert stopped.checkpoints[-1]["global_step"] == 17
     assert (stopped.end["state"], stopped.end["global_step"]) == ("done", 17)
 
 
 def test_the_second_run_resumes_from_step_17(trainer, resumed):
-    path = trainer.path("ck_resume", "ckpt-17.pt")
+    path = trainer.path("ck_resume", "ckpt-17")
     assert resumed.start["resumed_from"] == path
     assert (resumed.start["epoch"], resumed.start["global_step"]) == (2, 17)
     assert "resuming from %s (epoch 2, step 17)" % path in resumed.output
@@ -89,8 +91,8 @@ def test_the_resumed_run_evaluates_exactly_like_the_uninterrupted_one(full, resu
 
 
 def test_the_final_checkpoint_is_written_and_at_most_keep_are_kept(trainer, resumed):
-    names = [n for n in os.listdir(trainer.path("ck_resume")) if re.fullmatch(r"ckpt-\d+\.pt", n)]
-    assert "ckpt-24.pt" in names
+    names = [n for n in os.listdir(trainer.path("ck_resume")) if re.fullmatch(r"ckpt-\d+", n)]
+    assert "ckpt-24" in names
     assert len(names) <= 3, names
     assert resumed.end == dict(resumed.end, state="done", global_step=24)
 
@@ -104,9 +106,9 @@ def test_a_finished_run_says_it_is_complete_and_trains_nothing(trainer, again):
 
 def test_fresh_moves_the_old_checkpoints_aside_and_starts_at_step_1(trainer, full, fresh):
     assert "moved the previous checkpoints to %s/replaced-" % trainer.path("ck_resume") in fresh.output
-    assert glob.glob(trainer.path("ck_resume", "replaced-*", "ckpt-24.pt"))
-    assert os.path.isfile(trainer.path("ck_resume", "ckpt-3.pt"))
-    assert not os.path.exists(trainer.path("ck_resume", "ckpt-24.pt"))
+    assert glob.glob(trainer.path("ck_resume", "replaced-*", "ckpt-24", "index.json"))
+    assert os.path.isfile(trainer.path("ck_resume", "ckpt-3", "index.json"))
+    assert not os.path.exists(trainer.path("ck_resume", "ckpt-24"))
     assert fresh.start["resumed_from"] is None
     assert fresh.steps() == full.steps()[:3]
 
@@ -134,9 +136,9 @@ def test_a_restarted_job_applies_fresh_once_and_resumes(trainer, full):
     # Rank 0's lines (hvxrun repeats a failed rank's last lines untagged).
     assert len(re.findall(r"^\[0\] .*--fresh: moved the previous checkpoints to", run.output,
                           re.M)) == 1, run.tail(40)
-    assert glob.glob(trainer.path("ck_restart", "replaced-*", "ckpt-5.pt"))
+    assert glob.glob(trainer.path("ck_restart", "replaced-*", "ckpt-5", "index.json"))
     assert "this start of it resumes" in run.output
-    assert "resuming from %s (epoch 1, step 6)" % trainer.path("ck_restart", "ckpt-6.pt") in run.output
+    assert "resuming from %s (epoch 1, step 6)" % trainer.path("ck_restart", "ckpt-6") in run.output
     assert [r["global_step"] for r in run.checkpoints][-1] == 9
     # The second attempt trained steps 7 to 9 as the uninterrupted run did.
     assert run.steps()[-3:] == full.steps()[6:9]

@@ -98,20 +98,21 @@ HVX_CPU_PLANE=mpi HVX_FIXED_REDUCTION_ORDER=0 run mpi-NONE "launch { num_process
 HVX_CPU_PLANE=mpi HVX_FIXED_REDUCTION_ORDER=0 run mpi-GRADIENTS "launch { num_processes: \"4\" } $adam logging { max_steps_per_epoch: 20 } optimizer { shard: GRADIENTS }"
 close_losses "over MPI without a fixed order, 4 processes: GRADIENTS trains as NONE within rounding" mpi-NONE mpi-GRADIENTS 3
 
-# Resume across sizes and settings: 4 x GRADIENTS stopped at step 10 of 25.
+# Resume across sizes and settings through single files (rank 0 gathers): 4 x GRADIENTS stopped at
+# step 10 of 25.
 four="launch { num_processes: \"4\" } $adam"
-run stop4 "$four optimizer { shard: GRADIENTS } checkpoint { dir: \"$T/ck\" }" --max_steps=10
+run stop4 "$four optimizer { shard: GRADIENTS } checkpoint { dir: \"$T/ck\" format: SINGLE_FILE }" --max_steps=10
 [[ -f $T/ck/ckpt-10.pt ]]; check "the stopped run left ckpt-10.pt" $?
 for target in "2 STATE" "3 NONE"; do
     set -- $target
     cp -r "$T/ck" "$T/ck_$1_$2"; cp -r "$T/ck" "$T/ck_$1_$2_ref"
-    run "resumed$1-$2" "launch { num_processes: \"$1\" } $adam optimizer { shard: $2 } checkpoint { dir: \"$T/ck_$1_$2\" }"
+    run "resumed$1-$2" "launch { num_processes: \"$1\" } $adam optimizer { shard: $2 } checkpoint { dir: \"$T/ck_$1_$2\" format: SINGLE_FILE }"
     grep -q "resuming from $T/ck_$1_$2/ckpt-10.pt" "$T/resumed$1-$2.err"
     check "$1 processes with $2 resumed from the 4-process GRADIENTS checkpoint" $?
     # The reference: the same checkpoint resumed with the other setting (NONE for STATE, and
     # GRADIENTS for NONE) must print the same losses.
     other=NONE; [[ $2 == NONE ]] && other=GRADIENTS
-    run "resumed$1-$other" "launch { num_processes: \"$1\" } $adam optimizer { shard: $other } checkpoint { dir: \"$T/ck_$1_$2_ref\" }"
+    run "resumed$1-$other" "launch { num_processes: \"$1\" } $adam optimizer { shard: $other } checkpoint { dir: \"$T/ck_$1_$2_ref\" format: SINGLE_FILE }"
     [[ $(losses "$T/resumed$1-$2.out" | wc -l) -gt 0 ]]; check "$1 processes: the resumed run trained" $?
     same_losses "resumed at $1 processes" "resumed$1-$other" "resumed$1-$2"
 done

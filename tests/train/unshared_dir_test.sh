@@ -4,8 +4,9 @@
 # with a tmpfs of its own mounted over the checkpoint directory, as a node's local disk is. The
 # save fails on every rank with rank 0's message naming host 2's rank, its file and the fix, no
 # index is written (no half checkpoint is ever taken for one), and the job ends non-zero within
-# its timeout. The same job with the default SINGLE_FILE format (rank 0 writes) trains and leaves
-# its checkpoint. Needs root and nsenter; where namespaces cannot be created it prints SKIPPED.
+# its timeout. The same job with the default format (AUTO) finds that host 2 does not see rank 0's
+# files, says so, and writes single files (rank 0 writes): it trains and leaves its checkpoint.
+# Needs root and nsenter; where namespaces cannot be created it prints SKIPPED.
 #   unshared_dir_test.sh TRAIN HVXRUN MPIEXEC NETNS_HOSTS MAKE_IDX LIB
 set -uo pipefail
 TRAIN=$(readlink -f "$1"); HVXRUN=$(readlink -f "$2"); MPIEXEC=$(readlink -f "$3")
@@ -61,8 +62,11 @@ done
 [[ $rc == 0 || $failures == 0 ]] || tail -n 20 "$T/sharded.out" "$T/sharded.err"
 
 job single "checkpoint { dir: \"$T/ck1\" } logging { max_steps_per_epoch: 3 }"
-check "the default SINGLE_FILE format trains on the same hosts (rc=$rc)" $rc
+check "the default format (AUTO) trains on the same hosts (rc=$rc)" $rc
+grep -q "checkpoint.format AUTO: SINGLE_FILE (rank 2 on host hvxs2 does not see the files rank 0 writes in $T/ck1" "$T/single.err"
+check "AUTO chose one file, naming the first rank that does not see rank 0's files" $?
 [[ -f $T/ck1/ckpt-3.pt ]]; check "rank 0 wrote ckpt-3.pt" $?
+[[ -z $(ls "$T/ck1" | grep hvx-probe) ]]; check "the probe file is gone" $?
 [[ $rc == 0 ]] || tail -n 20 "$T/single.out" "$T/single.err"
 echo "failures: $failures"
 [[ $failures == 0 ]]
