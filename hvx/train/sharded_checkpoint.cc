@@ -132,12 +132,14 @@ std::string OptimizerName(const std::string& param, const std::string& field) {
 }
 
 // What this rank writes (checkpoint's header comment: who writes what), on the CPU and
-// contiguous; with `copy`, in memory of its own (what the live model and optimizer share is
-// copied: a GPU's tensors once, to the host).
+// contiguous; with `staging`, copied into it (what the live model and optimizer share is copied,
+// a GPU's tensors once, to the host): one buffer, grown when this rank's share does not fit and
+// otherwise kept from one checkpoint to the next, so that only the first pays for fresh memory's
+// page faults while training waits.
 absl::StatusOr<std::vector<Item>> PlanWrites(Classifier& model, const CheckpointOptimizer& o,
                                              const CheckpointExtras& extras,
                                              const std::vector<torch::Tensor>& rank_buffers,
-                                             bool copy) {
+                                             torch::Tensor* staging) {
   torch::NoGradGuard no_grad;
   const int rank = Rank(), world = Size();
   std::vector<Item> alike;  // what every rank holds alike
@@ -213,14 +215,26 @@ absl::StatusOr<std::vector<Item>> PlanWrites(Classifier& model, const Checkpoint
   mine.erase(
       std::remove_if(mine.begin(), mine.end(), [](const Item& item) { return item.elements == 0; }),
       mine.end());
+  if (staging == nullptr) {
+    for (Item& item : mine) item.data = item.data.to(torch::kCPU).contiguous();
+    return mine;
+  }
+  constexpr int64_t kAlign = 64;  // each copy starts on a cache line (and any element's alignment)
+  auto rounded = [](int64_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; };
+  int64_t total = 0;
+  for (const Item& item : mine) total += rounded(static_cast<int64_t>(item.data.nbytes()));
+  if (!staging->defined() || staging->numel() < total) {
+    *staging = torch::Tensor();  // the old buffer goes before the new one is made
+    *staging = torch::empty({total}, torch::kUInt8);
+  }
+  int64_t offset = 0;
   for (Item& item : mine) {
-    if (!item.data.is_cpu()) {
-      item.data = item.data.to(torch::kCPU).contiguous();
-    } else if (copy) {
-      item.data = item.data.clone(at::MemoryFormat::Contiguous);
-    } else {
-      item.data = item.data.contiguous();
-    }
+    const auto bytes = static_cast<int64_t>(item.data.nbytes());
+    torch::Tensor copy =
+        staging->narrow(0, offset, bytes).view(item.data.scalar_type()).view(item.data.sizes());
+    copy.copy_(item.data);
+    item.data = std::move(copy);
+    offset += rounded(bytes);
   }
   return mine;
 }
@@ -359,7 +373,7 @@ absl::Status CheckpointDirWriter::Start(const CheckpointConfig& checkpoint, Clas
   // training changes the live tensors meanwhile: what is written is a copy.
   absl::StatusOr<std::vector<Item>> items = absl::UnknownError("not planned");
   try {
-    items = PlanWrites(model, optimizer, extras, rank_buffers, /*copy=*/background);
+    items = PlanWrites(model, optimizer, extras, rank_buffers, background ? &staging_ : nullptr);
   } catch (const std::exception& e) {
     items = absl::ResourceExhaustedError(
         absl::StrCat("copying checkpoint ", w->saved.path, ": ", e.what()));

@@ -124,6 +124,10 @@ class CheckpointDirWriter {
  private:
   struct Write;
   std::unique_ptr<Write> write_;
+  // Background writes copy this rank's share here (PlanWrites), the buffer kept between
+  // checkpoints: about 1/size of the model and optimizer state stays allocated for the writer's
+  // life, and only the first checkpoint's pause pays for fresh memory.
+  torch::Tensor staging_;
 };
 
 // Writes the checkpoint directory of `position.global_step` at once (every rank calls it):
