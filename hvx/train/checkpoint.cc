@@ -389,8 +389,9 @@ absl::StatusOr<CheckpointConfig::Format> ChooseCheckpointFormat(
     const CheckpointConfig& checkpoint) {
   if (checkpoint.format() != CheckpointConfig::AUTO) return checkpoint.format();
   if (Size() == 1) {
-    HVX_LOG(INFO) << "checkpoint.format AUTO: SINGLE_FILE (one rank writes)";
-    return CheckpointConfig::SINGLE_FILE;
+    HVX_LOG(INFO) << "checkpoint.format AUTO: SHARDED (one rank: its checkpoints are written in "
+                     "the background)";
+    return CheckpointConfig::SHARDED;
   }
   // Rank 0 writes a file of a name no rank has looked up before (so no cached "no such file"
   // answers for it), every rank reads it back, and the lowest rank that could not is agreed on.

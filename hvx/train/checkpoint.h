@@ -53,12 +53,12 @@ namespace train {
 // or the directory "<checkpoint.dir>/ckpt-<step>" with checkpoint.format SHARDED.
 std::string CheckpointPath(const CheckpointConfig& checkpoint, int64_t global_step);
 
-// What checkpoint.format AUTO means for this job, the same on every rank (collective): SINGLE_FILE
-// for one rank; else SHARDED when every rank reads the probe file rank 0 writes into
-// checkpoint.dir ("hvx-probe-<random>", removed again), SINGLE_FILE when some rank does not (its
-// host has a checkpoint.dir of its own, as each SageMaker instance has). Rank 0 logs the choice and
-// why. A format other than AUTO is returned as it is, with no probe. Every rank returns rank 0's
-// error when it cannot write the probe.
+// What checkpoint.format AUTO means for this job, the same on every rank (collective): SHARDED
+// (written in the background) for one rank and where every rank reads the probe file rank 0
+// writes into checkpoint.dir ("hvx-probe-<random>", removed again); SINGLE_FILE when some rank
+// does not (its host has a checkpoint.dir of its own, as each SageMaker instance has). Rank 0 logs
+// the choice and why. A format other than AUTO is returned as it is, with no probe. Every rank
+// returns rank 0's error when it cannot write the probe.
 absl::StatusOr<CheckpointConfig::Format> ChooseCheckpointFormat(const CheckpointConfig& checkpoint);
 
 // Writes a checkpoint of `model`, `optimizer`, `position` and `extras` into checkpoint.dir in

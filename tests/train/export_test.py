@@ -21,7 +21,8 @@ def trainer(tmp_path_factory):
 
 def train(trainer, name, *args):
     return trainer.run(name, "--config=" + trainer.config, *args,
-                       overrides=['checkpoint { dir: "%s" keep: 10 }' % trainer.path("ck")],
+                       overrides=['checkpoint { dir: "%s" keep: 10 format: SINGLE_FILE }'
+                                  % trainer.path("ck")],
                        timeout=300)
 
 

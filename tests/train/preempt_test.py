@@ -34,8 +34,8 @@ def ckpt(trainer, name, extra=""):
 
 
 def sharded(trainer, name, step):
-    """The checkpoint of `step` that 2 processes write by default (checkpoint.format AUTO: one
-    directory, a shard per rank), and whether it is whole (its index written)."""
+    """The checkpoint of `step` written by default (checkpoint.format AUTO: one directory, a
+    shard per rank), and whether it is whole (its index written)."""
     path = trainer.path(name, "ckpt-%d" % step)
     return path, os.path.isfile(os.path.join(path, "index.json"))
 
@@ -176,9 +176,10 @@ def test_a_trainer_without_a_launcher_checkpoints_on_sigterm_and_exits_75(traine
     run = sigterm_at_step(trainer, "alone", 8, [ckpt(trainer, "ck_alone")]).check(rc=75)
     at = run.end["global_step"]
     assert run.end["state"] == "preempted" and at >= 8
-    # One rank: checkpoint.format AUTO writes one file.
-    assert os.path.isfile(trainer.path("ck_alone", "ckpt-%d.pt" % at))
-    assert "checkpoint.format AUTO: SINGLE_FILE (one rank writes)" in run.err
+    # One rank: checkpoint.format AUTO writes its directory in the background, and the preemption
+    # waits for it.
+    assert sharded(trainer, "ck_alone", at)[1]
+    assert "checkpoint.format AUTO: SHARDED (one rank: its checkpoints are written in" in run.err
     assert "preempted at step %d" % at in run.err
 
 
