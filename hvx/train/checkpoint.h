@@ -97,6 +97,10 @@ class Checkpointer {
   std::string Path(int64_t global_step) const { return CheckpointPath(checkpoint_, global_step); }
   absl::Status Save(Classifier& model, const CheckpointOptimizer& optimizer,
                     const TrainingPosition& position, const CheckpointExtras& extras = {});
+  // After a background Save, before the parameters, the optimizer's state, the moving averages or
+  // the loss scale change (the next step's optimizer step): waits until they are copied
+  // (CheckpointDirWriter::AwaitSnapshot). Forward and backward may run before it.
+  void AwaitSnapshot() { writer_.AwaitSnapshot(); }
   // This rank's background write is still running.
   bool Writing() const { return writer_.writing(); }
   // Waits for the checkpoint in progress and commits it (OK when there is none): every rank.

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstring>
+#include <future>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -76,6 +77,14 @@ struct Item {
   std::vector<int64_t> shape;
   int64_t begin = 0;
   int64_t elements = 0;
+  // A live tensor that only the optimizer's step changes (a parameter, the optimizer's state, a
+  // moving average): its copy may wait until just before the next step (AwaitSnapshot).
+  bool until_step = false;
+};
+
+// Copies that wait for the background thread: from the live tensor into the staging buffer.
+struct Deferred {
+  torch::Tensor from, to;
 };
 
 // `t` as a whole tensor to write; it stays where it is (a GPU's memory) until PlanWrites picks
@@ -135,16 +144,19 @@ std::string OptimizerName(const std::string& param, const std::string& field) {
 // contiguous; with `staging`, copied into it (what the live model and optimizer share is copied,
 // a GPU's tensors once, to the host): one buffer, grown when this rank's share does not fit and
 // otherwise kept from one checkpoint to the next, so that only the first pays for fresh memory's
-// page faults while training waits.
+// page faults while training waits. With `deferred` too, the copies of live CPU tensors that only
+// the next optimizer step changes are left to the caller (into their place in `staging`).
 absl::StatusOr<std::vector<Item>> PlanWrites(Classifier& model, const CheckpointOptimizer& o,
                                              const CheckpointExtras& extras,
                                              const std::vector<torch::Tensor>& rank_buffers,
-                                             torch::Tensor* staging) {
+                                             torch::Tensor* staging,
+                                             std::vector<Deferred>* deferred) {
   torch::NoGradGuard no_grad;
   const int rank = Rank(), world = Size();
   std::vector<Item> alike;  // what every rank holds alike
   for (const auto& item : model.named_parameters()) {
     alike.push_back(Whole("model/" + item.key(), item.value()));
+    alike.back().until_step = true;
   }
   std::map<std::string, size_t> float_buffer;
   const auto buffers = FloatBuffers(model);
@@ -157,7 +169,10 @@ absl::StatusOr<std::vector<Item>> PlanWrites(Classifier& model, const Checkpoint
                               : rank_buffers[found->second].mean(0).view_as(item.value())));
   }
   if (extras.averages != nullptr) {
-    for (const auto& [name, t] : *extras.averages) alike.push_back(Whole("averages/" + name, t));
+    for (const auto& [name, t] : *extras.averages) {
+      alike.push_back(Whole("averages/" + name, t));
+      alike.back().until_step = true;
+    }
   }
   if (extras.state != nullptr) {
     for (const auto& [name, t] : *extras.state) alike.push_back(Whole("state/" + name, t));
@@ -178,6 +193,7 @@ absl::StatusOr<std::vector<Item>> PlanWrites(Classifier& model, const Checkpoint
       Item item = Whole(OptimizerName(slot.name, field), t);
       item.shape = slot.shape;
       item.begin = slot.range.begin;
+      item.until_step = true;
       items.push_back(std::move(item));
     }
     if (!slot.sliced) {
@@ -232,7 +248,11 @@ absl::StatusOr<std::vector<Item>> PlanWrites(Classifier& model, const Checkpoint
     const auto bytes = static_cast<int64_t>(item.data.nbytes());
     torch::Tensor copy =
         staging->narrow(0, offset, bytes).view(item.data.scalar_type()).view(item.data.sizes());
-    copy.copy_(item.data);
+    if (deferred != nullptr && item.until_step && item.data.is_cpu()) {
+      deferred->push_back({item.data, copy});
+    } else {
+      copy.copy_(item.data);
+    }
     item.data = std::move(copy);
     offset += rounded(bytes);
   }
@@ -324,12 +344,28 @@ std::string CheckpointDirPath(const CheckpointConfig& checkpoint, int64_t global
   return absl::StrCat(checkpoint.dir(), "/ckpt-", global_step);
 }
 
+namespace {
+
+std::function<void()>& CopyHook() {
+  static auto* hook = new std::function<void()>();
+  return *hook;
+}
+
+}  // namespace
+
+void SetCheckpointCopyHookForTesting(std::function<void()> hook) { CopyHook() = std::move(hook); }
+
 struct CheckpointDirWriter::Write {
   SavedCheckpoint saved;
   std::string token;
   int64_t step = 0;
   Json metadata;
   std::vector<Item> items;  // this rank's share, copied: training goes on meanwhile
+  // The copies the thread makes first (PlanWrites' deferred), and when they are made.
+  std::vector<Deferred> deferred;
+  std::promise<void> copied_promise;
+  std::shared_future<void> copied = copied_promise.get_future().share();
+  bool snapshot_taken = false;  // AwaitSnapshot saw the copies made
   absl::StatusOr<WrittenShard> shard = absl::UnknownError("not written");
   std::atomic<bool> done{false};
   std::thread thread;
@@ -373,7 +409,8 @@ absl::Status CheckpointDirWriter::Start(const CheckpointConfig& checkpoint, Clas
   // training changes the live tensors meanwhile: what is written is a copy.
   absl::StatusOr<std::vector<Item>> items = absl::UnknownError("not planned");
   try {
-    items = PlanWrites(model, optimizer, extras, rank_buffers, background ? &staging_ : nullptr);
+    items = PlanWrites(model, optimizer, extras, rank_buffers, background ? &staging_ : nullptr,
+                       background ? &w->deferred : nullptr);
   } catch (const std::exception& e) {
     items = absl::ResourceExhaustedError(
         absl::StrCat("copying checkpoint ", w->saved.path, ": ", e.what()));
@@ -385,7 +422,19 @@ absl::Status CheckpointDirWriter::Start(const CheckpointConfig& checkpoint, Clas
   }
   Write* raw = w.get();
   auto write = [raw, failed = !items.ok()] {
-    if (!failed) {
+    bool copied = true;
+    if (CopyHook()) CopyHook()();
+    try {
+      torch::NoGradGuard no_grad;
+      for (Deferred& d : raw->deferred) d.to.copy_(d.from);
+    } catch (const std::exception& e) {
+      copied = false;
+      raw->shard = absl::ResourceExhaustedError(
+          absl::StrCat("copying checkpoint ", raw->saved.path, ": ", e.what()));
+    }
+    raw->deferred.clear();
+    raw->copied_promise.set_value();  // the live tensors may change from here on
+    if (!failed && copied) {
       absl::Status made = MakeDirs(raw->saved.path);
       std::vector<PieceToWrite> pieces;
       for (const Item& item : raw->items) {
@@ -416,6 +465,14 @@ absl::Status CheckpointDirWriter::Start(const CheckpointConfig& checkpoint, Clas
   }
   write_->pause_s = absl::ToDoubleSeconds(MonotonicNow() - write_->started);
   return absl::OkStatus();
+}
+
+void CheckpointDirWriter::AwaitSnapshot() {
+  if (write_ == nullptr || write_->snapshot_taken) return;
+  const absl::Time start = MonotonicNow();
+  write_->copied.wait();
+  write_->pause_s += absl::ToDoubleSeconds(MonotonicNow() - start);
+  write_->snapshot_taken = true;
 }
 
 absl::StatusOr<SavedCheckpoint> CheckpointDirWriter::Finish(const std::function<void()>& prune) {

@@ -4,7 +4,7 @@
 //   CheckpointDirWriter writer;                                  // every rank, collectively:
 //   HVX_RETURN_IF_ERROR(writer.Start(config.checkpoint(), model, {whole, sharded}, position,
 //                                    extras, /*background=*/true));
-//   ... training steps ...
+//   ... forward, backward; writer.AwaitSnapshot(); the optimizer's step ...
 //   HVX_ASSIGN_OR_RETURN(SavedCheckpoint saved, writer.Finish(prune));
 //   HVX_ASSIGN_OR_RETURN(DirResume resumed, ResumeFromCheckpointDirs(
 //       candidates, model, {whole, sharded}, &position, extras));
@@ -95,8 +95,9 @@ struct SavedCheckpoint {
   double seconds = 0;         // from the start to the index
 };
 
-// Writes checkpoint directories, in the background if asked: Start copies this rank's share (the
-// pause training sees) and writes it on a thread of its own while training goes on; Finish waits
+// Writes checkpoint directories, in the background if asked: Start plans this rank's share and
+// copies what changes before the next step (AwaitSnapshot says what the thread copies), and a
+// thread of its own writes it while training goes on; Finish waits
 // for it, agrees with every rank and commits (rank 0 writes the index). Both are collective, and
 // every rank calls Finish at the same point: the trainer when its per-step agreement says no rank
 // is still writing, before the next Start, and at the end of training or a preemption. A writer
@@ -112,6 +113,12 @@ class CheckpointDirWriter {
   absl::Status Start(const CheckpointConfig& checkpoint, Classifier& model,
                      const CheckpointOptimizer& optimizer, const TrainingPosition& position,
                      const CheckpointExtras& extras, bool background);
+  // In the background, the parameters, the optimizer's state and the moving averages (on the
+  // CPU) are copied by the writing thread first, while the next step's forward and backward run:
+  // before anything changes them (the next optimizer step, the loss scale's update), the caller
+  // waits here until they are copied. Returns at once when nothing is pending or they are; the
+  // wait counts in the checkpoint's pause. Finish and the next Start wait for it too.
+  void AwaitSnapshot();
   // Started and not yet finished.
   bool pending() const { return write_ != nullptr; }
   // This rank's file is still being written.
@@ -129,6 +136,10 @@ class CheckpointDirWriter {
   // life, and only the first checkpoint's pause pays for fresh memory.
   torch::Tensor staging_;
 };
+
+// Tests: `hook` runs on the writing thread of every later background write, before it copies the
+// live tensors (an empty function: none).
+void SetCheckpointCopyHookForTesting(std::function<void()> hook);
 
 // Writes the checkpoint directory of `position.global_step` at once (every rank calls it):
 // CheckpointDirWriter's Start without background, then Finish. The live model and optimizer are

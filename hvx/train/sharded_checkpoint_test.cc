@@ -6,8 +6,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
+#include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -362,7 +366,8 @@ TEST(ShardedCheckpointTest, ABackgroundWriteKeepsTheModelAsItWasAndHasNoIndexUnt
   CheckpointConfig c = Sharded(dir);  // background by default
   Checkpointer checkpointer(c);
   ASSERT_TRUE(checkpointer.Save(net, *adam, At(6)).ok());
-  Train(net, *adam, 2);  // training goes on while the shards are written
+  checkpointer.AwaitSnapshot();  // as the trainer does before its optimizer step
+  Train(net, *adam, 2);          // training goes on while the shards are written
   while (checkpointer.Writing()) usleep(1000);
   ASSERT_TRUE(WaitAll({Barrier()}).ok());
   struct stat st;
@@ -378,6 +383,66 @@ TEST(ShardedCheckpointTest, ABackgroundWriteKeepsTheModelAsItWasAndHasNoIndexUnt
   auto resumed = ResumeFromNewestCheckpoint(c, false, torch::kCPU, again, *again_adam, &position);
   ASSERT_TRUE(resumed.ok() && *resumed) << resumed.status();
   ExpectSameModel(snapshot, again);  // the model when Save was called, not after
+}
+
+// The parameters and Adam's state are copied by the writing thread, after Save returned; here that
+// thread is held before its copy, so a step taken without waiting would be in the checkpoint.
+// AwaitSnapshot waits for the copy: the checkpoint is the model and state at Save.
+TEST(ShardedCheckpointTest, AwaitSnapshotWaitsUntilTheWriterCopiedTheLiveTensors) {
+  const std::string dir = TestDir("snapshot");
+  Net net;
+  auto adam = MakeAdam(net);
+  Train(net, *adam, 2);
+  Net snapshot;
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& item : snapshot.named_parameters())
+      item.value().copy_(net.named_parameters()[item.key()]);
+  }
+  std::map<std::string, std::vector<torch::Tensor>> state_at_save;
+  for (const auto& item : net.named_parameters()) {
+    for (const auto& [field, t] : FieldsOf(*adam, item.value()).tensors) {
+      state_at_save[item.key()].push_back(t.clone());
+    }
+  }
+  std::atomic<bool> release{false};
+  SetCheckpointCopyHookForTesting([&release] {
+    while (!release.load()) usleep(1000);
+  });
+  Checkpointer checkpointer(Sharded(dir));
+  ASSERT_TRUE(checkpointer.Save(net, *adam, At(6)).ok());
+  std::thread releaser([&release] {
+    usleep(200 * 1000);
+    release.store(true);
+  });
+  const auto waited_from = std::chrono::steady_clock::now();
+  checkpointer.AwaitSnapshot();
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - waited_from).count();
+  releaser.join();
+  SetCheckpointCopyHookForTesting(nullptr);
+  EXPECT_GT(waited, 0.1) << "AwaitSnapshot returned before the copy";
+  Train(net, *adam, 2);
+  ASSERT_TRUE(checkpointer.Finish().ok());
+  const std::vector<Checkpointer::Committed> committed = checkpointer.TakeCommitted();
+  ASSERT_EQ(committed.size(), 1u);
+  EXPECT_GT(committed[0].pause_s, 0.1) << "the wait is part of the pause";
+
+  Net again;
+  auto again_adam = MakeAdam(again);
+  TrainingPosition position;
+  auto resumed =
+      ResumeFromNewestCheckpoint(Sharded(dir), false, torch::kCPU, again, *again_adam, &position);
+  ASSERT_TRUE(resumed.ok() && *resumed) << resumed.status();
+  ExpectSameModel(snapshot, again);
+  for (const auto& item : again.named_parameters()) {
+    const StateFields fields = FieldsOf(*again_adam, item.value());
+    ASSERT_EQ(fields.tensors.size(), state_at_save[item.key()].size()) << item.key();
+    for (size_t i = 0; i < fields.tensors.size(); ++i) {
+      EXPECT_TRUE(torch::equal(fields.tensors[i].second, state_at_save[item.key()][i]))
+          << item.key() << " " << fields.tensors[i].first << ": Adam's state at Save";
+    }
+  }
 }
 
 TEST(ShardedCheckpointTest, WithoutBackgroundSaveCommitsAtOnceAndSaysWhatItWrote) {

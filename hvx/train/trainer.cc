@@ -301,6 +301,9 @@ absl::Status SetUpPrecision(const TrainConfig& config, Run* run) {
 
 absl::StatusOr<EvalResult> Evaluate(Run& run, int64_t epoch) {
   const TrainConfig& config = run.config;
+  // Evaluating with the moving averages swaps them into the parameters: a checkpoint being
+  // written in the background must have its copy of both first.
+  if (run.checkpointer != nullptr) run.checkpointer->AwaitSnapshot();
   HVX_RETURN_IF_ERROR(AverageBuffers(*run.model));
   data::PipelineOptions po;
   po.plan.rank = Rank();
@@ -632,6 +635,9 @@ absl::StatusOr<StepOutcome> TrainStep(Run& run, std::unique_ptr<data::Batch> bat
     outcome.loss += loss.item<double>();
   }
   HVX_RETURN_IF_ERROR(run.sync->Synchronize());
+  // A checkpoint being written in the background copies the parameters and the optimizer's state
+  // while forward and backward ran; the step below changes them.
+  if (run.checkpointer != nullptr) run.checkpointer->AwaitSnapshot();
   // Every rank sees the same averaged gradients, so every rank skips the same steps.
   if (run.scaler) {
     HVX_ASSIGN_OR_RETURN(const bool step, UnscaleOrSkip(run));
