@@ -394,26 +394,45 @@ absl::StatusOr<CheckpointConfig::Format> ChooseCheckpointFormat(
     return CheckpointConfig::SHARDED;
   }
   // Rank 0 writes a file of a name no rank has looked up before (so no cached "no such file"
-  // answers for it), every rank reads it back, and the lowest rank that could not is agreed on.
+  // answers for it); every other rank reads it back and writes one of its own, which rank 0 then
+  // looks for: shards need both ways. The lowest rank at fault is agreed on.
   std::string token = Rank() == 0 ? RandomHex() : std::string();
   const std::string probe = absl::StrCat(checkpoint.dir(), "/hvx-probe-");
+  std::string mine;  // this rank's probe once written, removed on the way out
+  absl::Cleanup remove_mine = [&mine] {
+    if (!mine.empty()) unlink(mine.c_str());
+  };
   absl::Status written;
   if (Rank() == 0) {
     written = MakeDirs(checkpoint.dir());
     if (written.ok()) {
       written = WriteFileAtomically(probe + token, token, "checkpoint.dir probe", false);
     }
+    if (written.ok()) mine = probe + token;
   }
   HVX_RETURN_IF_ERROR(ShareRank0Error(written));
   HVX_RETURN_IF_ERROR(BroadcastBytes("checkpoint.probe", &token, 0));
-  absl::StatusOr<std::string> read = ReadFileFromDisk(probe + token);
-  int32_t blind = read.ok() && *read == token ? Size() : Rank();
+  auto own_probe = [&probe, &token](int rank) { return absl::StrCat(probe, token, "-", rank); };
+  bool sees = true;
+  if (Rank() != 0) {
+    absl::StatusOr<std::string> read = ReadFileFromDisk(probe + token);
+    sees = read.ok() && *read == token &&
+           WriteFileAtomically(own_probe(Rank()), token, "checkpoint.dir probe", false).ok();
+    if (sees) mine = own_probe(Rank());
+  }
+  int32_t blind = sees ? Size() : Rank();
   TensorRef t(DataType::kInt32, {1}, &blind);
   AllreduceOptions o;
   o.op = ReduceOp::kMin;
-  const absl::Status agreed = Wait(Allreduce("checkpoint.probe_seen", t, t, o));
-  if (Rank() == 0) unlink((probe + token).c_str());
-  HVX_RETURN_IF_ERROR(agreed);
+  HVX_RETURN_IF_ERROR(Wait(Allreduce("checkpoint.probe_seen", t, t, o)));
+  if (Rank() == 0 && blind == Size()) {
+    struct stat st;
+    for (int r = 1; r < Size() && blind == Size(); ++r) {
+      if (stat(own_probe(r).c_str(), &st) != 0) blind = r;
+    }
+  }
+  // Every rank's probe stays until rank 0 has looked: each removes its own after this.
+  HVX_RETURN_IF_ERROR(Wait(Broadcast("checkpoint.probe_seen_by_0", t, 0)));
   if (blind == Size()) {
     HVX_LOG_RANK0(INFO) << "checkpoint.format AUTO: SHARDED (every rank sees the files rank 0 "
                            "writes in "
@@ -424,9 +443,9 @@ absl::StatusOr<CheckpointConfig::Format> ChooseCheckpointFormat(
   HVX_RETURN_IF_ERROR(BroadcastBytes("checkpoint.probe_host", &host, blind));
   HVX_LOG_RANK0(INFO) << "checkpoint.format AUTO: SINGLE_FILE (rank " << blind << " on host "
                       << host << " does not see the files rank 0 writes in " << checkpoint.dir()
-                      << ": its host has a directory of its own, so rank 0 writes every "
-                         "checkpoint whole; mount one file system at checkpoint.dir on every host "
-                         "for SHARDED)";
+                      << ", or cannot write there, or rank 0 does not see its files: its host has "
+                         "a directory of its own, so rank 0 writes every checkpoint whole; mount "
+                         "one file system at checkpoint.dir on every host for SHARDED)";
   return CheckpointConfig::SINGLE_FILE;
 }
 

@@ -91,7 +91,8 @@ class Checkpointer {
   // cut off from the job may still run) is taken over with a warning; "" is no job's. Then
   // checkpoint.format AUTO is decided (ChooseCheckpointFormat): format() says which.
   absl::Status Claim(const std::string& job_id);
-  // The format Save writes: checkpoint.format, AUTO once Claim decided it.
+  // The format Save writes: checkpoint.format, with AUTO replaced by Claim's decision (AUTO
+  // until Claim).
   CheckpointConfig::Format format() const { return checkpoint_.format(); }
   // Where Save writes the checkpoint of `global_step` (CheckpointPath in format()).
   std::string Path(int64_t global_step) const { return CheckpointPath(checkpoint_, global_step); }

@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <numeric>
+#include <system_error>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -370,7 +371,7 @@ struct CheckpointDirWriter::Write {
   std::atomic<bool> done{false};
   std::thread thread;
   absl::Time started;
-  double pause_s = 0;  // what Start took: training waited for it
+  double pause_s = 0;  // what Start took and AwaitSnapshot waited: training waited for it
 };
 
 CheckpointDirWriter::CheckpointDirWriter() = default;
@@ -459,7 +460,13 @@ absl::Status CheckpointDirWriter::Start(const CheckpointConfig& checkpoint, Clas
   };
   write_ = std::move(w);
   if (background) {
-    write_->thread = std::thread(write);
+    try {
+      write_->thread = std::thread(write);
+    } catch (const std::system_error& e) {
+      HVX_LOG(WARNING) << "no thread for writing " << write_->saved.path << " in the background ("
+                       << e.what() << "): this rank writes it now";
+      write();
+    }
   } else {
     write();
   }

@@ -137,8 +137,8 @@ class CheckpointDirWriter {
   torch::Tensor staging_;
 };
 
-// Tests: `hook` runs on the writing thread of every later background write, before it copies the
-// live tensors (an empty function: none).
+// Tests: `hook` runs before every later write copies the live tensors (on the writing thread in
+// the background); an empty function: none.
 void SetCheckpointCopyHookForTesting(std::function<void()> hook);
 
 // Writes the checkpoint directory of `position.global_step` at once (every rank calls it):

@@ -470,6 +470,7 @@ TEST(ShardedCheckpointTest, SaveWaitsForAndCommitsTheCheckpointInProgress) {
   Train(net, *adam, 1);
   Checkpointer checkpointer(Sharded(dir, 5));
   ASSERT_TRUE(checkpointer.Save(net, *adam, At(1)).ok());
+  checkpointer.AwaitSnapshot();
   Train(net, *adam, 1);
   ASSERT_TRUE(checkpointer.Save(net, *adam, At(2)).ok());
   struct stat st;

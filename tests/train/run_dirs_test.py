@@ -43,7 +43,9 @@ def test_each_run_has_its_own_folder_and_a_resumed_run_continues_its_own(tmp_pat
             'checkpoint { dir: "%s" every_epochs: 1 } summaries_dir: "%s" %s' % (ck, summaries,
                                                                               extra)]).check()
 
-    first = run("first", first_ck, "--max_steps=30")
+    # The first run's checkpoints are single files (the second's are directories).
+    single = "checkpoint { format: SINGLE_FILE }"
+    first = run("first", first_ck, "--max_steps=30", extra=single)
     [first_name] = folders(summaries)
     first_dir = os.path.join(summaries, first_name)
     assert re.fullmatch(r"\d{8}-\d{6}-[0-9a-f]{6}", first_name), first_name
@@ -73,7 +75,7 @@ def test_each_run_has_its_own_folder_and_a_resumed_run_continues_its_own(tmp_pat
     second_files = files_of(second_dir)
 
     # The first run resumed from its checkpoint at step 30 goes on in its own folder.
-    resumed = run("resumed", first_ck)
+    resumed = run("resumed", first_ck, extra=single)
     assert "run %s: resumed" % first_name in resumed.output, resumed.tail()
     assert len(folders(summaries)) == 2, folders(summaries)
     assert files_of(second_dir) == second_files, "the resumed first run changed the second's"

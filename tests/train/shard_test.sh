@@ -132,13 +132,13 @@ same_losses "4 processes, GRADIENTS, until the stop" stop4 dstop4
 cp -r "$T/ckd" "$T/ckd_chain"
 cp -r "$T/ck" "$T/ck_chain"
 run dchain2 "launch { num_processes: \"2\" } $adam optimizer { shard: STATE } $(sharded "$T/ckd_chain")" --max_steps=20
-run chain2 "launch { num_processes: \"2\" } $adam optimizer { shard: STATE } checkpoint { dir: \"$T/ck_chain\" }" --max_steps=20
+run chain2 "launch { num_processes: \"2\" } $adam optimizer { shard: STATE } checkpoint { dir: \"$T/ck_chain\" format: SINGLE_FILE }" --max_steps=20
 grep -q "resuming from $T/ckd_chain/ckpt-10 " "$T/dchain2.err"
 check "2 processes with STATE resumed from the sharded checkpoint" $?
 same_losses "4 -> 2 processes, GRADIENTS -> STATE" chain2 dchain2
 [[ -f $T/ckd_chain/ckpt-20/index.json ]]; check "the 2-process run left ckpt-20/" $?
 run dchain3 "launch { num_processes: \"3\" } $adam optimizer { shard: NONE } $(sharded "$T/ckd_chain")"
-run chain3 "launch { num_processes: \"3\" } $adam optimizer { shard: NONE } checkpoint { dir: \"$T/ck_chain\" }"
+run chain3 "launch { num_processes: \"3\" } $adam optimizer { shard: NONE } checkpoint { dir: \"$T/ck_chain\" format: SINGLE_FILE }"
 grep -q "resuming from $T/ckd_chain/ckpt-20 " "$T/dchain3.err"
 check "3 processes with NONE resumed from the 2-process sharded checkpoint" $?
 [[ $(losses "$T/dchain3.out" | wc -l) -gt 0 ]]; check "3 processes: the chain's last run trained" $?
