@@ -176,20 +176,16 @@ int Main(int argc, char** argv) {
   double best_file = 1e9, best_sync = 1e9, best_pause = 1e9, best_commit = 1e9;
   double best_file_resume = 1e9, best_dir_resume = 1e9;
   double best_plain = 1e9, best_during = 1e9, first_pause = 0;
+  CheckpointConfig file;
+  file.set_dir(dir);
+  file.set_keep(2);
+  file.set_format(CheckpointConfig::SINGLE_FILE);
+  CheckpointConfig dir_config = file;
+  dir_config.set_format(CheckpointConfig::SHARDED);
   // One Checkpointer for the run, as the trainer has: its background writes copy into a buffer it
   // keeps, so the first pause (fresh memory) is reported apart from the later ones.
-  CheckpointConfig background_config;
-  background_config.set_dir(dir);
-  background_config.set_keep(2);
-  background_config.set_format(CheckpointConfig::SHARDED);
-  Checkpointer checkpointer(background_config);
+  Checkpointer checkpointer(dir_config);
   for (int round = 0; round < o.rounds; ++round) {
-    CheckpointConfig file;
-    file.set_dir(dir);
-    file.set_keep(2);
-    file.set_format(CheckpointConfig::SINGLE_FILE);
-    CheckpointConfig dir_config = file;
-    dir_config.set_format(CheckpointConfig::SHARDED);
     pos.global_step = 10 * round + 1;
     double t = Now();
     if (!SaveCheckpoint(file, *model, held, pos).ok()) return 1;

@@ -112,6 +112,13 @@ StateFields FieldsOf(torch::optim::Optimizer& optimizer, const torch::Tensor& ke
   return *fields;
 }
 
+// `to` takes `from`'s parameters (a snapshot of a model that trains on).
+void CopyParameters(Net& from, Net& to) {
+  torch::NoGradGuard no_grad;
+  auto source = from.named_parameters();
+  for (auto& item : to.named_parameters()) item.value().copy_(source[item.key()]);
+}
+
 void ExpectSameModel(Net& a, Net& b) {
   auto pa = a.named_parameters(), pb = b.named_parameters();
   for (const auto& item : pa) {
@@ -358,11 +365,7 @@ TEST(ShardedCheckpointTest, ABackgroundWriteKeepsTheModelAsItWasAndHasNoIndexUnt
   auto adam = MakeAdam(net);
   Train(net, *adam, 2);
   Net snapshot;
-  {
-    torch::NoGradGuard no_grad;
-    for (auto& item : snapshot.named_parameters())
-      item.value().copy_(net.named_parameters()[item.key()]);
-  }
+  CopyParameters(net, snapshot);
   CheckpointConfig c = Sharded(dir);  // background by default
   Checkpointer checkpointer(c);
   ASSERT_TRUE(checkpointer.Save(net, *adam, At(6)).ok());
@@ -394,11 +397,7 @@ TEST(ShardedCheckpointTest, AwaitSnapshotWaitsUntilTheWriterCopiedTheLiveTensors
   auto adam = MakeAdam(net);
   Train(net, *adam, 2);
   Net snapshot;
-  {
-    torch::NoGradGuard no_grad;
-    for (auto& item : snapshot.named_parameters())
-      item.value().copy_(net.named_parameters()[item.key()]);
-  }
+  CopyParameters(net, snapshot);
   std::map<std::string, std::vector<torch::Tensor>> state_at_save;
   for (const auto& item : net.named_parameters()) {
     for (const auto& [field, t] : FieldsOf(*adam, item.value()).tensors) {
