@@ -25,6 +25,7 @@
 #include "hvx/common/clock.h"
 #include "hvx/common/cluster.h"
 #include "hvx/common/failpoint.h"
+#include "hvx/common/layout.h"
 #include "hvx/common/logging.h"
 #include "hvx/common/stack_dump.h"
 #include "hvx/common/status.h"
@@ -350,11 +351,7 @@ absl::Status Engine::SetUpHostGather(SetState& set) {
   HVX_ASSIGN_OR_RETURN(set.host_comm, set.comm->Split(host_of[me], me));
   const bool leader = set.host_comm->rank() == 0;
   HVX_ASSIGN_OR_RETURN(set.leaders_comm, set.comm->Split(leader ? 0 : -1, me));
-  if (leader) {
-    for (int i = 0; i < set.size(); ++i) {
-      if (host_of[i] == host_of[me]) set.host_members.push_back(i);
-    }
-  }
+  if (leader) set.host_members = layout.LocalMembers(me);
   return absl::OkStatus();
 }
 

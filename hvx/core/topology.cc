@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <fstream>
-#include <functional>
-#include <map>
 #include <sstream>
 
 #include "absl/strings/numbers.h"
@@ -42,45 +40,17 @@ std::string Quote(const std::string& arg) {
 
 }  // namespace
 
-bool HostLayout::Homogeneous() const {
-  return std::adjacent_find(per_host.begin(), per_host.end(), std::not_equal_to<int>()) ==
-         per_host.end();
-}
-
-int HostLayout::MaxPerHost() const {
-  return per_host.empty() ? 0 : *std::max_element(per_host.begin(), per_host.end());
-}
-
-HostLayout LayoutOf(const std::vector<std::string>& hosts) {
-  HostLayout layout;
-  std::map<std::string, int> index;
-  for (const std::string& h : hosts) {
-    const auto [it, added] = index.try_emplace(h, static_cast<int>(layout.per_host.size()));
-    if (added) layout.per_host.push_back(0);
-    layout.host_of.push_back(it->second);
-    layout.local_of.push_back(layout.per_host[it->second]++);
-  }
-  return layout;
-}
-
 Topology ComputeTopology(int rank, const std::vector<std::string>& hosts) {
   const HostLayout layout = LayoutOf(hosts);
   Topology t;
   t.rank = rank;
   t.size = static_cast<int>(hosts.size());
   t.host = hosts[rank];
-  const int host = layout.host_of[rank];
-  t.local_rank = layout.local_of[rank];
-  t.local_size = layout.per_host[host];
-  // The cross group: the hosts that have a rank of this local rank, in host order.
-  t.cross_rank = 0;
-  t.cross_size = 0;
-  for (int h = 0; h < static_cast<int>(layout.per_host.size()); ++h) {
-    if (layout.per_host[h] > t.local_rank) {
-      if (h == host) t.cross_rank = t.cross_size;
-      ++t.cross_size;
-    }
-  }
+  const RankPlace place = layout.PlaceOf(rank);
+  t.local_rank = place.local_rank;
+  t.local_size = place.local_size;
+  t.cross_rank = place.cross_rank;
+  t.cross_size = place.cross_size;
   t.homogeneous = layout.Homogeneous();
   return t;
 }

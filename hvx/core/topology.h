@@ -12,21 +12,9 @@
 
 #include "absl/status/status.h"
 #include "hvx/common/env.h"
+#include "hvx/common/layout.h"
 
 namespace hvx {
-
-// Where the ranks of a group sit, from each rank's host name (hosts numbered by their lowest
-// rank): the one computation behind Topology, the engine's per-host gather and the CPU planes.
-//
-//   HostLayout l = LayoutOf({"a", "b", "a"});  // host_of {0, 1, 0}, local_of {0, 0, 1}
-struct HostLayout {
-  std::vector<int> host_of;   // by rank
-  std::vector<int> local_of;  // by rank: position among its host's ranks
-  std::vector<int> per_host;  // ranks on each host
-  bool Homogeneous() const;   // every host has as many ranks
-  int MaxPerHost() const;
-};
-HostLayout LayoutOf(const std::vector<std::string>& hosts);
 
 struct Topology {
   int rank = 0;
@@ -39,7 +27,8 @@ struct Topology {
   std::string host;
 };
 
-// hosts[r] is rank r's host name. Hosts are ordered by their lowest rank.
+// hosts[r] is rank r's host name; LayoutOf(hosts).PlaceOf(rank) (hvx/common/layout.h) with the
+// rank, size, host and homogeneity.
 Topology ComputeTopology(int rank, const std::vector<std::string>& hosts);
 
 // Compares HVX_RANK, HVX_SIZE, HVX_LOCAL_RANK, HVX_LOCAL_SIZE, HVX_CROSS_RANK, HVX_CROSS_SIZE

@@ -2,27 +2,25 @@
 
 #include <cerrno>
 #include <cstdlib>
-#include <map>
 
 namespace hvx {
 namespace launch {
 
 std::vector<RankPlacement> PlaceRanks(const std::vector<HostCount>& used_hosts) {
-  std::vector<RankPlacement> ranks;
-  for (const auto& [host, count] : used_hosts) {
-    for (int l = 0; l < count; ++l) {
-      RankPlacement p;
-      p.rank = static_cast<int>(ranks.size());
-      p.local_rank = l;
-      p.local_size = count;
-      p.host = host;
-      ranks.push_back(std::move(p));
-    }
+  std::vector<std::string> host_of_rank;
+  for (const auto& [host, count] : used_hosts) host_of_rank.insert(host_of_rank.end(), count, host);
+  const HostLayout layout = LayoutOf(host_of_rank);
+  std::vector<RankPlacement> ranks(host_of_rank.size());
+  for (int r = 0; r < layout.size(); ++r) {
+    const RankPlace place = layout.PlaceOf(r);
+    RankPlacement& p = ranks[r];
+    p.rank = r;
+    p.local_rank = place.local_rank;
+    p.local_size = place.local_size;
+    p.cross_rank = place.cross_rank;
+    p.cross_size = place.cross_size;
+    p.host = host_of_rank[r];
   }
-  // Hosts are visited in order, so counting hosts per local rank as we go gives cross_rank.
-  std::map<int, int> hosts_with_local_rank;
-  for (RankPlacement& p : ranks) p.cross_rank = hosts_with_local_rank[p.local_rank]++;
-  for (RankPlacement& p : ranks) p.cross_size = hosts_with_local_rank[p.local_rank];
   return ranks;
 }
 

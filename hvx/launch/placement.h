@@ -10,14 +10,17 @@
 //
 // local_rank is the slot index on the host; local_size the ranks placed there; cross_rank the
 // index of this host among the hosts that have a rank with this local_rank; cross_size their
-// count (Horovod's definitions). These are the values hvxrun exports as HVX_* and that hvx::Init
-// checks against what MPI reports.
+// count (Horovod's definitions). These are the values hvxrun exports as HVX_*, computed by the
+// function (HostLayout::PlaceOf, hvx/common/layout.h) that hvx::Init's topology uses to check them
+// against the hosts the transport reports.
 #ifndef HVX_LAUNCH_PLACEMENT_H_
 #define HVX_LAUNCH_PLACEMENT_H_
 
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "hvx/common/layout.h"
 
 namespace hvx {
 namespace launch {

@@ -25,6 +25,7 @@
 #include "hvx/common/clock.h"
 #include "hvx/common/cluster.h"
 #include "hvx/common/env.h"
+#include "hvx/common/layout.h"
 #include "hvx/common/logging.h"
 #include "hvx/common/status.h"
 #include "hvx/common/watchdog.h"
@@ -370,7 +371,7 @@ absl::Status NcclDataPlane::Setup() {
   for (int i = 0; i < set_size(); ++i) everyone[i] = i;
   HVX_ASSIGN_OR_RETURN(comm_, CommFor(everyone, set_rank(), false, nullptr));
 
-  const SetLayout layout = BuildSetLayout(hosts);
+  const HostLayout layout = LayoutOf(hosts);
   plan_ = PlanAllreduce(options_.hierarchical_allreduce, layout);
   if (set_rank() == 0) {
     HVX_LOG(INFO) << "NCCL " << NcclVersionString(version_) << " data plane for " << set_size()
@@ -380,7 +381,7 @@ absl::Status NcclDataPlane::Setup() {
 
   // Host communicators: each host's first member makes an id; one allgather shares them all.
   const std::vector<int> local = layout.LocalMembers(set_rank());
-  local_index_ = layout.local_index_of[set_rank()];
+  local_index_ = layout.local_of[set_rank()];
   local_size_ = static_cast<int>(local.size());
   CommKey local_key{{}, mine.device};
   for (int r : local) local_key.global_ranks.push_back(ctx_.global_ranks[r]);

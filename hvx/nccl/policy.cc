@@ -83,49 +83,20 @@ absl::Status CheckMembers(const std::vector<MemberInfo>& members,
   return absl::OkStatus();
 }
 
-std::vector<int> SetLayout::LocalMembers(int set_rank) const {
-  std::vector<int> out;
-  for (int r = 0; r < size(); ++r) {
-    if (host_of[r] == host_of[set_rank]) out.push_back(r);
-  }
-  return out;
-}
-
-std::vector<int> SetLayout::CrossMembers(int local_index) const {
-  std::vector<int> out;
-  for (int r = 0; r < size(); ++r) {
-    if (local_index_of[r] == local_index) out.push_back(r);
-  }
-  return out;
-}
-
-SetLayout BuildSetLayout(const std::vector<std::string>& host_of_member) {
-  SetLayout layout;
-  std::map<std::string, int> host_index;
-  for (const std::string& host : host_of_member) {
-    auto [it, inserted] = host_index.emplace(host, layout.hosts());
-    if (inserted) layout.host_size.push_back(0);
-    layout.host_of.push_back(it->second);
-    layout.local_index_of.push_back(layout.host_size[it->second]++);
-  }
-  for (int n : layout.host_size) layout.homogeneous &= n == layout.host_size.front();
-  return layout;
-}
-
-AllreducePlan PlanAllreduce(bool hierarchical_requested, const SetLayout& layout) {
+AllreducePlan PlanAllreduce(bool hierarchical_requested, const HostLayout& layout) {
   AllreducePlan plan;
   if (!hierarchical_requested) {
     plan.reason = "flat (HVX_HIERARCHICAL_ALLREDUCE is off)";
   } else if (layout.hosts() < 2) {
     plan.reason = "flat: hierarchical allreduce needs several hosts, the set has one";
-  } else if (!layout.homogeneous) {
+  } else if (!layout.Homogeneous()) {
     plan.reason = absl::StrCat(
         "flat: hierarchical allreduce needs the same number of ranks on every host, the set has ",
-        absl::StrJoin(layout.host_size, "/"), " over ", layout.hosts(), " hosts");
+        absl::StrJoin(layout.per_host, "/"), " over ", layout.hosts(), " hosts");
   } else {
     plan.algorithm = AllreduceAlgorithm::kHierarchical;
     plan.reason = absl::StrCat("hierarchical: ", layout.hosts(), " hosts x ",
-                               layout.host_size.front(), " ranks");
+                               layout.per_host.front(), " ranks");
   }
   return plan;
 }

@@ -1,8 +1,8 @@
 // Pure decisions of the GPU backend, kept free of CUDA and NCCL headers so they build and are
-// tested without --config=cuda: which GPU a rank uses, how a process set spreads over hosts, when
-// hierarchical allreduce applies, how NCCL is asked to reduce, and the backend's knobs.
+// tested without --config=cuda: which GPU a rank uses, when hierarchical allreduce applies (over
+// the set's HostLayout, hvx/common/layout.h), how NCCL is asked to reduce, and the backend's knobs.
 //
-//   SetLayout layout = BuildSetLayout({"a", "a", "b", "b"});      // 2 hosts x 2 ranks
+//   HostLayout layout = LayoutOf({"a", "a", "b", "b"});           // 2 hosts x 2 ranks
 //   AllreducePlan plan = PlanAllreduce(/*hierarchical_requested=*/true, layout);  // kHierarchical
 #ifndef HVX_NCCL_POLICY_H_
 #define HVX_NCCL_POLICY_H_
@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "hvx/common/env.h"
+#include "hvx/common/layout.h"
 #include "hvx/common/types.h"
 #include "hvx/core/api.h"
 
@@ -58,30 +59,14 @@ absl::StatusOr<MemberInfo> DecodeMemberInfo(const std::string& text);
 absl::Status CheckMembers(const std::vector<MemberInfo>& members,
                           const std::vector<int>& global_ranks);
 
-// How the members of a process set (by set rank) spread over hosts. Hosts are numbered in order of
-// their first member; a member's local index counts the set's members on its host before it.
-struct SetLayout {
-  std::vector<int> host_of;
-  std::vector<int> local_index_of;
-  std::vector<int> host_size;  // members per host
-  bool homogeneous = true;     // every host has the same number of members
-
-  int hosts() const { return static_cast<int>(host_size.size()); }
-  int size() const { return static_cast<int>(host_of.size()); }
-  // Set ranks on set_rank's host, ascending.
-  std::vector<int> LocalMembers(int set_rank) const;
-  // Set ranks with local index `local_index`, one per host, ascending (homogeneous layouts).
-  std::vector<int> CrossMembers(int local_index) const;
-};
-SetLayout BuildSetLayout(const std::vector<std::string>& host_of_member);
-
 enum class AllreduceAlgorithm { kFlat, kHierarchical };
 struct AllreducePlan {
   AllreduceAlgorithm algorithm = AllreduceAlgorithm::kFlat;
   // Why, in a phrase for the log ("hierarchical: 2 hosts x 4 ranks").
   std::string reason;
 };
-AllreducePlan PlanAllreduce(bool hierarchical_requested, const SetLayout& layout);
+// `layout` is the set's (by set rank; hvx/common/layout.h).
+AllreducePlan PlanAllreduce(bool hierarchical_requested, const HostLayout& layout);
 
 // Hierarchical allreduce reduce-scatters inside a host, which needs equal shards: the buffer is
 // zero-padded to a multiple of local_size * align_elements.

@@ -89,37 +89,24 @@ TEST(CheckMembersTest, MemberErrorIsReportedWithItsRank) {
   EXPECT_THAT(std::string(s.message()), HasSubstr("rank 9: host b runs 3 ranks"));
 }
 
-TEST(SetLayoutTest, GroupsByHostInOrderOfFirstMember) {
-  SetLayout l = BuildSetLayout({"b", "a", "b", "a"});
-  EXPECT_EQ(l.hosts(), 2);
-  EXPECT_TRUE(l.homogeneous);
-  EXPECT_THAT(l.host_of, ElementsAre(0, 1, 0, 1));
-  EXPECT_THAT(l.local_index_of, ElementsAre(0, 0, 1, 1));
-  EXPECT_THAT(l.LocalMembers(2), ElementsAre(0, 2));
-  EXPECT_THAT(l.CrossMembers(1), ElementsAre(2, 3));
-  SetLayout uneven = BuildSetLayout({"a", "a", "b"});
-  EXPECT_FALSE(uneven.homogeneous);
-  EXPECT_THAT(uneven.host_size, ElementsAre(2, 1));
-}
-
 TEST(PlanAllreduceTest, HierarchicalOnlyForSeveralHomogeneousHosts) {
-  const SetLayout two_by_two = BuildSetLayout({"a", "a", "b", "b"});
+  const HostLayout two_by_two = LayoutOf({"a", "a", "b", "b"});
   AllreducePlan p = PlanAllreduce(true, two_by_two);
   EXPECT_EQ(p.algorithm, AllreduceAlgorithm::kHierarchical);
   EXPECT_EQ(p.reason, "hierarchical: 2 hosts x 2 ranks");
 
   EXPECT_EQ(PlanAllreduce(false, two_by_two).algorithm, AllreduceAlgorithm::kFlat);
 
-  AllreducePlan one_host = PlanAllreduce(true, BuildSetLayout({"a", "a", "a"}));
+  AllreducePlan one_host = PlanAllreduce(true, LayoutOf({"a", "a", "a"}));
   EXPECT_EQ(one_host.algorithm, AllreduceAlgorithm::kFlat);
   EXPECT_THAT(one_host.reason, HasSubstr("needs several hosts"));
 
-  AllreducePlan uneven = PlanAllreduce(true, BuildSetLayout({"a", "a", "b"}));
+  AllreducePlan uneven = PlanAllreduce(true, LayoutOf({"a", "a", "b"}));
   EXPECT_EQ(uneven.algorithm, AllreduceAlgorithm::kFlat);
   EXPECT_THAT(uneven.reason, HasSubstr("the set has 2/1 over 2 hosts"));
 
   // One rank per host still splits across hosts (the host step is then a copy).
-  EXPECT_EQ(PlanAllreduce(true, BuildSetLayout({"a", "b", "c"})).algorithm,
+  EXPECT_EQ(PlanAllreduce(true, LayoutOf({"a", "b", "c"})).algorithm,
             AllreduceAlgorithm::kHierarchical);
 }
 

@@ -6,6 +6,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "hvx/common/clock.h"
+#include "hvx/common/layout.h"
 #include "hvx/common/logging.h"
 #include "hvx/common/status.h"
 #include "hvx/shm/plane_trial.h"
@@ -51,10 +52,8 @@ absl::StatusOr<std::unique_ptr<shm::ShmGroup>> CreateHostGroup(
   const int rank = ctx.comm->rank();
   const int host = layout.host_of[rank];
   std::vector<std::string> names;
-  for (int r = 0; r < static_cast<int>(hosts.size()); ++r) {
-    if (layout.host_of[r] == host) {
-      names.push_back(absl::StrCat(GlobalRank(ctx, r), " (host ", hosts[r], ")"));
-    }
+  for (int r : layout.LocalMembers(rank)) {
+    names.push_back(absl::StrCat(GlobalRank(ctx, r), " (host ", hosts[r], ")"));
   }
   return shm::ShmGroup::Create(
       layout.local_of[rank], layout.per_host[host], bytes,

@@ -1,0 +1,62 @@
+#include "hvx/common/layout.h"
+
+#include <algorithm>
+#include <functional>
+#include <map>
+
+namespace hvx {
+
+bool HostLayout::Homogeneous() const {
+  return std::adjacent_find(per_host.begin(), per_host.end(), std::not_equal_to<int>()) ==
+         per_host.end();
+}
+
+int HostLayout::MaxPerHost() const {
+  return per_host.empty() ? 0 : *std::max_element(per_host.begin(), per_host.end());
+}
+
+RankPlace HostLayout::PlaceOf(int rank) const {
+  RankPlace p;
+  const int host = host_of[rank];
+  p.local_rank = local_of[rank];
+  p.local_size = per_host[host];
+  p.cross_rank = 0;
+  p.cross_size = 0;
+  for (int h = 0; h < hosts(); ++h) {
+    if (per_host[h] > p.local_rank) {
+      if (h == host) p.cross_rank = p.cross_size;
+      ++p.cross_size;
+    }
+  }
+  return p;
+}
+
+std::vector<int> HostLayout::LocalMembers(int rank) const {
+  std::vector<int> out;
+  for (int r = 0; r < size(); ++r) {
+    if (host_of[r] == host_of[rank]) out.push_back(r);
+  }
+  return out;
+}
+
+std::vector<int> HostLayout::CrossMembers(int local_rank) const {
+  std::vector<int> out;
+  for (int r = 0; r < size(); ++r) {
+    if (local_of[r] == local_rank) out.push_back(r);
+  }
+  return out;
+}
+
+HostLayout LayoutOf(const std::vector<std::string>& hosts) {
+  HostLayout layout;
+  std::map<std::string, int> index;
+  for (const std::string& h : hosts) {
+    const auto [it, added] = index.try_emplace(h, layout.hosts());
+    if (added) layout.per_host.push_back(0);
+    layout.host_of.push_back(it->second);
+    layout.local_of.push_back(layout.per_host[it->second]++);
+  }
+  return layout;
+}
+
+}  // namespace hvx
