@@ -356,10 +356,8 @@ absl::Status NcclDataPlane::Setup() {
   std::vector<std::string> all;
   HVX_RETURN_IF_ERROR(ctx_.comm->Allgather(EncodeMemberInfo(mine), &all));
   std::vector<MemberInfo> members;
-  std::vector<std::string> hosts;
   for (const std::string& text : all) {
     HVX_ASSIGN_OR_RETURN(MemberInfo m, DecodeMemberInfo(text));
-    hosts.push_back(m.host);
     members.push_back(std::move(m));
   }
   HVX_RETURN_IF_ERROR(CheckMembers(members, ctx_.global_ranks));
@@ -371,7 +369,9 @@ absl::Status NcclDataPlane::Setup() {
   for (int i = 0; i < set_size(); ++i) everyone[i] = i;
   HVX_ASSIGN_OR_RETURN(comm_, CommFor(everyone, set_rank(), false, nullptr));
 
-  const HostLayout layout = LayoutOf(hosts);
+  // Hosts as the engine grouped them at Init (name, boot and /dev/shm: hvx::HostIdentity), as
+  // for the CPU planes and Init's topology.
+  const HostLayout layout = LayoutOf(ctx_.hosts);
   plan_ = PlanAllreduce(options_.hierarchical_allreduce, layout);
   if (set_rank() == 0) {
     HVX_LOG(INFO) << "NCCL " << NcclVersionString(version_) << " data plane for " << set_size()
@@ -817,6 +817,10 @@ absl::StatusOr<std::unique_ptr<DataPlane>> CreateNcclDataPlane(const DataPlaneCo
                                                                const NcclOptions& options) {
   if (ctx.comm == nullptr)
     return absl::InvalidArgumentError("CreateNcclDataPlane: no communicator");
+  if (static_cast<int>(ctx.hosts.size()) != ctx.comm->size()) {
+    return absl::InvalidArgumentError(absl::StrCat("CreateNcclDataPlane: ", ctx.hosts.size(),
+                                                   " host names for a set of ", ctx.comm->size()));
+  }
   auto plane = std::make_unique<NcclDataPlane>(ctx, options);
   HVX_RETURN_IF_ERROR(plane->Setup());
   return std::unique_ptr<DataPlane>(std::move(plane));

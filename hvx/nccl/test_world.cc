@@ -25,8 +25,8 @@ absl::StatusOr<std::unique_ptr<TestWorld>> TestWorld::Start() {
   HVX_ASSIGN_OR_RETURN(world->comm_, world->transport_->Start(InitOptions{}));
   std::vector<std::string> hosts;
   HVX_RETURN_IF_ERROR(world->comm_->Allgather(HostIdentity(HostName()), &hosts));
-  hosts = HostNamesOf(hosts);
-  world->topology_ = ComputeTopology(world->comm_->rank(), hosts);
+  world->hosts_ = HostNamesOf(hosts);
+  world->topology_ = ComputeTopology(world->comm_->rank(), world->hosts_);
   return world;
 }
 
@@ -43,6 +43,7 @@ DataPlaneContext TestWorld::Context(int device) {
   ctx.comm = comm_.get();
   ctx.global_ranks.resize(topology_.size);
   std::iota(ctx.global_ranks.begin(), ctx.global_ranks.end(), 0);
+  ctx.hosts = hosts_;
   ctx.global_rank = topology_.rank;
   ctx.local_rank = topology_.local_rank;
   ctx.local_size = topology_.local_size;

@@ -9,6 +9,8 @@
 #define HVX_NCCL_TEST_WORLD_H_
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "hvx/core/topology.h"
@@ -36,6 +38,7 @@ class TestWorld {
   TestWorld() = default;
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<Communicator> comm_;
+  std::vector<std::string> hosts_;  // by rank, as the engine names them
   Topology topology_;
 };
 
