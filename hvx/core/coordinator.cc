@@ -9,13 +9,10 @@
 #include "hvx/common/logging.h"
 #include "hvx/common/status.h"
 #include "hvx/core/fusion.h"
+#include "hvx/core/validation.h"
 
 namespace hvx {
 namespace {
-
-std::vector<int64_t> Tail(const std::vector<int64_t>& shape) {
-  return std::vector<int64_t>(shape.begin() + (shape.empty() ? 0 : 1), shape.end());
-}
 
 uint64_t Mix(uint64_t h, uint64_t v) {
   return h ^ (v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2));
@@ -54,22 +51,10 @@ uint64_t SubmissionKey(const Request& r) {
 Coordinator::Coordinator(int size, CoordinatorOptions options)
     : size_(size),
       options_(std::move(options)),
+      names_{options_.global_ranks, options_.hosts},
       next_id_(options_.first_tensor_id),
       joined_bits_((size + 63) / 64, 0),
       device_of_rank_(size) {}
-
-std::string Coordinator::Who(int set_rank) const {
-  if (set_rank < static_cast<int>(options_.global_ranks.size()) &&
-      options_.global_ranks[set_rank] != set_rank) {
-    return absl::StrCat("rank ", options_.global_ranks[set_rank], " (set rank ", set_rank, ")");
-  }
-  return absl::StrCat("rank ", set_rank);
-}
-
-std::string Coordinator::WhoOnHost(int set_rank) const {
-  if (set_rank >= static_cast<int>(options_.hosts.size())) return Who(set_rank);
-  return absl::StrCat(Who(set_rank), " (host ", options_.hosts[set_rank], ")");
-}
 
 absl::Status Coordinator::Add(int rank, const RequestList& list, absl::Time now) {
   if (list.shutdown) shutdown_ = true;
@@ -318,7 +303,7 @@ std::string Coordinator::DeviceProblem(const Pending& p) const {
       const Device& own = device_of_rank_[r].at(d.type);
       if (d != own) {
         worst = r;
-        problem = absl::StrCat(WhoOnHost(r), " put it on ", d.ToString(),
+        problem = absl::StrCat(names_.WhoOnHost(r), " put it on ", d.ToString(),
                                " but its earlier tensors on ", own.ToString(),
                                "; each rank keeps all its GPU tensors on one device, its own");
       }
@@ -327,160 +312,25 @@ std::string Coordinator::DeviceProblem(const Pending& p) const {
   return problem;
 }
 
-std::string Coordinator::Mismatch(int first, const Request& a, int r, const Request& b) const {
-  if (b.type != a.type) {
-    return absl::StrCat("mismatched operations: ", Who(first), " did ", OpTypeName(a.type), ", ",
-                        Who(r), " did ", OpTypeName(b.type));
-  }
-  if (b.dtype != a.dtype) {
-    return absl::StrCat("mismatched data types: ", Who(first), " sent ", DataTypeName(a.dtype),
-                        ", ", Who(r), " sent ", DataTypeName(b.dtype));
-  }
-  if (b.device.type != a.device.type) {
-    return absl::StrCat("mismatched devices: ", WhoOnHost(first), " used ", a.device.ToString(),
-                        ", ", WhoOnHost(r), " used ", b.device.ToString());
-  }
-  switch (a.type) {
-    case OpType::kAllreduce:
-    case OpType::kReduceScatter:
-    case OpType::kBroadcast:
-      if (b.shape != a.shape) {
-        return absl::StrCat("mismatched ", OpTypeName(a.type), " shapes: ", Who(first), " sent ",
-                            ShapeString(a.shape), ", ", Who(r), " sent ", ShapeString(b.shape));
-      }
-      break;
-    case OpType::kAllgather:
-    case OpType::kAlltoall:
-      if (b.shape.size() != a.shape.size() || Tail(b.shape) != Tail(a.shape)) {
-        return absl::StrCat("mismatched ", OpTypeName(a.type), " shapes: ", Who(first), " sent ",
-                            ShapeString(a.shape), ", ", Who(r), " sent ", ShapeString(b.shape),
-                            " (all dimensions but the first must agree)");
-      }
-      break;
-    case OpType::kAddProcessSet:
-      if (b.splits != a.splits) {
-        return absl::StrCat("mismatched process set ranks: ", Who(first), " listed ",
-                            absl::StrJoin(a.splits, ","), ", ", Who(r), " listed ",
-                            absl::StrJoin(b.splits, ","));
-      }
-      break;
-    default:
-      break;
-  }
-  if (a.type == OpType::kAllreduce || a.type == OpType::kReduceScatter) {
-    if (b.reduce_op != a.reduce_op) {
-      return absl::StrCat("mismatched reduction operations: ", Who(first), " used ",
-                          ReduceOpName(a.reduce_op), ", ", Who(r), " used ",
-                          ReduceOpName(b.reduce_op));
-    }
-    if (b.prescale != a.prescale || b.postscale != a.postscale) {
-      return absl::StrCat("mismatched prescale/postscale factors: ", Who(first), " used ",
-                          a.prescale, "/", a.postscale, ", ", Who(r), " used ", b.prescale, "/",
-                          b.postscale);
-    }
-  }
-  if (a.type == OpType::kBroadcast && b.root != a.root) {
-    return absl::StrCat("mismatched BROADCAST root ranks: ", Who(first), " named root ", a.root,
-                        ", ", Who(r), " named root ", b.root);
-  }
-  return "";
-}
-
-std::string Coordinator::JoinProblem(const Request& a) const {
-  if (joined_.empty() || a.type == OpType::kAllreduce) return "";
-  std::vector<int> who;
-  for (int r : joined_) who.push_back(options_.global_ranks.empty() ? r : options_.global_ranks[r]);
-  return absl::StrCat(OpTypeName(a.type), " is not supported while ranks have joined (joined: ",
-                      absl::StrJoin(who, ", "), ")");
-}
-
-std::string Coordinator::AlltoallRows(const Pending& p, std::vector<int64_t>* rows) const {
-  rows->assign(static_cast<size_t>(size_) * size_, 0);
-  const std::vector<int32_t> of = SubmissionOfEachRank(p);
-  for (int r = 0; r < size_; ++r) {
-    const Request& q = p.submissions[of[r]].request;
-    const int64_t dim0 = q.shape[0];
-    if (q.splits.empty()) {
-      if (dim0 % size_ != 0) {
-        return absl::StrCat(Who(r), " asked for an equal ALLTOALL split of ", dim0,
-                            " rows, which does not divide by the set size ", size_);
-      }
-      for (int j = 0; j < size_; ++j) (*rows)[r * size_ + j] = dim0 / size_;
-      continue;
-    }
-    if (static_cast<int>(q.splits.size()) != size_) {
-      return absl::StrCat(Who(r), " gave ", q.splits.size(), " ALLTOALL splits for a set of ",
-                          size_, " ranks");
-    }
-    int64_t sum = 0;
-    for (int64_t s : q.splits) {
-      if (s < 0) return absl::StrCat(Who(r), " gave a negative ALLTOALL split ", s);
-      if (__builtin_add_overflow(sum, s, &sum)) {
-        return absl::StrCat(Who(r), "'s ALLTOALL splits (", absl::StrJoin(q.splits, ", "),
-                            ") sum past 2^63");
-      }
-    }
-    if (sum != dim0) {
-      return absl::StrCat(Who(r), "'s ALLTOALL splits sum to ", sum, " but its first dimension is ",
-                          dim0);
-    }
-    for (int j = 0; j < size_; ++j) (*rows)[r * size_ + j] = q.splits[j];
-  }
-  return "";
-}
-
 std::string Coordinator::OpProblem(const Pending& p, const Request& a, Response* resp) const {
-  // Each rank refuses its own negative dimensions at submission; a peer's are checked here, before
-  // any rank sizes an output from them.
   for (const Submission& s : p.submissions) {
-    for (int64_t d : s.request.shape) {
-      if (d < 0) {
-        return absl::StrCat(Who(s.lowest), " sent a negative dimension in ",
-                            ShapeString(s.request.shape));
-      }
-    }
+    std::string negative = NegativeDimension(names_, s.lowest, s.request);
+    if (!negative.empty()) return negative;
   }
+  std::string limits = OpLimits(names_, size_, a);
+  if (!limits.empty()) return limits;
   switch (a.type) {
-    case OpType::kAllreduce:
-      if (a.reduce_op != ReduceOp::kAdasum) return "";
-      if ((size_ & (size_ - 1)) != 0) {
-        return absl::StrCat("Adasum needs a power-of-two number of ranks; this process set has ",
-                            size_);
-      }
-      if (!IsFloatingPoint(a.dtype)) {
-        return absl::StrCat("Adasum needs a floating-point tensor, got ", DataTypeName(a.dtype));
-      }
-      return "";
-    case OpType::kReduceScatter:
-      if (a.shape.empty())
-        return "REDUCESCATTER of a rank-0 (scalar) tensor; give it a first dimension";
-      if (a.reduce_op != ReduceOp::kSum && a.reduce_op != ReduceOp::kAverage) {
-        return absl::StrCat("REDUCESCATTER supports sum and average, not ",
-                            ReduceOpName(a.reduce_op));
-      }
-      return "";
-    case OpType::kBroadcast:
-      if (a.root < 0 || a.root >= size_) {
-        return absl::StrCat("BROADCAST root rank ", a.root, " is outside the process set of size ",
-                            size_);
-      }
-      return "";
     case OpType::kAllgather:
-      if (a.shape.empty())
-        return "ALLGATHER of a rank-0 (scalar) tensor; give it a first dimension";
       for (int32_t i : SubmissionOfEachRank(p)) {
         resp->rows.push_back(p.submissions[i].request.shape[0]);
       }
       return "";
-    case OpType::kAlltoall:
-      if (a.shape.empty()) return "ALLTOALL of a rank-0 (scalar) tensor; give it a first dimension";
-      return AlltoallRows(p, &resp->rows);
+    case OpType::kAlltoall: {
+      std::vector<const Request*> of_rank;
+      for (int32_t i : SubmissionOfEachRank(p)) of_rank.push_back(&p.submissions[i].request);
+      return AlltoallRows(names_, of_rank, &resp->rows);
+    }
     case OpType::kAddProcessSet:
-      for (int64_t rank : a.splits) {
-        if (rank < 0 || rank >= size_) {
-          return absl::StrCat("process set rank ", rank, " is outside the job of size ", size_);
-        }
-      }
       resp->rows = a.splits;
       return "";
     default:
@@ -502,14 +352,14 @@ Response Coordinator::Validate(const std::string& name, const Pending& p) const 
     if (&s == fs || s.lowest >= differs) continue;
     Request b = s.request;
     b.device = DeviceOf(s, s.lowest);
-    std::string m = Mismatch(first, a, s.lowest, b);
+    std::string m = Mismatch(names_, first, a, s.lowest, b);
     if (!m.empty()) {
       differs = s.lowest;
       mismatch = std::move(m);
     }
   }
   if (problem.empty()) problem = std::move(mismatch);
-  if (problem.empty()) problem = JoinProblem(a);
+  if (problem.empty()) problem = JoinProblem(names_, joined_, a);
   Response resp;
   if (problem.empty()) problem = OpProblem(p, a, &resp);
   if (!problem.empty()) return ErrorResponse(name, absl::StrCat("tensor '", name, "': ", problem));
@@ -604,9 +454,9 @@ void Coordinator::FailTimedOut(absl::Time now, std::vector<Response>* errors) {
     std::vector<std::string> joined, missing;
     for (int r = 0; r < size_; ++r) {
       if (joined_.count(r) != 0) {
-        joined.push_back(Who(r));
+        joined.push_back(names_.Who(r));
       } else {
-        missing.push_back(WhoOnHost(r));
+        missing.push_back(names_.WhoOnHost(r));
       }
     }
     std::string message = absl::StrCat(
@@ -632,9 +482,9 @@ void Coordinator::FailTimedOut(absl::Time now, std::vector<Response>* errors) {
     const OpType type = LowestSubmission(p).request.type;
     for (int r = 0; r < size_; ++r) {
       if (MaskBit(p.submitted, r)) {
-        came.push_back(Who(r));
+        came.push_back(names_.Who(r));
       } else if (joined_.count(r) == 0) {
-        missing.push_back(WhoOnHost(r));
+        missing.push_back(names_.WhoOnHost(r));
       }
     }
     std::string message = absl::StrCat(

@@ -22,6 +22,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "hvx/core/message.h"
+#include "hvx/core/validation.h"
 
 namespace hvx {
 
@@ -177,15 +178,10 @@ class Coordinator {
   Response Validate(const std::string& name, const Pending& p) const;
   // a GPU tensor on another device than the rank's earlier ones;
   std::string DeviceProblem(const Pending& p) const;
-  // what differs between two ranks' requests (op, type, device, shape, reduction, root);
-  std::string Mismatch(int first, const Request& a, int r, const Request& b) const;
-  // an op other than allreduce while ranks have joined;
-  std::string JoinProblem(const Request& a) const;
-  // what the op itself needs (Adasum's power of two, a first dimension, a root inside the set),
-  // filling the response's rows for the gathers;
+  // what differs between two ranks' requests and an op other than allreduce while ranks have
+  // joined (Mismatch, JoinProblem: validation.h); what the op itself needs (NegativeDimension,
+  // OpLimits, AlltoallRows), filling the response's rows for the gathers.
   std::string OpProblem(const Pending& p, const Request& a, Response* resp) const;
-  // ALLTOALL's rows[sender * size + receiver] from every rank's splits.
-  std::string AlltoallRows(const Pending& p, std::vector<int64_t>* rows) const;
   Response ErrorResponse(const std::string& name, std::string message,
                          absl::StatusCode code = absl::StatusCode::kInvalidArgument) const;
   void MaybeWarnStall(absl::Time now, std::vector<Response>* errors);
@@ -195,12 +191,10 @@ class Coordinator {
   // Whether some ranks have joined and none of the others joined or completed a collective with
   // them within HVX_COLLECTIVE_TIMEOUT_S.
   bool JoinTimedOut(absl::Time now) const;
-  std::string Who(int set_rank) const;
-  // Who(set_rank) with its host when known: "rank 5 (host h1)".
-  std::string WhoOnHost(int set_rank) const;
 
   const int size_;
   const CoordinatorOptions options_;
+  const RankNames names_;  // for messages: options_'s global ranks and hosts
   std::unordered_map<std::string, Pending> table_;
   std::unordered_map<uint32_t, IdEntry> ids_;
   std::unordered_map<std::string, uint32_t> id_of_name_;
