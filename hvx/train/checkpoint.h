@@ -166,25 +166,6 @@ absl::StatusOr<bool> ResumeFromNewestCheckpoint(const CheckpointConfig& checkpoi
 // checkpoints aside once.
 std::string FreshJobId(const Environment& env);
 
-// Makes the folder that `path` is written into when it is missing (MakeDirs), so that an export
-// into a new folder works and one that cannot be written fails before training, not after it.
-// An existing folder is left as it is.
-absl::Status PrepareExportPath(const std::string& path);
-
-// Writes `model`'s parameters and buffers by name (on the CPU) as a file that Python's
-// torch.load reads as a dict name -> tensor: `model.load_state_dict(torch.load(path))` for the
-// same network defined in PyTorch. Written to a temporary name, synced and renamed.
-absl::Status ExportStateDict(Classifier& model, const std::string& path);
-
-// Where ExportModel puts a TorchScript model's scripted module: `path` with ".pt" replaced by
-// ".scripted.pt" (appended when `path` does not end in ".pt").
-std::string ScriptedExportPath(const std::string& path);
-
-// Rank 0's export of `model` (its weights as they are now): the state dict at `path`
-// (ExportStateDict) and, for a TorchScript model, the scripted module in evaluation mode at
-// ScriptedExportPath(path). Returns what was written, for the log.
-absl::StatusOr<std::string> ExportModel(Classifier& model, const std::string& path);
-
 // Loads the model of a checkpoint (file or directory) SaveCheckpoint wrote (its BatchNorm
 // statistics averaged over ranks) into `model`, on `device`; with `use_averages`, the parameters
 // are the checkpoint's moving averages (FailedPrecondition when it has none). DataLoss naming the

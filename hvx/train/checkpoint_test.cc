@@ -19,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "hvx/core/api.h"
 #include "hvx/torch/tensor.h"
+#include "hvx/train/export.h"
 
 namespace hvx {
 namespace train {

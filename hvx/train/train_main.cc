@@ -29,6 +29,7 @@
 #include "hvx/train/checkpoint.h"
 #include "hvx/train/config.h"
 #include "hvx/train/device.h"
+#include "hvx/train/export.h"
 #include "hvx/train/trainer.h"
 
 namespace hvx {

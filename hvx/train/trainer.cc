@@ -33,6 +33,7 @@
 #include "hvx/train/device.h"
 #include "hvx/train/epoch_position.h"
 #include "hvx/train/evaluation.h"
+#include "hvx/train/export.h"
 #include "hvx/train/lr_schedule.h"
 #include "hvx/train/models.h"
 #include "hvx/train/preemption.h"
