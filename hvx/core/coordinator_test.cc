@@ -1,5 +1,7 @@
 // Negotiation logic without any transport: wire encoding, the response cache, readiness,
-// validation, fusion planning and stall reports.
+// validation, fusion planning and stall reports. Over 700 lines: one case per behaviour of the
+// coordinator, which every negotiation goes through (validation's messages case by case:
+// validation_test.cc).
 #include "hvx/core/coordinator.h"
 
 #include <set>

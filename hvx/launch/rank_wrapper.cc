@@ -1,3 +1,8 @@
+// The per-rank wrapper (rank_wrapper.h), over 700 lines in one file because it is one process's
+// event loop: the program's output pipes (OutputRelay), its PMI connection (PmiRelay) and its
+// flight record and stacks (FlightDump) wait in one poll() beside the child and end with it, and
+// the wrapper links only the C++ library, so these parts share no header with the rest of
+// hvx/launch.
 #include "hvx/launch/rank_wrapper.h"
 
 #include <dirent.h>

@@ -1,3 +1,7 @@
+// Checkpoint directories (sharded_checkpoint.h), written and read, over 700 lines in one file
+// because writing and loading share one model of what a directory holds: the tensor names, the
+// optimizer's state slots (Slots, OptimizerName) and which rank holds which elements, so that a
+// rank at another world size reads exactly what some rank wrote.
 #include "hvx/train/sharded_checkpoint.h"
 
 #include <dirent.h>

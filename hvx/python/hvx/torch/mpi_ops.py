@@ -13,6 +13,9 @@ ValueError) when the ranks' arguments disagree or are wrong (shape, dtype, root,
 plain HvxInternalError when a peer died or did not submit the op within HVX_COLLECTIVE_TIMEOUT_S.
 
 With a process set, `root_rank` is a global rank (a member of the set), as in Horovod.
+
+Over 700 lines in one module because it is horovod.torch's `mpi_ops`: programs and Horovod's own
+tests import each op from it by name, and each op is a short translation onto `_C`.
 """
 
 import collections
