@@ -5,6 +5,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "hvx/common/status.h"
 
 namespace hvx {
 namespace {
@@ -44,6 +45,21 @@ absl::StatusOr<Settings> DecodeSettings(absl::string_view bytes) {
     out.emplace_back(std::move(name), std::move(value));
   }
   return out;
+}
+
+absl::Status AgreeOnEveryRank(
+    Communicator& comm, const absl::Status& local,
+    absl::FunctionRef<std::string(int rank, absl::string_view why)> describe) {
+  // "!" marks a failure, so that one without a message is not taken for success.
+  std::vector<std::string> all;
+  HVX_RETURN_IF_ERROR(
+      comm.Allgather(local.ok() ? std::string() : absl::StrCat("!", local.message()), &all));
+  for (int r = 0; r < static_cast<int>(all.size()); ++r) {
+    if (all[r].empty()) continue;
+    if (!local.ok()) return local;
+    return absl::FailedPreconditionError(describe(r, absl::string_view(all[r]).substr(1)));
+  }
+  return absl::OkStatus();
 }
 
 std::string RankRanges(const std::vector<int>& ranks) {

@@ -12,9 +12,11 @@
 #include <utility>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "hvx/core/transport.h"
 
 namespace hvx {
 
@@ -28,6 +30,17 @@ absl::StatusOr<Settings> DecodeSettings(absl::string_view bytes);
 // line per setting that differs, naming each distinct value and the ranks that hold it:
 //   "HVX_FUSION_THRESHOLD: ranks 0-3 have 128MiB, ranks 4-7 have 64MiB"
 absl::Status CompareSettings(const std::vector<std::string>& encoded_by_rank);
+
+// Collective over `comm`: OK when `local` is OK on every rank. Otherwise every rank fails: a rank
+// that failed with its own error, the others with FailedPrecondition(describe(r, why)) for the
+// lowest failing rank r of `comm` and its message (a failure without a message counts too).
+//
+//   HVX_RETURN_IF_ERROR(AgreeOnEveryRank(comm, group.status(), [&](int r, absl::string_view why) {
+//     return absl::StrCat("rank ", r, " could not map its region: ", why);
+//   }));
+absl::Status AgreeOnEveryRank(
+    Communicator& comm, const absl::Status& local,
+    absl::FunctionRef<std::string(int rank, absl::string_view why)> describe);
 
 // "0-3,5,7-8" for {0,1,2,3,5,7,8} (ascending input).
 std::string RankRanges(const std::vector<int>& ranks);

@@ -6,6 +6,7 @@
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
+#include "hvx/core/fake_transport.h"
 #include "hvx/core/in_process_ranks.h"
 
 namespace hvx {
@@ -63,6 +64,36 @@ std::vector<absl::Status> StartRanks(int n,
   }
   for (auto& t : threads) t.join();
   return results;
+}
+
+// One outcome on every rank: the failing ranks with their own errors, the others naming the lowest
+// failing rank; a failure without a message is a failure too.
+TEST(AgreementTest, AFailureOnSomeRanksFailsEveryRank) {
+  constexpr int kRanks = 4;
+  auto hub = std::make_shared<FakeHub>(kRanks);
+  auto agree = [&](const std::vector<absl::Status>& local) {
+    std::vector<absl::Status> out(kRanks);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < kRanks; ++r) {
+      threads.emplace_back([&, r] {
+        FakeCommunicator comm(hub, r);
+        out[r] = AgreeOnEveryRank(comm, local[r], [](int failed, absl::string_view why) {
+          return absl::StrCat("rank ", failed, " failed: ", why);
+        });
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    return out;
+  };
+  for (const absl::Status& s : agree(std::vector<absl::Status>(kRanks))) EXPECT_TRUE(s.ok()) << s;
+
+  const absl::Status full = absl::ResourceExhaustedError("no room");
+  const absl::Status silent = absl::InternalError("");
+  const std::vector<absl::Status> out = agree({absl::OkStatus(), silent, absl::OkStatus(), full});
+  EXPECT_EQ(out[0], absl::FailedPreconditionError("rank 1 failed: "));
+  EXPECT_EQ(out[1], silent);
+  EXPECT_EQ(out[2], absl::FailedPreconditionError("rank 1 failed: "));
+  EXPECT_EQ(out[3], full);
 }
 
 TEST(AgreementTest, InitFailsOnEveryRankWhenAKnobDiffers) {

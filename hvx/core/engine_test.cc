@@ -619,6 +619,25 @@ TEST(EngineTest, OutputThatOneRankCannotAllocateFailsEveryRankBeforeTheCollectiv
       });
 }
 
+// A failure without a message is still one: the other ranks name the rank (they were told "no rank
+// failed" before).
+TEST(EngineTest, AnAllocationFailureWithoutAMessageIsNamedOnEveryRank) {
+  AllgatherWithAllocator(
+      "silent",
+      [](int rank, DataType dtype, const TensorShape& shape,
+         float* out) -> absl::StatusOr<TensorRef> {
+        if (rank == 1) return absl::ResourceExhaustedError("");
+        return TensorRef(dtype, shape, out);
+      },
+      [](int rank, const absl::Status& s) {
+        if (rank == 1) {
+          EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+        } else {
+          EXPECT_EQ(s.message(), "tensor 'silent': rank 1 (host host) could not take part: ");
+        }
+      });
+}
+
 // An allocator that throws (LibTorch's at::empty out of memory, std::bad_alloc) is an allocation
 // failure like any other: before, the exception reached std::terminate on the engine thread.
 TEST(EngineTest, AnAllocatorThatThrowsFailsEveryRankAndTheJobGoesOn) {

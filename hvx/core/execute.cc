@@ -13,6 +13,7 @@
 #include "hvx/common/json.h"
 #include "hvx/common/logging.h"
 #include "hvx/common/status.h"
+#include "hvx/core/agreement.h"
 #include "hvx/core/engine.h"
 
 namespace hvx {
@@ -333,18 +334,11 @@ absl::Status Engine::AgreeBeforeDataPlane(SetState& set, const std::string& name
   std::vector<uint64_t> ok = {local.ok() ? ~uint64_t{0} : 0};
   HVX_RETURN_IF_ERROR(Vote(set, &ok));
   if (ok[0] != 0) return absl::OkStatus();
-  std::vector<std::string> why;
-  HVX_RETURN_IF_ERROR(
-      set.comm->Allgather(local.ok() ? std::string() : std::string(local.message()), &why));
-  for (int r = 0; r < static_cast<int>(why.size()); ++r) {
-    if (why[r].empty()) continue;
-    if (r == set.rank()) return local;
+  return AgreeOnEveryRank(*set.comm, local, [&](int r, absl::string_view why) {
     const int global = set.global_ranks[r];
-    return absl::FailedPreconditionError(absl::StrCat("tensor '", name, "': rank ", global,
-                                                      " (host ", hosts_[global],
-                                                      ") could not take part: ", why[r]));
-  }
-  return absl::InternalError("AgreeBeforeDataPlane: no rank failed");
+    return absl::StrCat("tensor '", name, "': rank ", global, " (host ", hosts_[global],
+                        ") could not take part: ", why);
+  });
 }
 
 void Engine::CompleteEntry(SetState& set, const std::string& name, absl::Status status) {

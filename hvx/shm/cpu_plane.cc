@@ -9,6 +9,7 @@
 #include "hvx/common/layout.h"
 #include "hvx/common/logging.h"
 #include "hvx/common/status.h"
+#include "hvx/core/agreement.h"
 #include "hvx/shm/plane_trial.h"
 #include "hvx/shm/shm_allreduce.h"
 #include "hvx/shm/shm_group.h"
@@ -26,21 +27,6 @@ std::string GlobalRank(const DataPlaneContext& ctx, int rank) {
 absl::Duration CollectiveTimeout(const DataPlaneContext& ctx) {
   return ctx.options != nullptr ? absl::Seconds(ctx.options->collective_timeout_s)
                                 : absl::InfiniteDuration();
-}
-
-// Collective over ctx.comm: OK when `local` is OK on every rank. Otherwise every rank fails: the
-// failing rank with its own error, the others naming the lowest failing rank and its message.
-absl::Status AgreeOnEveryRank(const DataPlaneContext& ctx, const absl::Status& local) {
-  std::vector<std::string> all;
-  HVX_RETURN_IF_ERROR(
-      ctx.comm->Allgather(local.ok() ? std::string() : absl::StrCat("!", local.message()), &all));
-  for (int r = 0; r < static_cast<int>(all.size()); ++r) {
-    if (all[r].empty()) continue;
-    if (!local.ok()) return local;
-    return absl::FailedPreconditionError(
-        absl::StrCat(GlobalRank(ctx, r), " failed: ", all[r].substr(1)));
-  }
-  return absl::OkStatus();
 }
 
 // Collective over `local` (this host's ranks of ctx.comm): their shared-memory group with regions
@@ -236,7 +222,10 @@ class ShmCpuPlane : public DataPlane {
     absl::StatusOr<std::unique_ptr<shm::ShmGroup>> group = CreateHostGroup(
         ctx_, local_.get(), hosts, layout, shm::ShmAllreducer::RegionBytes(options));
     // Hosts decide apart: every rank of the set must take the same path.
-    const absl::Status agreed = AgreeOnEveryRank(ctx_, group.status());
+    const absl::Status agreed =
+        AgreeOnEveryRank(comm, group.status(), [&](int r, absl::string_view why) {
+          return absl::StrCat(GlobalRank(ctx_, r), " failed: ", why);
+        });
     if (!agreed.ok()) {
       cross_.reset();
       if (required_) return Annotate(agreed, "HVX_CPU_PLANE=shm");
