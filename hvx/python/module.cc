@@ -118,16 +118,6 @@ struct PyHandle {
   std::shared_ptr<at::Tensor> output = std::make_shared<at::Tensor>();
 };
 
-// An allocator that makes the op's output like `like` (dtype, device) with the agreed shape.
-OutputAllocator AllocateInto(std::shared_ptr<at::Tensor> output, const at::Tensor& like) {
-  const at::TensorOptions options = like.options();
-  return [output, options](DataType, const TensorShape& shape,
-                           const Device&) -> absl::StatusOr<TensorRef> {
-    *output = at::empty(shape.dims(), options);
-    return AsTensorRef(*output, "output");
-  };
-}
-
 TensorRef Ref(const at::Tensor& tensor, const std::string& name) {
   return Take(AsTensorRef(tensor, absl::StrCat("tensor '", name, "'")));
 }
@@ -548,7 +538,7 @@ void DefineModule(py::module_& m) {
     auto h = std::make_shared<PyHandle>();
     CollectiveOptions o;
     o.process_set = Sets().Get(process_set);
-    o.allocator = AllocateInto(h->output, input);
+    o.allocator = AllocateLike(h->output, input);
     h->keep = {input};
     h->handle = Allgather(name, Ref(input, name), o);
     return Submitted(h);
@@ -569,7 +559,7 @@ void DefineModule(py::module_& m) {
     auto h = std::make_shared<PyHandle>();
     CollectiveOptions o;
     o.process_set = Sets().Get(process_set);
-    o.allocator = AllocateInto(h->output, input);
+    o.allocator = AllocateLike(h->output, input);
     h->keep = {input};
     h->handle = Alltoall(name, Ref(input, name), splits, o);
     return Submitted(h);
@@ -583,7 +573,7 @@ void DefineModule(py::module_& m) {
     o.prescale_factor = prescale;
     o.postscale_factor = postscale;
     o.process_set = Sets().Get(process_set);
-    o.allocator = AllocateInto(h->output, input);
+    o.allocator = AllocateLike(h->output, input);
     h->keep = {input};
     h->handle = ReduceScatter(name, Ref(input, name), o);
     return Submitted(h);

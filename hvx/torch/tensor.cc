@@ -138,6 +138,15 @@ absl::StatusOr<TensorRef> AsTensorRef(const at::Tensor& tensor, const std::strin
   return ref;
 }
 
+OutputAllocator AllocateLike(std::shared_ptr<at::Tensor> output, const at::Tensor& like) {
+  const at::TensorOptions options = like.options();
+  return [output = std::move(output), options](DataType, const TensorShape& shape,
+                                               const Device&) -> absl::StatusOr<TensorRef> {
+    *output = at::empty(shape.dims(), options);
+    return AsTensorRef(*output, "output");
+  };
+}
+
 absl::StatusOr<Handle> AllreduceAsync(const std::string& name, const at::Tensor& tensor,
                                       const AllreduceOptions& options) {
   HVX_ASSIGN_OR_RETURN(TensorRef ref, AsTensorRef(tensor, name));
@@ -155,14 +164,9 @@ absl::StatusOr<at::Tensor> Allgather(const std::string& name, const at::Tensor& 
   HVX_ASSIGN_OR_RETURN(TensorRef ref, AsTensorRef(tensor, name));
   // The output shape is known only after negotiation; the allocator runs on hvx's thread.
   auto output = std::make_shared<at::Tensor>();
-  const at::TensorOptions tensor_options = tensor.options();
   CollectiveOptions options;
   options.process_set = process_set;
-  options.allocator = [output, tensor_options](DataType, const TensorShape& shape,
-                                               const Device&) -> absl::StatusOr<TensorRef> {
-    *output = at::empty(shape.dims(), tensor_options);
-    return AsTensorRef(*output, "allgather output");
-  };
+  options.allocator = AllocateLike(output, tensor);
   Handle handle = hvx::Allgather(name, ref, options);
   HVX_RETURN_IF_ERROR(Wait(handle));
   return *output;

@@ -14,6 +14,7 @@
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -33,6 +34,11 @@ at::ScalarType ToScalarType(DataType dtype);
 // A view of `tensor`'s memory; the tensor must outlive the view. InvalidArgument for a
 // non-contiguous or undefined tensor or an unsupported dtype; the message includes `name`.
 absl::StatusOr<TensorRef> AsTensorRef(const at::Tensor& tensor, const std::string& name = "tensor");
+
+// An output allocator for ops whose output shape is known only after negotiation (allgather,
+// alltoall, reduce-scatter): on hvx's thread, a new tensor like `like` (dtype, device) of the
+// agreed shape into *output, which the caller reads once the op completed.
+OutputAllocator AllocateLike(std::shared_ptr<at::Tensor> output, const at::Tensor& like);
 
 // Asynchronous in-place allreduce of `tensor`. The tensor (and its storage) must stay alive and
 // untouched until the handle completes.
