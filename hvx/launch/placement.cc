@@ -12,13 +12,9 @@ std::vector<RankPlacement> PlaceRanks(const std::vector<HostCount>& used_hosts) 
   const HostLayout layout = LayoutOf(host_of_rank);
   std::vector<RankPlacement> ranks(host_of_rank.size());
   for (int r = 0; r < layout.size(); ++r) {
-    const RankPlace place = layout.PlaceOf(r);
     RankPlacement& p = ranks[r];
+    static_cast<RankPlace&>(p) = layout.PlaceOf(r);
     p.rank = r;
-    p.local_rank = place.local_rank;
-    p.local_size = place.local_size;
-    p.cross_rank = place.cross_rank;
-    p.cross_size = place.cross_size;
     p.host = host_of_rank[r];
   }
   return ranks;

@@ -25,12 +25,9 @@
 namespace hvx {
 namespace launch {
 
-struct RankPlacement {
+// Its local and cross coordinates (RankPlace), its rank and its host.
+struct RankPlacement : RankPlace {
   int rank = 0;
-  int local_rank = 0;
-  int local_size = 0;
-  int cross_rank = 0;
-  int cross_size = 0;
   std::string host;
 };
 

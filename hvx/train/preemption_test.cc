@@ -30,7 +30,9 @@ TEST(PreemptionTest, ARequestToOneRankStopsEveryRankAfterTheSameStep) {
   EXPECT_FALSE(StopAfterThisStep(run, pos));
 
   // The launcher's request (SIGUSR1) reaches rank 1 only.
-  if (Rank() == 1) ASSERT_EQ(raise(SIGUSR1), 0);
+  if (Rank() == 1) {
+    ASSERT_EQ(raise(SIGUSR1), 0);
+  }
   absl::StatusOr<AfterStep> after = AgreeAfterStep(run);
   ASSERT_TRUE(after.ok()) << after.status();
   EXPECT_TRUE(after->preempt) << "rank " << Rank();
