@@ -26,6 +26,7 @@ bool MaxStepsReached(const Run& run, const TrainingPosition& pos) {
 }  // namespace
 
 CheckpointRequestHandlers::CheckpointRequestHandlers() {
+  g_checkpoint_request.store(false);
   struct sigaction request {};
   request.sa_handler = OnCheckpointRequest;
   sigemptyset(&request.sa_mask);

@@ -18,7 +18,9 @@
 namespace hvx {
 namespace train {
 
-// The request's handlers for as long as training runs; the previous actions come back after.
+// The request's handlers for as long as training runs; the previous actions come back after. A
+// request a run got is not carried into the next run of the same process: making the handlers
+// clears it.
 class CheckpointRequestHandlers {
  public:
   CheckpointRequestHandlers();

@@ -46,11 +46,14 @@ TEST(PreemptionTest, RankZerosClockDecidesWhenACheckpointIsDue) {
   ASSERT_TRUE(config.ok()) << config.status();
   RunOptions options;
   train::Run run{*config, options};
+  // A run after one that was preempted (ARequestToOneRank...) starts with no request.
+  CheckpointRequestHandlers handlers;
   // Rank 0 last checkpointed two minutes ago, rank 1 (whose clock does not count) just now.
   run.last_checkpoint = Clock::now() - (Rank() == 0 ? std::chrono::minutes(2) : Clock::duration());
   absl::StatusOr<AfterStep> due = AgreeAfterStep(run);
   ASSERT_TRUE(due.ok()) << due.status();
   EXPECT_TRUE(due->checkpoint_due) << "rank " << Rank();
+  EXPECT_FALSE(due->preempt) << "rank " << Rank();
 
   run.last_checkpoint = Clock::now() - (Rank() == 1 ? std::chrono::minutes(2) : Clock::duration());
   absl::StatusOr<AfterStep> not_due = AgreeAfterStep(run);
