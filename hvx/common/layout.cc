@@ -31,6 +31,24 @@ RankPlace HostLayout::PlaceOf(int rank) const {
   return p;
 }
 
+std::vector<RankPlace> HostLayout::PlaceAll() const {
+  // Host by host in order, the hosts seen so far with each local rank: a rank's cross rank.
+  std::vector<int> seen(MaxPerHost(), 0);
+  std::vector<std::vector<int>> cross_rank_of(hosts());  // by host, by local rank
+  for (int h = 0; h < hosts(); ++h) {
+    for (int l = 0; l < per_host[h]; ++l) cross_rank_of[h].push_back(seen[l]++);
+  }
+  std::vector<RankPlace> places(size());
+  for (int r = 0; r < size(); ++r) {
+    RankPlace& p = places[r];
+    p.local_rank = local_of[r];
+    p.local_size = per_host[host_of[r]];
+    p.cross_rank = cross_rank_of[host_of[r]][p.local_rank];
+    p.cross_size = seen[p.local_rank];
+  }
+  return places;
+}
+
 std::vector<int> HostLayout::LocalMembers(int rank) const {
   std::vector<int> out;
   for (int r = 0; r < size(); ++r) {

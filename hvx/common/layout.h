@@ -9,8 +9,8 @@
 //   l.CrossMembers(1);                              // {2, 3}
 //
 // Hosts are numbered by their lowest rank. A rank's local rank counts the ranks of its host before
-// it; its cross group is the ranks with the same local rank, one per host that has one, in host
-// order (Horovod's definitions).
+// it; its cross group is the ranks with the same local rank, one per host that has one, and its
+// cross rank its host's position among those hosts (Horovod's definitions).
 #ifndef HVX_COMMON_LAYOUT_H_
 #define HVX_COMMON_LAYOUT_H_
 
@@ -36,10 +36,12 @@ struct HostLayout {
   int hosts() const { return static_cast<int>(per_host.size()); }
   bool Homogeneous() const;  // every host has as many ranks
   int MaxPerHost() const;
-  RankPlace PlaceOf(int rank) const;
+  RankPlace PlaceOf(int rank) const;        // O(hosts)
+  std::vector<RankPlace> PlaceAll() const;  // every rank's, in one pass
   // The ranks on `rank`'s host, ascending.
   std::vector<int> LocalMembers(int rank) const;
-  // The ranks whose local rank is `local_rank`, one per host that has one, ascending.
+  // The ranks whose local rank is `local_rank`, one per host that has one, in ascending rank order
+  // (which is host order where each host's ranks are contiguous, as hvxrun places them).
   std::vector<int> CrossMembers(int local_rank) const;
 };
 

@@ -43,6 +43,19 @@ TEST(LayoutTest, HostsAreNumberedByTheirLowestRank) {
   EXPECT_THAT(l.CrossMembers(1), ElementsAre(2, 4));
 }
 
+// Every rank's coordinates in one pass are each rank's own.
+TEST(LayoutTest, PlaceAllIsPlaceOfEveryRank) {
+  for (const std::vector<std::string>& hosts : std::vector<std::vector<std::string>>{
+           {}, {"a"}, {"a", "a", "b"}, {"b", "a", "b", "c", "a", "b"}, {"x", "y", "x", "y"}}) {
+    const HostLayout l = LayoutOf(hosts);
+    const std::vector<RankPlace> all = l.PlaceAll();
+    ASSERT_EQ(all.size(), hosts.size());
+    for (int r = 0; r < l.size(); ++r) {
+      EXPECT_EQ(Coordinates(all[r]), Coordinates(l.PlaceOf(r))) << "rank " << r;
+    }
+  }
+}
+
 TEST(LayoutTest, MembersOfAHostAndOfACrossGroup) {
   const HostLayout l = LayoutOf({"b", "a", "b", "a"});
   EXPECT_EQ(l.hosts(), 2);

@@ -10,10 +10,11 @@ std::vector<RankPlacement> PlaceRanks(const std::vector<HostCount>& used_hosts) 
   std::vector<std::string> host_of_rank;
   for (const auto& [host, count] : used_hosts) host_of_rank.insert(host_of_rank.end(), count, host);
   const HostLayout layout = LayoutOf(host_of_rank);
+  const std::vector<RankPlace> places = layout.PlaceAll();
   std::vector<RankPlacement> ranks(host_of_rank.size());
   for (int r = 0; r < layout.size(); ++r) {
     RankPlacement& p = ranks[r];
-    static_cast<RankPlace&>(p) = layout.PlaceOf(r);
+    static_cast<RankPlace&>(p) = places[r];
     p.rank = r;
     p.host = host_of_rank[r];
   }
