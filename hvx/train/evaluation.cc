@@ -11,6 +11,7 @@
 #include "hvx/core/api.h"
 #include "hvx/data/pipeline.h"
 #include "hvx/torch/tensor.h"
+#include "hvx/train/model_state.h"
 #include "hvx/train/train_step.h"
 
 namespace hvx {

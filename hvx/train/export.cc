@@ -1,5 +1,6 @@
 #include "hvx/train/export.h"
 
+#include <caffe2/serialize/inline_container.h>
 #include <sys/stat.h>
 #include <torch/csrc/jit/serialization/export.h>
 #include <torch/csrc/jit/serialization/pickler.h>

@@ -315,8 +315,11 @@ absl::StatusOr<EpochSteps> TrainEpoch(Run& run, int64_t epoch, TrainingPosition*
     // The schedule at this run's size, where an uninterrupted run at this size stands at this
     // point of the epoch: the global step itself unless a resume changed the size.
     const double lr = run.schedule->At(epoch * run.steps_per_epoch + pos->steps_in_epoch);
-    HVX_ASSIGN_OR_RETURN(const StepInputs inputs, InputsOf(run, std::move(*batch)));
-    HVX_ASSIGN_OR_RETURN(const StepOutcome step, TrainStep(run, inputs, pos->global_step, lr));
+    StepOutcome step;
+    {  // the batch's tensors go with the step, before the checkpoint below
+      HVX_ASSIGN_OR_RETURN(const StepInputs inputs, InputsOf(run, std::move(*batch)));
+      HVX_ASSIGN_OR_RETURN(step, TrainStep(run, inputs, pos->global_step, lr));
+    }
     result->step_losses.push_back(step.loss);
     since_progress.Add(step.loss, step.grad_norm, batch_samples, waited_s);
     whole_epoch.Add(step.loss, step.grad_norm, batch_samples, waited_s);
