@@ -80,12 +80,12 @@ finish() {
 
 count_lines() { grep -cE -- "$2" <<<"$1"; }
 
-# no_processes_left HOST...: nothing runs in those namespaces any more, allowing 2 s for what a
+# no_processes_left HOST...: nothing runs in those namespaces any more, allowing 2.5 s for what a
 # stopped job is still ending (a rank wrapper's shared-memory sweeper outlives it by milliseconds).
 no_processes_left() {
     local h left i
     for h in "$@"; do
-        for ((i = 0; i < 40; i++)); do
+        for ((i = 0; i < 50; i++)); do
             left=$(ip netns pids "$h" 2>/dev/null | tr '\n' ' ')
             [[ -z $left ]] && break
             sleep 0.05
