@@ -1,5 +1,6 @@
 #include "hvx/mpi/mpi_transport.h"
 
+#include <signal.h>
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -512,8 +513,16 @@ absl::StatusOr<std::unique_ptr<Communicator>> MpiTransport::Start(const InitOpti
   MPI_Initialized(&already);
   int provided = 0;
   if (!already) {
+    // MPICH's MPI_Init catches SIGUSR1 (its notice of a failed process under hydra's
+    // -disable-auto-cleanup, which hvx does not use: it detects failures itself), and a program
+    // that never asked for the signal no longer ends on it. hvxrun's preemption notice is that
+    // signal ("checkpoint and end", or end), so such a job would wait out --preempt-grace. The
+    // program's own disposition is put back.
+    struct sigaction usr1 = {};
+    sigaction(SIGUSR1, nullptr, &usr1);
     HVX_RETURN_IF_ERROR(MpiStatus(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided),
                                   "MPI_Init_thread"));
+    sigaction(SIGUSR1, &usr1, nullptr);
     initialized_here_ = true;
     if (provided < MPI_THREAD_FUNNELED) {
       return absl::FailedPreconditionError(absl::StrCat(

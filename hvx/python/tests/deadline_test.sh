@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# deadlines_check.py on 2 ranks with a 5 s collective timeout and a 2 s stall check: every test
+# deadlines_check.py on 2 ranks with a 3 s collective timeout and a 1 s stall check: every test
 # passes, and rank 0's stall inspector warned from the Python job, naming the missing rank (-s:
 # the engine logs to stderr, which pytest would otherwise capture). Then hvxrun is stopped by
 # SIGTERM and by SIGKILL while a rank waits in a barrier: no process of the job may outlive it.
@@ -7,7 +7,7 @@
 set -uo pipefail
 HVXRUN=$(readlink -f "$1"); PYTHON=$(readlink -f "$2")
 ROOT=$PWD
-export PYTHONPATH="$ROOT/hvx/python" HVX_COLLECTIVE_TIMEOUT_S=5 HVX_STALL_CHECK_TIME_S=2
+export PYTHONPATH="$ROOT/hvx/python" HVX_COLLECTIVE_TIMEOUT_S=3 HVX_STALL_CHECK_TIME_S=1
 cd "${TEST_TMPDIR:-$(mktemp -d)}" || exit 1
 "$HVXRUN" -np 2 -- "$PYTHON" -m pytest -q -s -p no:cacheprovider \
     --rootdir "$ROOT/hvx/python/tests" "$ROOT/hvx/python/tests/deadlines_check.py" >out.txt 2>&1
@@ -50,8 +50,9 @@ found=$?
 [[ $rc != 0 && $found == 0 ]] || { cat stuck.txt; echo "FAIL: rc $rc; no verdict with rank 1's Python frames"; exit 1; }
 echo "ok: the verdict shows where rank 1's Python code was stuck"
 
-# hvxrun stopped while rank 1 waits in a barrier that rank 0 (asleep) never enters: by SIGTERM,
-# and killed outright (SIGKILL runs no handler), nothing of the job may be left running. The job
+# hvxrun stopped while rank 1 waits in a barrier that rank 0 (asleep) never enters: by SIGTERM
+# (the job ends on the checkpoint request it forwards, which this program does not handle), and
+# killed outright (SIGKILL runs no handler), nothing of the job may be left running. The job
 # stays silent meanwhile (no stall warning, no timeout): a write to the dead launcher's pipe would
 # end it by SIGPIPE and hide a job that outlives a quiet launcher.
 export HVX_COLLECTIVE_TIMEOUT_S=600 HVX_STALL_CHECK_TIME_S=600
@@ -73,7 +74,16 @@ time.sleep(600) if hvd.rank() == 0 else hvd.barrier()
         || { cat "orphan-$sig.txt"; echo "FAIL: the ranks did not start"; exit 1; }
     sleep 0.5  # rank 1 is in the barrier's native wait
     kill -s "$sig" "$launcher"
+    killed_at=$(date +%s%N)
     wait "$launcher"
+    took_ms=$((($(date +%s%N) - killed_at) / 1000000))
+    # SIGTERM is a preemption notice: hvxrun asks the ranks to checkpoint and end (SIGUSR1), and a
+    # program that does not handle the request ends on it, well within --preempt-grace (30 s).
+    if [[ $sig == TERM ]] && ((took_ms > 10000)); then
+        cat "orphan-$sig.txt"
+        echo "FAIL: hvxrun took $took_ms ms to end after SIGTERM: the ranks did not end on SIGUSR1"
+        exit 1
+    fi
     left=""
     for _ in $(seq 50); do
         left=$(pgrep -f "$marker")
