@@ -4,7 +4,8 @@
 # name does not resolve for a few seconds. With --host-wait 30 hvxrun says it is waiting, says when
 # host 2 answered, and the job runs (rc 0, both ranks); with --host-wait 2 and host 2 never up it
 # fails after the bound, naming the host and ssh's reason, and starts no rank. Without --host-wait
-# the same job fails at once (the default for -H: the hosts are taken to be up).
+# the same job fails without waiting for the host (the default for -H: the hosts are taken to be
+# up), at --start-timeout.
 #   host_wait_test.sh HVXRUN HVX_INFO MPIEXEC NETNS_HOSTS
 # Needs root and sshd (openssh-server); where either is missing it prints SKIPPED and passes.
 set -uo pipefail
@@ -75,10 +76,14 @@ check "the error names hvxw2 and ssh's reason" $?
 ! grep -q "hvx initialized" <<<"$err"; check "no rank started" $?
 ((failures == 0)) || show
 
-# ---- the -H default: no wait
-launch -np 2 -H hvxw1:1,hvxw2:1 -- "$INFO" --check
-((rc != 0)); check "without --host-wait the job fails (rc $rc)" $?
+# ---- the -H default: no wait for the host. Hydra does not end when its ssh to a host fails, so the
+# job ends at --start-timeout (5 s here), naming the host and ssh's reason.
+launch -np 2 -H hvxw1:1,hvxw2:1 --start-timeout 5 -- "$INFO" --check
+((rc != 0)); check "without --host-wait the job fails (rc $rc, ${elapsed_ms} ms)" $?
 ! grep -q "waiting up to" <<<"$err"; check "and did not wait" $?
+grep -qE "^hvxrun: ranks did not start within 5 s \(--start-timeout\) on host.*hvxw2" <<<"$err" &&
+    grep -q "hvxw2 port 22: Connection refused" <<<"$err"
+check "the error names hvxw2 and ssh's reason" $?
 ((failures == 0)) || show
 
 ((failures == 0)) && echo PASSED
