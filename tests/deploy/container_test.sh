@@ -4,7 +4,7 @@
 # from Debian's packages; then two containers algo-1 and algo-2 on a network of their own (the
 # names in /etc/hosts, hostnames that are not those names), each `podman run IMAGE train` with its
 # own /opt/ml (resourceconfig, hyperparameters, inputdataconfig, the "training" channel), the
-# second started 5 s after the first. The entry point is PID 1; nothing tells hvxrun the slots or
+# second started 5 s after the first (1 s from the second job on). The entry point is PID 1; nothing tells hvxrun the slots or
 # where mpiexec is: it counts GPUs (none: one rank per instance) and finds MPICH's on PATH.
 #   1. a job stopped at step 8 of 12 (max_steps, as a reclaimed spot instance): both containers
 #      exit 0, ckpt-8.pt lands in algo-1's /opt/ml/checkpoints, and the leader's sshd, started by
@@ -65,11 +65,14 @@ start() {
         echo $? >"$T/$h.rc.tmp" && mv "$T/$h.rc.tmp" "$T/$h.rc"
     ) &
 }
-# job: both containers, algo-2's 5 s after algo-1's; waits for both; their statuses in $rc1, $rc2.
+# job: both containers, algo-2's $follower_delay s after algo-1's (5 s for the first job, where the
+# leader must wait for algo-2; 1 s after it); waits for both; their statuses in $rc1, $rc2.
+follower_delay=5
 job() {
     jobs_run=$((jobs_run + 1)) job_name=hvx-container-test-$jobs_run
     start algo-1
-    sleep 5
+    sleep "$follower_delay"
+    follower_delay=1
     start algo-2
     wait
     rc1=$(cat "$T/algo-1.rc") rc2=$(cat "$T/algo-2.rc")
@@ -109,7 +112,7 @@ rm -rf "$T"/algo-*/ml/checkpoints/*
 hyperparameters '{"config": "tiny.pbtxt", "override": "epochs: 100000"}'
 jobs_run=$((jobs_run + 1)) job_name=hvx-container-test-$jobs_run
 start algo-1
-sleep 5
+sleep "$follower_delay"
 start algo-2
 for ((i = 0; i < 120; i++)); do
     grep -qE '^\[0\] epoch [0-9]+/100000 step' "$T/algo-1.out" 2>/dev/null && break

@@ -5,7 +5,8 @@
 # "training" channel, model/, checkpoints/, output/), the image's files (stage.sh: /opt/hvx, and
 # setup_ssh.sh's /etc/ssh), a hostname of its own that is not its SageMaker name (as in a real
 # container), separate boot ids (TCP between the hosts) and no ssh until the entry point starts
-# the real sshd. The same container command starts on both, the second 6 s after the first.
+# the real sshd. The same container command starts on both, the second 6 s after the first (1 s
+# from the second job on).
 #   1. bring-your-own-container: `entry_point.py train` with the hyperparameters in
 #      hyperparameters.json; max_steps stops the job at step 8 of 12, as if the spot instance were
 #      reclaimed there. The leader waits for algo-2's sshd (--host-wait), both exit 0, the
@@ -77,11 +78,15 @@ container() {
 # SageMaker job names are unique (a restarted spot job keeps its name, on new containers with a
 # /tmp of their own); these containers share one /tmp, so each job here has a name of its own.
 jobs_run=0 leader_args=""
-# job CMD...: CMD in both containers, algo-2's 6 s after algo-1's; their statuses in $rc1, $rc2.
+# job CMD...: CMD in both containers, algo-2's $follower_delay s after algo-1's (6 s for the first
+# job, whose checks are about the leader waiting for algo-2; 1 s after it); their statuses in $rc1,
+# $rc2.
+follower_delay=6
 job() {
     jobs_run=$((jobs_run + 1)) job_name=hvx-test-$jobs_run
     (container algo-1 "$@"; echo $? >"$T/algo-1.rc") &
-    sleep 6
+    sleep "$follower_delay"
+    follower_delay=1
     (container algo-2 "$@"; echo $? >"$T/algo-2.rc") &
     wait
     rc1=$(cat "$T/algo-1.rc") rc2=$(cat "$T/algo-2.rc")
