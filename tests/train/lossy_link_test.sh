@@ -21,7 +21,7 @@ T=${TEST_TMPDIR:-$(mktemp -d)}
 hosts_up 2
 command -v nft >/dev/null || skip "nft is not installed (Debian's nftables)"
 N=240
-tiny_config "$T" cnn $N 40 10 2 || { echo "FAIL: could not write the dataset"; exit 1; }
+tiny_config "$T" cnn $N 40 10 1 || { echo "FAIL: could not write the dataset"; exit 1; }
 # One host, 4 ranks: the reference (it also writes the shards both hosts then read).
 timeout -k 5 200 "$TRAIN" --config="$T/tiny.pbtxt" --override='launch { num_processes: "4" }' \
     --export="$T/one_host.pt" >"$T/ref.out" 2>"$T/ref.err"

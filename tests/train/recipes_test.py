@@ -50,13 +50,20 @@ def test_mlp_three_micro_batches_per_step_train_like_whole_batches(trainer):
     assert close(losses(k1), losses(k3), 1e-4), (losses(k1), losses(k3))
 
 
-def test_cnn_three_micro_batches_per_step_differ_from_whole_batches(trainer):
+CNN = 'model { name: "cnn" }'
+
+
+@pytest.fixture(scope="module")
+def cnn(trainer):
+    """The CNN for one epoch, in float32 with whole batches: what two tests compare against."""
+    return train(trainer, "cnn-k1", overrides=[CNN])
+
+
+def test_cnn_three_micro_batches_per_step_differ_from_whole_batches(trainer, cnn):
     # BatchNorm and dropout see the micro-batches.
-    cnn = 'model { name: "cnn" }'
-    k1 = train(trainer, "cnn-k1", overrides=[cnn])
-    k3 = train(trainer, "cnn-k3", overrides=[cnn + " optimizer { backward_passes_per_step: 3 }"])
-    assert len(k1.progress) == 20
-    assert not close(losses(k1), losses(k3), 1e-4)
+    k3 = train(trainer, "cnn-k3", overrides=[CNN + " optimizer { backward_passes_per_step: 3 }"])
+    assert len(cnn.progress) == 20
+    assert not close(losses(cnn), losses(k3), 1e-4)
 
 
 def test_a_clipped_step_moves_the_weights_by_the_bound(trainer):
@@ -128,12 +135,14 @@ def test_with_ema_stopped_and_resumed_the_run_evaluates_as_the_uninterrupted_one
     assert {k: resumed.evals[-1][k] for k in keys} == {k: ema.evals[-1][k] for k in keys}
 
 
-def test_bf16_autocasts_on_the_cpu_and_learns_with_losses_of_its_own(trainer):
-    bf16 = train(trainer, "bf16", overrides=['model { name: "cnn" } epochs: 2 precision: BF16'])
-    fp32 = train(trainer, "fp32", overrides=['model { name: "cnn" } epochs: 2'])
+def test_bf16_autocasts_on_the_cpu_and_learns_with_losses_of_its_own(trainer, cnn):
+    # One epoch (this CPU emulates bfloat16, at about 50 samples/s), after which float32 and
+    # bfloat16 both reached 0.9 on one machine; 0.8 leaves room for another's kernels, and chance
+    # is 0.1.
+    bf16 = train(trainer, "bf16", overrides=[CNN + " precision: BF16"])
     assert "mixed precision: autocast to bfloat16 on cpu" in bf16.output
-    assert bf16.end["accuracy"] >= 0.9
-    assert not close(losses(bf16), losses(fp32), 1e-3)
+    assert bf16.end["accuracy"] >= 0.8
+    assert not close(losses(bf16), losses(cnn), 1e-3)
 
 
 def test_fp16_on_the_cpu_is_refused_naming_bf16(trainer):
