@@ -42,6 +42,7 @@
 #include "hvx/torch/tensor.h"
 #include "hvx/train/checkpoint_file.h"
 #include "hvx/train/checkpoint_format.h"
+#include "hvx/train/rank_failure.h"
 
 namespace hvx {
 namespace train {
@@ -353,27 +354,6 @@ void StartAveragesFromWeights(Classifier& model, NamedTensors& averages) {
   for (auto& [name, average] : averages) average.copy_(params[name]);
 }
 
-// Every rank's error when rank 0 could not resume (or claim the directory): rank 0's own, and on
-// the other ranks the same code and message prefixed "rank 0: ", so that whichever rank's line an
-// operator reads names the file at fault and what to do. OK everywhere when rank 0's is.
-absl::Status ShareRank0Error(const absl::Status& rank0_status) {
-  std::string shared =
-      Rank() == 0 && !rank0_status.ok()
-          ? absl::StrCat(static_cast<int>(rank0_status.code()), " ", rank0_status.message())
-          : std::string();
-  HVX_RETURN_IF_ERROR(BroadcastBytes("resume.error", &shared, 0));
-  if (Rank() == 0 || shared.empty()) return rank0_status;
-  int code = 0;
-  std::pair<absl::string_view, absl::string_view> parts =
-      absl::StrSplit(shared, absl::MaxSplits(' ', 1));
-  if (!absl::SimpleAtoi(parts.first, &code) || code == 0)
-    code = static_cast<int>(absl::StatusCode::kDataLoss);
-  return absl::Status(
-      static_cast<absl::StatusCode>(code),
-      absl::StrCat("rank 0: ",
-                   parts.second.empty() ? "could not load the newest checkpoint" : parts.second));
-}
-
 }  // namespace
 
 std::string CheckpointPath(const CheckpointConfig& checkpoint, int64_t global_step) {
@@ -408,7 +388,7 @@ absl::StatusOr<CheckpointConfig::Format> ChooseCheckpointFormat(
     }
     if (written.ok()) mine = probe + token;
   }
-  HVX_RETURN_IF_ERROR(ShareRank0Error(written));
+  HVX_RETURN_IF_ERROR(ShareRank0Error("checkpoint.dir_error", written));
   HVX_RETURN_IF_ERROR(BroadcastBytes("checkpoint.probe", &token, 0));
   auto own_probe = [&probe, &token](int rank) { return absl::StrCat(probe, token, "-", rank); };
   bool sees = true;
@@ -491,7 +471,7 @@ absl::Status SaveCheckpoint(const CheckpointConfig& checkpoint, Classifier& mode
                                        absl::ToDoubleSeconds(MonotonicNow() - start));
     }
   }
-  return ShareRank0Error(written);
+  return ShareRank0Error("checkpoint.error", written);
 }
 
 absl::Status Checkpointer::Save(Classifier& model, const CheckpointOptimizer& optimizer,
@@ -577,7 +557,7 @@ absl::Status Checkpointer::Claim(const std::string& job_id) {
       claimed = fd.status();
     }
   }
-  HVX_RETURN_IF_ERROR(ShareRank0Error(claimed));
+  HVX_RETURN_IF_ERROR(ShareRank0Error("checkpoint.claim_error", claimed));
   HVX_ASSIGN_OR_RETURN(const CheckpointConfig::Format format, ChooseCheckpointFormat(checkpoint_));
   checkpoint_.set_format(format);
   return absl::OkStatus();
@@ -650,7 +630,7 @@ absl::StatusOr<bool> ResumeFromNewestCheckpoint(
     case ResumeNotice::Outcome::kNoCheckpoint:
       return false;
     case ResumeNotice::Outcome::kRank0Failed:
-      return ShareRank0Error(rank0_status);
+      return ShareRank0Error("resume.error", rank0_status);
     case ResumeNotice::Outcome::kLoaded:
       break;
   }

@@ -25,6 +25,11 @@ namespace hvx {
 namespace train {
 namespace {
 
+// What the other ranks' errors start with where rank 0's failure is every rank's.
+std::string Rank0Prefix() {
+  return Rank() == 0 ? "" : absl::StrCat("rank 0 (host ", Host(), "): ");
+}
+
 // A linear layer and BatchNorm: parameters, optimizer state and running statistics.
 class TinyNet : public Classifier {
  public:
@@ -350,7 +355,7 @@ TEST(CheckpointTest, ADamagedOnlyCheckpointFailsEveryRankAndIsKept) {
   EXPECT_EQ(resumed.status().code(), absl::StatusCode::kDataLoss);
   // Every rank names the file: the others carry rank 0's message.
   const std::string want =
-      absl::StrCat(Rank() == 0 ? "" : "rank 0: ", "no checkpoint in ", c.dir(),
+      absl::StrCat(Rank0Prefix(), "no checkpoint in ", c.dir(),
                    " loads (each was moved aside as .corrupt); the newest: checkpoint ", c.dir(),
                    "/ckpt-3.pt cannot be loaded");
   EXPECT_TRUE(absl::StrContains(resumed.status().message(), want)) << resumed.status();
@@ -548,7 +553,7 @@ TEST(CheckpointTest, ACheckpointOfAnotherModelIsRefusedNamingTheTensor) {
   ASSERT_FALSE(resumed.ok());
   EXPECT_EQ(resumed.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(absl::StrContains(resumed.status().message(),
-                                absl::StrCat(Rank() == 0 ? "" : "rank 0: ", "checkpoint ", c.dir(),
+                                absl::StrCat(Rank0Prefix(), "checkpoint ", c.dir(),
                                              "/ckpt-4.pt was written for another model")))
       << resumed.status();
   if (Rank() == 0) {
@@ -640,7 +645,7 @@ TEST(CheckpointTest, NoTemporaryIsLeftBehind) {
   // Every rank fails with rank 0's reason.
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find(c.dir() + "/ckpt-6.pt"), std::string::npos) << s;
-  if (Rank() != 0) EXPECT_EQ(s.message().rfind("rank 0: ", 0), 0u) << s;
+  if (Rank() != 0) EXPECT_EQ(s.message().rfind(Rank0Prefix(), 0), 0u) << s;
   if (Rank() == 0) {
     EXPECT_EQ(temporaries(), 0);
     ASSERT_EQ(rmdir((c.dir() + "/ckpt-6.pt/in_the_way").c_str()), 0);

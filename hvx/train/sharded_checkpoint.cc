@@ -37,6 +37,7 @@
 #include "hvx/torch/tensor.h"
 #include "hvx/train/checkpoint_format.h"
 #include "hvx/train/model_state.h"
+#include "hvx/train/rank_failure.h"
 
 namespace hvx {
 namespace train {
@@ -264,50 +265,6 @@ absl::StatusOr<std::vector<Item>> PlanWrites(Classifier& model, const Checkpoint
   return mine;
 }
 
-// A rank's failure as the others receive it: "<code> <host> <message>".
-std::string EncodeFailure(const absl::Status& status) {
-  return status.ok()
-             ? std::string()
-             : absl::StrCat(static_cast<int>(status.code()), " ", Host(), " ", status.message());
-}
-
-struct RankFailure {
-  int rank = -1;
-  absl::StatusCode code = absl::StatusCode::kOk;
-  std::string host, message;
-};
-
-RankFailure DecodeFailure(int rank, const std::string& encoded) {
-  RankFailure f;
-  f.rank = rank;
-  std::vector<std::string> parts = absl::StrSplit(encoded, absl::MaxSplits(' ', 2));
-  int code = static_cast<int>(absl::StatusCode::kUnknown);
-  if (parts.size() == 3 && absl::SimpleAtoi(parts[0], &code) && code != 0) {
-    f.host = parts[1];
-    f.message = parts[2];
-  } else {
-    f.message = encoded;
-  }
-  f.code = static_cast<absl::StatusCode>(code);
-  return f;
-}
-
-// The status every rank returns for `f`: this rank's own when it is the failing one, else the
-// same code with the rank and host named.
-absl::Status StatusOf(const RankFailure& f, const absl::Status& own) {
-  if (f.rank == Rank()) return own;
-  return absl::Status(f.code, absl::StrCat("rank ", f.rank, " (host ", f.host, "): ", f.message));
-}
-
-// The failures among every rank's `encoded` (EncodeFailure), by rank.
-std::vector<RankFailure> Failures(const std::vector<std::string>& encoded) {
-  std::vector<RankFailure> failures;
-  for (size_t r = 0; r < encoded.size(); ++r) {
-    if (!encoded[r].empty()) failures.push_back(DecodeFailure(static_cast<int>(r), encoded[r]));
-  }
-  return failures;
-}
-
 // Rank 0, with every rank's file written: checks it sees them all, then writes the index.
 absl::Status CommitIndex(const std::string& dir, int64_t step,
                          const std::vector<WrittenShard>& shards,
@@ -492,15 +449,16 @@ absl::StatusOr<SavedCheckpoint> CheckpointDirWriter::Finish(const std::function<
   if (w->thread.joinable()) w->thread.join();
   SavedCheckpoint saved = w->saved;
   saved.pause_s = w->pause_s;
-  HVX_ASSIGN_OR_RETURN(std::vector<std::string> failures,
-                       AllgatherBytes("checkpoint.written", EncodeFailure(w->shard.status())));
+  HVX_ASSIGN_OR_RETURN(
+      std::vector<std::string> failures,
+      AllgatherBytes("checkpoint.written", EncodeFailure(w->shard.status(), Host())));
   const std::vector<RankFailure> failed = Failures(failures);
   if (!failed.empty()) {
     // Nothing of a checkpoint that will never have its index stays behind: each rank removes its
     // own file, then rank 0 the directory, if nothing else is in it.
     if (w->shard.ok()) unlink(absl::StrCat(saved.path, "/", w->shard->name).c_str());
     if (AllgatherBytes("checkpoint.removed", "").ok() && Rank() == 0) rmdir(saved.path.c_str());
-    return StatusOf(failed.front(), w->shard.status());
+    return StatusOf(failed.front(), w->shard.status(), Rank());
   }
   saved.bytes_written = static_cast<int64_t>(w->shard->bytes);
   const std::string report = JsonText(Json{{"host", Host()}, {"shard", ShardToJson(*w->shard)}});
@@ -530,9 +488,7 @@ absl::StatusOr<SavedCheckpoint> CheckpointDirWriter::Finish(const std::function<
       if (prune) prune();
     }
   }
-  std::string outcome = EncodeFailure(committed);
-  HVX_RETURN_IF_ERROR(BroadcastBytes("checkpoint.committed", &outcome, 0));
-  if (!outcome.empty()) return StatusOf(DecodeFailure(0, outcome), committed);
+  HVX_RETURN_IF_ERROR(ShareRank0Error("checkpoint.committed", committed));
   HVX_ASSIGN_OR_RETURN(
       at::Tensor total,
       Allgather("checkpoint.bytes", torch::full({1}, saved.bytes_written, torch::kInt64)));
@@ -774,22 +730,19 @@ absl::StatusOr<DirResume> ResumeFromCheckpointDirs(const std::vector<std::string
   std::string stuck;
   for (size_t i = 0;; ++i) {
     std::string path = Rank() == 0 && i < candidates.size() ? candidates[i] : std::string();
-    if (!stuck.empty()) path = "!" + stuck;
+    if (!stuck.empty()) path = "!" + EncodeFailure(absl::FailedPreconditionError(stuck), Host());
     HVX_RETURN_IF_ERROR(BroadcastBytes("resume.dir", &path, 0));
     if (path.empty()) return DirResume{};
-    if (path[0] == '!') {
-      return absl::FailedPreconditionError(
-          absl::StrCat(Rank() == 0 ? "" : "rank 0: ", path.substr(1)));
-    }
+    if (path[0] == '!') return StatusOf(DecodeFailure(0, path.substr(1)), Rank());
     const absl::Time start = MonotonicNow();
     absl::StatusOr<std::unique_ptr<DirLoad>> load = ReadDir(path, model, optimizer, extras);
     HVX_ASSIGN_OR_RETURN(std::vector<std::string> failures,
-                         AllgatherBytes("resume.read", EncodeFailure(load.status())));
+                         AllgatherBytes("resume.read", EncodeFailure(load.status(), Host())));
     const std::vector<RankFailure> failed = Failures(failures);
     const auto other = std::find_if(failed.begin(), failed.end(), [](const RankFailure& f) {
       return f.code != absl::StatusCode::kDataLoss;
     });
-    if (other != failed.end()) return StatusOf(*other, load.status());
+    if (other != failed.end()) return StatusOf(*other, load.status(), Rank());
     if (!failed.empty()) {
       if (Rank() == 0) {
         const std::string aside = path + kCorruptSuffix;

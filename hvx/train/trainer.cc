@@ -38,6 +38,7 @@
 #include "hvx/train/models.h"
 #include "hvx/train/preemption.h"
 #include "hvx/train/progress.h"
+#include "hvx/train/rank_failure.h"
 #include "hvx/train/recipes.h"
 #include "hvx/train/run.h"
 #include "hvx/train/run_records.h"
@@ -160,13 +161,15 @@ absl::Status OpenRun(Run& run, int64_t resumed_from_step) {
       run.records = std::move(*records);
       run.run_name = run.records->run();
     } else {
-      run.run_name = absl::StrCat("!", records.status().message());
+      run.run_name = absl::StrCat(
+          "!", EncodeFailure(absl::FailedPreconditionError(absl::StrCat(
+                                 "opening the run's records: ", records.status().message())),
+                             Host()));
     }
   }
   HVX_RETURN_IF_ERROR(BroadcastBytes("trainer.run", &run.run_name, 0));
   if (!run.run_name.empty() && run.run_name[0] == '!') {
-    return absl::FailedPreconditionError(absl::StrCat(
-        Rank() == 0 ? "" : "rank 0: ", "opening the run's records: ", run.run_name.substr(1)));
+    return StatusOf(DecodeFailure(0, run.run_name.substr(1)), Rank());
   }
   return absl::OkStatus();
 }

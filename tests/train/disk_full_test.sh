@@ -41,7 +41,7 @@ run filled "$small" --override="$single"
 [[ $rc != 0 ]]; check "the run whose disk filled fails (rc=$rc)" $?
 grep -qE "writing checkpoint $small/ckpt-4\.pt\.tmp\.[0-9]+\.[0-9a-f]{16}: No space left on device" "$T/filled.out" "$T/filled.err"
 check "the error names the checkpoint and ENOSPC" $?
-grep -qE "^\[1\] .*rank 0: writing checkpoint $small/ckpt-4\.pt\.tmp\.[0-9]+\.[0-9a-f]{16}: No space left on device" "$T/filled.out" "$T/filled.err"
+grep -qE "^\[1\] .*rank 0 \(host [^)]+\): writing checkpoint $small/ckpt-4\.pt\.tmp\.[0-9]+\.[0-9a-f]{16}: No space left on device" "$T/filled.out" "$T/filled.err"
 check "rank 1 fails with rank 0's reason" $?
 [[ $rc != 0 ]] || tail -n 20 "$T/filled.out" "$T/filled.err"
 left=$(ls "$small" | grep -vx hvx-job.lock)  # the job's claim on the directory stays

@@ -120,6 +120,6 @@ def test_a_summaries_folder_rank_0_cannot_make_fails_every_rank_naming_it(tmp_pa
         'launch { num_processes: "2" } checkpoint { dir: "" } summaries_dir: "%s"' % not_a_dir],
         timeout=120)
     assert run.rc not in (0, None), run.tail()
-    for rank, prefix in ((0, ""), (1, "rank 0: ")):
+    for rank, prefix in ((0, ""), (1, r"rank 0 \(host [^)]+\): ")):
         assert re.search(r"^\[%d\] .*%sopening the run's records: .*%s" % (
-            rank, re.escape(prefix), re.escape(not_a_dir)), run.output, re.M), run.tail(30)
+            rank, prefix, re.escape(not_a_dir)), run.output, re.M), run.tail(30)
