@@ -517,12 +517,14 @@ absl::StatusOr<std::unique_ptr<Communicator>> MpiTransport::Start(const InitOpti
     // -disable-auto-cleanup, which hvx does not use: it detects failures itself), and a program
     // that never asked for the signal no longer ends on it. hvxrun's preemption notice is that
     // signal ("checkpoint and end", or end), so such a job would wait out --preempt-grace. The
-    // program's own disposition is put back.
+    // program's own disposition is put back, whether MPI_Init_thread succeeds or not. (A program
+    // that initialized MPI itself before hvx::Init keeps what MPICH left.)
     struct sigaction usr1 = {};
     sigaction(SIGUSR1, nullptr, &usr1);
-    HVX_RETURN_IF_ERROR(MpiStatus(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided),
-                                  "MPI_Init_thread"));
+    const absl::Status started = MpiStatus(
+        MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
     sigaction(SIGUSR1, &usr1, nullptr);
+    HVX_RETURN_IF_ERROR(started);
     initialized_here_ = true;
     if (provided < MPI_THREAD_FUNNELED) {
       return absl::FailedPreconditionError(absl::StrCat(

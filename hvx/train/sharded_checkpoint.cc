@@ -20,11 +20,9 @@
 #include <thread>
 
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "hvx/common/clock.h"
 #include "hvx/common/failpoint.h"
 #include "hvx/common/files.h"

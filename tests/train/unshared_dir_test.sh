@@ -54,7 +54,7 @@ check "the sharded save into unshared directories fails the job (rc=$rc, ${secon
 grep -qE "rank [23] on host hvxs2 wrote $T/ck/ckpt-[0-9]+/[^ ]+ \([0-9]+ bytes\), which rank 0 on host hvxs1 does not see: checkpoint.dir must be one file system that every host mounts for checkpoint.format SHARDED; without one, use SINGLE_FILE" "$T/sharded.out" "$T/sharded.err"
 check "rank 0's message names host 2's rank and file, and the fix" $?
 for r in 1 2 3; do
-    grep -qE "^\[$r\].*(does not see|rank 0:)" "$T/sharded.out" "$T/sharded.err"
+    grep -qE "^\[$r\].*(does not see|rank 0 \(host)" "$T/sharded.out" "$T/sharded.err"
     check "rank $r reports the failed save too" $?
 done
 [[ -z $(find "$T/ck" -name index.json) ]]; check "no index was written on host 1" $?
