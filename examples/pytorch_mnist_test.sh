@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# examples/pytorch_mnist.py: one process, then 2 ranks under hvxrun, 3 epochs each; the final
+# examples/pytorch_mnist.py: one process and 2 ranks under hvxrun, 3 epochs each; the final
 # accuracies agree within 0.5 points and the 2-rank job's lines carry hvxrun's rank prefix. The two
 # runs go side by side (each with its own copy of the data): three processes' work on the machine's
 # cores in about the time of the one-process run alone.

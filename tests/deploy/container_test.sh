@@ -5,7 +5,8 @@
 # names in /etc/hosts, hostnames that are not those names), each `podman run IMAGE train` with its
 # own /opt/ml (resourceconfig, hyperparameters, inputdataconfig, the "training" channel), the
 # second started 5 s after the first (1 s from the second job on). The entry point is PID 1;
-# nothing tells hvxrun the slots or where mpiexec is: it counts GPUs (none: one rank per instance) and finds MPICH's on PATH.
+# nothing tells hvxrun the slots or where mpiexec is: it counts GPUs (none: one rank per instance)
+# and finds MPICH's on PATH.
 #   1. a job stopped at step 8 of 12 (max_steps, as a reclaimed spot instance): both containers
 #      exit 0, ckpt-8.pt lands in algo-1's /opt/ml/checkpoints, and the leader's sshd, started by
 #      the entry point before hvxrun, is not ended with the job's leftovers.

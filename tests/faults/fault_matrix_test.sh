@@ -153,7 +153,7 @@ mismatch() {  # mismatch NAME EXPECTED_TEXT PROGRAM...
     check "mismatch of $name: rc $rc after ${s} s, $named rank(s) name it" $?
     [[ $rc != 0 && $named -ge 1 ]] || show
 }
-on_rank2() {  # on_rank2 'VAR=value' PROGRAM...: runs PROGRAM with VAR=value on rank 2 only
+on_rank2() {  # on_rank2 'VAR=value ...' PROGRAM...: runs PROGRAM with those settings on rank 2 only
     local setting=$1
     shift
     printf '%s\n' /bin/sh -c "if [ \"\$HVX_RANK\" = 2 ]; then export $setting; fi; exec \"\$@\"" sh "$@"
