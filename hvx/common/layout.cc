@@ -15,21 +15,7 @@ int HostLayout::MaxPerHost() const {
   return per_host.empty() ? 0 : *std::max_element(per_host.begin(), per_host.end());
 }
 
-RankPlace HostLayout::PlaceOf(int rank) const {
-  RankPlace p;
-  const int host = host_of[rank];
-  p.local_rank = local_of[rank];
-  p.local_size = per_host[host];
-  p.cross_rank = 0;
-  p.cross_size = 0;
-  for (int h = 0; h < hosts(); ++h) {
-    if (per_host[h] > p.local_rank) {
-      if (h == host) p.cross_rank = p.cross_size;
-      ++p.cross_size;
-    }
-  }
-  return p;
-}
+RankPlace HostLayout::PlaceOf(int rank) const { return PlaceAll()[rank]; }
 
 std::vector<RankPlace> HostLayout::PlaceAll() const {
   // Host by host in order, the hosts seen so far with each local rank: a rank's cross rank.

@@ -36,8 +36,8 @@ struct HostLayout {
   int hosts() const { return static_cast<int>(per_host.size()); }
   bool Homogeneous() const;  // every host has as many ranks
   int MaxPerHost() const;
-  RankPlace PlaceOf(int rank) const;        // O(hosts)
   std::vector<RankPlace> PlaceAll() const;  // every rank's, in one pass
+  RankPlace PlaceOf(int rank) const;        // PlaceAll()[rank]
   // The ranks on `rank`'s host, ascending.
   std::vector<int> LocalMembers(int rank) const;
   // The ranks whose local rank is `local_rank`, one per host that has one, in ascending rank order

@@ -43,17 +43,17 @@ TEST(LayoutTest, HostsAreNumberedByTheirLowestRank) {
   EXPECT_THAT(l.CrossMembers(1), ElementsAre(2, 4));
 }
 
-// Every rank's coordinates in one pass are each rank's own.
-TEST(LayoutTest, PlaceAllIsPlaceOfEveryRank) {
-  for (const std::vector<std::string>& hosts : std::vector<std::vector<std::string>>{
-           {}, {"a"}, {"a", "a", "b"}, {"b", "a", "b", "c", "a", "b"}, {"x", "y", "x", "y"}}) {
-    const HostLayout l = LayoutOf(hosts);
-    const std::vector<RankPlace> all = l.PlaceAll();
-    ASSERT_EQ(all.size(), hosts.size());
-    for (int r = 0; r < l.size(); ++r) {
-      EXPECT_EQ(Coordinates(all[r]), Coordinates(l.PlaceOf(r))) << "rank " << r;
-    }
+// Every rank's coordinates, interleaved over hosts b, a, c (numbered 0, 1, 2 by their lowest rank):
+// local rank 0 is on all three hosts, 1 on b and a, 2 on b alone.
+TEST(LayoutTest, EveryRanksPlace) {
+  std::vector<std::tuple<int, int, int, int>> all;
+  for (const RankPlace& p : LayoutOf({"b", "a", "b", "c", "a", "b"}).PlaceAll()) {
+    all.push_back(Coordinates(p));
   }
+  EXPECT_THAT(all, ElementsAre(std::make_tuple(0, 3, 0, 3), std::make_tuple(0, 2, 1, 3),
+                               std::make_tuple(1, 3, 0, 2), std::make_tuple(0, 1, 2, 3),
+                               std::make_tuple(1, 2, 1, 2), std::make_tuple(2, 3, 0, 1)));
+  EXPECT_TRUE(LayoutOf({}).PlaceAll().empty());
 }
 
 TEST(LayoutTest, MembersOfAHostAndOfACrossGroup) {
