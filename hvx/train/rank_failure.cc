@@ -49,8 +49,14 @@ absl::Status StatusOf(const RankFailure& failure, const absl::Status& own, int m
                    failure.message.empty() ? "failed without a message" : failure.message));
 }
 
-absl::Status StatusOf(const RankFailure& failure, int my_rank) {
-  return StatusOf(failure, absl::Status(failure.code, failure.message), my_rank);
+std::string InBandFailure(const absl::Status& status) {
+  return absl::StrCat("!", EncodeFailure(status, Host()));
+}
+
+absl::Status FromInBand(const std::string& data) {
+  if (data.empty() || data[0] != '!') return absl::OkStatus();
+  const RankFailure f = DecodeFailure(0, data.substr(1));
+  return StatusOf(f, absl::Status(f.code, f.message), Rank());
 }
 
 absl::Status ShareRank0Error(const std::string& name, const absl::Status& rank0_status) {

@@ -43,9 +43,13 @@ std::vector<RankFailure> Failures(const std::vector<std::string>& encoded);
 // "rank R (host H): message".
 absl::Status StatusOf(const RankFailure& failure, const absl::Status& own, int my_rank);
 
-// The same where the failing rank's own status is the encoded one (a failure sent in band, with
-// the data of a broadcast).
-absl::Status StatusOf(const RankFailure& failure, int my_rank);
+// Rank 0's failure sent in band, in place of a broadcast's data (which then never starts with '!'):
+//   std::string data = ok ? the_data : InBandFailure(status);   // rank 0
+//   HVX_RETURN_IF_ERROR(BroadcastBytes("x", &data, 0));
+//   HVX_RETURN_IF_ERROR(FromInBand(data));                       // every rank
+std::string InBandFailure(const absl::Status& status);
+// Rank 0's status if `data` is its InBandFailure (as StatusOf says on each rank), else OK.
+absl::Status FromInBand(const std::string& data);
 
 // Collective over the global set: rank 0's `rank0_status` on every rank (as StatusOf says); OK
 // everywhere when rank 0's is. `name` is the broadcast's, unique among the step's collectives.

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "hvx/core/api.h"
+#include "hvx/torch/tensor.h"
 
 namespace hvx {
 namespace {
@@ -36,6 +37,16 @@ TEST(RankFailureTest, RankZerosErrorIsEveryRanks) {
                            : absl::NotFoundError(
                                  absl::StrCat("rank 0 (host ", Host(), "): no checkpoint in /ck")));
   EXPECT_TRUE(ShareRank0Error("test.ok", absl::OkStatus()).ok());
+}
+
+TEST(RankFailureTest, RankZerosFailureInPlaceOfABroadcastsData) {
+  std::string data = Rank() == 0 ? InBandFailure(absl::FailedPreconditionError("no dir")) : "";
+  ASSERT_TRUE(BroadcastBytes("test.in_band", &data, 0).ok());
+  EXPECT_EQ(FromInBand(data),
+            absl::FailedPreconditionError(absl::StrCat(
+                Rank() == 0 ? "" : absl::StrCat("rank 0 (host ", Host(), "): "), "no dir")));
+  EXPECT_TRUE(FromInBand("/ck/ckpt-4").ok());
+  EXPECT_TRUE(FromInBand("").ok());
 }
 
 }  // namespace

@@ -728,10 +728,10 @@ absl::StatusOr<DirResume> ResumeFromCheckpointDirs(const std::vector<std::string
   std::string stuck;
   for (size_t i = 0;; ++i) {
     std::string path = Rank() == 0 && i < candidates.size() ? candidates[i] : std::string();
-    if (!stuck.empty()) path = "!" + EncodeFailure(absl::FailedPreconditionError(stuck), Host());
+    if (!stuck.empty()) path = InBandFailure(absl::FailedPreconditionError(stuck));
     HVX_RETURN_IF_ERROR(BroadcastBytes("resume.dir", &path, 0));
+    HVX_RETURN_IF_ERROR(FromInBand(path));
     if (path.empty()) return DirResume{};
-    if (path[0] == '!') return StatusOf(DecodeFailure(0, path.substr(1)), Rank());
     const absl::Time start = MonotonicNow();
     absl::StatusOr<std::unique_ptr<DirLoad>> load = ReadDir(path, model, optimizer, extras);
     HVX_ASSIGN_OR_RETURN(std::vector<std::string> failures,

@@ -161,17 +161,12 @@ absl::Status OpenRun(Run& run, int64_t resumed_from_step) {
       run.records = std::move(*records);
       run.run_name = run.records->run();
     } else {
-      run.run_name = absl::StrCat(
-          "!", EncodeFailure(absl::FailedPreconditionError(absl::StrCat(
-                                 "opening the run's records: ", records.status().message())),
-                             Host()));
+      run.run_name = InBandFailure(absl::FailedPreconditionError(
+          absl::StrCat("opening the run's records: ", records.status().message())));
     }
   }
   HVX_RETURN_IF_ERROR(BroadcastBytes("trainer.run", &run.run_name, 0));
-  if (!run.run_name.empty() && run.run_name[0] == '!') {
-    return StatusOf(DecodeFailure(0, run.run_name.substr(1)), Rank());
-  }
-  return absl::OkStatus();
+  return FromInBand(run.run_name);
 }
 
 // The optimizer whose state checkpoints hold: with a sharded optimizer, its slices, and the
